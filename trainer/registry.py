@@ -1,0 +1,88 @@
+"""The domain registry: every domain the trainer knows, by slug.
+
+A domain is a task source plus a verifier (DESIGN.md). Modules that define domains call
+:func:`register` at import time; :func:`all_domains` imports the catalogue modules listed in
+``CATALOGUE_MODULES`` once. The control plane's ``domains sync`` turns these specs into Domain rows.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainer.outcomes import Verification
+from trainer.tasks.base import Task, TaskSource
+
+VerifyFn = Callable[[str, Task], Verification]
+
+CATALOGUE_MODULES: list[str] = [
+    "trainer.tasks.builtin",  # addition, reversal, parity (trainer issue)
+    "trainer.catalogue",  # the full catalogue (domains issue)
+]
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """Everything the trainer and the control plane need to know about one domain."""
+
+    slug: str
+    """Unique, URL-safe name, e.g. ``builtin-addition`` or ``rg-basic_arithmetic``."""
+    title: str
+    """Human-readable name."""
+    kind: str
+    """One of: math, code, reasoning, document, tool_use, text, other."""
+    family: str
+    """Task-source family, e.g. ``builtin``, ``reasoning_gym``, ``humaneval``."""
+    source: TaskSource
+    """Draws tasks for this domain."""
+    verify: VerifyFn
+    """Default verifier: ``(completion, task) -> Verification``."""
+    description: str = ""
+    """What the domain asks of the model."""
+    verifier_spec: dict[str, Any] = field(default_factory=dict)
+    """The default verifier cascade as data (``{"stages": [...]}``), stored by the control plane."""
+    sandbox_spec: dict[str, Any] = field(default_factory=dict)
+    """Sandbox settings for code domains (empty when no sandbox is needed)."""
+    task_source_spec: dict[str, Any] = field(default_factory=dict)
+    """The task source as data (family, generator name, level mapping)."""
+
+
+_DOMAINS: dict[str, DomainSpec] = {}
+_loaded = False
+
+
+def register(spec: DomainSpec) -> DomainSpec:
+    """Add a domain; registering the same slug twice with a different spec is an error."""
+    existing = _DOMAINS.get(spec.slug)
+    if existing is not None and existing is not spec:
+        raise ValueError(f"domain {spec.slug!r} is registered twice")
+    _DOMAINS[spec.slug] = spec
+    return spec
+
+
+def _load_catalogue() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for name in CATALOGUE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real missing dependency inside the module
+                raise
+    _loaded = True
+
+
+def all_domains() -> dict[str, DomainSpec]:
+    """Every registered domain, by slug."""
+    _load_catalogue()
+    return dict(_DOMAINS)
+
+
+def get(slug: str) -> DomainSpec:
+    """The domain with this slug; KeyError names the slug when there is none."""
+    domains = all_domains()
+    try:
+        return domains[slug]
+    except KeyError:
+        raise KeyError(f"unknown domain {slug!r}") from None
