@@ -1,0 +1,1 @@
+"""Temper's control plane: the Django project (state, rules, web, API)."""

@@ -1,0 +1,175 @@
+"""API: the current principal, teams, quotas, tokens and the audit log."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.pagination import paginate
+
+from controlplane.accounts import selectors, services
+from controlplane.common.api import body_doc, json_object
+
+router = Router(tags=["accounts"])
+
+
+class TeamOut(Schema):
+    slug: str
+    name: str
+    role: Optional[str] = None
+
+
+class MeOut(Schema):
+    username: str
+    platform_admin: bool
+    via_token: bool
+    teams: list[TeamOut]
+
+
+class QuotaOut(Schema):
+    team: str
+    max_gpus: int
+    max_concurrent_runs: int
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    team: str
+    role: str
+    user: str
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: Optional[datetime] = None
+    last_used_at: Optional[datetime] = None
+
+    @staticmethod
+    def resolve_team(obj) -> str:
+        return obj["team"] if isinstance(obj, dict) else obj.team.slug
+
+    @staticmethod
+    def resolve_user(obj) -> str:
+        return obj["user"] if isinstance(obj, dict) else obj.user.username
+
+
+class TokenCreatedOut(TokenOut):
+    token: str
+
+
+class AuditOut(Schema):
+    id: int
+    at: datetime
+    actor: str
+    team: Optional[str] = None
+    object_type: str
+    object_id: str
+    object_repr: str
+    action: str
+    before: Any = None
+    after: Any = None
+
+    @staticmethod
+    def resolve_actor(obj) -> str:
+        return obj.actor_name
+
+    @staticmethod
+    def resolve_team(obj) -> Optional[str]:
+        return obj.team.slug if obj.team_id else None
+
+
+def _token_out(t) -> dict:
+    return {
+        "id": t.id, "name": t.name, "prefix": t.prefix, "team": t.team.slug, "role": t.role,
+        "user": t.user.username, "created_at": t.created_at, "expires_at": t.expires_at,
+        "revoked_at": t.revoked_at, "last_used_at": t.last_used_at,
+    }
+
+
+@router.get("/me", response=MeOut)
+def me(request: HttpRequest):
+    actor = request.auth
+    teams = selectors.team_list(actor=actor)
+    return {
+        "username": actor.name,
+        "platform_admin": actor.platform_admin,
+        "via_token": actor.token is not None,
+        "teams": [{"slug": t.slug, "name": t.name, "role": actor.role_in(t.id)} for t in teams],
+    }
+
+
+@router.get("/teams", response=list[TeamOut])
+def team_list(request: HttpRequest):
+    actor = request.auth
+    return [{"slug": t.slug, "name": t.name, "role": actor.role_in(t.id)} for t in selectors.team_list(actor=actor)]
+
+
+@router.get("/teams/{slug}/quota", response=QuotaOut)
+def quota_get(request: HttpRequest, slug: str):
+    from controlplane.scheduling.models import TeamQuota
+
+    team = selectors.team_get(actor=request.auth, slug=slug)
+    quota, _ = TeamQuota.objects.get_or_create(team=team)
+    return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
+
+
+@router.put("/teams/{slug}/quota", response=QuotaOut, openapi_extra=body_doc({
+    "type": "object", "additionalProperties": False, "minProperties": 1,
+    "properties": {"max_gpus": {"type": "integer", "minimum": 0}, "max_concurrent_runs": {"type": "integer", "minimum": 0}},
+}))
+def quota_set(request: HttpRequest, slug: str):
+    from controlplane.scheduling.services import team_quota_set
+
+    team = selectors.team_get(actor=request.auth, slug=slug)
+    quota = team_quota_set(actor=request.auth, team=team, changes=json_object(request))
+    return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
+
+
+@router.get("/tokens", response=list[TokenOut])
+@paginate
+def token_list(request: HttpRequest):
+    return selectors.token_list(actor=request.auth)
+
+
+TOKEN_IN = {
+    "type": "object",
+    "required": ["team", "name"],
+    "additionalProperties": False,
+    "properties": {
+        "team": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1, "maxLength": 100},
+        "role": {"type": "string", "enum": ["viewer", "reviewer", "member", "admin"]},
+        "expires_in_days": {"type": "integer", "minimum": 1, "maximum": services.MAX_TOKEN_DAYS},
+    },
+}
+
+
+@router.post("/tokens", response={201: TokenCreatedOut}, openapi_extra=body_doc(TOKEN_IN))
+def token_create(request: HttpRequest):
+    from controlplane.common.validation import validate
+
+    data = json_object(request)
+    validate(data, TOKEN_IN)
+    team = selectors.team_get(actor=request.auth, slug=data["team"])
+    token, secret = services.token_create(
+        actor=request.auth, team=team, name=data["name"], role=data.get("role"),
+        expires_in_days=data.get("expires_in_days", 30),
+    )
+    return 201, {**_token_out(token), "token": secret}
+
+
+@router.delete("/tokens/{token_id}", response=TokenOut)
+def token_revoke(request: HttpRequest, token_id: int):
+    return _token_out(services.token_revoke(actor=request.auth, token_id=token_id))
+
+
+@router.get("/audit", response=list[AuditOut])
+@paginate
+def audit_list(request: HttpRequest, object_type: str = "", object_id: str = ""):
+    from controlplane.common.errors import Forbidden
+
+    actor = request.auth
+    if not actor.platform_admin and "admin" not in actor.roles.values():
+        raise Forbidden("reading the audit log needs the admin role")
+    return selectors.audit_list(actor=actor, object_type=object_type, object_id=object_id)

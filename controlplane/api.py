@@ -1,0 +1,49 @@
+"""The REST API under /api/, with its OpenAPI document at /api/openapi.json."""
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from controlplane.accounts.api import router as accounts_router
+from controlplane.common.api import AUTH, error_payload, pydantic_errors
+from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.domains.api import router as domains_router
+from controlplane.runs.api import router as runs_router
+
+api = NinjaAPI(
+    title="Temper API",
+    version="1.0",
+    description="Runs, domains, tokens and the audit log. Session auth (CSRF enforced) or `Authorization: Bearer <token>`.",
+    auth=AUTH,
+    urls_namespace="api",
+)
+api.add_router("", accounts_router)
+api.add_router("", domains_router)
+api.add_router("", runs_router)
+
+
+@api.exception_handler(InvalidInput)
+def _invalid(request: HttpRequest, exc: InvalidInput):
+    return api.create_response(request, error_payload("invalid input", exc.errors), status=422)
+
+
+@api.exception_handler(ServiceError)
+def _service_error(request: HttpRequest, exc: ServiceError):
+    return api.create_response(request, error_payload(str(exc)), status=exc.status)
+
+
+@api.exception_handler(NinjaValidationError)
+def _validation(request: HttpRequest, exc: NinjaValidationError):
+    return api.create_response(request, error_payload("invalid input", pydantic_errors(exc.errors)), status=422)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError):
+    return api.create_response(request, error_payload("authentication required: sign in or send a bearer token"), status=401)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError):
+    return api.create_response(request, error_payload(str(exc)), status=exc.status_code)

@@ -1,0 +1,104 @@
+"""Shared pieces of the REST API: authentication, JSON bodies, error responses."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+from ninja.security.session import SessionAuth
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import FieldError, InvalidInput
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}},
+        },
+    },
+}
+
+
+class TokenAuth(HttpBearer):
+    """``Authorization: Bearer tmp_...`` for scripts; no CSRF (no cookies involved)."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        from controlplane.accounts.services import token_authenticate
+
+        api_token = token_authenticate(token)
+        return Principal.for_token(api_token) if api_token else None
+
+
+class SessionPrincipalAuth(SessionAuth):
+    """Django's session for the browser; CSRF is enforced on writes."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return Principal.for_user(user)
+        return None
+
+
+AUTH = [TokenAuth(), SessionPrincipalAuth()]
+
+
+def json_body(request: HttpRequest) -> Any:
+    """The request body parsed as JSON; InvalidInput when it is not JSON."""
+    if not request.body:
+        raise InvalidInput.one("", "the request body must be a JSON value")
+    try:
+        return json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput.one("", f"the request body is not valid JSON: {exc}") from None
+
+
+def json_object(request: HttpRequest) -> dict:
+    data = json_body(request)
+    if not isinstance(data, dict):
+        raise InvalidInput.one("", "the request body must be a JSON object")
+    return data
+
+
+def body_doc(schema: dict) -> dict:
+    """``openapi_extra`` documenting a JSON request body described by ``schema``."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_PYDANTIC_MESSAGES = {
+    "missing": lambda ctx: "required",
+    "extra_forbidden": lambda ctx: "unknown field",
+    "int_type": lambda ctx: "must be an integer",
+    "int_parsing": lambda ctx: "must be an integer",
+    "float_type": lambda ctx: "must be a number",
+    "float_parsing": lambda ctx: "must be a number",
+    "string_type": lambda ctx: "must be a string",
+    "bool_type": lambda ctx: "must be true or false",
+    "bool_parsing": lambda ctx: "must be true or false",
+    "greater_than": lambda ctx: f"must be greater than {ctx.get('gt')}",
+    "greater_than_equal": lambda ctx: f"must be at least {ctx.get('ge')}",
+    "less_than": lambda ctx: f"must be less than {ctx.get('lt')}",
+    "less_than_equal": lambda ctx: f"must be at most {ctx.get('le')}",
+    "string_too_short": lambda ctx: "must not be empty",
+    "string_too_long": lambda ctx: f"must be at most {ctx.get('max_length')} characters",
+}
+
+
+def pydantic_errors(errors: list[dict]) -> list[FieldError]:
+    """Ninja's validation errors as field errors (the location's first two parts name the source)."""
+    out = []
+    for error in errors:
+        loc = [p for p in error.get("loc", ()) if p not in ("body", "query", "path", "payload", "header", "cookie")]
+        path = ""
+        for part in loc:
+            path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else str(part))
+        make = _PYDANTIC_MESSAGES.get(error.get("type", ""))
+        out.append(FieldError(path, make(error.get("ctx") or {}) if make else error.get("msg", "invalid")))
+    return out
+
+
+def error_payload(detail: str, errors: list[FieldError] | None = None) -> dict:
+    return {"detail": detail, "errors": [e.as_dict() for e in errors or []]}

@@ -1,0 +1,43 @@
+"""Enqueue Celery tasks by name, after the surrounding transaction commits.
+
+The control plane never imports ``workers``: it only knows task names and queues. The producer app
+here reads the same CELERY_* settings as the workers, so it talks to the same broker.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from celery import Celery
+from django.db import transaction
+
+# Task name -> queue. Workers register tasks under exactly these names.
+TASK_QUEUES = {
+    "temper.control.schedule_tick": "control",
+    "temper.control.heartbeat": "control",
+    "temper.control.reap": "control",
+    "temper.rollout.drive_run": "rollout",
+    "temper.verify.batch": "verify",
+    "temper.judge.batch": "judge",
+}
+
+
+@lru_cache(maxsize=1)
+def producer() -> Celery:
+    app = Celery("temper-dispatch")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    return app
+
+
+def send(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
+    """Send task ``name`` to its queue now."""
+    if name not in TASK_QUEUES:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASK_QUEUES))}")
+    producer().send_task(name, args=args, kwargs=kwargs, queue=TASK_QUEUES[name], countdown=countdown)
+
+
+def send_on_commit(name: str, *args: Any, **kwargs: Any) -> None:
+    """Send task ``name`` once the current transaction commits (never for a rolled-back change)."""
+    if name not in TASK_QUEUES:
+        raise KeyError(f"unknown task {name!r}")
+    transaction.on_commit(lambda: send(name, *args, **kwargs))

@@ -1,0 +1,116 @@
+"""JSON Schemas for everything a domain stores, checked before anything is saved."""
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.common.errors import FieldError
+from controlplane.common.validation import schema_errors
+from controlplane.domains.models import KIND_VALUES
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+
+STAGE_SCHEMA = {
+    "type": "object",
+    "required": ["type"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"type": "string", "minLength": 1},
+        "params": {"type": "object"},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "name": {"type": "string"},
+    },
+}
+
+VERIFIER_SCHEMA = {
+    "type": "object",
+    "required": ["stages"],
+    "additionalProperties": False,
+    "properties": {
+        "stages": {"type": "array", "minItems": 1, "items": STAGE_SCHEMA},
+        "stop_on": {"type": "string", "enum": ["decisive", "never"]},
+    },
+}
+
+LIMITS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "cpu_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "wall_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "memory_mb": {"type": "integer", "minimum": 16, "maximum": 65536},
+        "pids": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "output_bytes": {"type": "integer", "minimum": 1024, "maximum": 1 << 30},
+        "file_size_mb": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "open_files": {"type": "integer", "minimum": 8, "maximum": 65536},
+        "tmpfs_mb": {"type": "integer", "minimum": 1, "maximum": 16384},
+    },
+}
+
+SANDBOX_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "backend": {"type": "string", "enum": ["default", "bwrap", "docker"]},
+        "image": {"type": "string", "minLength": 1},
+        "language": {"type": "string", "enum": ["python"]},
+        "limits": LIMITS_SCHEMA,
+        "pool_size": {"type": "integer", "minimum": 0, "maximum": 256},
+        "max_uses": {"type": "integer", "minimum": 1, "maximum": 100000},
+    },
+}
+
+QUOTA_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "max_concurrent_sandboxes": {"type": "integer", "minimum": 0, "maximum": 100000},
+        "max_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "task_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "priority": {"type": "integer", "minimum": 1, "maximum": 99},
+    },
+}
+
+TASK_SOURCE_SCHEMA = {
+    "type": "object",
+    "required": ["family"],
+    "properties": {"family": {"type": "string", "minLength": 1}},
+}
+
+DOMAIN_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "slug": {"type": "string", "pattern": SLUG_PATTERN, "maxLength": 100},
+        "title": {"type": "string", "minLength": 1, "maxLength": 200},
+        "kind": {"type": "string", "enum": KIND_VALUES},
+        "family": {"type": "string", "maxLength": 64},
+        "description": {"type": "string"},
+        "task_source": TASK_SOURCE_SCHEMA,
+        "verifier": VERIFIER_SCHEMA,
+        "sandbox": SANDBOX_SCHEMA,
+        "is_active": {"type": "boolean"},
+        **QUOTA_SCHEMA["properties"],
+    },
+}
+
+
+def verifier_errors(spec: Any, prefix: str = "verifier") -> list[FieldError]:
+    """Shape errors, then the trainer's own checks of stage types and their params."""
+    errors = schema_errors(spec, VERIFIER_SCHEMA, prefix)
+    if errors:
+        return errors
+    try:
+        from trainer.verifiers import validate_cascade
+    except ImportError:  # the verifier library is not installed with this build
+        return []
+    return [FieldError(path.replace("verifier", prefix, 1), msg) for path, msg in validate_cascade(spec)]
+
+
+def domain_errors(data: dict, *, creating: bool) -> list[FieldError]:
+    schema = dict(DOMAIN_SCHEMA)
+    if creating:
+        schema["required"] = ["slug", "title", "kind", "task_source", "verifier"]
+    errors = schema_errors(data, schema)
+    if isinstance(data, dict) and isinstance(data.get("verifier"), dict) and not any(e.path.startswith("verifier") for e in errors):
+        errors += verifier_errors(data["verifier"])
+    return errors

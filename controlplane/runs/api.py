@@ -1,0 +1,201 @@
+"""API: validate, create, control and read runs, with their metrics after a cursor."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.pagination import paginate
+
+from controlplane.common.api import body_doc, json_body, json_object
+from controlplane.common.errors import InvalidInput
+from controlplane.runs import selectors, services
+from controlplane.runs.schemas import RUN_SCHEMA
+
+router = Router(tags=["runs"])
+
+
+class RunDomainOut(Schema):
+    slug: str
+    version: int
+    weight: float
+
+
+class RunOut(Schema):
+    id: int
+    team: str
+    name: str
+    state: str
+    base_model: str
+    priority: int
+    gpus: int
+    staleness: int
+    budget_steps: int
+    budget_tokens: Optional[int] = None
+    budget_seconds: Optional[float] = None
+    current_step: int
+    created_by: Optional[str] = None
+    created_at: datetime
+    queued_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    error: str
+
+    @staticmethod
+    def resolve_team(obj) -> str:
+        return obj.team.slug
+
+    @staticmethod
+    def resolve_created_by(obj) -> Optional[str]:
+        return obj.created_by.username if obj.created_by_id else None
+
+
+class RunDetailOut(RunOut):
+    config: dict[str, Any]
+    domains: list[RunDomainOut]
+
+    @staticmethod
+    def resolve_domains(obj) -> list[dict]:
+        return [
+            {"slug": rd.domain.slug, "version": rd.domain_version.version, "weight": rd.weight}
+            for rd in obj.run_domains.select_related("domain", "domain_version")
+        ]
+
+
+class PlanDomainOut(Schema):
+    slug: str
+    version: int
+    weight: float
+    share: float
+
+
+class ValidateOut(Schema):
+    valid: bool
+    team: str
+    domains: list[PlanDomainOut]
+
+
+class MetricOut(Schema):
+    id: int
+    step: int
+    domain: str
+    key: str
+    value: float
+    time: datetime
+
+
+class MetricsPage(Schema):
+    items: list[MetricOut]
+    next_cursor: int
+
+
+class TrajectoryOut(Schema):
+    id: int
+    step: int
+    domain: str
+    task_id: str
+    prompt: str
+    completion: str
+    reward: Optional[float] = None
+    outcome: str
+    details: dict[str, Any]
+    verifier_version: Optional[int] = None
+    judge_version: Optional[int] = None
+    timings: dict[str, Any]
+
+
+class EventOut(Schema):
+    id: int
+    at: datetime
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+
+PRIORITY_IN = {
+    "type": "object", "required": ["priority"], "additionalProperties": False,
+    "properties": {"priority": {"type": "integer", "minimum": 1, "maximum": 99}},
+}
+WEIGHTS_IN = {
+    "type": "object", "required": ["weights"], "additionalProperties": False,
+    "properties": {"weights": {"type": "object", "minProperties": 1,
+                               "additionalProperties": {"type": "number", "exclusiveMinimum": 0}}},
+}
+
+
+@router.post("/runs/validate", response=ValidateOut, openapi_extra=body_doc(RUN_SCHEMA))
+def run_validate(request: HttpRequest):
+    plan = services.run_validate(actor=request.auth, data=json_body(request))
+    as_dict = plan.as_dict()
+    return {"valid": True, "team": as_dict["team"], "domains": as_dict["domains"]}
+
+
+@router.post("/runs", response={201: RunDetailOut}, openapi_extra=body_doc(RUN_SCHEMA))
+def run_create(request: HttpRequest):
+    return 201, services.run_create(actor=request.auth, data=json_body(request))
+
+
+@router.get("/runs", response=list[RunOut])
+@paginate
+def run_list(request: HttpRequest, state: str = "", team: str = ""):
+    return selectors.run_list(actor=request.auth, state=state, team=team)
+
+
+@router.get("/runs/{run_id}", response=RunDetailOut)
+def run_detail(request: HttpRequest, run_id: int):
+    return selectors.run_get(actor=request.auth, run_id=run_id)
+
+
+def _control(action):
+    def view(request: HttpRequest, run_id: int):
+        run = selectors.run_get(actor=request.auth, run_id=run_id)
+        return action(actor=request.auth, run=run)
+
+    return view
+
+
+for _name, _action in (("start", services.run_start), ("pause", services.run_pause),
+                       ("resume", services.run_resume), ("cancel", services.run_cancel)):
+    _view = _control(_action)
+    _view.__name__ = f"run_{_name}"
+    router.post(f"/runs/{{run_id}}/{_name}", response=RunOut, operation_id=f"run_{_name}",
+                summary=f"{_name.capitalize()} a run")(_view)
+
+
+@router.post("/runs/{run_id}/priority", response=RunOut, openapi_extra=body_doc(PRIORITY_IN))
+def run_priority(request: HttpRequest, run_id: int):
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    data = json_object(request)
+    if "priority" not in data:
+        raise InvalidInput.one("priority", "required")
+    return services.run_set_priority(actor=request.auth, run=run, priority=data["priority"])
+
+
+@router.post("/runs/{run_id}/weights", response=RunDetailOut, openapi_extra=body_doc(WEIGHTS_IN))
+def run_weights(request: HttpRequest, run_id: int):
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    data = json_object(request)
+    return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
+
+
+@router.get("/runs/{run_id}/metrics", response=MetricsPage)
+def run_metrics(request: HttpRequest, run_id: int, after: int = 0, limit: int = 1000, key: str = ""):
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    keys = [k for k in key.split(",") if k] if key else None
+    points, cursor = selectors.metrics_after(run=run, cursor=after, limit=limit, keys=keys)
+    return {"items": points, "next_cursor": cursor}
+
+
+@router.get("/runs/{run_id}/trajectories", response=list[TrajectoryOut])
+@paginate
+def run_trajectories(request: HttpRequest, run_id: int, step: Optional[int] = None, domain: str = "", outcome: str = ""):
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome)
+
+
+@router.get("/runs/{run_id}/events", response=list[EventOut])
+@paginate
+def run_events(request: HttpRequest, run_id: int):
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    return selectors.event_list(run=run)

@@ -1,0 +1,209 @@
+"""Runs, their pinned domains, and what they produce: metrics, trajectories, checkpoints, events."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane.accounts.models import Team
+from controlplane.common.errors import Conflict
+from controlplane.domains.models import Domain, DomainVersion
+from trainer.outcomes import OUTCOME_VALUES
+
+
+class RunState(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+TERMINAL_STATES = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
+
+# draft -> queued -> running <-> paused -> completed | failed | cancelled.
+# A paused run is resumed straight to running, or back to queued to wait for capacity (preemption).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    RunState.DRAFT: frozenset({RunState.QUEUED, RunState.CANCELLED}),
+    RunState.QUEUED: frozenset({RunState.RUNNING, RunState.CANCELLED, RunState.FAILED}),
+    RunState.RUNNING: frozenset({RunState.PAUSED, RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED}),
+    RunState.PAUSED: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED}),
+    RunState.COMPLETED: frozenset(),
+    RunState.FAILED: frozenset(),
+    RunState.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(Conflict):
+    """A state change the run's state machine does not allow."""
+
+
+class Run(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    name = models.CharField(max_length=200)
+    base_model = models.CharField(max_length=500, help_text="A local directory or a model id.")
+    config = models.JSONField(default=dict, help_text="Trainer config (algorithm, rollout, optimizer, ...).")
+    staleness = models.IntegerField(default=0, help_text="Steps of lag allowed between generation and update.")
+    budget_steps = models.IntegerField()
+    budget_tokens = models.BigIntegerField(null=True, blank=True)
+    budget_seconds = models.FloatField(null=True, blank=True)
+    priority = models.IntegerField(default=50)
+    gpus = models.IntegerField(default=0)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.DRAFT, db_index=True)
+    current_step = models.IntegerField(default=0)
+    error = models.TextField(blank=True)
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="run_name_not_empty"),
+            models.CheckConstraint(condition=~Q(base_model=""), name="run_base_model_not_empty"),
+            models.CheckConstraint(condition=Q(state__in=[s.value for s in RunState]), name="run_state_valid"),
+            models.CheckConstraint(condition=Q(priority__gte=1) & Q(priority__lte=99), name="run_priority_1_99"),
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="run_gpus_gte_0"),
+            models.CheckConstraint(condition=Q(staleness__gte=0), name="run_staleness_gte_0"),
+            models.CheckConstraint(condition=Q(budget_steps__gte=1), name="run_budget_steps_gte_1"),
+            models.CheckConstraint(condition=Q(budget_tokens__isnull=True) | Q(budget_tokens__gte=1), name="run_budget_tokens_gte_1"),
+            models.CheckConstraint(condition=Q(budget_seconds__isnull=True) | Q(budget_seconds__gt=0), name="run_budget_seconds_gt_0"),
+            models.CheckConstraint(condition=Q(current_step__gte=0), name="run_current_step_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk}: {self.name}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def can_transition(self, to: str) -> bool:
+        return to in TRANSITIONS[self.state]
+
+    def transition(self, to: str) -> bool:
+        """Move to state ``to``; returns False when already there, raises on an illegal move.
+
+        Sets the timestamps that belong to the new state; the caller saves.
+        """
+        if to not in TRANSITIONS:
+            raise IllegalTransition(f"unknown run state {to!r}")
+        if self.state == to:
+            return False
+        if to not in TRANSITIONS[self.state]:
+            allowed = ", ".join(sorted(TRANSITIONS[self.state])) or "none (the run has ended)"
+            raise IllegalTransition(f"run {self.pk} cannot go from {self.state} to {to}; allowed from {self.state}: {allowed}")
+        now = timezone.now()
+        self.state = to
+        if to == RunState.QUEUED:
+            self.queued_at = now
+        elif to == RunState.RUNNING and self.started_at is None:
+            self.started_at = now
+        elif to in TERMINAL_STATES:
+            self.finished_at = now
+        return True
+
+
+class RunDomain(models.Model):
+    """A domain in a run's mix, pinned to one version, with its sampling weight."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="run_domains")
+    domain = models.ForeignKey(Domain, on_delete=models.PROTECT, related_name="+")
+    domain_version = models.ForeignKey(DomainVersion, on_delete=models.PROTECT, related_name="+")
+    weight = models.FloatField()
+
+    class Meta:
+        ordering = ["domain__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "domain"], name="rundomain_unique"),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="rundomain_weight_gt_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.domain.slug}@v{self.domain_version.version} x{self.weight:g}"
+
+
+class MetricPoint(models.Model):
+    """One value of one metric at one step; the id is the live log's cursor."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    step = models.IntegerField()
+    domain = models.CharField(max_length=100, blank=True, default="", help_text="Empty for run-wide metrics.")
+    key = models.CharField(max_length=200)
+    value = models.FloatField()
+    time = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "domain", "key"], name="metricpoint_unique"),
+            models.CheckConstraint(condition=Q(step__gte=0), name="metricpoint_step_gte_0"),
+            models.CheckConstraint(condition=~Q(key=""), name="metricpoint_key_not_empty"),
+        ]
+        indexes = [models.Index(fields=["run", "key", "step"]), models.Index(fields=["run", "id"])]
+
+
+class Trajectory(models.Model):
+    """A sampled completion with its verification."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    step = models.IntegerField()
+    domain = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=200, blank=True)
+    prompt = models.TextField()
+    completion = models.TextField()
+    reward = models.FloatField(null=True, blank=True, help_text="Empty for masked (infrastructure) outcomes.")
+    outcome = models.CharField(max_length=16, choices=[(o, o) for o in OUTCOME_VALUES])
+    details = models.JSONField(default=dict, blank=True)
+    verifier_version = models.IntegerField(null=True, blank=True)
+    judge_version = models.IntegerField(null=True, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["step", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=list(OUTCOME_VALUES)), name="trajectory_outcome_valid"),
+            models.CheckConstraint(condition=Q(step__gte=0), name="trajectory_step_gte_0"),
+        ]
+        indexes = [models.Index(fields=["run", "step", "domain"])]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    path = models.CharField(max_length=1000)
+    metrics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_run_step"),
+            models.CheckConstraint(condition=Q(step__gte=0), name="checkpoint_step_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class RunEvent(models.Model):
+    """What happened to a run and why (state changes, preemptions, weight changes, quarantines)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.CheckConstraint(condition=~Q(kind=""), name="runevent_kind_not_empty")]

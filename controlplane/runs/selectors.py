@@ -1,0 +1,58 @@
+"""Reads for runs and what they produce, filtered to the actor's teams."""
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
+
+MAX_PAGE = 5000
+
+
+def run_list(*, actor: Principal, state: str = "", team: str = "") -> QuerySet[Run]:
+    qs = Run.objects.filter(team_id__in=actor.team_ids).select_related("team", "created_by")
+    if state:
+        qs = qs.filter(state=state)
+    if team:
+        qs = qs.filter(team__slug=team)
+    return qs
+
+
+def run_get(*, actor: Principal, run_id: int) -> Run:
+    run = Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).select_related("team").first()
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return run
+
+
+def metrics_after(*, run: Run, cursor: int = 0, limit: int = 1000, keys: list[str] | None = None) -> tuple[list[MetricPoint], int]:
+    """Metric points with id above ``cursor`` in id order, and the cursor to ask with next.
+
+    Ids are the live log's cursor: a client that reconnects with its cursor misses nothing and
+    receives nothing twice.
+    """
+    if cursor < 0:
+        raise InvalidInput.one("after", "must be at least 0")
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput.one("limit", f"must be between 1 and {MAX_PAGE}")
+    qs = MetricPoint.objects.filter(run=run, id__gt=cursor)
+    if keys:
+        qs = qs.filter(key__in=keys)
+    points = list(qs.order_by("id")[:limit])
+    return points, (points[-1].id if points else cursor)
+
+
+def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outcome: str = "") -> QuerySet[Trajectory]:
+    qs = Trajectory.objects.filter(run=run)
+    if step is not None:
+        qs = qs.filter(step=step)
+    if domain:
+        qs = qs.filter(domain=domain)
+    if outcome:
+        qs = qs.filter(outcome=outcome)
+    return qs.order_by("step", "id")
+
+
+def event_list(*, run: Run) -> QuerySet[RunEvent]:
+    return RunEvent.objects.filter(run=run).order_by("at", "id")

@@ -1,0 +1,18 @@
+from django.contrib import admin
+
+from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+
+
+@admin.register(TeamQuota)
+class TeamQuotaAdmin(admin.ModelAdmin):
+    list_display = ("team", "max_gpus", "max_concurrent_runs", "updated_at")
+
+
+@admin.register(ResourcePool)
+class ResourcePoolAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "capacity", "updated_at")
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(admin.ModelAdmin):
+    list_display = ("worker", "queues", "last_seen")

@@ -1,0 +1,65 @@
+"""Scheduling data: team quotas, resource pools and worker heartbeats."""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from controlplane.accounts.models import Team
+
+
+class TeamQuota(models.Model):
+    """How much of the shared pools one team may hold at once."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="quota")
+    max_gpus = models.IntegerField(default=1)
+    max_concurrent_runs = models.IntegerField(default=2)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(max_gpus__gte=0), name="teamquota_gpus_gte_0"),
+            models.CheckConstraint(condition=Q(max_concurrent_runs__gte=0), name="teamquota_runs_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}: {self.max_gpus} GPUs, {self.max_concurrent_runs} runs"
+
+
+class PoolKind(models.TextChoices):
+    TRAIN_GPU = "train_gpu", "Train GPU slots"
+    ROLLOUT_GPU = "rollout_gpu", "Rollout GPU slots"
+    CPU = "cpu", "CPU slots (machines without GPUs)"
+    SANDBOX = "sandbox", "Sandbox slots"
+
+
+class ResourcePool(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, choices=PoolKind.choices)
+    capacity = models.IntegerField()
+    description = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(capacity__gte=0), name="resourcepool_capacity_gte_0"),
+            models.CheckConstraint(condition=Q(kind__in=[k.value for k in PoolKind]), name="resourcepool_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind} x{self.capacity})"
+
+
+class WorkerHeartbeat(models.Model):
+    """The last time each Celery worker said it was alive, and what it serves."""
+
+    worker = models.CharField(max_length=200, unique=True)
+    queues = models.JSONField(default=list)
+    last_seen = models.DateTimeField(db_index=True)
+    meta = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["worker"]
+
+    def __str__(self) -> str:
+        return self.worker

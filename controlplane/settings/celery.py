@@ -1,0 +1,38 @@
+"""Celery settings: Redis when REDIS_URL is set, otherwise a file-system transport (no server)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_VAR = Path(os.environ.get("TEMPER_VAR_DIR", Path(__file__).resolve().parent.parent.parent / "var")).resolve()
+_REDIS = os.environ.get("REDIS_URL", "")
+
+CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "judge")
+
+if _REDIS:
+    CELERY_BROKER_URL = _REDIS
+    CELERY_RESULT_BACKEND = _REDIS
+    # Above the longest task (the run driver checkpoints well within this).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+else:
+    _broker = _VAR / "celery" / "broker"
+    for sub in ("in", "processed"):
+        (_broker / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker / "in"),
+        "data_folder_out": str(_broker / "in"),
+        "processed_folder": str(_broker / "processed"),
+        "store_processed": False,
+    }
+    (_VAR / "celery" / "results").mkdir(parents=True, exist_ok=True)
+    CELERY_RESULT_BACKEND = f"file://{_VAR / 'celery' / 'results'}"
+
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("CELERY_TASK_SOFT_TIME_LIMIT", 300))
+CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", 360))
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BEAT_SCHEDULE_FILENAME = str(_VAR / "celerybeat-schedule")
+CELERY_HEARTBEAT_PERIOD_S = 15.0

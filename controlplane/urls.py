@@ -1,0 +1,17 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from controlplane.api import api
+from controlplane.web import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("domains/", views.domains_page, name="domains"),
+    path("team/", views.switch_team, name="switch-team"),
+    path("healthz", views.health, name="health"),
+    path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/", api.urls),
+]

@@ -1,0 +1,22 @@
+"""Template context: the signed-in user's teams and the team they are looking at."""
+from __future__ import annotations
+
+from django.http import HttpRequest
+
+
+def current_team(request: HttpRequest):
+    """The team chosen with the team switcher (kept in the session), else the first one."""
+    from controlplane.accounts.models import Team
+
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None, []
+    teams = list(Team.objects.filter(memberships__user=user).order_by("slug"))
+    chosen = request.session.get("team")
+    team = next((t for t in teams if t.slug == chosen), teams[0] if teams else None)
+    return team, teams
+
+
+def team_context(request: HttpRequest) -> dict:
+    team, teams = current_team(request)
+    return {"current_team": team, "teams": teams}
