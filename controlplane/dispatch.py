@@ -13,12 +13,8 @@ from django.db import transaction
 
 # Task name -> queue. Workers register tasks under exactly these names.
 TASK_QUEUES = {
-    "temper.control.schedule_tick": "control",
-    "temper.control.heartbeat": "control",
-    "temper.control.reap": "control",
-    "temper.rollout.drive_run": "rollout",
-    "temper.verify.batch": "verify",
-    "temper.judge.batch": "judge",
+    "temper.control.ping": "control",
+    "temper.control.worker_sweep": "control",
 }
 
 

@@ -1,0 +1,273 @@
+"""``python manage.py temper ...``: the API's operations from a terminal.
+
+Acts as ``--user`` (or $TEMPER_USER), with that user's roles, through the same services as the
+API, so permissions, validation and the audit log are the same.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.accounts import selectors as account_selectors
+from controlplane.accounts import services as account_services
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.domains import selectors as domain_selectors
+from controlplane.domains import services as domain_services
+from controlplane.runs import selectors as run_selectors
+from controlplane.runs import services as run_services
+from controlplane.runs.models import TERMINAL_STATES
+from controlplane.web.management.commands._output import table
+
+
+def _load_file(path: str):
+    p = Path(path)
+    if not p.is_file():
+        raise CommandError(f"{path}: no such file")
+    text = p.read_text()
+    try:
+        return json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise CommandError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+
+
+def _parse_value(raw: str):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+class Command(BaseCommand):
+    help = "Temper's command-line interface: teams, domains, runs, tokens, quotas and the audit log."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
+        sub = parser.add_subparsers(dest="area", required=True)
+
+        teams = sub.add_parser("teams", help="teams and members").add_subparsers(dest="action", required=True)
+        teams.add_parser("list")
+        p = teams.add_parser("create"); p.add_argument("slug"); p.add_argument("--name", default="")
+        p = teams.add_parser("add-member"); p.add_argument("team"); p.add_argument("username"); p.add_argument("role")
+
+        domains = sub.add_parser("domains", help="the domain registry").add_subparsers(dest="action", required=True)
+        p = domains.add_parser("list"); p.add_argument("--q", default=""); p.add_argument("--kind", default="")
+        p = domains.add_parser("show"); p.add_argument("slug")
+        p = domains.add_parser("versions"); p.add_argument("slug")
+        p = domains.add_parser("diff"); p.add_argument("slug"); p.add_argument("a", type=int); p.add_argument("b", type=int)
+        p = domains.add_parser("set", help="change fields: temper domains set SLUG priority=80 max_share=0.5")
+        p.add_argument("slug"); p.add_argument("changes", nargs="+", metavar="FIELD=JSON"); p.add_argument("--note", default="")
+
+        runs = sub.add_parser("runs", help="runs").add_subparsers(dest="action", required=True)
+        p = runs.add_parser("list"); p.add_argument("--state", default=""); p.add_argument("--team", default="")
+        for name in ("show", "start", "pause", "resume", "cancel"):
+            runs.add_parser(name).add_argument("run_id", type=int)
+        p = runs.add_parser("validate"); p.add_argument("file")
+        p = runs.add_parser("create"); p.add_argument("file"); p.add_argument("--start", action="store_true")
+        p = runs.add_parser("priority"); p.add_argument("run_id", type=int); p.add_argument("priority", type=int)
+        p = runs.add_parser("weights"); p.add_argument("run_id", type=int); p.add_argument("weights", nargs="+", metavar="SLUG=WEIGHT")
+        p = runs.add_parser("metrics"); p.add_argument("run_id", type=int); p.add_argument("--after", type=int, default=0); p.add_argument("--limit", type=int, default=100)
+        p = runs.add_parser("watch", help="a progress bar until the run ends"); p.add_argument("run_id", type=int); p.add_argument("--interval", type=float, default=1.0)
+
+        tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True)
+        tokens.add_parser("list")
+        p = tokens.add_parser("create"); p.add_argument("--team", required=True); p.add_argument("--name", required=True)
+        p.add_argument("--role", default=None); p.add_argument("--days", type=int, default=30)
+        p = tokens.add_parser("revoke"); p.add_argument("token_id", type=int)
+
+        p = sub.add_parser("audit", help="the audit log"); p.add_argument("--type", default=""); p.add_argument("--id", default=""); p.add_argument("--limit", type=int, default=50)
+
+        quota = sub.add_parser("quota", help="team quotas").add_subparsers(dest="action", required=True)
+        p = quota.add_parser("set"); p.add_argument("team"); p.add_argument("--gpus", type=int); p.add_argument("--runs", type=int)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _actor(self, username: str) -> Principal:
+        User = get_user_model()
+        if not username:
+            supers = list(User.objects.filter(is_superuser=True)[:2])
+            if len(supers) != 1:
+                raise CommandError("say who you are: --user NAME or TEMPER_USER=NAME")
+            return Principal.for_user(supers[0])
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"--user: no user named {username!r}")
+        return Principal.for_user(user)
+
+    def handle(self, *args, **opts):
+        self.actor = self._actor(opts["user"])
+        handler = getattr(self, f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_"))
+        try:
+            handler(opts)
+        except InvalidInput as exc:
+            raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
+
+    def out(self, text: str) -> None:
+        self.stdout.write(text)
+
+    # -- teams ------------------------------------------------------------------------------
+    def do_teams_list(self, o):
+        teams = account_selectors.team_list(actor=self.actor)
+        self.out(table([(t.slug, t.name, self.actor.role_in(t.id)) for t in teams], ["team", "name", "your role"]))
+
+    def do_teams_create(self, o):
+        self.actor.require_platform_admin("creating teams")
+        team = account_services.team_create(slug=o["slug"], name=o["name"], admin=self.actor.user)
+        self.out(f"created team {team.slug}; you are its admin")
+
+    def do_teams_add_member(self, o):
+        team = account_selectors.team_get(actor=self.actor, slug=o["team"])
+        m = account_services.membership_set(actor=self.actor, team=team, username=o["username"], role=o["role"])
+        self.out(f"{m.user.username} is now {m.role} in {team.slug}")
+
+    # -- domains ----------------------------------------------------------------------------
+    def do_domains_list(self, o):
+        qs = domain_selectors.domain_list(actor=self.actor, search=o["q"], kind=o["kind"])
+        self.out(table([(d.slug, d.kind, d.family, f"v{d.version}", d.priority, d.max_share, d.title) for d in qs],
+                       ["slug", "kind", "family", "version", "priority", "max share", "title"]))
+
+    def do_domains_show(self, o):
+        d = domain_selectors.domain_get(actor=self.actor, slug=o["slug"])
+        self.out(json.dumps({"slug": d.slug, "version": d.version, **d.snapshot()}, indent=2, default=str))
+
+    def do_domains_versions(self, o):
+        d = domain_selectors.domain_get(actor=self.actor, slug=o["slug"])
+        self.out(table([(f"v{v.version}", v.created_at.strftime("%Y-%m-%d %H:%M"), v.created_by or "", v.note) for v in d.versions.all()],
+                       ["version", "at", "by", "note"]))
+
+    def do_domains_diff(self, o):
+        d = domain_selectors.domain_get(actor=self.actor, slug=o["slug"])
+        rows = domain_selectors.domain_version_diff(domain=d, a=o["a"], b=o["b"])
+        self.out(table([(r["path"], json.dumps(r["before"]), json.dumps(r["after"])) for r in rows], ["field", f"v{o['a']}", f"v{o['b']}"]))
+
+    def do_domains_set(self, o):
+        d = domain_selectors.domain_get(actor=self.actor, slug=o["slug"])
+        changes = {}
+        for item in o["changes"]:
+            if "=" not in item:
+                raise CommandError(f"{item!r}: expected FIELD=VALUE")
+            key, raw = item.split("=", 1)
+            changes[key] = _parse_value(raw)
+        d = domain_services.domain_update(actor=self.actor, domain=d, changes=changes, note=o["note"])
+        self.out(f"{d.slug} is now at v{d.version}")
+
+    # -- runs -------------------------------------------------------------------------------
+    def _run_rows(self, runs):
+        return [(r.id, r.team.slug, r.state, f"{r.current_step}/{r.budget_steps}", r.priority, r.name) for r in runs]
+
+    def do_runs_list(self, o):
+        runs = run_selectors.run_list(actor=self.actor, state=o["state"], team=o["team"])[:200]
+        self.out(table(self._run_rows(runs), ["id", "team", "state", "step", "priority", "name"]))
+
+    def do_runs_show(self, o):
+        r = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        self.out(table(self._run_rows([r]), ["id", "team", "state", "step", "priority", "name"]))
+        self.out("\ndomains:")
+        self.out(table([(rd.domain.slug, f"v{rd.domain_version.version}", rd.weight) for rd in r.run_domains.select_related("domain", "domain_version")],
+                       ["domain", "version", "weight"]))
+        self.out("\nevents:")
+        self.out(table([(e.at.strftime("%H:%M:%S"), e.kind, e.message) for e in run_selectors.event_list(run=r)], ["at", "kind", "message"]))
+
+    def do_runs_validate(self, o):
+        plan = run_services.run_validate(actor=self.actor, data=_load_file(o["file"]))
+        d = plan.as_dict()
+        self.out(f"valid: team {d['team']}, {len(d['domains'])} domains")
+        self.out(table([(x["slug"], f"v{x['version']}", x["weight"], f"{x['share']:.1%}") for x in d["domains"]], ["domain", "version", "weight", "share"]))
+
+    def do_runs_create(self, o):
+        run = run_services.run_create(actor=self.actor, data=_load_file(o["file"]))
+        if o["start"]:
+            run = run_services.run_start(actor=self.actor, run=run)
+        self.out(f"created run {run.id} ({run.state})")
+
+    def _control(self, o, action):
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        run = action(actor=self.actor, run=run)
+        self.out(f"run {run.id}: {run.state}")
+
+    def do_runs_start(self, o):
+        self._control(o, run_services.run_start)
+
+    def do_runs_pause(self, o):
+        self._control(o, run_services.run_pause)
+
+    def do_runs_resume(self, o):
+        self._control(o, run_services.run_resume)
+
+    def do_runs_cancel(self, o):
+        self._control(o, run_services.run_cancel)
+
+    def do_runs_priority(self, o):
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        run = run_services.run_set_priority(actor=self.actor, run=run, priority=o["priority"])
+        self.out(f"run {run.id}: priority {run.priority}")
+
+    def do_runs_weights(self, o):
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        weights = {}
+        for item in o["weights"]:
+            slug, _, raw = item.partition("=")
+            weights[slug] = _parse_value(raw)
+        run_services.run_set_weights(actor=self.actor, run=run, weights=weights)
+        self.out(f"run {run.id}: weights {weights}")
+
+    def do_runs_metrics(self, o):
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        points, cursor = run_selectors.metrics_after(run=run, cursor=o["after"], limit=o["limit"])
+        self.out(table([(p.id, p.step, p.domain, p.key, f"{p.value:.4g}") for p in points], ["cursor", "step", "domain", "key", "value"]))
+        self.out(f"next cursor: {cursor}")
+
+    def do_runs_watch(self, o):
+        from tqdm import tqdm
+
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        with tqdm(total=run.budget_steps, desc=f"run {run.id}", unit="step", initial=run.current_step) as bar:
+            while True:
+                run.refresh_from_db()
+                bar.n = run.current_step
+                bar.set_postfix_str(run.state)
+                bar.refresh()
+                if run.state in TERMINAL_STATES:
+                    break
+                time.sleep(o["interval"])
+        self.out(f"run {run.id} ended: {run.state}")
+
+    # -- tokens, audit, quotas ---------------------------------------------------------------
+    def do_tokens_list(self, o):
+        rows = [(t.id, t.prefix + "…", t.name, t.team.slug, t.role, t.expires_at.strftime("%Y-%m-%d"), "revoked" if t.revoked_at else "")
+                for t in account_selectors.token_list(actor=self.actor)]
+        self.out(table(rows, ["id", "token", "name", "team", "role", "expires", ""]))
+
+    def do_tokens_create(self, o):
+        team = account_selectors.team_get(actor=self.actor, slug=o["team"])
+        token, secret = account_services.token_create(actor=self.actor, team=team, name=o["name"], role=o["role"], expires_in_days=o["days"])
+        self.out(f"token {token.id} for {team.slug} as {token.role}, expires {token.expires_at:%Y-%m-%d}.")
+        self.out("It is shown once; store it now:")
+        self.out(secret)
+
+    def do_tokens_revoke(self, o):
+        token = account_services.token_revoke(actor=self.actor, token_id=o["token_id"])
+        self.out(f"token {token.id} revoked")
+
+    def do_audit(self, o):
+        rows = account_selectors.audit_list(actor=self.actor, object_type=o["type"], object_id=o["id"])[: o["limit"]]
+        self.out(table([(a.at.strftime("%Y-%m-%d %H:%M:%S"), a.actor_name, a.action, f"{a.object_type}:{a.object_id}", json.dumps(a.after)[:60])
+                        for a in rows], ["at", "actor", "action", "object", "after"]))
+
+    def do_quota_set(self, o):
+        from controlplane.accounts.models import Team
+        from controlplane.scheduling.services import team_quota_set
+
+        team = Team.objects.filter(slug=o["team"]).first()
+        if team is None:
+            raise CommandError(f"no team {o['team']!r}")
+        changes = {k: v for k, v in (("max_gpus", o["gpus"]), ("max_concurrent_runs", o["runs"])) if v is not None}
+        q = team_quota_set(actor=self.actor, team=team, changes=changes)
+        self.out(f"{team.slug}: {q.max_gpus} GPUs, {q.max_concurrent_runs} concurrent runs")

@@ -1,0 +1,37 @@
+"""Each worker records a heartbeat row every CELERY_HEARTBEAT_PERIOD_S from a daemon thread."""
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+_stop = threading.Event()
+
+
+def _beat(hostname: str, queues: list[str]) -> None:
+    from controlplane.scheduling.services import heartbeat_record
+
+    while not _stop.is_set():
+        try:
+            close_old_connections()
+            heartbeat_record(worker=hostname, queues=queues, meta={"pid": __import__("os").getpid()})
+        except Exception:  # the database may be briefly unavailable; try again next period
+            log.exception("heartbeat failed for %s", hostname)
+        _stop.wait(settings.CELERY_HEARTBEAT_PERIOD_S)
+
+
+@worker_ready.connect
+def _start(sender=None, **kwargs) -> None:
+    consumer = sender
+    hostname = consumer.hostname
+    queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
+    threading.Thread(target=_beat, args=(hostname, queues), name="temper-heartbeat", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _stop_beat(**kwargs) -> None:
+    _stop.set()
