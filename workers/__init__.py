@@ -1,0 +1,1 @@
+"""Temper workers: Celery app, tasks, run driver and the sandbox runtime."""
