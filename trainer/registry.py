@@ -45,6 +45,8 @@ class DomainSpec:
     """Sandbox settings for code domains (empty when no sandbox is needed)."""
     task_source_spec: dict[str, Any] = field(default_factory=dict)
     """The task source as data (family, generator name, level mapping)."""
+    environment: Callable[[Task], Any] | None = None
+    """Multi-turn domains: builds a ``trainer.envs.Environment`` per episode (None: single turn)."""
 
 
 _DOMAINS: dict[str, DomainSpec] = {}

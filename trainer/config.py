@@ -1,0 +1,432 @@
+"""Run configuration: one documented dataclass per concern, loaded from YAML, JSON or a dict.
+
+This module must not import torch: the control plane imports it to validate run configs and to
+render run forms from :func:`config_json_schema`.
+
+>>> cfg = load_config({"rollout": {"n": 4}, "domains": {"builtin-addition": 1}})
+>>> cfg.rollout.n, cfg.algorithm.name
+(4, 'grpo')
+>>> try:
+...     load_config({"algorithm": {"clip_high": 0}, "rollout": {"n": "many"}})
+... except ConfigError as err:
+...     print(err)
+invalid trainer config:
+  algorithm.clip_high: must be greater than 0
+  rollout.n: must be an integer
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import os
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``errors`` lists ``(path, message)`` for every problem."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = list(errors)
+        lines = "\n".join(f"  {path}: {message}" for path, message in self.errors)
+        super().__init__(f"invalid trainer config:\n{lines}")
+
+
+def _num(default: Any, *, gt: float | None = None, ge: float | None = None,
+         le: float | None = None, lt: float | None = None) -> Any:
+    """A field with numeric bounds, checked by :func:`load_config` and exported to the schema."""
+    bounds = {k: v for k, v in {"gt": gt, "ge": ge, "le": le, "lt": lt}.items() if v is not None}
+    return field(default=default, metadata={"bounds": bounds})
+
+
+# ----------------------------------------------------------------------------- concerns
+@dataclass
+class ModelConfig:
+    """The policy: any Hugging Face causal LM in a local directory (or a hub id where reachable)."""
+
+    path: str = ""
+    """Directory (or hub id) passed to ``AutoModelForCausalLM.from_pretrained``."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype for training; generation uses the same weights."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train; ``auto`` picks CUDA when available."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    reference_path: str = ""
+    """Frozen reference model for the KL term; empty means the initial policy weights."""
+
+
+@dataclass
+class TokenizerConfig:
+    """How prompts become token ids."""
+
+    path: str = ""
+    """Directory of the tokenizer; empty means the model path."""
+    max_prompt_tokens: int = _num(512, ge=1)
+    """Prompts longer than this are cut from the left."""
+    use_chat_template: bool = False
+    """Wrap prompts with the tokenizer's chat template when it has one."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimator and policy loss."""
+
+    name: Literal["grpo", "rloo"] = "grpo"
+    """``grpo``: group-normalised advantages; ``rloo``: leave-one-out baseline."""
+    scale_rewards: bool = True
+    """GRPO only: divide by the group's reward std; false gives Dr.GRPO (mean-centred only)."""
+    clip_low: float = _num(0.2, gt=0, lt=1)
+    """Lower clip of the importance ratio: ratios below 1 - clip_low get no gradient."""
+    clip_high: float = _num(0.28, gt=0)
+    """Upper clip of the importance ratio (DAPO clip-higher when larger than clip_low)."""
+    loss_aggregation: Literal["token", "sequence"] = "token"
+    """``token``: mean over all response tokens of the batch; ``sequence``: mean of per-sequence means."""
+    kl_coef: float = _num(0.0, ge=0)
+    """Weight of the k3 KL estimate to the frozen reference; 0 disables the reference model."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal and draw new ones to refill the batch."""
+    max_refills: int = _num(2, ge=0)
+    """Dynamic sampling: at most this many extra generation rounds per step."""
+    updates_per_batch: int = _num(1, ge=1)
+    """Optimizer steps taken on each generated batch (mini-batches of the batch)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Generation of completions by the rollout engine."""
+
+    engine: Literal["torch", "vllm"] = "torch"
+    """``torch``: batched sampling with a KV cache; ``vllm``: vLLM's offline engine."""
+    prompts_per_step: int = _num(16, ge=1)
+    """Tasks drawn per step (groups per batch)."""
+    n: int = _num(8, ge=1)
+    """Completions per task (group size); the adaptive budget may vary it per task."""
+    max_new_tokens: int = _num(64, ge=1)
+    """Tokens generated per model turn at most."""
+    temperature: float = _num(1.0, gt=0)
+    """Sampling temperature; logprobs are those of the tempered distribution."""
+    top_p: float = _num(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    staleness: int = _num(0, ge=0)
+    """Steps that generation may run ahead of the update (0 = synchronous)."""
+    max_turns: int = _num(1, ge=1)
+    """Model turns per episode in multi-turn environments."""
+    max_episode_tokens: int = _num(1024, ge=1)
+    """Token budget per episode (model and environment tokens after the prompt)."""
+    batch_size: int = _num(256, ge=1)
+    """Sequences generated together by the torch engine."""
+    gpu_memory_utilization: float = _num(0.2, gt=0, le=1)
+    """vLLM: share of device memory (of RAM on CPU) the engine may reserve."""
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW with gradient accumulation and clipping."""
+
+    lr: float = _num(1e-4, gt=0)
+    """Learning rate."""
+    weight_decay: float = _num(0.0, ge=0)
+    """Decoupled weight decay."""
+    beta1: float = _num(0.9, ge=0, lt=1)
+    """Adam beta1."""
+    beta2: float = _num(0.999, ge=0, lt=1)
+    """Adam beta2."""
+    eps: float = _num(1e-8, gt=0)
+    """Adam epsilon."""
+    max_grad_norm: float = _num(1.0, ge=0)
+    """Clip the global gradient norm to this; 0 disables clipping."""
+    micro_batch_size: int = _num(64, ge=1)
+    """Sequences per forward/backward; gradients accumulate over the micro-batches."""
+    warmup_steps: int = _num(0, ge=0)
+    """Linear learning-rate warm-up steps."""
+    zero_stage: Literal[0, 2, 3] = 0
+    """0: plain torch; 2 or 3: DeepSpeed ZeRO (needs deepspeed and CUDA)."""
+
+
+@dataclass
+class SamplerConfig:
+    """How tasks are drawn: domain mix, per-task difficulty, curriculum."""
+
+    adaptive_budget: bool = False
+    """Set each task's number of samples from its running pass rate (uncertain tasks get more)."""
+    min_samples: int = _num(2, ge=2)
+    """Adaptive budget: fewest samples for a solved or hopeless task."""
+    max_samples: int = _num(16, ge=2)
+    """Adaptive budget: most samples for a task whose pass rate is near 0.5."""
+    pass_rate_decay: float = _num(0.9, gt=0, lt=1)
+    """Running pass rate: weight kept by the old estimate at each update."""
+    curriculum: bool = False
+    """Raise a domain's difficulty level when its running pass rate passes the threshold."""
+    curriculum_threshold: float = _num(0.8, gt=0, le=1)
+    """Curriculum: domain pass rate that moves the domain up a level."""
+    curriculum_min_samples: int = _num(64, ge=1)
+    """Curriculum: samples seen at a level before it may be raised."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Where and how often a job saves itself."""
+
+    dir: str = ""
+    """Directory for checkpoints (``step-<n>`` subdirectories); empty disables saving."""
+    every_steps: int = _num(0, ge=0)
+    """Save every this many steps; 0 saves only at the end."""
+    keep_last: int = _num(2, ge=1)
+    """Older step directories beyond this many are deleted."""
+
+
+@dataclass
+class LimitsConfig:
+    """When a job stops."""
+
+    max_steps: int = _num(100, ge=0)
+    """RL steps to run."""
+    max_wall_s: float = _num(0.0, ge=0)
+    """Stop after this many seconds; 0 means no limit."""
+
+
+@dataclass
+class SFTConfig:
+    """An optional supervised stage on reference solutions before RL."""
+
+    steps: int = _num(0, ge=0)
+    """Next-token-loss steps on reference answers; 0 skips the stage."""
+    lr: float = _num(1e-3, gt=0)
+    """Learning rate of the SFT stage."""
+    batch_size: int = _num(64, ge=1)
+    """Tasks per SFT step."""
+
+
+@dataclass
+class TrainerConfig:
+    """A whole post-training job."""
+
+    name: str = ""
+    """Label shown in logs."""
+    seed: int = 0
+    """Seeds task sampling, generation and initialisation."""
+    domains: dict[str, float] = field(default_factory=lambda: {"builtin-addition": 1.0})
+    """Domain slug -> sampling weight (weights are normalised)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    """The tokenizer."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantages and loss."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Generation."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimisation."""
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    """Task sampling."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    """Stopping."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised warm-up stage."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict; ``load_config(cfg.to_dict())`` gives an equal config."""
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- docstrings
+@functools.lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """The one-line docstring written under each field of a dataclass, by field name."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+# ----------------------------------------------------------------------------- validation
+def _describe_bound(op: str, value: float) -> str:
+    words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
+    return f"must be {words[op]} {value:g}"
+
+
+def _bound_errors(value: float, bounds: dict[str, float]) -> list[str]:
+    checks = {"gt": value > bounds.get("gt", float("-inf")),
+              "ge": value >= bounds.get("ge", float("-inf")),
+              "lt": value < bounds.get("lt", float("inf")),
+              "le": value <= bounds.get("le", float("inf"))}
+    return [_describe_bound(op, bounds[op]) for op in ("gt", "ge", "lt", "le")
+            if op in bounds and not checks[op]]
+
+
+def _coerce(value: Any, tp: Any, path: str, errors: list[tuple[str, str]]) -> Any:
+    """Check ``value`` against the type hint ``tp``; returns the value (ints widened to float)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path + ".", errors)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool):
+            errors.append((path, f"must be one of {', '.join(repr(c) for c in choices)}"))
+        return value
+    if origin is Union:  # Optional[X]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _coerce(value, args[0], path, errors)
+    if origin is dict:
+        key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            errors.append((path, "must be a mapping"))
+            return {}
+        return {str(k): _coerce(v, val_tp, f"{path}.{k}", errors) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            errors.append((path, "must be true or false"))
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append((path, "must be an integer"))
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append((path, "must be a number"))
+            return value
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            errors.append((path, "must be a string"))
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in this module
+
+
+def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> Any:
+    """Instantiate the dataclass ``cls`` from ``data``, collecting every error."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        errors.append((prefix or "(root)", "must be a mapping"))
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            errors.append((f"{prefix}{key}", "unknown field"))
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in data:
+            continue
+        path = f"{prefix}{name}"
+        n_before = len(errors)
+        value = _coerce(data[name], hints[name], path, errors)
+        bounds = f.metadata.get("bounds")
+        if bounds and len(errors) == n_before:
+            errors.extend((path, msg) for msg in _bound_errors(value, bounds))
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return cls()
+
+
+def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
+    """Rules that involve more than one field."""
+    errors: list[tuple[str, str]] = []
+    if not cfg.domains:
+        errors.append(("domains", "must name at least one domain"))
+    for slug, weight in cfg.domains.items():
+        if isinstance(weight, float) and weight <= 0:
+            errors.append((f"domains.{slug}", "must be greater than 0"))
+    if cfg.sampler.min_samples > cfg.sampler.max_samples:
+        errors.append(("sampler.min_samples", "must be at most sampler.max_samples"))
+    if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
+        errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
+    return errors
+
+
+def load_config(source: str | os.PathLike | dict[str, Any] | TrainerConfig) -> TrainerConfig:
+    """Read a config from a YAML/JSON file path or a dict; raise :class:`ConfigError` if invalid.
+
+    Every problem is reported at once, each with its dotted path. ``model.path`` may be empty here
+    (a form being filled in); :class:`trainer.job.Job` refuses to start without it.
+    """
+    if isinstance(source, TrainerConfig):
+        source = source.to_dict()
+    if isinstance(source, (str, os.PathLike)):
+        source = _read_file(os.fspath(source))
+    errors: list[tuple[str, str]] = []
+    cfg = _build(TrainerConfig, source, "", errors)
+    if not errors:
+        errors = _cross_check(cfg)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError([("(file)", f"cannot read {path}: {exc.strerror}")]) from None
+    try:
+        if path.endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # noqa: BLE001 - any parse error is reported the same way
+        raise ConfigError([("(file)", f"cannot parse {path}: {exc}")]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([("(root)", "must be a mapping")])
+    return data
+
+
+# ----------------------------------------------------------------------------- JSON schema
+def _schema_for(tp: Any, default: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _object_schema(tp)
+    if origin is Literal:
+        choices = list(typing.get_args(tp))
+        return {"enum": choices}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_for(typing.get_args(tp)[1], None)}
+    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+            str: {"type": "string"}}[tp]
+
+
+def _object_schema(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    instance = cls()
+    props: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        default = getattr(instance, f.name)
+        prop = _schema_for(hints[f.name], default)
+        if f.name in docs:
+            prop["description"] = docs[f.name]
+        if not dataclasses.is_dataclass(default):
+            prop["default"] = default
+        keys = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+        for op, value in f.metadata.get("bounds", {}).items():
+            prop[keys[op]] = value
+        props[f.name] = prop
+    return {"type": "object", "title": cls.__name__, "description": (cls.__doc__ or "").strip(),
+            "properties": props, "additionalProperties": False}
+
+
+def config_json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of :class:`TrainerConfig`, with defaults and descriptions."""
+    schema = _object_schema(TrainerConfig)
+    schema["properties"]["domains"]["additionalProperties"]["exclusiveMinimum"] = 0
+    schema["properties"]["domains"]["minProperties"] = 1
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://temper.local/schemas/trainer-config.json", **schema}

@@ -1,0 +1,121 @@
+"""From tasks to trajectories: single-turn completions and multi-turn environment episodes.
+
+A :class:`Trajectory` is the prompt, then every token after it (model turns and environment
+observations) with a loss mask that is 1 only on model tokens, and the behaviour policy's logprob
+of each model token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from trainer.outcomes import Verification
+from trainer.rollout.base import RolloutEngine, SamplingParams
+from trainer.tasks.base import Task
+
+
+@dataclass
+class Trajectory:
+    """One sampled episode of one task."""
+
+    task: Task
+    """The task it answers."""
+    group: int
+    """Index of its group (one group per drawn task) within the step's batch."""
+    prompt_ids: list[int]
+    """Prompt token ids."""
+    response_ids: list[int] = field(default_factory=list)
+    """Every token after the prompt: model turns and environment observations."""
+    loss_mask: list[int] = field(default_factory=list)
+    """1 on model tokens, 0 on environment tokens (same length as ``response_ids``)."""
+    behaviour_logprobs: list[float] = field(default_factory=list)
+    """Rollout engine's logprob per response token (0 on environment tokens)."""
+    completion: str = ""
+    """Text the verifier judges (the last model turn for environments)."""
+    truncated: bool = False
+    """True when a length or turn budget cut the episode."""
+    turns: int = 0
+    """Model turns taken."""
+    verification: Verification | None = None
+    """Filled by the verifier (or the environment for multi-turn episodes)."""
+
+
+def encode_prompt(tokenizer, text: str, max_tokens: int, use_chat_template: bool = False) -> list[int]:
+    """Token ids of a prompt, cut from the left to ``max_tokens``."""
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    else:
+        ids = tokenizer(text)["input_ids"]
+    return ids[-max_tokens:]
+
+
+def single_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int, int]],
+                params: SamplingParams, *, max_prompt_tokens: int,
+                use_chat_template: bool = False) -> list[Trajectory]:
+    """Generate ``n`` completions for each ``(task, n, group)``; trajectories are not yet verified."""
+    trajs: list[Trajectory] = []
+    for task, n, group in requests:
+        ids = encode_prompt(tokenizer, task.prompt, max_prompt_tokens, use_chat_template)
+        trajs.extend(Trajectory(task=task, group=group, prompt_ids=ids) for _ in range(n))
+    gens = engine.generate([t.prompt_ids for t in trajs], params)
+    for traj, gen in zip(trajs, gens):
+        traj.response_ids = list(gen.token_ids)
+        traj.loss_mask = [1] * len(gen.token_ids)
+        traj.behaviour_logprobs = list(gen.logprobs)
+        traj.completion = gen.text
+        traj.truncated = not gen.finished
+        traj.turns = 1
+    return trajs
+
+
+def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int, int]],
+               params: SamplingParams, make_env: Callable[[Task], object], *, max_turns: int,
+               max_episode_tokens: int, max_prompt_tokens: int) -> list[Trajectory]:
+    """Run environment episodes, all active ones batched per turn; returns verified trajectories.
+
+    An episode ends when the environment says done, or is cut (``truncated``, outcome from a
+    final ``step`` of its last turn) when it reaches ``max_turns`` model turns or
+    ``max_episode_tokens`` tokens after the prompt.
+    """
+    episodes: list[tuple[Trajectory, object]] = []
+    for task, n, group in requests:
+        for _ in range(n):
+            env = make_env(task)
+            first = env.reset(task)
+            ids = tokenizer(first)["input_ids"][-max_prompt_tokens:]
+            episodes.append((Trajectory(task=task, group=group, prompt_ids=ids), env))
+    active = list(range(len(episodes)))
+    while active:
+        contexts = [episodes[i][0].prompt_ids + episodes[i][0].response_ids for i in active]
+        gens = engine.generate(contexts, params)
+        still = []
+        for i, gen in zip(active, gens):
+            traj, env = episodes[i]
+            budget = max_episode_tokens - len(traj.response_ids)
+            take = gen.token_ids[:budget]
+            traj.response_ids += take
+            traj.loss_mask += [1] * len(take)
+            traj.behaviour_logprobs += gen.logprobs[:len(take)]
+            traj.turns += 1
+            traj.completion = tokenizer.decode(take, skip_special_tokens=True)
+            out_of_budget = (len(take) < len(gen.token_ids) or not gen.finished
+                             or traj.turns >= max_turns
+                             or len(traj.response_ids) >= max_episode_tokens)
+            result = env.step(traj.completion)
+            if result.done:
+                traj.verification = result.outcome
+                continue
+            obs = tokenizer(result.observation, add_special_tokens=False)["input_ids"]
+            if out_of_budget or len(traj.response_ids) + len(obs) >= max_episode_tokens:
+                traj.truncated = True
+                traj.verification = result.outcome or Verification.failed(
+                    details={"reason": "episode budget exhausted", "turns": traj.turns})
+                continue
+            traj.response_ids += obs
+            traj.loss_mask += [0] * len(obs)
+            traj.behaviour_logprobs += [0.0] * len(obs)
+            still.append(i)
+        active = still
+    return [traj for traj, _ in episodes]

@@ -1,0 +1,1 @@
+"""Policy loading (:mod:`trainer.models.load`) and the locally built tiny model (:mod:`trainer.models.tiny`)."""

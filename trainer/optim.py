@@ -1,0 +1,98 @@
+"""Optimizer backends: plain torch AdamW, or DeepSpeed ZeRO-2/3 behind ``optimizer.zero_stage``.
+
+Both expose ``backward(loss)``, ``step() -> grad_norm``, ``state_dict()``/``load_state_dict()``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.config import ConfigError, OptimizerConfig
+
+
+class TorchBackend:
+    """AdamW, linear warm-up, global-norm clipping."""
+
+    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+        self.model = model
+        self.cfg = cfg
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr or cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                           eps=cfg.eps, weight_decay=cfg.weight_decay)
+        warmup = cfg.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        """Clip, step, zero; returns the gradient norm before clipping."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        limit = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class DeepSpeedBackend:
+    """DeepSpeed ZeRO stage 2 or 3 on CUDA (the engine owns optimizer, clipping and warm-up)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+        import deepspeed
+
+        ds_config = {
+            "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": cfg.max_grad_norm,
+            "zero_optimization": {"stage": cfg.zero_stage},
+            "bf16": {"enabled": next(model.parameters()).dtype == torch.bfloat16},
+            "optimizer": {"type": "AdamW", "params": {
+                "lr": lr or cfg.lr, "betas": [cfg.beta1, cfg.beta2], "eps": cfg.eps,
+                "weight_decay": cfg.weight_decay, "torch_adam": True}},
+        }
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=ds_config)
+        self.model = self.engine.module
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # Losses are already divided by the batch normaliser: undo DeepSpeed's own scaling.
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def step(self) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def make_backend(model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+    """Plain torch for ``zero_stage: 0``; DeepSpeed otherwise (refused without deepspeed or CUDA)."""
+    if cfg.zero_stage == 0:
+        return TorchBackend(model, cfg, lr)
+    problems = []
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        problems.append(("optimizer.zero_stage", "needs the deepspeed package, which is not installed"))
+    if not torch.cuda.is_available():
+        problems.append(("optimizer.zero_stage", "needs CUDA, which is not available"))
+    if problems:
+        raise ConfigError(problems)
+    return DeepSpeedBackend(model, cfg, lr)

@@ -1,0 +1,96 @@
+"""Built-in procedural domains a tiny model can learn: addition, reversal, parity.
+
+Each has a task source (deterministic given the rng), an exact-match verifier and a slug in the
+registry (``builtin-addition``, ``builtin-reversal``, ``builtin-parity``).
+
+>>> import random
+>>> task = ADDITION.sample(random.Random(0))
+>>> task.prompt, task.answer
+('6+6=', '12')
+>>> verify_exact(" 12", task).outcome.value
+'pass'
+>>> verify_exact("11", task).details["expected"]
+'12'
+"""
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+
+from trainer.outcomes import Outcome, Verification
+from trainer.registry import DomainSpec, register
+from trainer.tasks.base import Task
+
+EXACT_MATCH_SPEC = {"stages": [{"type": "exact_match", "params": {}, "timeout_s": 1.0}]}
+
+
+def verify_exact(completion: str, task: Task) -> Verification:
+    """Pass when the completion, stripped of surrounding whitespace, equals the answer."""
+    found = completion.strip()
+    expected = str(task.answer)
+    if found == expected:
+        return Verification.passed(expected=expected, found=found)
+    return Verification.failed(Outcome.FAIL, expected=expected, found=found)
+
+
+@dataclass(frozen=True)
+class AdditionSource:
+    """Single-digit addition ``a+b=`` -> ``a+b``; one level, 100 distinct problems."""
+
+    slug: str = "builtin-addition"
+    levels: int = 1
+
+    def make(self, a: int, b: int) -> Task:
+        return Task(domain=self.slug, id=f"{a}+{b}", prompt=f"{a}+{b}=", answer=str(a + b))
+
+    def sample(self, rng: random.Random, level: int = 0) -> Task:
+        return self.make(rng.randrange(10), rng.randrange(10))
+
+    def all_tasks(self, level: int = 0) -> list[Task]:
+        """Every problem, in a fixed order (for greedy evaluation)."""
+        return [self.make(a, b) for a in range(10) for b in range(10)]
+
+
+@dataclass(frozen=True)
+class ReversalSource:
+    """Reverse a lowercase word ``rev(abc)=`` -> ``cba``; level L uses 2 + L letters (2-4)."""
+
+    slug: str = "builtin-reversal"
+    levels: int = 3
+
+    def sample(self, rng: random.Random, level: int = 0) -> Task:
+        length = 2 + min(max(level, 0), self.levels - 1)
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(length))
+        return Task(domain=self.slug, id=word, prompt=f"rev({word})=", answer=word[::-1],
+                    level=level)
+
+
+@dataclass(frozen=True)
+class ParitySource:
+    """Parity of a bit string ``par(0110)=`` -> ``0`` (even count of ones); level L: 2 + L bits."""
+
+    slug: str = "builtin-parity"
+    levels: int = 5
+
+    def sample(self, rng: random.Random, level: int = 0) -> Task:
+        length = 2 + min(max(level, 0), self.levels - 1)
+        bits = "".join(rng.choice("01") for _ in range(length))
+        return Task(domain=self.slug, id=bits, prompt=f"par({bits})=",
+                    answer=str(bits.count("1") % 2), level=level)
+
+
+ADDITION = AdditionSource()
+REVERSAL = ReversalSource()
+PARITY = ParitySource()
+
+for _source, _title, _kind, _desc in [
+    (ADDITION, "Single-digit addition", "math", "Add two digits: '3+4=' -> '7'."),
+    (REVERSAL, "Letter reversal", "text", "Reverse 2-4 lowercase letters: 'rev(abc)=' -> 'cba'."),
+    (PARITY, "Bit-string parity", "reasoning", "Parity of a bit string: 'par(0110)=' -> '0'."),
+]:
+    register(DomainSpec(
+        slug=_source.slug, title=_title, kind=_kind, family="builtin", source=_source,
+        verify=verify_exact, description=_desc, verifier_spec=EXACT_MATCH_SPEC,
+        task_source_spec={"family": "builtin", "generator": _source.slug.removeprefix("builtin-"),
+                          "levels": _source.levels}))

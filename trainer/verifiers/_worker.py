@@ -1,0 +1,90 @@
+"""The verifier worker process: runs stage functions for :mod:`trainer.verifiers.isolation`.
+
+Started as ``python -m trainer.verifiers._worker``. Reads length-prefixed pickles
+``(function_path, completion, task, params)`` on stdin, writes ``("ok", Verification)`` or
+``("error", kind, message)`` on its original stdout; everything a stage prints goes to stderr.
+It dies with its parent (PR_SET_PDEATHSIG) and after EOF on stdin.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import signal
+import sys
+import traceback
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _limit_memory() -> None:
+    mb = int(os.environ.get("TEMPER_VERIFIER_MEMORY_MB", "4096"))
+    if mb > 0:
+        import resource
+
+        limit = mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _write(fd: int, obj: object) -> None:
+    try:
+        body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+        body = pickle.dumps(("error", "PicklingError", str(exc)))
+    data = len(body).to_bytes(8, "big") + body
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def main() -> int:
+    _die_with_parent()
+    if os.getppid() == 1:
+        return 0
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # stage prints must not corrupt the protocol
+    in_fd = 0
+    _limit_memory()
+    functions: dict[str, object] = {}
+    while True:
+        header = _read_exact(in_fd, 8)
+        if header is None:
+            return 0
+        body = _read_exact(in_fd, int.from_bytes(header, "big"))
+        if body is None:
+            return 0
+        try:
+            path, completion, task, params = pickle.loads(body)
+            fn = functions.get(path)
+            if fn is None:
+                module, attr = path.split(":")
+                fn = functions[path] = getattr(importlib.import_module(module), attr)
+            result = ("ok", fn(completion, task, **params))
+        except MemoryError:
+            result = ("error", "MemoryError", "the stage ran out of memory")
+        except BaseException as exc:  # noqa: BLE001 - report every failure of the stage
+            tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            result = ("error", type(exc).__name__, f"{exc}\n{''.join(tb[-3:])}"[:4000])
+        _write(out_fd, result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

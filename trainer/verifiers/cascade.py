@@ -1,0 +1,173 @@
+"""The cascade: cheap stages first, stopping at the first decisive one.
+
+Stages are run in order of their type's cost (gates, string checks, symbolic, execution, judges;
+equal costs keep the spec's order). An ``extract`` stage (or any stage whose pass carries
+``details["extracted"]``) replaces the text later stages see. A gate is decisive when it does not
+pass; a checker is decisive unless it says fail or parse_error, so a cheap exact match that
+passes ends the cascade and a fail falls through to the next checker. ``stop_on`` in a stage
+overrides that. When no stage is decisive, the last checker's verification is the result.
+
+>>> from trainer.tasks.base import Task
+>>> t = Task("d", "1", "q", answer="0.5")
+>>> spec = {"stages": [{"type": "math"}, {"type": "extract", "params": {"methods": ["boxed"]}},
+...                    {"type": "exact"}]}
+>>> v = run_cascade(spec, "so \\\\boxed{0.5}", t, isolation="inline")
+>>> v.outcome.value, v.details["stage"], [s["stage"] for s in v.details["stages"]]
+('pass', 'exact', ['extract', 'exact'])
+>>> v = run_cascade(spec, "so \\\\boxed{1/2}", t, isolation="inline")
+>>> v.outcome.value, v.details["stage"]
+('pass', 'math')
+>>> run_cascade(spec, "no box", t, isolation="inline").outcome.value
+'parse_error'
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+from trainer.verifiers.isolation import ISOLATIONS, ProcessPool, default_pool, run_in_thread, run_inline
+from trainer.verifiers.stages import STAGES, StageType, validate_cascade
+
+NON_DECISIVE_FOR_CHECKERS = frozenset({Outcome.FAIL, Outcome.PARSE_ERROR})
+
+
+class CascadeError(ValueError):
+    """A cascade spec is invalid; ``errors`` lists ``(path, message)``."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("invalid verifier cascade: " + "; ".join(f"{p}: {m}" for p, m in errors))
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One configured stage of a cascade."""
+
+    type: str
+    """Stage type name (a key of ``STAGES``)."""
+    params: dict[str, Any]
+    """Keyword arguments for the stage function."""
+    timeout_s: float
+    """Wall-clock limit, enforced from outside the stage."""
+    stop_on: frozenset[Outcome] | None = None
+    """Outcomes that end the cascade (None: the type's default rule)."""
+    name: str = ""
+    """Label in details and timings (default: the type)."""
+
+    @property
+    def stage_type(self) -> StageType:
+        return STAGES[self.type]
+
+    def is_decisive(self, outcome: Outcome) -> bool:
+        if self.stop_on is not None:
+            return outcome in self.stop_on
+        if self.stage_type.gate:
+            return outcome is not Outcome.PASS
+        return outcome not in NON_DECISIVE_FOR_CHECKERS
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """A validated cascade; call it as ``cascade(completion, task) -> Verification``."""
+
+    stages: tuple[StageConfig, ...]
+    """Stages in the order they run (cheapest first)."""
+    spec: dict[str, Any]
+    """The spec it was built from."""
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Cascade":
+        errors = validate_cascade(spec)
+        if errors:
+            raise CascadeError(errors)
+        stages = []
+        for raw in spec["stages"]:
+            stype = STAGES[raw["type"]]
+            stop_on = raw.get("stop_on")
+            stages.append(StageConfig(
+                type=stype.name,
+                params=dict(raw.get("params", {})),
+                timeout_s=float(raw.get("timeout_s", stype.default_timeout_s)),
+                stop_on=frozenset(Outcome(o) for o in stop_on) if stop_on is not None else None,
+                name=raw.get("name") or stype.name,
+            ))
+        ordered = tuple(sorted(stages, key=lambda s: s.stage_type.cost))  # stable: equal costs keep order
+        return cls(ordered, spec)
+
+    def __call__(self, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
+        return self.run(completion, task, isolation=isolation, pool=pool)
+
+    def run(self, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
+        """Verify one completion. ``isolation`` overrides every stage's (``inline`` for benches)."""
+        if isolation is not None and isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
+        text = completion
+        trail: list[dict[str, Any]] = []
+        timings: dict[str, float] = {}
+        result: tuple[Verification, str] | None = None
+        last_checker: tuple[Verification, str] | None = None
+        started = time.perf_counter()
+        for stage in self.stages:
+            t0 = time.perf_counter()
+            verification = run_stage(stage, text, task, isolation=isolation, pool=pool)
+            seconds = time.perf_counter() - t0
+            trail.append({"stage": stage.name, "outcome": verification.outcome.value, "seconds": round(seconds, 6)})
+            timings[stage.name] = timings.get(stage.name, 0.0) + seconds
+            result = (verification, stage.name)
+            if stage.is_decisive(verification.outcome):
+                break
+            if not stage.stage_type.gate:
+                last_checker = result
+            elif verification.outcome is Outcome.PASS and "extracted" in verification.details:
+                text = str(verification.details["extracted"])
+        else:
+            if last_checker is not None:
+                result = last_checker
+        assert result is not None  # a valid spec has at least one stage
+        final, name = result
+        details = {**final.details, "stage": name, "stages": trail, "timings": timings,
+                   "verify_s": time.perf_counter() - started}
+        return Verification(final.outcome, final.score, details)
+
+
+def run_stage(stage: StageConfig, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
+    """Run one stage under its isolation and timeout; adds ``stage`` to the details."""
+    stype = stage.stage_type
+    mode = isolation or stype.isolation
+    if mode == "process":
+        verification = (pool or default_pool()).call(stype.function, completion, task, stage.params, stage.timeout_s)
+    elif mode == "thread":
+        verification = run_in_thread(stype.fn, completion, task, stage.params, stage.timeout_s)
+    else:
+        verification = run_inline(stype.fn, completion, task, stage.params)
+    if "stage" not in verification.details:
+        verification = Verification(verification.outcome, verification.score, {**verification.details, "stage": stage.name})
+    return verification
+
+
+_cache: dict[str, Cascade] = {}
+_cache_lock = threading.Lock()
+
+
+def compile_cascade(spec: dict[str, Any]) -> Cascade:
+    """A validated :class:`Cascade` for ``spec`` (cached by its JSON); raises :class:`CascadeError`."""
+    key = json.dumps(spec, sort_keys=True, default=str)
+    with _cache_lock:
+        cascade = _cache.get(key)
+    if cascade is None:
+        cascade = Cascade.from_spec(spec)
+        with _cache_lock:
+            if len(_cache) > 1024:
+                _cache.clear()
+            _cache[key] = cascade
+    return cascade
+
+
+def run_cascade(spec: dict[str, Any], completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
+    """Verify ``completion`` for ``task`` with the cascade ``spec``."""
+    return compile_cascade(spec).run(completion, task, isolation=isolation, pool=pool)

@@ -1,0 +1,43 @@
+"""Exact match after normalisation.
+
+>>> from trainer.tasks.base import Task
+>>> t = Task("d", "1", "Capital of France?", answer="Paris")
+>>> exact_match("  paris ", t).outcome.value
+'pass'
+>>> exact_match("Paris!", t, strip_punctuation=True).outcome.value
+'pass'
+>>> exact_match("London", t).details["found"]
+'london'
+>>> exact_match("Paris", t, case_sensitive=True, expected=["paris", "PARIS"]).outcome.value
+'fail'
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.outcomes import Verification
+from trainer.tasks.base import Task
+from trainer.verifiers.normalize import normalize_text
+
+
+def expected_values(task: Task, expected: Any = None) -> list[Any]:
+    """The accepted answers: the ``expected`` param, else ``task.answer``, as a list."""
+    value = task.answer if expected is None else expected
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def exact_match(
+    completion: str,
+    task: Task,
+    *,
+    expected: Any = None,
+    case_sensitive: bool = False,
+    strip_punctuation: bool = False,
+) -> Verification:
+    """Pass when the normalised completion equals one normalised accepted answer."""
+    norm = lambda s: normalize_text(str(s), case_sensitive=case_sensitive, strip_punctuation=strip_punctuation)  # noqa: E731
+    found = norm(completion)
+    accepted = [norm(v) for v in expected_values(task, expected)]
+    if found in accepted:
+        return Verification.passed(expected=accepted, found=found)
+    return Verification.failed(expected=accepted, found=found)

@@ -1,0 +1,119 @@
+"""Temper's sandbox runtime: run untrusted code under limits and get a Verdict back.
+
+    from workers.sandbox import execute, Limits, python_test_job
+    files, command = python_test_job("def add(a, b): return a + b", ["assert add(1, 2) == 3"])
+    verdict = execute(files, command, Limits(cpu_s=2, wall_s=5))
+    verdict.status, [t.passed for t in verdict.tests]
+
+Backends: `bwrap` (fresh namespaces per execution) and `docker` (pre-warmed containers per
+domain). Chosen by the `backend` argument, else TEMPER_SANDBOX_BACKEND, else bwrap when
+bubblewrap is installed. Never imports Django.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from .pool import PoolConfig, SandboxPool
+from .testjob import python_test_job
+from .types import STATUSES, Limits, SandboxBusy, SandboxError, TestResult, Verdict
+
+__all__ = [
+    "execute", "Limits", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
+    "SandboxPool", "PoolConfig", "get_runtime", "close_runtimes", "reap", "python_test_job",
+    "default_backend",
+]
+
+_runtimes: dict[str, SandboxPool] = {}
+_lock = threading.Lock()
+
+
+def default_backend() -> str:
+    """TEMPER_SANDBOX_BACKEND, else bwrap when bubblewrap is installed, else docker."""
+    from . import bwrap
+
+    name = os.environ.get("TEMPER_SANDBOX_BACKEND", "").strip().lower()
+    if name:
+        if name not in ("bwrap", "docker"):
+            raise ValueError(f"TEMPER_SANDBOX_BACKEND={name!r}: expected bwrap or docker")
+        return name
+    return "bwrap" if bwrap.available() else "docker"
+
+
+def _make_backend(name: str, config: PoolConfig):
+    if name == "bwrap":
+        from .bwrap_backend import BwrapBackend
+
+        return BwrapBackend(slots=config.global_limit)
+    if name == "docker":
+        from .docker_backend import DockerBackend
+
+        return DockerBackend(config)
+    raise ValueError(f"unknown sandbox backend {name!r}: expected bwrap or docker")
+
+
+def get_runtime(backend: str | None = None, config: PoolConfig | None = None) -> SandboxPool:
+    """The process-wide pool for a backend, created on first use (config from the environment).
+
+    The docker backend's first creation runs the reaper, as a worker start should.
+    """
+    name = backend or default_backend()
+    with _lock:
+        pool = _runtimes.get(name)
+        if pool is None:
+            pool = SandboxPool(_make_backend(name, config or PoolConfig.from_env()), config or PoolConfig.from_env())
+            _runtimes[name] = pool
+        return pool
+
+
+def close_runtimes() -> None:
+    """Close every pool this process created (removes their containers)."""
+    with _lock:
+        pools = list(_runtimes.values())
+        _runtimes.clear()
+    for pool in pools:
+        pool.close()
+
+
+def execute(
+    files: dict[str, str | bytes],
+    command: list[str],
+    limits: Limits | None = None,
+    stdin: bytes | None = None,
+    *,
+    backend: str | None = None,
+    domain: str = "default",
+) -> Verdict:
+    """Run `command` in a fresh work dir holding `files`; never raises for infrastructure
+    failures (those come back as status sandbox_error). Bad arguments raise ValueError/TypeError.
+    """
+    from .outcome import check_command, check_files
+    from .testjob import parse_tests
+
+    check_files(files)
+    check_command(command)
+    if stdin is not None and not isinstance(stdin, (bytes, bytearray)):
+        raise TypeError(f"stdin must be bytes or None, got {type(stdin).__name__}")
+    try:
+        pool = get_runtime(backend)
+    except SandboxError as e:
+        return Verdict(status="sandbox_error", error=str(e), backend=backend or "")
+    verdict = pool.execute(files, command, limits, stdin, domain=domain)
+    if verdict.status != "sandbox_error":
+        verdict.tests = parse_tests(files, verdict.stdout)
+    return verdict
+
+
+def reap(*, all_workers: bool = False, docker_client=None) -> dict[str, int]:
+    """Remove what dead workers left: execution cgroups, and containers whose lease expired
+    (or, with all_workers, every Temper sandbox container). Safe to run at any time."""
+    from . import cgroups
+
+    result = {"cgroups": cgroups.reap_cgroups(), "containers": 0}
+    try:
+        from .docker_backend import reap_containers
+
+        result["containers"] = reap_containers(all_workers=all_workers, client=docker_client)
+    except SandboxError:
+        pass
+    return result

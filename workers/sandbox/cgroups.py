@@ -1,0 +1,287 @@
+"""Per-execution cgroups: memory, pids and CPU accounting, on cgroup v2 or v1 hierarchies.
+
+`detect()` finds what this machine allows once per process: a delegated cgroup v2 subtree with
+the memory and pids controllers, else the v1 memory, pids and cpuacct hierarchies (writable as
+root), else nothing (rlimits then remain the only limits). Every cgroup is created under a
+`temper-sandbox` directory inside the worker's own cgroup and named `<owner pid>-<n>`, so the
+reaper can tell which ones belong to dead workers.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+PARENT_NAME = "temper-sandbox"
+"""Directory under the worker's own cgroup that holds every execution cgroup."""
+
+_counter = itertools.count()
+_lock = threading.Lock()
+_detected: "CgroupLayout | None | bool" = False
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """Where execution cgroups are created on this machine."""
+
+    version: int
+    """1 or 2."""
+    parents: dict[str, Path]
+    """Controller name -> the temper-sandbox parent directory ('unified' for v2)."""
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, options) of cgroup mounts."""
+    out = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+                out.append((parts[1], parts[2], set(parts[3].split(","))))
+    return out
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or '' for v2) -> this process's cgroup path."""
+    out: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ctrls.split(",") if ctrls else [""]:
+                out[c] = path
+    return out
+
+
+def _try_v2(mounts, own) -> CgroupLayout | None:
+    for point, fstype, _ in mounts:
+        if fstype != "cgroup2":
+            continue
+        base = Path(point) / own.get("", "/").lstrip("/")
+        try:
+            available = (base / "cgroup.controllers").read_text().split()
+        except OSError:
+            return None
+        if not {"memory", "pids"} <= set(available):
+            return None
+        parent = base / PARENT_NAME
+        try:
+            parent.mkdir(exist_ok=True)
+            want = [c for c in ("memory", "pids", "cpu") if c in available]
+            (parent / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
+            # Our own cgroup must delegate too; this fails when it holds processes (not root).
+            sub = (base / "cgroup.subtree_control").read_text().split()
+            if not {"memory", "pids"} <= set(sub):
+                (base / "cgroup.subtree_control").write_text("+memory +pids")
+        except OSError:
+            return None
+        return CgroupLayout(2, {"unified": parent})
+    return None
+
+
+def _try_v1(mounts, own) -> CgroupLayout | None:
+    parents: dict[str, Path] = {}
+    for ctrl in ("memory", "pids", "cpuacct"):
+        point = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
+        if point is None:
+            return None
+        parent = Path(point) / own.get(ctrl, "/").lstrip("/") / PARENT_NAME
+        try:
+            parent.mkdir(exist_ok=True)
+            probe = parent / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            probe.rmdir()
+        except OSError:
+            return None
+        parents[ctrl] = parent
+    return CgroupLayout(1, parents)
+
+
+def detect() -> CgroupLayout | None:
+    """The layout to use here, or None when no cgroup can be created (rlimits only). Cached."""
+    global _detected
+    with _lock:
+        if _detected is False:
+            if os.environ.get("TEMPER_SANDBOX_CGROUPS", "1") == "0":
+                _detected = None
+            else:
+                mounts, own = _mounts(), _own_paths()
+                _detected = _try_v2(mounts, own) or _try_v1(mounts, own)
+        return _detected  # type: ignore[return-value]
+
+
+def _read_int(path: Path, default: int = 0) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def _read_kv(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class JobCgroup:
+    """The cgroup(s) of one execution: created with limits, joined by the sandbox, killed, removed."""
+
+    def __init__(self, layout: CgroupLayout, memory_bytes: int, pids: int):
+        self.layout = layout
+        name = f"{os.getpid()}-{next(_counter)}"
+        self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items()}
+        for d in self.dirs.values():
+            d.mkdir()
+        try:
+            if layout.version == 2:
+                d = self.dirs["unified"]
+                (d / "memory.max").write_text(str(memory_bytes))
+                _write_optional(d / "memory.swap.max", "0")
+                (d / "pids.max").write_text(str(pids))
+            else:
+                m = self.dirs["memory"]
+                (m / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                _write_optional(m / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                _write_optional(m / "memory.swappiness", "0")
+                (self.dirs["pids"] / "pids.max").write_text(str(pids))
+        except OSError:
+            self.remove()
+            raise
+
+    def procs_files(self) -> list[str]:
+        """cgroup.procs files the sandbox's first process writes `0` into to join."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def cpu_s(self) -> float:
+        """CPU seconds used by everything that ran in this cgroup."""
+        if self.layout.version == 2:
+            return _read_kv(self.dirs["unified"] / "cpu.stat", "usage_usec") / 1e6
+        return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
+
+    def peak_memory(self) -> int:
+        """Peak memory in bytes (0 where the kernel does not report it)."""
+        if self.layout.version == 2:
+            return _read_int(self.dirs["unified"] / "memory.peak")
+        return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
+
+    def oom_events(self) -> int:
+        """How often the memory limit was hit badly enough to kill or fail a charge."""
+        if self.layout.version == 2:
+            ev = self.dirs["unified"] / "memory.events"
+            return _read_kv(ev, "oom_kill") + _read_kv(ev, "oom")
+        m = self.dirs["memory"]
+        return _read_kv(m / "memory.oom_control", "oom_kill")
+
+    def pids(self) -> set[int]:
+        """Processes currently in the cgroup."""
+        found: set[int] = set()
+        for d in self.dirs.values():
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except OSError:
+                pass
+        return found
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup, repeating until it is empty (forks race)."""
+        if self.layout.version == 2 and _write_optional(self.dirs["unified"] / "cgroup.kill", "1"):
+            return
+        kill_pids(self.pids)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the directories."""
+        self.kill_all()
+        for d in self.dirs.values():
+            remove_cgroup_dir(d)
+
+
+def kill_pids(list_pids, rounds: int = 200) -> None:
+    """SIGKILL the pids `list_pids()` returns until it returns none (or `rounds` passes)."""
+    for _ in range(rounds):
+        pids = list_pids()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def remove_cgroup_dir(d: Path) -> None:
+    """rmdir a cgroup, waiting briefly for the kernel to let go of killed tasks."""
+    for _ in range(500):
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return
+            try:
+                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            threading.Event().wait(0.002)
+
+
+def _write_optional(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False
+
+
+def leftover_cgroups(only_dead_owners: bool = True) -> list[Path]:
+    """Execution cgroups on this machine (by default only those whose owner process is gone)."""
+    layout = detect()
+    if layout is None:
+        return []
+    found = []
+    for parent in layout.parents.values():
+        try:
+            children = list(parent.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if not child.is_dir():
+                continue
+            owner = child.name.split("-", 1)[0]
+            if only_dead_owners and owner.isdigit() and _alive(int(owner)):
+                continue
+            found.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_cgroups() -> int:
+    """Kill and remove execution cgroups left by dead workers; returns how many were removed."""
+    n = 0
+    for d in leftover_cgroups(only_dead_owners=True):
+        remove_cgroup_dir(d)
+        n += 1
+    return n

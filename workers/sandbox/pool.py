@@ -1,0 +1,150 @@
+"""Concurrency and slots: a limit per domain and a global one, a bounded queue, fast refusal,
+and retry of infrastructure failures on another slot. Backends only know how to run one job."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .types import Limits, SandboxBusy, SandboxError, Verdict
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How many executions may run at once, and what happens when that is reached."""
+
+    global_limit: int = max(2, 2 * (os.cpu_count() or 1))
+    """Executions running at once across all domains."""
+    domain_limit: int = max(2, 2 * (os.cpu_count() or 1))
+    """Executions running at once within one domain."""
+    queue_size: int = 256
+    """Callers allowed to wait for a free place; the next one is refused at once."""
+    queue_timeout_s: float = 60.0
+    """Longest wait in the queue before refusal."""
+    retries: int = 2
+    """Extra attempts, each on a fresh slot, after an infrastructure failure."""
+    warm_per_domain: int = 2
+    """Containers kept started and idle per domain (docker backend)."""
+    max_uses: int = 100
+    """Jobs a container serves before it is retired (docker backend)."""
+    lease_s: float = 600.0
+    """Lease written on each container; the reaper removes containers whose lease expired
+    and whose worker is gone (docker backend). Renewed while the pool lives."""
+
+    @classmethod
+    def from_env(cls) -> "PoolConfig":
+        """Defaults, overridden by TEMPER_SANDBOX_<FIELD> environment variables."""
+        kwargs: dict[str, Any] = {}
+        for name, f in cls.__dataclass_fields__.items():
+            raw = os.environ.get(f"TEMPER_SANDBOX_{name.upper()}")
+            if raw is not None:
+                try:
+                    kwargs[name] = type(getattr(cls(), name))(raw)
+                except ValueError as e:
+                    raise ValueError(f"TEMPER_SANDBOX_{name.upper()}={raw!r}: {e}") from None
+        return cls(**kwargs)
+
+
+class Backend(Protocol):
+    """What a sandbox backend provides to the pool."""
+
+    name: str
+
+    def acquire(self, domain: str) -> Any:
+        """A ready slot for `domain` (raises SandboxError on infrastructure failure)."""
+
+    def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None) -> Verdict:
+        """Run one job in the slot."""
+
+    def release(self, slot: Any, verdict: Verdict | None) -> None:
+        """Return the slot; verdict None or a limit status means retire it."""
+
+    def close(self) -> None:
+        """Stop and remove everything the backend holds."""
+
+
+class SandboxPool:
+    """Admission control and retries in front of one backend. Thread-safe."""
+
+    def __init__(self, backend: Backend, config: PoolConfig | None = None):
+        self.backend = backend
+        self.config = config or PoolConfig()
+        self._cond = threading.Condition()
+        self._running = 0
+        self._per_domain: dict[str, int] = {}
+        self._waiting = 0
+
+    def _can_start(self, domain: str) -> bool:
+        return (self._running < self.config.global_limit
+                and self._per_domain.get(domain, 0) < self.config.domain_limit)
+
+    def _admit(self, domain: str) -> None:
+        with self._cond:
+            if not self._can_start(domain):
+                if self._waiting >= self.config.queue_size:
+                    raise SandboxBusy(
+                        f"sandbox busy: {self._running} running (global limit {self.config.global_limit}, "
+                        f"domain {domain!r} {self._per_domain.get(domain, 0)}/{self.config.domain_limit}) "
+                        f"and the queue is full ({self._waiting} waiting)")
+                self._waiting += 1
+                try:
+                    ok = self._cond.wait_for(lambda: self._can_start(domain), self.config.queue_timeout_s)
+                finally:
+                    self._waiting -= 1
+                if not ok:
+                    raise SandboxBusy(f"sandbox busy: waited {self.config.queue_timeout_s} s "
+                                      f"for a place in domain {domain!r}")
+            self._running += 1
+            self._per_domain[domain] = self._per_domain.get(domain, 0) + 1
+
+    def _leave(self, domain: str) -> None:
+        with self._cond:
+            self._running -= 1
+            self._per_domain[domain] -= 1
+            self._cond.notify_all()
+
+    def execute(self, files: dict, command: list[str], limits: Limits | None = None,
+                stdin: bytes | None = None, *, domain: str = "default") -> Verdict:
+        """Run one job; infrastructure failures come back as sandbox_error after retries."""
+        limits = limits or Limits()
+        t0 = time.monotonic()
+        try:
+            self._admit(domain)
+        except SandboxBusy as e:
+            return Verdict(status="sandbox_error", error=str(e), backend=self.backend.name,
+                           wall_s=time.monotonic() - t0)
+        try:
+            last: Verdict | None = None
+            for _attempt in range(1 + self.config.retries):
+                try:
+                    slot = self.backend.acquire(domain)
+                except SandboxError as e:
+                    last = Verdict(status="sandbox_error", error=str(e), backend=self.backend.name)
+                    continue
+                verdict: Verdict | None = None
+                try:
+                    verdict = self.backend.run(slot, files, command, limits, stdin)
+                except SandboxError as e:
+                    last = Verdict(status="sandbox_error", error=str(e), backend=self.backend.name)
+                finally:
+                    self.backend.release(slot, verdict if verdict is not None and verdict.status != "sandbox_error" else None)
+                if verdict is not None:
+                    if verdict.status != "sandbox_error":
+                        return verdict
+                    last = verdict
+            assert last is not None
+            return last
+        finally:
+            self._leave(domain)
+
+    def stats(self) -> dict[str, Any]:
+        """Running and waiting counts, for dashboards."""
+        with self._cond:
+            return {"running": self._running, "waiting": self._waiting,
+                    "per_domain": dict(self._per_domain), "backend": self.backend.name}
+
+    def close(self) -> None:
+        """Close the backend (removes its containers)."""
+        self.backend.close()
