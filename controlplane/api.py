@@ -1,6 +1,7 @@
 """The REST API under /api/, with its OpenAPI document at /api/openapi.json."""
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
@@ -8,7 +9,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from controlplane.accounts.api import router as accounts_router
 from controlplane.common.api import AUTH, error_payload, pydantic_errors
-from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
 from controlplane.runs.api import router as runs_router
 
@@ -32,6 +33,13 @@ def _invalid(request: HttpRequest, exc: InvalidInput):
 @api.exception_handler(ServiceError)
 def _service_error(request: HttpRequest, exc: ServiceError):
     return api.create_response(request, error_payload(str(exc)), status=exc.status)
+
+
+@api.exception_handler(DjangoValidationError)
+def _model_validation(request: HttpRequest, exc: DjangoValidationError):
+    errors = [FieldError(field if field != "__all__" else "", message)
+              for field, messages in getattr(exc, "message_dict", {"": exc.messages}).items() for message in messages]
+    return api.create_response(request, error_payload("invalid input", errors), status=422)
 
 
 @api.exception_handler(NinjaValidationError)

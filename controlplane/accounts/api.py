@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
@@ -156,7 +156,7 @@ def token_create(request: HttpRequest):
         actor=request.auth, team=team, name=data["name"], role=data.get("role"),
         expires_in_days=data.get("expires_in_days", 30),
     )
-    return 201, {**_token_out(token), "token": secret}
+    return Status(201, {**_token_out(token), "token": secret})
 
 
 @router.delete("/tokens/{token_id}", response=TokenOut)

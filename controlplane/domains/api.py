@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
@@ -92,7 +92,7 @@ def domain_create(request: HttpRequest):
     if team_slug is not None and not isinstance(team_slug, str):
         raise InvalidInput.one("team", "must be a string")
     team = team_get(actor=request.auth, slug=team_slug) if team_slug else None
-    return 201, services.domain_create(actor=request.auth, data=data, team=team)
+    return Status(201, services.domain_create(actor=request.auth, data=data, team=team))
 
 
 @router.get("/domains/{slug}", response=DomainDetailOut)

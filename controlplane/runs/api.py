@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.common.api import body_doc, json_body, json_object
@@ -133,7 +133,7 @@ def run_validate(request: HttpRequest):
 
 @router.post("/runs", response={201: RunDetailOut}, openapi_extra=body_doc(RUN_SCHEMA))
 def run_create(request: HttpRequest):
-    return 201, services.run_create(actor=request.auth, data=json_body(request))
+    return Status(201, services.run_create(actor=request.auth, data=json_body(request)))
 
 
 @router.get("/runs", response=list[RunOut])

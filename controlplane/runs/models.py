@@ -46,7 +46,7 @@ class Run(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     name = models.CharField(max_length=200)
     base_model = models.CharField(max_length=500, help_text="A local directory or a model id.")
-    config = models.JSONField(default=dict, help_text="Trainer config (algorithm, rollout, optimizer, ...).")
+    config = models.JSONField(default=dict, blank=True, help_text="Trainer config (algorithm, rollout, optimizer, ...).")
     staleness = models.IntegerField(default=0, help_text="Steps of lag allowed between generation and update.")
     budget_steps = models.IntegerField()
     budget_tokens = models.BigIntegerField(null=True, blank=True)

@@ -1,0 +1,28 @@
+import pytest
+
+from tests import factories
+
+
+@pytest.fixture
+def world(db):
+    """Two teams, each with one user per role, a platform admin, and a few domains."""
+    class World:
+        pass
+
+    w = World()
+    w.team = factories.team("acme")
+    w.other = factories.team("globex")
+    w.users = {role: factories.member(w.team, role, f"acme-{role}") for role in ("viewer", "reviewer", "member", "admin")}
+    w.other_users = {role: factories.member(w.other, role, f"globex-{role}") for role in ("viewer", "reviewer", "member", "admin")}
+    w.staff = factories.user("root", staff=True)
+    w.domain = factories.domain("addition")
+    w.domain2 = factories.domain("parity", kind="reasoning")
+    w.team_domain = factories.domain("acme-private", team_=w.team)
+    w.other_domain = factories.domain("globex-private", team_=w.other)
+    return w
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """PBKDF2's cost is for production; tests hash many throwaway passwords."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,77 @@
+"""Small factories for the control plane's objects."""
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from controlplane.accounts.models import ApiToken, Membership, Team, token_digest
+from controlplane.accounts.principal import Principal
+from controlplane.domains.models import Domain, DomainVersion
+from controlplane.runs.models import Run, RunDomain
+
+_seq = itertools.count(1)
+
+EXACT = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}
+
+
+def user(username: str | None = None, *, staff: bool = False, password: str = "pw-123456"):
+    User = get_user_model()
+    name = username or f"user{next(_seq)}"
+    return User.objects.create_user(username=name, password=password, is_staff=staff, is_superuser=staff)
+
+
+def team(slug: str | None = None) -> Team:
+    slug = slug or f"team{next(_seq)}"
+    return Team.objects.create(slug=slug, name=slug.title())
+
+
+def member(team_: Team, role: str, username: str | None = None):
+    u = user(username)
+    Membership.objects.create(user=u, team=team_, role=role)
+    return u
+
+
+def actor(u) -> Principal:
+    return Principal.for_user(u)
+
+
+def domain(slug: str | None = None, *, team_: Team | None = None, **fields) -> Domain:
+    slug = slug or f"dom-{next(_seq)}"
+    data = {"title": slug, "kind": "math", "family": "test", "task_source": {"family": "test"}, "verifier": EXACT}
+    data.update(fields)
+    d = Domain.objects.create(slug=slug, team=team_, **data)
+    DomainVersion.objects.create(domain=d, version=1, snapshot=d.snapshot())
+    return d
+
+
+def run(team_: Team, *, by=None, domains: list[Domain] | None = None, state: str = "draft", **fields) -> Run:
+    data = {"name": f"run {next(_seq)}", "base_model": "tiny", "budget_steps": 10}
+    data.update(fields)
+    r = Run.objects.create(team=team_, created_by=by, state=state, **data)
+    for d in domains or []:
+        RunDomain.objects.create(run=r, domain=d, domain_version=d.versions.get(version=d.version), weight=1.0)
+    return r
+
+
+def token(u, team_: Team, role: str, *, expires_in: timedelta = timedelta(days=1), revoked: bool = False) -> tuple[ApiToken, str]:
+    secret = f"tmp_test{next(_seq)}_" + "x" * 20
+    now = timezone.now()
+    t = ApiToken.objects.create(
+        user=u, team=team_, role=role, name="test", prefix=secret[:12], digest=token_digest(secret),
+        created_at=now - timedelta(days=2), expires_at=now + expires_in, revoked_at=now if revoked else None,
+    )
+    return t, secret
+
+
+def run_payload(domains: list[str], **overrides) -> dict:
+    payload = {
+        "name": "my run",
+        "base_model": "tiny-llama",
+        "domains": [{"slug": s, "weight": 1.0} for s in domains],
+        "budget": {"steps": 20},
+    }
+    payload.update(overrides)
+    return payload
