@@ -39,13 +39,6 @@ def _message(error: jsonschema.ValidationError) -> tuple[list[Any], str]:
     """The extra path parts and the reason for one jsonschema error."""
     v, arg = error.validator, error.validator_value
     extra: list[Any] = []
-    if v == "required":
-        missing = [name for name in arg if isinstance(error.instance, dict) and name not in error.instance]
-        return [missing[0] if missing else ""], "required"
-    if v == "additionalProperties":
-        allowed = set(error.schema.get("properties", {}))
-        unknown = sorted(k for k in error.instance if k not in allowed) if isinstance(error.instance, dict) else []
-        return [unknown[0] if unknown else ""], "unknown field"
     if v == "type":
         types = [arg] if isinstance(arg, str) else list(arg)
         return extra, "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types)
@@ -84,6 +77,15 @@ def schema_errors(instance: Any, schema: dict, prefix: str = "") -> list[FieldEr
     validator = validator_cls(schema)
     errors = []
     for error in validator.iter_errors(instance):
+        if error.validator in ("required", "additionalProperties") and isinstance(error.instance, dict):
+            # One error per missing or unknown field, each at its own path.
+            if error.validator == "required":
+                names, message = [n for n in error.validator_value if n not in error.instance], "required"
+            else:
+                allowed = set(error.schema.get("properties", {}))
+                names, message = sorted(k for k in error.instance if k not in allowed), "unknown field"
+            errors += [FieldError(_path(prefix, [*error.absolute_path, name]), message) for name in names]
+            continue
         extra, message = _message(error)
         errors.append(FieldError(_path(prefix, [*error.absolute_path, *[e for e in extra if e != ""]]), message))
     unique = {(e.path, e.message): e for e in errors}
