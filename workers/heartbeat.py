@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from celery.signals import worker_ready, worker_shutdown
@@ -12,16 +13,19 @@ log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
-def _beat(hostname: str, queues: list[str]) -> None:
+def _record(hostname: str, queues: list[str]) -> None:
     from controlplane.scheduling.services import heartbeat_record
 
-    while not _stop.is_set():
-        try:
-            close_old_connections()
-            heartbeat_record(worker=hostname, queues=queues, meta={"pid": __import__("os").getpid()})
-        except Exception:  # the database may be briefly unavailable; try again next period
-            log.exception("heartbeat failed for %s", hostname)
-        _stop.wait(settings.CELERY_HEARTBEAT_PERIOD_S)
+    try:
+        close_old_connections()
+        heartbeat_record(worker=hostname, queues=queues, meta={"pid": os.getpid()})
+    except Exception:  # the database may be briefly unavailable; try again next period
+        log.exception("heartbeat failed for %s", hostname)
+
+
+def _beat(hostname: str, queues: list[str]) -> None:
+    while not _stop.wait(settings.CELERY_HEARTBEAT_PERIOD_S):
+        _record(hostname, queues)
 
 
 @worker_ready.connect
@@ -29,6 +33,7 @@ def _start(sender=None, **kwargs) -> None:
     consumer = sender
     hostname = consumer.hostname
     queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
+    _record(hostname, queues)  # before the first task is consumed
     threading.Thread(target=_beat, args=(hostname, queues), name="temper-heartbeat", daemon=True).start()
 
 

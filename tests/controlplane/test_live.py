@@ -1,0 +1,98 @@
+"""The live log over websockets: cursor semantics, anonymous and other-team sockets closed."""
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from controlplane.live.routing import websocket_urlpatterns
+from controlplane.runs.models import MetricPoint
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _socket(run_id, user):
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/runs/{run_id}/")
+    communicator.scope["user"] = user
+    return communicator
+
+
+@database_sync_to_async
+def _setup():
+    team, other = factories.team("a"), factories.team("b")
+    user = factories.member(team, "viewer")
+    run, other_run = factories.run(team), factories.run(other)
+    return user, run, other_run
+
+
+@database_sync_to_async
+def _write(run, steps):
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, key="reward/x", domain="x", value=s / 10) for s in steps])
+
+
+async def _drain(communicator, expected: int):
+    """The next ``expected`` points the socket sends, then check that nothing more comes."""
+    points = []
+    while len(points) < expected:
+        message = await communicator.receive_json_from(timeout=10)
+        assert message["type"] == "metrics"
+        points += message["points"]
+    assert len(points) == expected
+    return points
+
+
+async def test_anonymous_socket_is_closed():
+    _, run, _ = await _setup()
+    communicator = _socket(run.id, AnonymousUser())
+    connected, code = await communicator.connect()
+    assert not connected and code == 4401
+    await communicator.disconnect()
+
+
+async def test_other_teams_run_is_closed():
+    user, _, other_run = await _setup()
+    communicator = _socket(other_run.id, user)
+    connected, code = await communicator.connect()
+    assert not connected and code == 4404
+    await communicator.disconnect()
+
+
+async def test_reconnect_with_cursor_has_no_gap_and_no_duplicate():
+    from controlplane.live.services import run_wake
+
+    user, run, _ = await _setup()
+    await _write(run, range(0, 5))
+    first = _socket(run.id, user)
+    assert (await first.connect())[0]
+    await first.send_json_to({"cursor": 0})
+    got = await _drain(first, 5)
+    assert [p[1] for p in got] == [0, 1, 2, 3, 4]
+    await _write(run, range(5, 8))
+    await database_sync_to_async(run_wake)(run_id=run.id)
+    got += await _drain(first, 3)
+    cursor = got[-1][0]
+    await first.disconnect()
+    # Written while nobody watched.
+    await _write(run, range(8, 12))
+    second = _socket(run.id, user)
+    assert (await second.connect())[0]
+    await second.send_json_to({"cursor": cursor})
+    got += await _drain(second, 4)
+    assert await second.receive_nothing(timeout=1.5)  # longer than the tail period: still nothing twice
+    await second.disconnect()
+    steps = [p[1] for p in got]
+    assert steps == list(range(12))
+    ids = [p[0] for p in got]
+    assert len(ids) == len(set(ids))
+
+
+async def test_bad_cursor_gets_a_clear_error():
+    user, run, _ = await _setup()
+    communicator = _socket(run.id, user)
+    assert (await communicator.connect())[0]
+    await communicator.send_json_to({"cursor": -3})
+    assert await communicator.receive_json_from() == {"type": "error", "message": "cursor: must be an integer >= 0"}
+    await communicator.disconnect()
