@@ -1,0 +1,86 @@
+"""``python manage.py demo``: the whole embedded-default stack in one terminal.
+
+Migrates, prepares the demo (admin, team, domains), then runs the web server (daphne), one Celery
+worker on every queue and Celery beat as child processes, prints the URL and the credentials, and
+stops them all on Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Run the demo: web + worker + beat on the embedded default."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("TEMPER_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("TEMPER_PORT", 8000)))
+        parser.add_argument("--no-worker", action="store_true", help="web only")
+
+    def _wait_until_serving(self, host: str, port: int, proc: subprocess.Popen, log) -> None:
+        """Return once the web server accepts connections, so the printed URL works."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise CommandError(f"the web server exited with code {proc.returncode}; see {log}")
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise CommandError(f"the web server did not start listening on {host}:{port} within 120 s; see {log}")
+
+    def handle(self, *args, **opts):
+        call_command("migrate", verbosity=0)
+        call_command("demo_setup", stdout=self.stdout)
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(exist_ok=True)
+        py = sys.executable
+        procs: dict[str, tuple[list[str], str]] = {
+            "web": ([py, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]), "controlplane.asgi:application"], "web.log"),
+        }
+        if not opts["no_worker"]:
+            queues = ",".join(settings.CELERY_QUEUES_ALL)
+            procs["worker"] = ([py, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
+            procs["beat"] = ([py, "-m", "celery", "-A", "workers.celery", "beat", "-l", "info", "-s", str(settings.VAR_DIR / "celerybeat-schedule")], "beat.log")
+        running: dict[str, subprocess.Popen] = {}
+        for name, (cmd, log) in procs.items():
+            running[name] = subprocess.Popen(cmd, stdout=open(logs / log, "ab"), stderr=subprocess.STDOUT, cwd=settings.BASE_DIR)
+        self._wait_until_serving(opts["host"], opts["port"], running["web"], logs / "web.log")
+        user, password = (settings.VAR_DIR / "demo_credentials").read_text().split()[:2]
+        url = f"http://{opts['host']}:{opts['port']}/"
+        self.stdout.write(self.style.SUCCESS(f"\nTemper is up at {url}  (user {user}, password {password})"))
+        self.stdout.write(f"processes: {', '.join(f'{n} pid {p.pid}' for n, p in running.items())}; logs in {logs}")
+        self.stdout.write("Press Ctrl-C to stop.")
+        stop = {"now": False}
+
+        def _stop(signum, frame):
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            while not stop["now"]:
+                for name, proc in running.items():
+                    if proc.poll() is not None:
+                        self.stderr.write(f"{name} exited with code {proc.returncode}; see {logs / procs[name][1]}")
+                        stop["now"] = True
+                time.sleep(0.5)
+        finally:
+            for proc in running.values():
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in running.values():
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
