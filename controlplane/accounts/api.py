@@ -9,7 +9,7 @@ from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
-from controlplane.common.api import body_doc, json_object
+from controlplane.common.api import ERRORS, body_doc, json_object
 
 router = Router(tags=["accounts"])
 
@@ -87,7 +87,7 @@ def _token_out(t) -> dict:
     }
 
 
-@router.get("/me", response=MeOut)
+@router.get("/me", response={200: MeOut, **ERRORS})
 def me(request: HttpRequest):
     actor = request.auth
     teams = selectors.team_list(actor=actor)
@@ -99,13 +99,13 @@ def me(request: HttpRequest):
     }
 
 
-@router.get("/teams", response=list[TeamOut])
+@router.get("/teams", response={200: list[TeamOut], **ERRORS})
 def team_list(request: HttpRequest):
     actor = request.auth
     return [{"slug": t.slug, "name": t.name, "role": actor.role_in(t.id)} for t in selectors.team_list(actor=actor)]
 
 
-@router.get("/teams/{slug}/quota", response=QuotaOut)
+@router.get("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS})
 def quota_get(request: HttpRequest, slug: str):
     from controlplane.scheduling.models import TeamQuota
 
@@ -114,7 +114,7 @@ def quota_get(request: HttpRequest, slug: str):
     return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
 
 
-@router.put("/teams/{slug}/quota", response=QuotaOut, openapi_extra=body_doc({
+@router.put("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS}, openapi_extra=body_doc({
     "type": "object", "additionalProperties": False, "minProperties": 1,
     "properties": {"max_gpus": {"type": "integer", "minimum": 0}, "max_concurrent_runs": {"type": "integer", "minimum": 0}},
 }))
@@ -126,7 +126,7 @@ def quota_set(request: HttpRequest, slug: str):
     return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
 
 
-@router.get("/tokens", response=list[TokenOut])
+@router.get("/tokens", response={200: list[TokenOut], **ERRORS})
 @paginate
 def token_list(request: HttpRequest):
     return selectors.token_list(actor=request.auth)
@@ -145,7 +145,7 @@ TOKEN_IN = {
 }
 
 
-@router.post("/tokens", response={201: TokenCreatedOut}, openapi_extra=body_doc(TOKEN_IN))
+@router.post("/tokens", response={201: TokenCreatedOut, **ERRORS}, openapi_extra=body_doc(TOKEN_IN))
 def token_create(request: HttpRequest):
     from controlplane.common.validation import validate
 
@@ -159,12 +159,12 @@ def token_create(request: HttpRequest):
     return Status(201, {**_token_out(token), "token": secret})
 
 
-@router.delete("/tokens/{token_id}", response=TokenOut)
+@router.delete("/tokens/{token_id}", response={200: TokenOut, **ERRORS})
 def token_revoke(request: HttpRequest, token_id: int):
     return _token_out(services.token_revoke(actor=request.auth, token_id=token_id))
 
 
-@router.get("/audit", response=list[AuditOut])
+@router.get("/audit", response={200: list[AuditOut], **ERRORS})
 @paginate
 def audit_list(request: HttpRequest, object_type: str = "", object_id: str = ""):
     from controlplane.common.errors import Forbidden

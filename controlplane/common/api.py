@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 from django.http import HttpRequest
+from ninja import Schema
 from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
 
@@ -21,6 +22,20 @@ ERROR_SCHEMA = {
         },
     },
 }
+
+
+class FieldErrorOut(Schema):
+    path: str
+    message: str
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[FieldErrorOut]
+
+
+ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+"""The error responses every endpoint may give, documented in the OpenAPI schema."""
 
 
 class TokenAuth(HttpBearer):

@@ -9,7 +9,7 @@ from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import body_doc, json_object
+from controlplane.common.api import ERRORS, body_doc, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.domains import selectors, services
 from controlplane.domains.schemas import DOMAIN_SCHEMA
@@ -79,13 +79,13 @@ DOMAIN_UPDATE_IN = {
 }
 
 
-@router.get("/domains", response=list[DomainOut])
+@router.get("/domains", response={200: list[DomainOut], **ERRORS})
 @paginate
 def domain_list(request: HttpRequest, q: str = "", kind: str = ""):
     return selectors.domain_list(actor=request.auth, search=q, kind=kind).select_related("team")
 
 
-@router.post("/domains", response={201: DomainDetailOut}, openapi_extra=body_doc(DOMAIN_CREATE_IN))
+@router.post("/domains", response={201: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_CREATE_IN))
 def domain_create(request: HttpRequest):
     data = json_object(request)
     team_slug = data.pop("team", None)
@@ -95,12 +95,12 @@ def domain_create(request: HttpRequest):
     return Status(201, services.domain_create(actor=request.auth, data=data, team=team))
 
 
-@router.get("/domains/{slug}", response=DomainDetailOut)
+@router.get("/domains/{slug}", response={200: DomainDetailOut, **ERRORS})
 def domain_detail(request: HttpRequest, slug: str):
     return selectors.domain_get(actor=request.auth, slug=slug)
 
 
-@router.patch("/domains/{slug}", response=DomainDetailOut, openapi_extra=body_doc(DOMAIN_UPDATE_IN))
+@router.patch("/domains/{slug}", response={200: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_UPDATE_IN))
 def domain_update(request: HttpRequest, slug: str):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     data = json_object(request)
@@ -110,14 +110,14 @@ def domain_update(request: HttpRequest, slug: str):
     return services.domain_update(actor=request.auth, domain=domain, changes=data, note=note)
 
 
-@router.get("/domains/{slug}/versions", response=list[VersionOut])
+@router.get("/domains/{slug}/versions", response={200: list[VersionOut], **ERRORS})
 @paginate
 def domain_versions(request: HttpRequest, slug: str):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return domain.versions.select_related("created_by").order_by("-version")
 
 
-@router.get("/domains/{slug}/diff", response=DiffOut)
+@router.get("/domains/{slug}/diff", response={200: DiffOut, **ERRORS})
 def domain_diff(request: HttpRequest, slug: str, a: int, b: int):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return {"slug": slug, "a": a, "b": b, "changes": selectors.domain_version_diff(domain=domain, a=a, b=b)}

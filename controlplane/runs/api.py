@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from ninja.pagination import paginate
 
-from controlplane.common.api import body_doc, json_body, json_object
+from controlplane.common.api import ERRORS, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.runs import selectors, services
 from controlplane.runs.schemas import RUN_SCHEMA
@@ -124,25 +124,25 @@ WEIGHTS_IN = {
 }
 
 
-@router.post("/runs/validate", response=ValidateOut, openapi_extra=body_doc(RUN_SCHEMA))
+@router.post("/runs/validate", response={200: ValidateOut, **ERRORS}, openapi_extra=body_doc(RUN_SCHEMA))
 def run_validate(request: HttpRequest):
     plan = services.run_validate(actor=request.auth, data=json_body(request))
     as_dict = plan.as_dict()
     return {"valid": True, "team": as_dict["team"], "domains": as_dict["domains"]}
 
 
-@router.post("/runs", response={201: RunDetailOut}, openapi_extra=body_doc(RUN_SCHEMA))
+@router.post("/runs", response={201: RunDetailOut, **ERRORS}, openapi_extra=body_doc(RUN_SCHEMA))
 def run_create(request: HttpRequest):
     return Status(201, services.run_create(actor=request.auth, data=json_body(request)))
 
 
-@router.get("/runs", response=list[RunOut])
+@router.get("/runs", response={200: list[RunOut], **ERRORS})
 @paginate
 def run_list(request: HttpRequest, state: str = "", team: str = ""):
     return selectors.run_list(actor=request.auth, state=state, team=team)
 
 
-@router.get("/runs/{run_id}", response=RunDetailOut)
+@router.get("/runs/{run_id}", response={200: RunDetailOut, **ERRORS})
 def run_detail(request: HttpRequest, run_id: int):
     return selectors.run_get(actor=request.auth, run_id=run_id)
 
@@ -159,11 +159,11 @@ for _name, _action in (("start", services.run_start), ("pause", services.run_pau
                        ("resume", services.run_resume), ("cancel", services.run_cancel)):
     _view = _control(_action)
     _view.__name__ = f"run_{_name}"
-    router.post(f"/runs/{{run_id}}/{_name}", response=RunOut, operation_id=f"run_{_name}",
+    router.post(f"/runs/{{run_id}}/{_name}", response={200: RunOut, **ERRORS}, operation_id=f"run_{_name}",
                 summary=f"{_name.capitalize()} a run")(_view)
 
 
-@router.post("/runs/{run_id}/priority", response=RunOut, openapi_extra=body_doc(PRIORITY_IN))
+@router.post("/runs/{run_id}/priority", response={200: RunOut, **ERRORS}, openapi_extra=body_doc(PRIORITY_IN))
 def run_priority(request: HttpRequest, run_id: int):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
@@ -172,14 +172,14 @@ def run_priority(request: HttpRequest, run_id: int):
     return services.run_set_priority(actor=request.auth, run=run, priority=data["priority"])
 
 
-@router.post("/runs/{run_id}/weights", response=RunDetailOut, openapi_extra=body_doc(WEIGHTS_IN))
+@router.post("/runs/{run_id}/weights", response={200: RunDetailOut, **ERRORS}, openapi_extra=body_doc(WEIGHTS_IN))
 def run_weights(request: HttpRequest, run_id: int):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
     return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
 
 
-@router.get("/runs/{run_id}/metrics", response=MetricsPage)
+@router.get("/runs/{run_id}/metrics", response={200: MetricsPage, **ERRORS})
 def run_metrics(request: HttpRequest, run_id: int, after: int = 0, limit: int = 1000, key: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     keys = [k for k in key.split(",") if k] if key else None
@@ -187,14 +187,14 @@ def run_metrics(request: HttpRequest, run_id: int, after: int = 0, limit: int = 
     return {"items": points, "next_cursor": cursor}
 
 
-@router.get("/runs/{run_id}/trajectories", response=list[TrajectoryOut])
+@router.get("/runs/{run_id}/trajectories", response={200: list[TrajectoryOut], **ERRORS})
 @paginate
 def run_trajectories(request: HttpRequest, run_id: int, step: Optional[int] = None, domain: str = "", outcome: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome)
 
 
-@router.get("/runs/{run_id}/events", response=list[EventOut])
+@router.get("/runs/{run_id}/events", response={200: list[EventOut], **ERRORS})
 @paginate
 def run_events(request: HttpRequest, run_id: int):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
