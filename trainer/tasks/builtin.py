@@ -22,7 +22,7 @@ from trainer.outcomes import Outcome, Verification
 from trainer.registry import DomainSpec, register
 from trainer.tasks.base import Task
 
-EXACT_MATCH_SPEC = {"stages": [{"type": "exact_match", "params": {}, "timeout_s": 1.0}]}
+EXACT_MATCH_SPEC = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}
 
 
 def verify_exact(completion: str, task: Task) -> Verification:
