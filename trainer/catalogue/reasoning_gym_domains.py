@@ -12,6 +12,7 @@ stay small), both drawn from the caller's rng: the same rng state always gives t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 import threading
@@ -25,6 +26,7 @@ from trainer.tasks.base import Task
 FAMILY = "reasoning_gym"
 DATASET_SIZE = 2_000
 SHARDS = 500
+GENERATION_TRIES = 5
 SEED = 20_251_129
 ANSWER_INSTRUCTION = "\n\nGive your final answer inside <answer></answer> tags."
 
@@ -39,6 +41,10 @@ KIND_BY_PACKAGE = {
 # score_answer of game_of_life_halting compares bool("False") == bool("True"), so any non-empty
 # answer scores 1.0 (reasoning-gym 0.1.25); those domains are checked by exact match instead.
 EXACT_MATCH_OVERRIDES = frozenset({"game_of_life_halting"})
+
+# Curriculum levels whose generation takes seconds per item or fails (reasoning-gym 0.1.25,
+# measured on a 2-core machine): the domain stops below them.
+LEVEL_CAPS = {"jugs": 2}
 
 COMPOSITE_DEFAULT = [("basic_arithmetic", 1.0), ("chain_sum", 1.0), ("leg_counting", 1.0)]
 
@@ -58,39 +64,56 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def level_count(name: str) -> int:
-    """How many difficulty levels the generator's curriculum defines (1 without one)."""
+@functools.lru_cache(maxsize=None)
+def curriculum_levels(name: str) -> tuple[int | None, ...]:
+    """Domain level i -> the curriculum level it uses (None: the generator's default config).
+
+    Curriculum levels whose configuration the generator rejects are left out.
+    """
     from reasoning_gym.factory import CURRICULA, create_curriculum
 
     if name not in CURRICULA:
-        return 1
+        return (None,)
     curriculum = create_curriculum(name)
     top = max((len(a.levels) for a in curriculum.attributes.values()), default=1)
+    top = min(top, LEVEL_CAPS.get(name, top))
+    valid = []
     for level in range(top):
         try:
-            config = level_config(name, level)
+            config = _config(name, level, 0)
             if hasattr(config, "validate"):
                 config.validate()
         except (AssertionError, ValueError, TypeError):
-            return max(level, 1)
-    return top
+            continue
+        valid.append(level)
+    return tuple(valid) or (None,)
 
 
-def level_config(name: str, level: int, shard: int = 0) -> Any:
-    """The generator's config object at ``level`` (seed fixed per level and shard)."""
+def level_count(name: str) -> int:
+    """How many difficulty levels the domain has (1 without a usable curriculum)."""
+    return len(curriculum_levels(name))
+
+
+def _config(name: str, curriculum_level: int | None, shard: int) -> Any:
     from reasoning_gym.factory import CURRICULA, DATASETS, create_curriculum
 
     _, config_cls = DATASETS[name]
-    base = {"seed": SEED + 1000 * level + 10_000_000 * shard, "size": DATASET_SIZE}
+    base = {"seed": SEED + 1000 * (curriculum_level or 0) + 10_000_000 * shard, "size": DATASET_SIZE}
     if name == "composite":
         from reasoning_gym.composite import DatasetSpec
 
         return config_cls(datasets=[DatasetSpec(n, w, {}) for n, w in COMPOSITE_DEFAULT], **base)
-    if name not in CURRICULA:
+    if curriculum_level is None or name not in CURRICULA:
         return config_cls(**base)
     curriculum = create_curriculum(name)
-    curriculum.set_global_level(level)
+    curriculum.set_global_level(curriculum_level)
     return curriculum.generate_configuration(base)
+
+
+def level_config(name: str, level: int, shard: int = 0) -> Any:
+    """The generator's config object at domain ``level`` (seed fixed per level and shard)."""
+    levels = curriculum_levels(name)
+    return _config(name, levels[max(0, min(level, len(levels) - 1))], shard)
 
 
 def get_dataset(name: str, level: int, shard: int = 0) -> Any:
@@ -126,9 +149,21 @@ class ReasoningGymSource:
         from trainer.catalogue.rg_solvers import reference_answer
 
         level = max(0, min(int(level), self.levels - 1))
-        shard = rng.randrange(SHARDS)
-        idx = rng.randrange(DATASET_SIZE)
-        entry = get_dataset(self.name, level, shard)[idx]
+        while True:
+            # some generators fail on some seeds at their hardest settings: draw again, then step down
+            for _ in range(GENERATION_TRIES):
+                shard, idx = rng.randrange(SHARDS), rng.randrange(DATASET_SIZE)
+                try:
+                    entry = get_dataset(self.name, level, shard)[idx]
+                    break
+                except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
+                    continue
+            else:
+                if level == 0:
+                    raise RuntimeError(f"reasoning-gym generator {self.name!r} failed {GENERATION_TRIES} times at level 0")
+                level -= 1
+                continue
+            break
         return Task(
             domain=self.slug,
             id=f"L{level}-{shard}-{idx}",
@@ -190,6 +225,7 @@ def register_all() -> list[DomainSpec]:
             description=doc[0] if doc else f"reasoning-gym generator {name}",
             verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "dataset": name, "levels": levels, "seed": SEED, "size": DATASET_SIZE, "shards": SHARDS,
-                              "level_mapping": "curriculum.set_global_level(level)"},
+                              "level_mapping": "curriculum.set_global_level(curriculum_levels[level])",
+                              "curriculum_levels": list(curriculum_levels(name))},
         )))
     return specs

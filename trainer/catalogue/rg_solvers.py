@@ -90,17 +90,23 @@ def rush_hour_solution(board: str) -> str:
 
 
 def boxnet_solution(initial_state: dict[str, list[str]]) -> str:
-    """A plan (JSON list of per-step agent actions) that moves every box onto its target."""
+    """A plan (JSON list of per-step agent actions) that moves every box onto a target of its colour."""
     squares = {tuple(float(x) for x in key.split("_")): list(items) for key, items in initial_state.items()}
     plan: list[dict[str, str]] = []
-    for pos, items in sorted(squares.items()):
-        for box in [i for i in items if i.startswith("box_")]:
+    for pos in sorted(squares):
+        for box in [i for i in squares[pos] if i.startswith("box_")]:
             target = "target_" + box[4:]
-            goal = next(p for p, its in squares.items() if target in its)
-            path = _grid_path(pos, goal, set(squares))
+            goals = [p for p, its in squares.items() if target in its]
+            if not goals:
+                continue
+            paths = [_grid_path(pos, g, set(squares)) for g in goals]
+            path = min(paths, key=len)
+            goal = path[-1]
             for here, there in zip(path, path[1:]):
                 plan.append({f"Agent[{here[0]}, {here[1]}]": f"move({box}, square[{there[0]}, {there[1]}])"})
             plan.append({f"Agent[{goal[0]}, {goal[1]}]": f"move({box}, {target})"})
+            squares[pos].remove(box)
+            squares[goal].remove(target)
     return json.dumps(plan)
 
 
