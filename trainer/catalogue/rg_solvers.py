@@ -86,7 +86,9 @@ def rush_hour_solution(board: str) -> str:
             merged[-1][1] += d
         else:
             merged.append([k, d])
-    return " ".join(f"{k}{'+' if d > 0 else '-'}{abs(d)}" for k, d in merged)
+    # the board shown to the model (and scored) names pieces by sorted position: A, B, C, ...
+    shown = {label: chr(ord("A") + i) for i, label in enumerate(labels)}
+    return " ".join(f"{shown[k]}{'+' if d > 0 else '-'}{abs(d)}" for k, d in merged)
 
 
 def boxnet_solution(initial_state: dict[str, list[str]]) -> str:
@@ -128,6 +130,24 @@ def _grid_path(start: tuple[float, float], goal: tuple[float, float], squares: s
     return path[::-1]
 
 
+def invert_moves(moves: str) -> str:
+    """The inverse of a Singmaster move sequence, without combined steps.
+
+    >>> invert_moves("B D U' U' R2")
+    "R' R' U U D' B'"
+    """
+    out: list[str] = []
+    for move in reversed(moves.split()):
+        base = move.rstrip("'2")
+        if move.endswith("2"):
+            out += [f"{base}'", f"{base}'"]
+        elif move.endswith("'"):
+            out.append(base)
+        else:
+            out.append(f"{base}'")
+    return " ".join(out)
+
+
 def _as_obj(value: Any) -> Any:
     return ast.literal_eval(value) if isinstance(value, str) else value
 
@@ -144,7 +164,7 @@ def reference_answer(name: str, entry: dict[str, Any]) -> str | None:
     if name == "graph_color":
         return json.dumps({str(k): v for k, v in _as_obj(meta["possible_answer"]).items()})
     if name == "rubiks_cube":
-        return re.sub(r"\s+", " ", str(meta["example_correct_answer"])).strip()
+        return invert_moves(str(meta["scramble_moves"]))
     if name == "propositional_logic":
         return str(meta["example_answer"])
     return None
