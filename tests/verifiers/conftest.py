@@ -40,3 +40,7 @@ def real_sandbox():
     set_sandbox_executor(execute)
     yield execute
     set_sandbox_executor(None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (CI still runs it)")
