@@ -134,6 +134,20 @@ def _read_kv(path: Path, key: str) -> int:
 class JobCgroup:
     """The cgroup(s) of one execution: created with limits, joined by the sandbox, killed, removed."""
 
+    @classmethod
+    def existing(cls, layout: CgroupLayout, dirs: dict[str, Path]) -> "JobCgroup":
+        """A view on cgroups someone else created (a container's): read, reset peak, kill."""
+        self = cls.__new__(cls)
+        self.layout, self.dirs = layout, dirs
+        return self
+
+    def reset_peak(self) -> None:
+        """Start a new peak-memory measurement (v1: max_usage_in_bytes; v2: best effort)."""
+        if self.layout.version == 1:
+            _write_optional(self.dirs["memory"] / "memory.max_usage_in_bytes", "0")
+        else:
+            _write_optional(self.dirs["unified"] / "memory.peak", "0")
+
     def __init__(self, layout: CgroupLayout, memory_bytes: int, pids: int):
         self.layout = layout
         name = f"{os.getpid()}-{next(_counter)}"
@@ -266,6 +280,34 @@ def leftover_cgroups(only_dead_owners: bool = True) -> list[Path]:
                 continue
             found.append(child)
     return found
+
+
+def cgroup_dirs_of(pid: int) -> dict[str, Path] | None:
+    """The cgroup directories of a running process, keyed like CgroupLayout.parents."""
+    layout = detect()
+    if layout is None:
+        return None
+    mounts = _mounts()
+    out: dict[str, Path] = {}
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        names = ctrls.split(",") if ctrls else [""]
+        if layout.version == 2 and names == [""]:
+            point = next((p for p, t, _ in mounts if t == "cgroup2"), None)
+            if point:
+                out["unified"] = Path(point) / path.lstrip("/")
+        for ctrl in names:
+            if layout.version == 1 and ctrl in layout.parents:
+                point = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
+                if point:
+                    out[ctrl] = Path(point) / path.lstrip("/")
+    if set(out) != set(layout.parents) or not all(d.is_dir() for d in out.values()):
+        return None
+    return out
 
 
 def _alive(pid: int) -> bool:
