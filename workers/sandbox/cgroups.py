@@ -13,6 +13,7 @@ import itertools
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,19 +211,31 @@ class JobCgroup:
             return
         kill_pids(self.pids)
 
-    def remove(self) -> None:
-        """Kill what is left and remove the directories."""
+    def pids_current(self) -> int:
+        """Tasks charged to the pids controller: unlike cgroup.procs this counts zombies until
+        they are reaped, so 0 means every process of the execution is really gone."""
+        d = self.dirs.get("unified") or self.dirs.get("pids")
+        return _read_int(d / "pids.current") if d is not None else 0
+
+    def remove(self, settle_s: float = 5.0) -> None:
+        """Kill what is left, wait until every task is reaped, and remove the directories."""
         self.kill_all()
+        end = time.monotonic() + settle_s
+        while self.pids_current() > 0 and time.monotonic() < end:
+            self.kill_all()
+            time.sleep(0.002)
         for d in self.dirs.values():
             remove_cgroup_dir(d)
 
 
 def kill_pids(list_pids, rounds: int = 200) -> None:
     """SIGKILL the pids `list_pids()` returns until it returns none (or `rounds` passes)."""
-    for _ in range(rounds):
+    for i in range(rounds):
         pids = list_pids()
         if not pids:
             return
+        if i:
+            time.sleep(0.005)  # let the killed (zombie) processes be reaped
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

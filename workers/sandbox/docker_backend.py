@@ -37,7 +37,7 @@ from .types import Limits, SandboxError, Verdict
 
 LABEL = "temper.sandbox"
 """Label present on every Temper sandbox container (value: the pool id)."""
-JOB_UID_BASE = 20000
+JOB_UID_BASE = 200000
 """Job uids are JOB_UID_BASE + n, one per container, so per-user rlimits never collide."""
 START_MARK = b"@@temper-start\n"
 """Written to stderr by the launcher just before it execs the command; stripped by the host."""
@@ -166,7 +166,7 @@ class DockerBackend:
         self._lock = threading.Lock()
         self._idle: dict[tuple, list[Container]] = {}
         self._all: set[Container] = set()
-        self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 100)
+        self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
         self._closed = False
         self._pending: set = set()
@@ -180,7 +180,11 @@ class DockerBackend:
         self._reaper.start()
 
     def _submit(self, fn, *args) -> None:
-        fut = self._submit(fn, *args)
+        try:
+            fut = self._bg.submit(fn, *args)
+        except RuntimeError:  # executor shut down: do it inline
+            fn(*args)
+            return
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._done)
