@@ -243,8 +243,22 @@ def kill_pids(list_pids, rounds: int = 200) -> None:
                 pass
 
 
-def remove_cgroup_dir(d: Path) -> None:
-    """rmdir a cgroup, waiting briefly for the kernel to let go of killed tasks."""
+def remove_cgroup_dir(d: Path, settle_s: float = 5.0) -> None:
+    """Kill a cgroup's tasks, wait until they are reaped (pids.current), then rmdir it."""
+    end = time.monotonic() + settle_s
+    while time.monotonic() < end:
+        try:
+            pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except OSError:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not pids and _read_int(d / "pids.current") == 0:
+            break
+        time.sleep(0.005)
     for _ in range(500):
         try:
             d.rmdir()
