@@ -10,7 +10,7 @@ if ROOT not in sys.path:  # the repository root, so `workers` imports without an
 
 import pytest  # noqa: E402
 
-from sandbox_helpers import bwrap_ready, docker_ready, require, sandbox_uids  # noqa: E402,F401
+from sandbox_helpers import bwrap_ready, docker_ready, require, wait_no_sandbox_processes  # noqa: E402,F401
 from workers.sandbox import PoolConfig, close_runtimes, get_runtime  # noqa: E402
 from workers.sandbox import cgroups  # noqa: E402
 
@@ -46,7 +46,7 @@ def clean(backend):
     """After the test: no sandbox process and no execution cgroup remain on the host."""
     yield backend
     settle(backend)
-    leftovers = sandbox_uids()
+    leftovers = wait_no_sandbox_processes()
     assert not leftovers, f"sandbox processes left behind: {leftovers}"
     assert cgroups.leftover_cgroups(only_dead_owners=False) == [], "execution cgroups left behind"
 

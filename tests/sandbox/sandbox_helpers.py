@@ -62,3 +62,20 @@ def sandbox_uids() -> dict[int, list[str]]:
     return found
 
 
+
+
+def wait_no_sandbox_processes(match: str = "", timeout_s: float = 15.0) -> dict[int, list[str]]:
+    """Poll until no sandbox process (whose cmdline contains `match`) exists; returns what is left.
+
+    Killed processes vanish asynchronously (the kernel reaps them after SIGKILL), so the check
+    waits for the condition instead of looking once.
+    """
+    import time
+
+    end = time.monotonic() + timeout_s
+    while True:
+        left = {u: [p for p in ps if match in p] for u, ps in sandbox_uids().items()}
+        left = {u: ps for u, ps in left.items() if ps}
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)

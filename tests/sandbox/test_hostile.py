@@ -16,7 +16,7 @@ import pytest
 from workers.sandbox import Limits, execute, python_test_job
 from workers.sandbox.testjob import SPEC_FILE
 
-from sandbox_helpers import SMALL, sandbox_uids
+from sandbox_helpers import SMALL, wait_no_sandbox_processes
 
 FAILED = {"runtime_error", "timeout_cpu", "timeout_wall", "memory_limit"}
 
@@ -169,7 +169,7 @@ def test_double_forked_setsid_daemon(clean):
     v = run(clean, program, Limits(cpu_s=5, wall_s=8))
     assert v.status == "ok", v
     assert v.stdout == b"parent done\n"
-    alive = [p for procs in sandbox_uids().values() for p in procs if token in p]
+    alive = wait_no_sandbox_processes(token)
     assert not alive, f"daemon outlived its job: {alive}"
 
 

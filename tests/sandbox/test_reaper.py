@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_helpers import sandbox_uids
+from sandbox_helpers import sandbox_uids, wait_no_sandbox_processes
 from workers.sandbox import cgroups, reap
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -21,7 +21,7 @@ WORKER = textwrap.dedent('''
     import sys, threading, time
     sys.path.insert(0, {root!r})
     from workers.sandbox import Limits, PoolConfig, execute, get_runtime
-    from sandbox_helpers import sandbox_uids
+    from sandbox_helpers import sandbox_uids, wait_no_sandbox_processes
     backend, token = sys.argv[1], sys.argv[2]
     get_runtime(backend, PoolConfig(global_limit=4, domain_limit=4, warm_per_domain=2, lease_s=3600))
     program = "import time, sys\\ntime.sleep(120)\\n"
@@ -75,5 +75,5 @@ def test_sigkill_mid_batch_then_reap_leaves_nothing(name, tmp_path):
     if name == "docker":
         assert result["containers"] >= 4
         assert _containers_of(worker.pid) == []
-    assert _token_procs(token) == [], "sandbox processes outlived the reap"
+    assert wait_no_sandbox_processes(token) == {}, "sandbox processes outlived the reap"
     assert cgroups.leftover_cgroups(only_dead_owners=True) == []

@@ -217,13 +217,10 @@ class JobCgroup:
         d = self.dirs.get("unified") or self.dirs.get("pids")
         return _read_int(d / "pids.current") if d is not None else 0
 
-    def remove(self, settle_s: float = 5.0) -> None:
-        """Kill what is left, wait until every task is reaped, and remove the directories."""
+    def remove(self) -> None:
+        """Kill what is left and remove the directories (killed tasks may take a moment more to
+        be reaped by the kernel; they can no longer run)."""
         self.kill_all()
-        end = time.monotonic() + settle_s
-        while self.pids_current() > 0 and time.monotonic() < end:
-            self.kill_all()
-            time.sleep(0.002)
         for d in self.dirs.values():
             remove_cgroup_dir(d)
 
@@ -256,7 +253,7 @@ def remove_cgroup_dir(d: Path, settle_s: float = 5.0) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if not pids and _read_int(d / "pids.current") == 0:
+        if not pids:
             break
         time.sleep(0.005)
     for _ in range(500):
