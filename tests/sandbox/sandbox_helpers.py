@@ -45,11 +45,21 @@ SMALL = Limits(cpu_s=2, wall_s=4, memory_mb=256, pids=48, output_bytes=256 << 10
 """Limits used by the hostile suite: small enough to hit quickly."""
 
 
+def _live_agents() -> set[int]:
+    """Pids of the agents (container pid 1) of this process's docker pool: they belong there."""
+    from workers import sandbox
+
+    pool = sandbox._runtimes.get("docker")
+    return pool.backend.agent_pids() if pool is not None else set()
+
+
 def sandbox_uids() -> dict[int, list[str]]:
-    """Host processes running as a sandbox uid (bwrap slots or docker job uids) -> cmdlines."""
+    """Host processes running as a sandbox uid (bwrap slots or docker job uids) -> cmdlines,
+    except the agents of live pool containers."""
     found: dict[int, list[str]] = {}
+    agents = _live_agents()
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
+        if not d.name.isdigit() or int(d.name) in agents:
             continue
         try:
             uid_line = next(l for l in (d / "status").read_text().splitlines() if l.startswith("Uid:"))

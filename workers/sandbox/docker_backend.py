@@ -1,26 +1,26 @@
 """The Docker backend: pre-warmed containers per domain, one job at a time per container.
 
 Containers: no network, read-only root, tmpfs /work /tmp /dev/shm, pids/memory(=memory+swap)/CPU
-limits, all capabilities dropped, no-new-privileges, non-root, docker-init as pid 1, ulimits, no
-Docker socket and an empty environment. Each job is one `exec` as the container's own job uid
-(not the uid of the container's main process, so `kill -9 -1` cannot take the container down):
-a small sh launcher unpacks the files from a tar on stdin, sets rlimits and execs the command.
-The host supervises: output caps, CPU and wall limits (from the container's cgroup), and kills
-every process of the job uid at the end. Between jobs a container is reset (work dirs wiped)
-and health-checked; it is retired after a limit was hit, after `max_uses` jobs, or when its lease
-nears expiry. Labels (pool, domain, worker, lease expiry) let `reap_containers` remove whatever a
-dead worker left behind.
+limits, all capabilities dropped, no-new-privileges, a non-root uid of its own, ulimits, no Docker
+socket and an empty environment. Pid 1 is the Temper agent (agent.py): an init that reaps
+orphans, cannot be killed from inside, and runs each job the host sends over the attached
+stdin/stdout (so a job costs a fork+exec in the container, not a `docker exec`). The host
+supervises: output caps and CPU time (from the container's cgroup) end a job with a kill frame;
+the agent enforces wall time and ends every job with kill(-1, SIGKILL), then wipes the work dirs
+and reports ready (reset + health check). A container is retired after a limit was hit, after
+`max_uses` jobs, when its lease nears expiry, or when it stops answering. Labels (pool, domain,
+worker, lease expiry) let `reap_containers` remove whatever a dead worker left behind.
 """
 from __future__ import annotations
 
-import io
+import base64
 import itertools
+import json
 import math
 import os
 import select
 import socket
 import struct
-import tarfile
 import threading
 import time
 import uuid
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cgroups
+from .agent import AGENT_SOURCE
 from .bwrap import ENV_ALLOW
 from .image import IMAGE
 from .outcome import Capture, check_command, check_files, classify
@@ -38,33 +39,11 @@ from .types import Limits, SandboxError, Verdict
 LABEL = "temper.sandbox"
 """Label present on every Temper sandbox container (value: the pool id)."""
 JOB_UID_BASE = 200000
-"""Job uids are JOB_UID_BASE + n, one per container, so per-user rlimits never collide."""
-START_MARK = b"@@temper-start\n"
-"""Written to stderr by the launcher just before it execs the command; stripped by the host."""
-STDIN_PATH = "/tmp/.temper_stdin"
-"""Where the job's stdin travels inside the tar; opened as fd 0 and unlinked before exec."""
-CONTAINER_MAIN_UID = "65534:65534"
-"""User of the container's main process (sleep): differs from every job uid."""
-
-LAUNCHER = f"""
-cd /work || exit 125
-tar -xf - --no-same-owner -C / || exit 125
-if [ -e {STDIN_PATH} ]; then exec 0< {STDIN_PATH}; rm -f {STDIN_PATH}; else exec 0< /dev/null; fi
-ulimit -c 0
-ulimit -S -t "$T_CPU" && ulimit -H -t "$((T_CPU + 1))" || exit 125
-ulimit -f "$T_FSIZE" && ulimit -n "$T_NOFILE" && ulimit -p "$T_NPROC" || exit 125
-unset T_CPU T_FSIZE T_NOFILE T_NPROC
-printf '@@temper-start\\n' >&2
-exec "$@"
-"""
-"""sh script run by each job exec; "$@" is the command."""
-
-RESET = (
-    "rm -rf /work/* /work/.[!.]* /work/..?* /tmp/* /tmp/.[!.]* /tmp/..?* "
-    "/dev/shm/* /dev/shm/.[!.]* /dev/shm/..?* 2>/dev/null; "
-    'test -z "$(ls -A /work /tmp /dev/shm)" && echo temper-ok'
-)
-"""Reset and health check between jobs (runs as the job uid)."""
+"""Each container runs as its own uid JOB_UID_BASE + n, so per-user rlimits never collide."""
+READY_TIMEOUT_S = 30.0
+"""Longest wait for a new container's agent to report ready."""
+GRACE_S = 10.0
+"""How long past the wall limit the host waits for the agent's result before giving up on it."""
 
 _worker_start = None
 
@@ -132,6 +111,88 @@ def reap_containers(*, all_workers: bool = False, client=None) -> int:
     return removed
 
 
+class AgentStream:
+    """Framed messages to and from a container's agent over the attach socket (docker's
+    8-byte stream headers are removed first; the agent's own stderr is kept as `agent_stderr`)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.raw.setblocking(False)
+        self._docker = bytearray()
+        self._agent = bytearray()
+        self.agent_stderr = bytearray()
+        self.eof = False
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None:
+        data = kind + struct.pack(">I", len(payload)) + payload
+        self.raw.setblocking(True)
+        try:
+            self.raw.sendall(data)
+        except OSError as e:
+            raise SandboxError(f"sandbox agent unreachable: {e}") from e
+        finally:
+            self.raw.setblocking(False)
+
+    def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
+        """The next frame from the agent, or None when none arrived within `timeout` seconds."""
+        frame = self._parse_one()
+        if frame is not None or self.eof:
+            return frame
+        ready, _, _ = select.select([self.raw], [], [], timeout)
+        if not ready:
+            return None
+        try:
+            chunk = self.raw.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+        self._docker += chunk
+        while len(self._docker) >= 8:
+            stream, size = self._docker[0], struct.unpack(">I", self._docker[4:8])[0]
+            if len(self._docker) < 8 + size:
+                break
+            data = self._docker[8:8 + size]
+            del self._docker[:8 + size]
+            if stream == 1:
+                self._agent += data
+            else:
+                self.agent_stderr += data[-4096:]
+        return self._parse_one()
+
+    def _parse_one(self) -> tuple[int, bytes] | None:
+        buf = self._agent
+        if len(buf) < 5:
+            return None
+        kind, size = buf[0], struct.unpack(">I", buf[1:5])[0]
+        if len(buf) < 5 + size:
+            return None
+        frame = (kind, bytes(buf[5:5 + size]))
+        del buf[:5 + size]
+        return frame
+
+    def wait_for(self, kind: int, timeout: float) -> None:
+        """Read frames until one of `kind` arrives; raises SandboxError on timeout or EOF."""
+        end = time.monotonic() + timeout
+        while True:
+            frame = self.next_frame(min(0.5, max(0.0, end - time.monotonic())))
+            if frame is not None and frame[0] == kind:
+                return
+            if frame is None and self.eof:
+                raise SandboxError("sandbox agent exited: " + bytes(self.agent_stderr[-1000:]).decode("utf-8", "replace"))
+            if time.monotonic() > end:
+                raise SandboxError(f"sandbox agent did not answer within {timeout} s")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except Exception:
+            pass
+
+
 @dataclass(eq=False)
 class Container:
     """One warm container and what the host knows about it."""
@@ -140,16 +201,18 @@ class Container:
     """Docker container id."""
     key: tuple
     """(domain, memory_mb, pids, tmpfs_mb): only jobs with the same key may use it."""
-    job_uid: int
-    """Uid the jobs in this container run as."""
+    uid: int
+    """Uid the agent and its jobs run as (unique to this container)."""
     expiry: float
     """Lease expiry (unix time) written on its labels."""
+    stream: AgentStream
+    """Connection to the agent."""
     cgroup: cgroups.JobCgroup | None = None
     """The container's cgroups seen from the host (None when not accessible)."""
+    agent_pid: int = 0
+    """Host pid of the agent (the container's pid 1)."""
     uses: int = 0
     """Jobs served so far."""
-    api: object = field(default=None, repr=False)
-    """docker low-level API client."""
 
 
 class DockerBackend:
@@ -208,6 +271,11 @@ class DockerBackend:
                     pass
         return False
 
+    def agent_pids(self) -> set[int]:
+        """Host pids of the agents of this pool's containers."""
+        with self._lock:
+            return {c.agent_pid for c in self._all}
+
     def container_ids(self) -> list[str]:
         """Ids of every container this pool holds (idle or busy)."""
         with self._lock:
@@ -219,29 +287,42 @@ class DockerBackend:
 
         domain, memory_mb, pids, tmpfs_mb = key
         expiry = time.time() + self.config.lease_s
+        uid = next(self._uids)
         labels = {LABEL: self.pool_id, "temper.pool": self.pool_id, "temper.domain": domain,
                   "temper.lease_expiry": f"{expiry:.0f}", **worker_labels()}
         tmpfs_opt = f"size={tmpfs_mb}m,mode=1777,exec"
+        cid = None
         try:
-            c = self.client.containers.run(
-                self.image, ["sleep", "infinity"], detach=True, labels=labels,
-                network_mode="none", read_only=True, user=CONTAINER_MAIN_UID, init=True,
+            host_config = self.api.create_host_config(
+                network_mode="none", read_only=True, init=False,
                 tmpfs={"/work": tmpfs_opt, "/tmp": tmpfs_opt}, shm_size=f"{tmpfs_mb}m",
-                pids_limit=pids + 8, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
+                pids_limit=pids + 4, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
                 nano_cpus=int(1e9 * max(1, os.cpu_count() or 1)),
-                cap_drop=["ALL"], security_opt=["no-new-privileges"], environment={},
-                hostname="sandbox", working_dir="/work", ipc_mode="private",
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="private",
                 ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0),
                          docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
             )
-            c.reload()
-            pid = c.attrs["State"]["Pid"]
+            cid = self.api.create_container(
+                self.image, ["python3", "-c", AGENT_SOURCE], user=f"{uid}:{uid}", stdin_open=True,
+                labels=labels, environment={}, hostname="sandbox", working_dir="/work",
+                network_disabled=True, host_config=host_config,
+            )["Id"]
+            sock = self.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            stream = AgentStream(sock)
+            self.api.start(cid)
+            stream.wait_for(4, READY_TIMEOUT_S)
+            pid = self.api.inspect_container(cid)["State"]["Pid"]
         except Exception as e:
+            if cid is not None:
+                try:
+                    self.api.remove_container(cid, force=True)
+                except Exception:
+                    pass
             raise SandboxError(f"cannot start sandbox container: {e}") from e
         dirs = cgroups.cgroup_dirs_of(pid) if pid else None
         layout = cgroups.detect()
         cg = cgroups.JobCgroup.existing(layout, dirs) if (dirs and layout) else None
-        cont = Container(c.id, key, next(self._uids), expiry, cg, api=self.api)
+        cont = Container(cid, key, uid, expiry, stream, cg, pid)
         with self._lock:
             self._all.add(cont)
         return cont
@@ -249,6 +330,7 @@ class DockerBackend:
     def _remove(self, cont: Container) -> None:
         with self._lock:
             self._all.discard(cont)
+        cont.stream.close()
         try:
             self.api.remove_container(cont.id, force=True)
         except Exception:
@@ -297,12 +379,11 @@ class DockerBackend:
             self._submit(self._reset, cont)
 
     def _reset(self, cont: Container) -> None:
-        """Kill leftovers, wipe the work dirs and check the container answers; else retire."""
+        """Wait for the agent's ready frame (it killed everything and wiped the work dirs)."""
         try:
-            self._kill_job(cont)
-            out = self._exec_simple(cont, ["sh", "-c", RESET])
-            healthy = b"temper-ok" in out
-        except Exception:
+            cont.stream.wait_for(4, 10.0)
+            healthy = True
+        except SandboxError:
             healthy = False
         if healthy and not self._closed:
             with self._lock:
@@ -310,33 +391,6 @@ class DockerBackend:
         else:
             self._remove(cont)
             self._top_up(cont.key)
-
-    def _exec_simple(self, cont: Container, cmd: list[str]) -> bytes:
-        ex = self.api.exec_create(cont.id, cmd, user=f"{cont.job_uid}:{cont.job_uid}", stdin=False)
-        return self.api.exec_start(ex["Id"])
-
-    def _kill_job(self, cont: Container) -> None:
-        """SIGKILL every process of the job uid in the container (host side)."""
-        if cont.cgroup is None:
-            try:
-                self._exec_simple(cont, ["sh", "-c", "kill -9 -1"])
-            except Exception:
-                pass
-            return
-
-        def job_pids() -> list[int]:
-            found = []
-            for pid in cont.cgroup.pids():
-                try:
-                    uid_line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                                    if line.startswith("Uid:"))
-                except (OSError, StopIteration):
-                    continue
-                if int(uid_line.split()[1]) == cont.job_uid:
-                    found.append(pid)
-            return found
-
-        cgroups.kill_pids(job_pids)
 
     def _reap_loop(self) -> None:
         period = max(5.0, self.config.lease_s / 4)
@@ -368,168 +422,61 @@ class DockerBackend:
         enc = check_files(files)
         command = check_command(command)
         cont.uses += 1
-        payload = _tar(enc, stdin)
-        env = dict(ENV_ALLOW)
-        env.update(T_CPU=str(max(1, math.ceil(limits.cpu_s))), T_FSIZE=str(limits.file_size_mb * 2048),
-                   T_NOFILE=str(limits.open_files), T_NPROC=str(limits.pids + 8))
+        job = {
+            "files": {n: base64.b64encode(c).decode("ascii") for n, c in enc.items()},
+            "stdin": base64.b64encode(stdin).decode("ascii") if stdin else None,
+            "command": command, "env": ENV_ALLOW,
+            "limits": {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
+                       "nofile": limits.open_files, "nproc": limits.pids + 4, "wall": limits.wall_s},
+        }
         cg = cont.cgroup
         if cg is not None:
             cg.reset_peak()
             cpu0, oom0 = cg.cpu_s(), cg.oom_events()
+        out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
         t0 = time.monotonic()
-        try:
-            ex = self.api.exec_create(cont.id, ["/bin/sh", "-c", LAUNCHER, "sh", *command], stdin=True,
-                                      user=f"{cont.job_uid}:{cont.job_uid}", workdir="/work", environment=env)
-            sock = self.api.exec_start(ex["Id"], socket=True)
-        except Exception as e:
-            raise SandboxError(f"docker exec failed: {e}") from e
-        raw: socket.socket = getattr(sock, "_sock", sock)
-        try:
-            out, err, killed_for, exec_pid = self._supervise(cont, ex["Id"], raw, payload, limits, t0)
-        finally:
-            self._kill_job(cont)
-            try:
-                sock.close()
-            except Exception:
-                pass
+        cont.stream.send(b"J", json.dumps(job).encode())
+        killed_for = None
+        result = None
+        while result is None:
+            now = time.monotonic()
+            if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
+                killed_for = "cpu"
+                cont.stream.send(b"K", b"cpu")
+            if now > t0 + limits.wall_s + GRACE_S:
+                raise SandboxError("sandbox agent gave no result in time")
+            frame = cont.stream.next_frame(0.05)
+            while frame is not None:
+                kind, payload = frame
+                if kind in (1, 2):
+                    target = out if kind == 1 else err
+                    if target.feed(payload) and killed_for is None:
+                        killed_for = "output"
+                        cont.stream.send(b"K", b"output")
+                elif kind == 3:
+                    result = json.loads(payload)
+                    break
+                elif kind == 5:
+                    raise SandboxError("sandbox agent failed: " + payload.decode("utf-8", "replace"))
+                frame = cont.stream.next_frame(0)
+            if result is None and cont.stream.eof:
+                raise SandboxError("sandbox agent exited: "
+                                   + bytes(cont.stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
         wall = time.monotonic() - t0
-        try:
-            info = self.api.exec_inspect(ex["Id"])
-        except Exception as e:
-            raise SandboxError(f"docker exec_inspect failed: {e}") from e
-        code = info.get("ExitCode")
         cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
         peak = cg.peak_memory() if cg is not None else 0
         oom = (cg.oom_events() - oom0) if cg is not None else 0
-        stderr = bytes(err.data)
-        started = stderr.startswith(START_MARK)
-        if started:
-            stderr = stderr[len(START_MARK):]
-        verdict = Verdict(status="sandbox_error", cpu_s=cpu, wall_s=wall, peak_memory_bytes=peak,
-                          stdout=bytes(out.data), stderr=stderr,
+        if killed_for is None and result.get("killed"):
+            killed_for = "wall" if result["killed"] == "wall" else result["killed"]
+        exit_code, sig = result.get("exit_code"), result.get("signal")
+        verdict = Verdict(status="sandbox_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
+                          peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
                           stdout_truncated=out.truncated, stderr_truncated=err.truncated,
-                          stdout_total_bytes=out.total,
-                          stderr_total_bytes=err.total - (len(START_MARK) if started else 0),
-                          backend="docker")
-        if not started:
-            if killed_for is None:
-                verdict.error = f"launcher failed in container (exit {code}): " + stderr[-2000:].decode("utf-8", "replace")
-                return verdict
-        if code is None or (info.get("Running") and killed_for is None):
-            verdict.error = "exec state unknown after the stream ended"
-            return verdict
-        if killed_for is not None:
-            exit_code, sig = None, 9
-        elif code > 128 and code - 128 < 65:
-            exit_code, sig = None, code - 128
-        else:
-            exit_code, sig = code, None
-        verdict.exit_code, verdict.signal = exit_code, sig
+                          stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend="docker")
         verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
                                                  oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
         return verdict
 
-    def _supervise(self, cont: Container, exec_id: str, raw: socket.socket, payload: bytes,
-                   limits: Limits, t0: float):
-        """Send the tar, demultiplex stdout/stderr with caps, enforce limits."""
-        out, err = Capture(limits.output_bytes), Capture(limits.output_bytes + len(START_MARK))
-        try:
-            raw.sendall(payload)
-            raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the launcher may have died already; the verdict will say so
-        pidfd = -1
-        next_inspect = 0.0
-        deadline = t0 + limits.wall_s
-        killed_for = None
-        buf = bytearray()
-        exited_at = None
-        eof = False
-        cg = cont.cgroup
-        cpu0 = cg.cpu_s() if cg is not None else 0.0
-        raw.setblocking(False)
-        try:
-            while not eof:
-                now = time.monotonic()
-                if killed_for is None:
-                    if now >= deadline:
-                        killed_for = "wall"
-                    elif cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
-                        killed_for = "cpu"
-                    if killed_for:
-                        self._kill_job(cont)
-                if exited_at is not None and now - exited_at > 0.05 and not killed_for:
-                    self._kill_job(cont)  # the main process is gone: take daemons holding stdout
-                if exited_at is not None and now - exited_at > 3.0:
-                    break
-                if pidfd < 0 and exited_at is None and now >= next_inspect:
-                    # exec_start returns before the process exists: learn its pid (then wait on a
-                    # pidfd) or that it already ended, so daemons holding stdout cannot stall us
-                    next_inspect = now + 0.03
-                    try:
-                        info = self.api.exec_inspect(exec_id)
-                    except Exception:
-                        info = {}
-                    if info.get("Pid"):
-                        try:
-                            pidfd = os.pidfd_open(info["Pid"])
-                        except OSError:
-                            exited_at = now
-                    if info and not info.get("Running", True) and info.get("ExitCode") is not None:
-                        exited_at = now
-                rl = [raw] + ([pidfd] if pidfd >= 0 and exited_at is None else [])
-                ready, _, _ = select.select(rl, [], [], 0.03 if killed_for is None else 0.2)
-                if pidfd >= 0 and pidfd in ready:
-                    exited_at = time.monotonic()
-                if raw in ready:
-                    try:
-                        chunk = raw.recv(262144)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:
-                        chunk = b""
-                    if not chunk:
-                        eof = True
-                    buf += chunk
-                    while len(buf) >= 8:
-                        stream, size = buf[0], struct.unpack(">I", buf[4:8])[0]
-                        if len(buf) < 8 + size:
-                            break
-                        data = bytes(buf[8:8 + size])
-                        del buf[:8 + size]
-                        target = out if stream == 1 else err
-                        if target.feed(data) and killed_for is None:
-                            killed_for = "output"
-                            self._kill_job(cont)
-        finally:
-            if pidfd >= 0:
-                os.close(pidfd)
-        return out, err, killed_for, None
-
 
 def _key(domain: str, limits: Limits) -> tuple:
     return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)
-
-
-def _tar(files: dict[str, bytes], stdin: bytes | None) -> bytes:
-    """Tar stream of the job files under work/ (and stdin under tmp/), extracted at /."""
-    bio = io.BytesIO()
-    with tarfile.open(fileobj=bio, mode="w", format=tarfile.GNU_FORMAT) as tf:
-        dirs: set[str] = set()
-        for name, content in files.items():
-            parts = name.split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    ti = tarfile.TarInfo("work/" + d)
-                    ti.type, ti.mode = tarfile.DIRTYPE, 0o755
-                    tf.addfile(ti)
-            ti = tarfile.TarInfo("work/" + name)
-            ti.size, ti.mode = len(content), 0o755 if content.startswith(b"#!") else 0o644
-            tf.addfile(ti, io.BytesIO(content))
-        if stdin:
-            ti = tarfile.TarInfo(STDIN_PATH.lstrip("/"))
-            ti.size, ti.mode = len(stdin), 0o600
-            tf.addfile(ti, io.BytesIO(stdin))
-    return bio.getvalue()
