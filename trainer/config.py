@@ -311,7 +311,7 @@ def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        errors.append((prefix or "(root)", "must be a mapping"))
+        errors.append((prefix.rstrip(".") or "(root)", "must be a mapping"))
         return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}

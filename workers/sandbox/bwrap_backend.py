@@ -21,7 +21,7 @@ class BwrapBackend:
         self._free = list(range(SLOT_UID_BASE, SLOT_UID_BASE + slots))
         self._lock = threading.Lock()
 
-    def acquire(self, domain: str) -> bwrap.BwrapSlot:
+    def acquire(self, domain: str, limits: Limits) -> bwrap.BwrapSlot:
         with self._lock:
             if not self._free:
                 raise SandboxError("no free bwrap slot (pool accounting error)")

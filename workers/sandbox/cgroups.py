@@ -13,6 +13,7 @@ import itertools
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,20 @@ def _read_kv(path: Path, key: str) -> int:
 class JobCgroup:
     """The cgroup(s) of one execution: created with limits, joined by the sandbox, killed, removed."""
 
+    @classmethod
+    def existing(cls, layout: CgroupLayout, dirs: dict[str, Path]) -> "JobCgroup":
+        """A view on cgroups someone else created (a container's): read, reset peak, kill."""
+        self = cls.__new__(cls)
+        self.layout, self.dirs = layout, dirs
+        return self
+
+    def reset_peak(self) -> None:
+        """Start a new peak-memory measurement (v1: max_usage_in_bytes; v2: best effort)."""
+        if self.layout.version == 1:
+            _write_optional(self.dirs["memory"] / "memory.max_usage_in_bytes", "0")
+        else:
+            _write_optional(self.dirs["unified"] / "memory.peak", "0")
+
     def __init__(self, layout: CgroupLayout, memory_bytes: int, pids: int):
         self.layout = layout
         name = f"{os.getpid()}-{next(_counter)}"
@@ -196,8 +211,15 @@ class JobCgroup:
             return
         kill_pids(self.pids)
 
+    def pids_current(self) -> int:
+        """Tasks charged to the pids controller: unlike cgroup.procs this counts zombies until
+        they are reaped, so 0 means every process of the execution is really gone."""
+        d = self.dirs.get("unified") or self.dirs.get("pids")
+        return _read_int(d / "pids.current") if d is not None else 0
+
     def remove(self) -> None:
-        """Kill what is left and remove the directories."""
+        """Kill what is left and remove the directories (killed tasks may take a moment more to
+        be reaped by the kernel; they can no longer run)."""
         self.kill_all()
         for d in self.dirs.values():
             remove_cgroup_dir(d)
@@ -205,10 +227,12 @@ class JobCgroup:
 
 def kill_pids(list_pids, rounds: int = 200) -> None:
     """SIGKILL the pids `list_pids()` returns until it returns none (or `rounds` passes)."""
-    for _ in range(rounds):
+    for i in range(rounds):
         pids = list_pids()
         if not pids:
             return
+        if i:
+            time.sleep(0.005)  # let the killed (zombie) processes be reaped
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -216,8 +240,22 @@ def kill_pids(list_pids, rounds: int = 200) -> None:
                 pass
 
 
-def remove_cgroup_dir(d: Path) -> None:
-    """rmdir a cgroup, waiting briefly for the kernel to let go of killed tasks."""
+def remove_cgroup_dir(d: Path, settle_s: float = 5.0) -> None:
+    """Kill a cgroup's tasks, wait until they are reaped (pids.current), then rmdir it."""
+    end = time.monotonic() + settle_s
+    while time.monotonic() < end:
+        try:
+            pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except OSError:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not pids:
+            break
+        time.sleep(0.005)
     for _ in range(500):
         try:
             d.rmdir()
@@ -266,6 +304,34 @@ def leftover_cgroups(only_dead_owners: bool = True) -> list[Path]:
                 continue
             found.append(child)
     return found
+
+
+def cgroup_dirs_of(pid: int) -> dict[str, Path] | None:
+    """The cgroup directories of a running process, keyed like CgroupLayout.parents."""
+    layout = detect()
+    if layout is None:
+        return None
+    mounts = _mounts()
+    out: dict[str, Path] = {}
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        names = ctrls.split(",") if ctrls else [""]
+        if layout.version == 2 and names == [""]:
+            point = next((p for p, t, _ in mounts if t == "cgroup2"), None)
+            if point:
+                out["unified"] = Path(point) / path.lstrip("/")
+        for ctrl in names:
+            if layout.version == 1 and ctrl in layout.parents:
+                point = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
+                if point:
+                    out[ctrl] = Path(point) / path.lstrip("/")
+    if set(out) != set(layout.parents) or not all(d.is_dir() for d in out.values()):
+        return None
+    return out
 
 
 def _alive(pid: int) -> bool:

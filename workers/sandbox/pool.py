@@ -52,8 +52,8 @@ class Backend(Protocol):
 
     name: str
 
-    def acquire(self, domain: str) -> Any:
-        """A ready slot for `domain` (raises SandboxError on infrastructure failure)."""
+    def acquire(self, domain: str, limits: Limits) -> Any:
+        """A ready slot for `domain` and these limits (raises SandboxError on infrastructure failure)."""
 
     def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None) -> Verdict:
         """Run one job in the slot."""
@@ -119,7 +119,7 @@ class SandboxPool:
             last: Verdict | None = None
             for _attempt in range(1 + self.config.retries):
                 try:
-                    slot = self.backend.acquire(domain)
+                    slot = self.backend.acquire(domain, limits)
                 except SandboxError as e:
                     last = Verdict(status="sandbox_error", error=str(e), backend=self.backend.name)
                     continue

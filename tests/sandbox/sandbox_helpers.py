@@ -1,0 +1,91 @@
+"""Helpers shared by the sandbox tests (no fixtures here; see conftest.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest  # noqa: F401
+
+from workers.sandbox import Limits
+from workers.sandbox.bwrap_backend import SLOT_UID_BASE
+from workers.sandbox.docker_backend import JOB_UID_BASE
+
+REQUIRE = os.environ.get("TEMPER_REQUIRE_SERVICES") == "1"
+
+
+def require(cond: bool, reason: str) -> None:
+    """Skip when `cond` is false, but fail under TEMPER_REQUIRE_SERVICES=1 (CI)."""
+    if not cond:
+        if REQUIRE:
+            pytest.fail(f"required service missing: {reason}")
+        pytest.skip(reason)
+
+
+def docker_ready() -> tuple[bool, str]:
+    """(ok, reason) for the Docker engine and the sandbox image."""
+    try:
+        import docker
+
+        from workers.sandbox.image import IMAGE
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get(IMAGE)
+        return True, ""
+    except Exception as e:  # engine down, image missing, SDK missing
+        return False, f"Docker engine or sandbox image unavailable: {e}"
+
+
+def bwrap_ready() -> tuple[bool, str]:
+    return (shutil.which("bwrap") is not None, "bubblewrap is not installed")
+
+
+SMALL = Limits(cpu_s=2, wall_s=4, memory_mb=256, pids=48, output_bytes=256 << 10, tmpfs_mb=32)
+"""Limits used by the hostile suite: small enough to hit quickly."""
+
+
+def _live_agents() -> set[int]:
+    """Pids of the agents (container pid 1) of this process's docker pool: they belong there."""
+    from workers import sandbox
+
+    pool = sandbox._runtimes.get("docker")
+    return pool.backend.agent_pids() if pool is not None else set()
+
+
+def sandbox_uids() -> dict[int, list[str]]:
+    """Host processes running as a sandbox uid (bwrap slots or docker job uids) -> cmdlines,
+    except the agents of live pool containers."""
+    found: dict[int, list[str]] = {}
+    agents = _live_agents()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in agents:
+            continue
+        try:
+            uid_line = next(l for l in (d / "status").read_text().splitlines() if l.startswith("Uid:"))
+            uid = int(uid_line.split()[1])
+            if SLOT_UID_BASE <= uid < SLOT_UID_BASE + 1000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.setdefault(uid, []).append(f"{d.name}: {cmd}")
+        except (OSError, StopIteration):
+            continue
+    return found
+
+
+
+
+def wait_no_sandbox_processes(match: str = "", timeout_s: float = 15.0) -> dict[int, list[str]]:
+    """Poll until no sandbox process (whose cmdline contains `match`) exists; returns what is left.
+
+    Killed processes vanish asynchronously (the kernel reaps them after SIGKILL), so the check
+    waits for the condition instead of looking once.
+    """
+    import time
+
+    end = time.monotonic() + timeout_s
+    while True:
+        left = {u: [p for p in ps if match in p] for u, ps in sandbox_uids().items()}
+        left = {u: ps for u, ps in left.items() if ps}
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)

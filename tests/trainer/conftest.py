@@ -1,0 +1,35 @@
+"""Fixtures for the trainer tests: the tiny model built once per session, and ``require``."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when something the test needs is missing; fail instead under TEMPER_REQUIRE_SERVICES=1."""
+    if condition:
+        return
+    if os.environ.get("TEMPER_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required but missing: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory) -> str:
+    """A freshly built tiny Llama + char tokenizer, loaded by tests through from_pretrained."""
+    import torch
+
+    torch.set_num_threads(1)
+    from trainer.models.tiny import build_tiny
+
+    return str(build_tiny(tmp_path_factory.mktemp("tiny") / "model", layers=2))
+
+
+@pytest.fixture
+def base_config(tiny_path) -> dict:
+    """A small, fast job config on single-digit addition."""
+    return {"model": {"path": tiny_path}, "seed": 0,
+            "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 3},
+            "optimizer": {"lr": 1e-3, "micro_batch_size": 8},
+            "limits": {"max_steps": 3}}

@@ -1,0 +1,200 @@
+"""The step-wise job: metrics, infrastructure masking, dynamic sampling, resume, CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainer.config import ConfigError
+from trainer.job import Job
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.builtin import verify_exact
+
+
+def record(into: list):
+    def cb(step, metrics, samples):
+        into.append((step, dict(metrics), samples))
+    return cb
+
+
+def test_step_reports_metrics_and_samples(base_config):
+    seen = []
+    job = Job(base_config, callbacks=[record(seen)])
+    metrics = job.step()
+    assert job.step_count == 1 and seen[0][0] == 1 and seen[0][1] == metrics
+    for key in ["reward/builtin-addition", "pass_rate/builtin-addition", "loss/policy",
+                "policy/entropy", "policy/clip_frac", "policy/grad_norm", "policy/kl",
+                "mismatch/logprob_abs", "mismatch/kl", "perf/tokens_per_s", "perf/completions_per_s",
+                "perf/generator_idle_frac", "stage/generate_s", "stage/verify_s", "stage/update_s",
+                "stage/sync_s", "response/length", "response/truncated_frac"]:
+        assert key in metrics, key
+    counts = sum(v for k, v in metrics.items() if k.startswith("outcome/builtin-addition/"))
+    assert counts == 16
+    assert metrics["mismatch/logprob_abs"] < 1e-3  # same weights generated and recomputed
+    sample = seen[0][2][0]
+    assert {"prompt", "completion", "reward", "outcome", "domain", "details"} <= set(sample)
+    assert sample["domain"] == "builtin-addition" and sample["outcome"] in ("pass", "fail")
+
+
+def test_infrastructure_outcomes_are_masked(base_config):
+    calls = []
+
+    def flaky(items):
+        # every other completion: the sandbox failed; the rest pass when even-indexed in pairs
+        out = []
+        for i, (completion, task) in enumerate(items):
+            calls.append(i)
+            if i % 2:
+                out.append(Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": "pool gone"}))
+            else:
+                out.append(Verification.passed() if i % 4 == 0 else Verification.failed())
+        return out
+
+    seen = []
+    job = Job(base_config, callbacks=[record(seen)], verify_batch=flaky, samples_per_step=16)
+    metrics = job.step()
+    assert metrics["outcome/builtin-addition/sandbox_error"] == 8
+    assert metrics["batch/infra_masked"] == 8
+    assert metrics["reward/builtin-addition"] == pytest.approx(0.5)  # 4 pass of 8 valid, not 4/16
+    samples = seen[0][2]
+    infra = [s for s in samples if s["outcome"] == "sandbox_error"]
+    assert len(infra) == 8 and all(s["reward"] is None and s["advantage"] == 0 for s in infra)
+    scored = [s for s in samples if s["outcome"] != "sandbox_error"]
+    assert all(s["advantage"] != 0 for s in scored)  # each group has one pass and one fail
+
+
+def test_infrastructure_samples_do_not_change_the_update(base_config):
+    """An update with masked samples equals one where those samples never existed."""
+    def verdicts(items):
+        return [Verification(Outcome.SANDBOX_ERROR) if i % 4 == 3 else
+                (Verification.passed() if i % 2 else Verification.failed())
+                for i, _ in enumerate(items)]
+
+    job = Job(base_config, verify_batch=verdicts)
+    twin = Job(base_config, verify_batch=verdicts)
+    collect = twin._collect
+    twin._collect = lambda metrics: [t for t in collect(metrics) if not t.verification.is_infrastructure]
+    job.step()
+    twin.step()
+    for a, b in zip(job.model.parameters(), twin.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_dynamic_sampling_refill_is_bounded(base_config):
+    base_config["algorithm"] = {"dynamic_sampling": True, "max_refills": 2}
+    generated = []
+    job = Job(base_config, verify_batch=lambda items: [Verification.failed() for _ in items])
+    original = job._generate
+    job._generate = lambda requests: generated.append(len(requests)) or original(requests)
+    metrics = job.step()
+    assert generated == [4, 4, 4]  # the batch and exactly max_refills refills, then give up
+    assert metrics["batch/refills"] == 2 and metrics["batch/dropped_groups"] == 12
+    assert "loss/policy" not in metrics  # nothing informative was left to train on
+
+
+def test_dynamic_sampling_keeps_only_informative_groups(base_config):
+    base_config["algorithm"] = {"dynamic_sampling": True, "max_refills": 3}
+    state = {"n": 0}
+
+    def some_flat(items):
+        # groups arrive 4 samples at a time; every second group is all-fail
+        out = []
+        for _ in items:
+            group, k = divmod(state["n"], 4)
+            state["n"] += 1
+            out.append(Verification.passed() if group % 2 and k == 0 else Verification.failed())
+        return out
+
+    seen = []
+    job = Job(base_config, callbacks=[record(seen)], verify_batch=some_flat, samples_per_step=100)
+    metrics = job.step()
+    assert metrics["batch/refills"] >= 1
+    adv_by_group = {}
+    for s in seen[0][2]:
+        adv_by_group.setdefault(s["task_id"] + str(s["prompt"]), []).append(s["advantage"])
+    assert all(any(a != 0 for a in advs) for advs in adv_by_group.values())
+
+
+def batch_signature(samples):
+    return [(s["task_id"], s["completion"], s["outcome"]) for s in samples]
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_resume_reproduces_the_next_batch(base_config, tmp_path, staleness):
+    base_config["rollout"]["staleness"] = staleness
+    base_config["sampler"] = {"adaptive_budget": True, "min_samples": 2, "max_samples": 6}
+    straight = []
+    job = Job(base_config, callbacks=[record(straight)], samples_per_step=200)
+    job.step()
+    job.step()
+    job.save_checkpoint(tmp_path / "step-2")
+    job.step()
+    job.close()
+    resumed_seen = []
+    resumed = Job.resume(tmp_path / "step-2", callbacks=[record(resumed_seen)], samples_per_step=200)
+    assert resumed.step_count == 2
+    resumed.step()
+    resumed.close()
+    assert batch_signature(resumed_seen[0][2]) == batch_signature(straight[2][2])
+    assert resumed_seen[0][1]["reward/builtin-addition"] == straight[2][1]["reward/builtin-addition"]
+    for a, b in zip(job.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_sft_stage_lowers_loss(base_config):
+    base_config["sft"] = {"steps": 0, "lr": 3e-3, "batch_size": 32}
+    job = Job(base_config)
+    losses = job.sft(30)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+
+
+def test_unknown_domain_and_missing_model_name_the_field(base_config):
+    with pytest.raises(ConfigError) as info:
+        Job({**base_config, "domains": {"no-such-domain": 1.0}})
+    assert info.value.errors == [("domains.no-such-domain", "unknown domain")]
+    with pytest.raises(ConfigError) as info:
+        Job({**base_config, "model": {"path": ""}})
+    assert info.value.errors[0][0] == "model.path"
+
+
+def test_zero_stage_needs_deepspeed_and_cuda(base_config):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the switch would really start DeepSpeed")
+    base_config["optimizer"]["zero_stage"] = 2
+    with pytest.raises(ConfigError) as info:
+        Job(base_config)
+    assert all(path == "optimizer.zero_stage" for path, _ in info.value.errors)
+
+
+def test_rloo_and_kl_and_sequence_aggregation_run(base_config):
+    base_config["algorithm"] = {"name": "rloo", "kl_coef": 0.05, "loss_aggregation": "sequence",
+                                "updates_per_batch": 2}
+    alternate = lambda items: [Verification.passed() if i % 2 else Verification.failed()
+                               for i, _ in enumerate(items)]
+    job = Job(base_config, verify_batch=alternate)
+    job.step()
+    metrics = job.step()
+    assert metrics["policy/kl"] > 0  # the policy moved away from the frozen reference
+
+
+def test_cli_runs_a_job_and_reports_config_errors(base_config, tmp_path):
+    base_config["checkpoint"] = {"dir": str(tmp_path / "ckpt"), "every_steps": 1, "keep_last": 2}
+    base_config["limits"]["max_steps"] = 3
+    (tmp_path / "run.json").write_text(json.dumps(base_config))
+    out = subprocess.run([sys.executable, "-m", "trainer", "run", str(tmp_path / "run.json"),
+                          "--no-progress", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 3
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-2", "step-3"]
+    ckpt = tmp_path / "ckpt" / "step-3"
+    assert {"model", "optimizer.pt", "rng.pt", "state.json"} <= {p.name for p in ckpt.iterdir()}
+    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
+    (tmp_path / "bad.yaml").write_text("model: {path: x}\nalgorithm: {clip_high: 0}\n")
+    bad = subprocess.run([sys.executable, "-m", "trainer", "run", str(tmp_path / "bad.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "algorithm.clip_high: must be greater than 0" in bad.stderr

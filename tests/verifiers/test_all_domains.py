@@ -1,0 +1,50 @@
+"""Every registered domain: deterministic tasks, a reference answer passes, a wrong one does not."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from trainer.catalogue.references import reference_completion, wrong_completion
+from trainer.outcomes import Outcome
+from trainer.registry import all_domains
+from trainer.verifiers import validate_cascade
+
+DOMAINS = all_domains()
+NOT_PASSING = {Outcome.FAIL, Outcome.PARTIAL, Outcome.PARSE_ERROR}
+
+
+def test_catalogue_has_at_least_110_domains():
+    assert len(DOMAINS) >= 110
+    families = {spec.family for spec in DOMAINS.values()}
+    assert {"reasoning_gym", "humaneval", "math", "documents", "tool_use"} <= families
+
+
+def test_every_reasoning_gym_generator_is_a_domain():
+    from reasoning_gym.factory import DATASETS
+
+    assert {f"rg-{name}" for name in DATASETS} <= set(DOMAINS)
+
+
+@pytest.mark.parametrize("slug", sorted(DOMAINS))
+def test_domain(slug, request):
+    spec = DOMAINS[slug]
+    if spec.sandbox_spec or spec.family == "humaneval":
+        request.getfixturevalue("real_sandbox")
+    assert validate_cascade(spec.verifier_spec) == []
+    json.dumps([spec.verifier_spec, spec.task_source_spec, spec.sandbox_spec])  # plain JSON data
+    assert spec.source.levels >= 1
+    for level in sorted({0, spec.source.levels - 1}):
+        task = spec.source.sample(random.Random(1000 + level), level)
+        again = spec.source.sample(random.Random(1000 + level), level)
+        assert (again.id, again.prompt, repr(again.answer)) == (task.id, task.prompt, repr(task.answer))
+        assert task.domain == slug and task.prompt
+
+        good = spec.verify(reference_completion(spec, task), task)
+        assert good.outcome is Outcome.PASS, (level, good.details)
+        assert good.reward == 1.0
+
+        bad = spec.verify(wrong_completion(spec, task), task)
+        assert bad.outcome in NOT_PASSING, (level, bad.details)
+        assert bad.reward is not None and bad.reward < 1.0

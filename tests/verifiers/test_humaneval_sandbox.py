@@ -1,0 +1,28 @@
+"""HumanEval through the real sandbox runtime (workers.sandbox): required in CI."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from trainer.catalogue.humaneval import broken_completion, problems, reference_completion, task_for
+from trainer.outcomes import Outcome
+from trainer.registry import get
+
+
+@pytest.mark.slow
+def test_all_164_canonical_solutions_pass_and_broken_variants_fail_in_the_sandbox(real_sandbox):
+    verify = get("code-humaneval").verify
+    tasks = [task_for(p) for p in problems()]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        good = list(pool.map(lambda t: verify(reference_completion(t), t), tasks))
+        bad = list(pool.map(lambda t: verify(broken_completion(t), t), tasks))
+    assert [(t.id, v.outcome.value) for t, v in zip(tasks, good) if v.outcome is not Outcome.PASS] == []
+    assert [t.id for t, v in zip(tasks, bad) if v.outcome is Outcome.PASS] == []
+    assert not any(v.is_infrastructure for v in good + bad)
+
+
+def test_endless_solution_is_timeout_in_the_sandbox(real_sandbox):
+    task = task_for(problems()[0])
+    v = get("code-humaneval").verify(task.answer["prompt"] + "    while True: pass\n", task)
+    assert v.outcome is Outcome.TIMEOUT

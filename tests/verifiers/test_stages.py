@@ -1,0 +1,198 @@
+"""Each verifier family on its own, the stage registry and cascade validation."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainer.outcomes import Outcome
+from trainer.tasks.base import Task
+from trainer.verifiers import STAGES, cascade_json_schema, validate_cascade
+from trainer.verifiers.cascade import CascadeError, compile_cascade, run_cascade
+from trainer.verifiers.choice import multiple_choice
+from trainer.verifiers.code import code_tests, set_sandbox_executor
+from trainer.verifiers.exact import exact_match
+from trainer.verifiers.extract import extract_answer
+from trainer.verifiers.format_length import format_check, length_check
+from trainer.verifiers.json_checks import json_fields, json_schema
+from trainer.verifiers.judge import JudgeResult, judge_stage, set_judge
+from trainer.verifiers.math_equiv import math_equivalence
+from trainer.verifiers.numeric import numeric_match
+from trainer.verifiers.regex import regex_match
+
+
+def task(answer=None, **meta):
+    return Task("test", "1", "q", answer=answer, meta=meta)
+
+
+@pytest.mark.parametrize("completion, outcome", [
+    ("42", Outcome.PASS), (" 42 \n", Outcome.PASS), ("43", Outcome.FAIL), ("forty-two", Outcome.FAIL),
+])
+def test_exact(completion, outcome):
+    assert exact_match(completion, task("42")).outcome is outcome
+
+
+@pytest.mark.parametrize("completion, kwargs, outcome", [
+    ("100.4", {"abs_tol": 0.5}, Outcome.PASS),
+    ("100.6", {"abs_tol": 0.5}, Outcome.FAIL),
+    ("101", {"rel_tol": 0.01}, Outcome.PASS),
+    ("102", {"rel_tol": 0.01}, Outcome.FAIL),
+    ("1e2", {}, Outcome.PASS),
+    ("100%", {}, Outcome.FAIL),
+    ("a hundred", {}, Outcome.PARSE_ERROR),
+])
+def test_numeric_tolerances(completion, kwargs, outcome):
+    assert numeric_match(completion, task(100), **kwargs).outcome is outcome
+
+
+def test_regex_and_choice_and_extract():
+    assert regex_match("id: AB-1234", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.PASS
+    assert regex_match("id: AB-12", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.FAIL
+    t = task("C", choices=["red", "green", "blue"])
+    assert multiple_choice("(C)", t).outcome is Outcome.PASS
+    assert multiple_choice("blue", t).outcome is Outcome.PASS
+    assert multiple_choice("green", t).outcome is Outcome.FAIL
+    assert extract_answer("x \\boxed{\\frac{1}{2}} y <answer>7</answer>", task(), methods=["boxed"]).details["extracted"] == "\\frac{1}{2}"
+    assert extract_answer("x", task(), methods=["boxed", "answer_tag"]).outcome is Outcome.PARSE_ERROR
+
+
+def test_json_schema_and_fields():
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+    assert json_schema('{"a": 1}', task(), schema=schema).outcome is Outcome.PASS
+    assert json_schema('{"a": "1"}', task(), schema=schema).outcome is Outcome.FAIL
+    assert json_schema('not json', task(), schema=schema).outcome is Outcome.PARSE_ERROR
+    t = task({"x": 10.0, "y": "ok", "z": 3})
+    assert json_fields('{"x": 10.4, "y": "OK", "z": 3}', t, tolerances={"x": {"abs": 0.5}}).outcome is Outcome.PASS
+    partial = json_fields('{"x": 11, "y": "ok", "z": 3}', t, tolerances={"x": {"abs": 0.5}})
+    assert partial.outcome is Outcome.PARTIAL and partial.score == pytest.approx(2 / 3)
+    assert json_fields('{"x": 11, "y": "ok", "z": 3}', t, partial_credit=False).outcome is Outcome.FAIL
+
+
+@pytest.mark.parametrize("completion, outcome", [
+    ("\\boxed{\\frac{2}{4}}", Outcome.PASS),
+    ("\\boxed{0.5}", Outcome.PASS),
+    ("$\\boxed{x^2 + 2x + 1}$", Outcome.FAIL),
+])
+def test_math_equivalence(completion, outcome):
+    assert math_equivalence(completion, task("\\frac{1}{2}")).outcome is outcome
+    assert math_equivalence("$\\boxed{(x+1)^2}$", task("x^2 + 2x + 1")).outcome is Outcome.PASS
+
+
+def test_format_length_and_judge():
+    assert format_check("<think>a</think><answer>b</answer>", task(), required_tags=["think"]).outcome is Outcome.PASS
+    assert format_check("<answer>b</answer>", task(), required_tags=["think"]).outcome is Outcome.FAIL
+    assert length_check("a " * 100, task(), max_words=50).outcome is Outcome.FAIL
+    assert judge_stage("x", task()).outcome is Outcome.JUDGE_ERROR
+    assert judge_stage("x", task()).reward is None  # infrastructure: masked, never 0
+    set_judge("default", lambda request: JudgeResult(0.2))
+    try:
+        assert judge_stage("x", task(), threshold=0.5).outcome is Outcome.FAIL
+        set_judge("default", lambda request: 1 / 0)
+        assert judge_stage("x", task()).outcome is Outcome.JUDGE_ERROR
+    finally:
+        set_judge("default", None)
+
+
+class FakeVerdict:
+    """A sandbox verdict as the sandbox runtime returns it (only the fields the mapping reads)."""
+
+    def __init__(self, status, stdout="", stderr=""):
+        self.status, self.stdout, self.stderr, self.tests = status, stdout, stderr, []
+
+
+@pytest.mark.parametrize("status, outcome", [
+    ("timeout_cpu", Outcome.TIMEOUT), ("timeout_wall", Outcome.TIMEOUT), ("memory_limit", Outcome.MEMORY_LIMIT),
+    ("output_limit", Outcome.OUTPUT_LIMIT), ("runtime_error", Outcome.RUNTIME_ERROR), ("sandbox_error", Outcome.SANDBOX_ERROR),
+    ("something_new", Outcome.SANDBOX_ERROR),
+])
+def test_code_status_mapping(status, outcome):
+    set_sandbox_executor(lambda files, command, limits=None, stdin=None, **kw: FakeVerdict(status))
+    try:
+        assert code_tests("def f(): pass", task({"tests": ["assert f() is None"]})).outcome is outcome
+    finally:
+        set_sandbox_executor(None)
+
+
+def test_code_needs_markers_with_this_jobs_nonce():
+    """Status ok is not enough: the harness's markers, with the job's nonce, must report every test passed."""
+    seen = {}
+
+    def executor(files, command, limits=None, stdin=None, **kw):
+        seen["nonce"] = json.loads(stdin)["nonce"]
+        forged = '@@temper-test 0000 {"name": "test_0", "passed": true, "message": ""}\n'
+        return FakeVerdict("ok", stdout=forged)
+
+    set_sandbox_executor(executor)
+    try:
+        v = code_tests("print('@@temper-test 0000 ...')", task({"tests": ["assert True"]}))
+        assert v.outcome is Outcome.FAIL and "no test pass markers" in v.details["error"]
+        assert seen["nonce"] != "0000"
+        set_sandbox_executor(lambda *a, **k: (_ for _ in ()).throw(ConnectionError("engine down")))
+        v = code_tests("x", task({"tests": ["assert True"]}))
+        assert v.outcome is Outcome.SANDBOX_ERROR and v.reward is None
+    finally:
+        set_sandbox_executor(None)
+
+
+def test_validate_cascade_paths_and_messages():
+    spec = {"stages": [
+        {"type": "extract", "params": {"methods": ["boxed", "nope"]}},
+        {"type": "numeric", "timeout_s": -1, "params": {"abs_tol": -0.1}},
+        {"type": "foo"},
+        {"type": "regex", "params": {"pattern": "("}, "stop_on": ["pass", "maybe"], "extra": 1},
+    ], "other": True}
+    errors = dict(validate_cascade(spec))
+    assert errors["verifier.other"] == "unknown key"
+    assert errors["verifier.stages[0].params.methods[1]"] == "must be one of: boxed, answer_tag, final_line"
+    assert errors["verifier.stages[1].timeout_s"] == "must be greater than 0"
+    assert errors["verifier.stages[1].params.abs_tol"] == "must be at least 0"
+    assert errors["verifier.stages[2].type"] == "unknown stage type 'foo'"
+    assert errors["verifier.stages[3].params.pattern"].startswith("is not a valid regular expression")
+    assert errors["verifier.stages[3].stop_on[1]"].startswith("must be one of: pass, fail")
+    assert errors["verifier.stages[3].extra"] == "unknown key"
+    assert validate_cascade({"stages": []}) == [("verifier.stages", "must be a non-empty list")]
+    with pytest.raises(CascadeError) as info:
+        compile_cascade({"stages": [{"type": "foo"}]})
+    assert info.value.errors == [("verifier.stages[0].type", "unknown stage type 'foo'")]
+
+
+def test_every_stage_type_has_an_importable_function_and_schema():
+    schema = cascade_json_schema()
+    assert len(schema["properties"]["stages"]["items"]["oneOf"]) == len(STAGES)
+    for stage in STAGES.values():
+        assert callable(stage.fn), stage.name
+        assert stage.params_schema["type"] == "object"
+        assert validate_cascade({"stages": [{"type": stage.name}]}) == []
+
+
+def test_validation_imports_no_heavy_dependency():
+    code = (
+        "import sys, trainer.verifiers as v\n"
+        "v.validate_cascade({'stages': [{'type': 'math'}, {'type': 'rg_score'}, {'type': 'code_tests'}]})\n"
+        "v.cascade_json_schema()\n"
+        "heavy = [m for m in ('torch', 'sympy', 'math_verify', 'reasoning_gym', 'jsonschema', 'numpy', 'workers') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=str(__import__("conftest").ROOT))
+    assert out.stdout.strip() == "[]"
+
+
+def test_cascade_cheap_first_and_stops_at_decisive_stage():
+    spec = {"stages": [{"type": "math"}, {"type": "exact"}, {"type": "extract", "params": {"methods": ["boxed"]}}]}
+    t = task("3")
+    v = run_cascade(spec, "so \\boxed{3}", t)
+    assert v.outcome is Outcome.PASS
+    assert [s["stage"] for s in v.details["stages"]] == ["extract", "exact"]  # math never ran
+    v = run_cascade(spec, "so \\boxed{6/2}", t)
+    assert v.outcome is Outcome.PASS and v.details["stage"] == "math"
+    v = run_cascade(spec, "so \\boxed{4}", t)
+    assert v.outcome is Outcome.FAIL and [s["stage"] for s in v.details["stages"]] == ["extract", "exact", "math"]
+    v = run_cascade(spec, "no box", t)
+    assert v.outcome is Outcome.PARSE_ERROR and len(v.details["stages"]) == 1
+    gate = {"stages": [{"type": "length", "params": {"max_chars": 5}}, {"type": "exact"}]}
+    assert run_cascade(gate, "3" * 10, t).details["stage"] == "length"
+    stop = {"stages": [{"type": "exact", "stop_on": ["pass", "fail"]}, {"type": "numeric"}]}
+    assert run_cascade(stop, "3.0", t).outcome is Outcome.FAIL
+    assert run_cascade({"stages": [{"type": "exact"}, {"type": "numeric"}]}, "3.0", t).outcome is Outcome.PASS

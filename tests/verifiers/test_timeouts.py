@@ -1,0 +1,104 @@
+"""A stage that never returns is cut at its timeout from outside, and the caller stays responsive."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+from trainer.verifiers.cascade import run_cascade
+from trainer.verifiers.isolation import ProcessPool
+from trainer.verifiers.judge import set_judge
+from trainer.verifiers.stages import STAGES, StageType, register_stage
+
+THIS = __name__
+
+
+def endless_loop(completion: str, task: Task) -> Verification:
+    while True:
+        pass
+
+
+def report_pid(completion: str, task: Task) -> Verification:
+    return Verification.passed(pid=os.getpid())
+
+
+def catches_everything(completion: str, task: Task) -> Verification:
+    import time
+
+    while True:
+        try:
+            time.sleep(3600)
+        except BaseException:  # noqa: BLE001 - a hostile stage ignoring interruption
+            pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def test_stage_types():
+    for name, fn in [("t_loop", "endless_loop"), ("t_pid", "report_pid"), ("t_stubborn", "catches_everything")]:
+        register_stage(StageType(name, f"{THIS}:{fn}", {"type": "object", "additionalProperties": False, "properties": {}}))
+    yield
+    for name in ("t_loop", "t_pid", "t_stubborn"):
+        STAGES.pop(name, None)
+
+
+@pytest.fixture
+def pool():
+    p = ProcessPool(max_workers=1)
+    yield p
+    p.close()
+
+
+def test_endless_loop_becomes_timeout_and_worker_is_replaced(pool):
+    t = Task("test", "1", "q")
+    first_pid = run_cascade({"stages": [{"type": "t_pid"}]}, "", t, pool=pool).details["pid"]
+    v = run_cascade({"stages": [{"type": "t_loop", "timeout_s": 0.5}]}, "", t, pool=pool)
+    assert v.outcome is Outcome.TIMEOUT
+    assert v.reward == 0.0
+    with pytest.raises(ProcessLookupError):
+        os.kill(first_pid, 0)  # the looping worker was killed, not left spinning
+    after = run_cascade({"stages": [{"type": "t_pid"}]}, "", t, pool=pool)
+    assert after.outcome is Outcome.PASS and after.details["pid"] != first_pid
+
+
+def test_stage_that_swallows_signals_is_still_cut(pool):
+    v = run_cascade({"stages": [{"type": "t_stubborn", "timeout_s": 0.5}]}, "", Task("test", "1", "q"), pool=pool)
+    assert v.outcome is Outcome.TIMEOUT
+
+
+def test_symbolic_expression_that_keeps_math_verify_busy_is_timeout(pool):
+    """math-verify on a tower of exponents would run for minutes; the stage is cut at 2 s."""
+    t = Task("test", "1", "q", answer="2^{2^{2^{2^{2^{2}}}}} + 1")
+    v = run_cascade({"stages": [{"type": "math", "timeout_s": 2.0}]}, "$\\boxed{3^{3^{3^{3^{3}}}} - 7}$", t, pool=pool)
+    assert v.outcome is Outcome.TIMEOUT
+    ok = run_cascade({"stages": [{"type": "math"}]}, "$\\boxed{4}$", Task("test", "2", "q", answer="2+2"), pool=pool)
+    assert ok.outcome is Outcome.PASS
+
+
+def test_thread_stage_hanging_is_timeout():
+    release = threading.Event()
+    set_judge("hanging", lambda request: release.wait() and None)
+    try:
+        v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "hanging"}, "timeout_s": 0.3}]}, "x", Task("t", "1", "q"))
+        assert v.outcome is Outcome.TIMEOUT
+    finally:
+        release.set()
+        set_judge("hanging", None)
+
+
+def test_callers_on_other_threads_are_not_blocked_by_a_hanging_stage():
+    pool = ProcessPool(max_workers=2)
+    results = {}
+    try:
+        hang = threading.Thread(target=lambda: results.setdefault("hang", run_cascade(
+            {"stages": [{"type": "t_loop", "timeout_s": 3.0}]}, "", Task("t", "1", "q"), pool=pool)))
+        hang.start()
+        quick = [run_cascade({"stages": [{"type": "exact"}]}, "a", Task("t", str(i), "q", answer="a"), pool=pool) for i in range(20)]
+        assert "hang" not in results  # the quick verifications finished while the loop still ran
+        assert all(v.outcome is Outcome.PASS for v in quick)
+        hang.join()
+        assert results["hang"].outcome is Outcome.TIMEOUT
+    finally:
+        pool.close()

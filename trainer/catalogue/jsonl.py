@@ -1,0 +1,143 @@
+"""JSONL uploads: ``{"prompt", "answer" | "tests", "metadata"?, "id"?, "level"?}`` per line.
+
+:func:`parse_jsonl` returns every line as a Task, or raises :class:`JSONLError` listing every bad
+line with its number and field; nothing is returned (so nothing is imported) when any line is
+bad. The caller picks the verifier cascade; pass it as ``verifier`` to also check it, and a
+cascade with a ``code_tests`` stage requires ``tests`` on every line.
+
+>>> tasks = parse_jsonl('{"prompt": "2+2?", "answer": "4"}\\n{"prompt": "3+3?", "answer": "6", "id": "b"}\\n', domain="upload")
+>>> [(t.id, t.answer) for t in tasks]
+[('1', '4'), ('b', '6')]
+>>> parse_jsonl('{"prompt": "a", "answer": "1"}\\n{"prompt": "b"}\\nnot json\\n')
+Traceback (most recent call last):
+...
+trainer.catalogue.jsonl.JSONLError: 2 bad lines: line 2: answer: required (or tests); line 3: invalid JSON: Expecting value at column 1
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from trainer.tasks.base import Task
+
+MAX_LINES = 100_000
+MAX_LINE_BYTES = 1_000_000
+ALLOWED = {"prompt", "answer", "tests", "metadata", "id", "level"}
+
+
+class JSONLError(ValueError):
+    """Every bad line of an upload: ``errors`` is a list of ``(line_number, field, message)``."""
+
+    def __init__(self, errors: list[tuple[int, str, str]]) -> None:
+        self.errors = errors
+        shown = "; ".join(f"line {n}: {f + ': ' if f else ''}{m}" for n, f, m in errors[:50])
+        more = f"; and {len(errors) - 50} more" if len(errors) > 50 else ""
+        super().__init__(f"{len(errors)} bad line{'s' if len(errors) != 1 else ''}: {shown}{more}")
+
+
+def _check_line(obj: Any, needs_tests: bool) -> list[tuple[str, str]]:
+    if not isinstance(obj, dict):
+        return [("", "must be a JSON object")]
+    errors = []
+    prompt = obj.get("prompt")
+    if prompt is None:
+        errors.append(("prompt", "required"))
+    elif not isinstance(prompt, str) or not prompt.strip():
+        errors.append(("prompt", "must be a non-empty string"))
+    if needs_tests and "tests" not in obj:
+        errors.append(("tests", "required by the code_tests stage"))
+    elif "answer" not in obj and "tests" not in obj:
+        errors.append(("answer", "required (or tests)"))
+    if "tests" in obj:
+        tests = obj["tests"]
+        ok = isinstance(tests, str) and tests.strip() or (isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests))
+        if not ok:
+            errors.append(("tests", "must be a non-empty string or a list of strings"))
+    if "metadata" in obj and not isinstance(obj["metadata"], dict):
+        errors.append(("metadata", "must be an object"))
+    if "id" in obj and not isinstance(obj["id"], (str, int)):
+        errors.append(("id", "must be a string or an integer"))
+    if "level" in obj and (not isinstance(obj["level"], int) or isinstance(obj["level"], bool) or obj["level"] < 0):
+        errors.append(("level", "must be an integer >= 0"))
+    for key in sorted(set(obj) - ALLOWED):
+        errors.append((key, "unknown field"))
+    return errors
+
+
+def parse_jsonl(
+    data: str | bytes,
+    *,
+    domain: str = "upload",
+    verifier: dict[str, Any] | None = None,
+    max_lines: int = MAX_LINES,
+) -> list[Task]:
+    """Parse an upload into Tasks (blank lines skipped); raise :class:`JSONLError` on any bad line."""
+    errors: list[tuple[int, str, str]] = []
+    needs_tests = False
+    if verifier is not None:
+        from trainer.verifiers.stages import validate_cascade
+
+        for path, message in validate_cascade(verifier):
+            errors.append((0, path, message))
+        stages = verifier.get("stages") if isinstance(verifier, dict) else None
+        needs_tests = isinstance(stages, list) and any(isinstance(s, dict) and s.get("type") == "code_tests" for s in stages)
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONLError([(data[: exc.start].count(b"\n") + 1, "", "not valid UTF-8")]) from None
+    lines = data.splitlines()
+    if len([ln for ln in lines if ln.strip()]) > max_lines:
+        raise JSONLError([(max_lines + 1, "", f"too many lines (at most {max_lines})")])
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE_BYTES:
+            errors.append((number, "", f"line longer than {MAX_LINE_BYTES} characters"))
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append((number, "", f"invalid JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        problems = _check_line(obj, needs_tests)
+        errors.extend((number, f, m) for f, m in problems)
+        if problems:
+            continue
+        task_id = str(obj.get("id", number))
+        if task_id in seen:
+            errors.append((number, "id", f"duplicate of line {seen[task_id]}"))
+            continue
+        seen[task_id] = number
+        answer = obj.get("answer")
+        meta = dict(obj.get("metadata", {}))
+        if "tests" in obj:
+            answer = {"tests": obj["tests"], **({"answer": answer} if answer is not None else {})}
+            for key in ("entry_point", "prompt_prefix"):
+                if key in meta:
+                    answer[key if key != "prompt_prefix" else "prompt"] = meta[key]
+        tasks.append(Task(domain=domain, id=task_id, prompt=obj["prompt"], answer=answer, level=int(obj.get("level", 0)), meta=meta))
+    if errors:
+        raise JSONLError(sorted(errors))
+    if not tasks:
+        raise JSONLError([(1, "", "the upload has no tasks")])
+    return tasks
+
+
+@dataclasses.dataclass
+class UploadedSource:
+    """A task source over uploaded tasks: draws one uniformly with the caller's rng."""
+
+    slug: str
+    """Domain slug."""
+    tasks: list[Task]
+    """The parsed upload."""
+    levels: int = 1
+    """Uploaded tasks have one level unless they say otherwise."""
+
+    def sample(self, rng: Any, level: int = 0) -> Task:
+        pool = [t for t in self.tasks if t.level == level] or self.tasks
+        return pool[rng.randrange(len(pool))]

@@ -1,0 +1,52 @@
+"""Reference (correct) and deliberately wrong completions for any catalogue task.
+
+Used by the all-domains test, the throughput bench, and as SFT targets: a reference completion is
+what a perfect model would write, in the format the domain's cascade expects.
+"""
+from __future__ import annotations
+
+import json
+
+from trainer.registry import DomainSpec
+from trainer.tasks.base import Task
+
+
+def reference_completion(spec: DomainSpec, task: Task) -> str:
+    """A completion the domain's verifier should pass."""
+    if spec.family == "reasoning_gym":
+        return f"<answer>{task.answer}</answer>"
+    if spec.family == "humaneval":
+        from trainer.catalogue.humaneval import reference_completion as humaneval_reference
+
+        return humaneval_reference(task)
+    if spec.family == "math":
+        return f"The answer is $\\boxed{{{task.answer}}}$."
+    if spec.family == "documents":
+        from trainer.catalogue.documents import reference_completion as document_reference
+
+        return document_reference(task)
+    if spec.family == "tool_use":
+        return str(task.answer)
+    return str(task.answer)
+
+
+def wrong_completion(spec: DomainSpec, task: Task) -> str:
+    """A well-formed completion the domain's verifier should not pass."""
+    if spec.family == "reasoning_gym":
+        return "<answer>zzz wrong</answer>"
+    if spec.family == "humaneval":
+        from trainer.catalogue.humaneval import broken_completion
+
+        return broken_completion(task)
+    if spec.family == "math":
+        return f"The answer is $\\boxed{{{task.meta['wrong_answer']}}}$."
+    if spec.family == "documents":
+        if isinstance(task.answer, dict):
+            wrong = {k: (v + 1000 if isinstance(v, (int, float)) else v) for k, v in task.answer.items()}
+            wrong["revenue"] = -1
+            return f"<answer>{json.dumps(wrong)}</answer>"
+        return f"<answer>{float(task.answer) + 1000}</answer>"
+    if spec.family == "tool_use":
+        return '{"tool": "submit"}'
+    answer = str(task.answer)
+    return answer + "9" if answer else "zzz wrong"

@@ -1,0 +1,70 @@
+"""The multi-turn Environment interface the tool-use domains implement.
+
+``reset(task) -> observation``; ``step(action) -> StepResult(observation, done, outcome)``.
+:class:`StepResult` is a NamedTuple, so it unpacks as ``observation, done, verification`` and
+also reads as ``.observation``/``.done``/``.outcome``, the shape of ``trainer.envs.StepResult``
+on the trainer branch; the protocols are structurally the same, so the trainer's episode runner
+can drive these environments. ``evaluate()`` scores the current state (reward from the final
+state), which is what a replay of a whole transcript uses when it ends without ``submit``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NamedTuple, Protocol
+
+from trainer.outcomes import Verification
+from trainer.tasks.base import Task
+
+
+class StepResult(NamedTuple):
+    """What the environment says after one model turn."""
+
+    observation: str
+    """Text shown to the model next (tool output or error)."""
+    done: bool
+    """True once the episode is over."""
+    outcome: Verification | None = None
+    """The episode's verification once done."""
+
+
+class Environment(Protocol):
+    """A stateful tool-use environment for one episode at a time."""
+
+    name: str
+
+    def reset(self, task: Task) -> str: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def evaluate(self) -> Verification: ...
+
+
+class ActionError(ValueError):
+    """The model's turn is not a valid tool call; the message is shown to it."""
+
+
+def parse_action(text: str) -> dict[str, Any]:
+    """The tool call in a model turn: the last JSON object with a ``tool`` key.
+
+    >>> parse_action('I will look. {"tool": "get", "key": "x"}')
+    {'tool': 'get', 'key': 'x'}
+    """
+    tagged = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S)
+    candidates = tagged or re.findall(r"\{[^{}]*\}", text)
+    for raw in reversed(candidates):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("tool"), str):
+            return value
+    raise ActionError('no tool call found: reply with one JSON object such as {"tool": "...", ...}')
+
+
+def split_actions(transcript: str) -> list[str]:
+    """Model turns in a whole transcript: one tool call per line (or per ``<tool_call>`` block)."""
+    tagged = re.findall(r"<tool_call>.*?</tool_call>", transcript, re.S)
+    if tagged:
+        return tagged
+    return [line for line in transcript.splitlines() if '"tool"' in line]

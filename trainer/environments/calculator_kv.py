@@ -1,0 +1,137 @@
+"""Calculator plus key-value store: read hidden inputs, compute, store results, submit.
+
+Tools (one JSON object per turn): ``get`` {key}, ``set`` {key, value}, ``keys``, ``calc``
+{expression} (arithmetic only), ``submit``. Reward comes from the final store: every target key
+must hold its expected number (within 0.01); partial credit for some.
+
+>>> from trainer.tasks.base import Task
+>>> env = CalculatorKVEnv()
+>>> task = Task("tool-calculator-kv", "1", "...", meta={"initial_store": {"a": 2, "b": 3}, "targets": {"total": 6}})
+>>> _ = env.reset(task)
+>>> env.step('{"tool": "get", "key": "a"}').observation
+'a = 2'
+>>> env.step('{"tool": "calc", "expression": "2 * 3"}').observation
+'6'
+>>> env.step('{"tool": "set", "key": "total", "value": 6}').observation
+'ok: total = 6'
+>>> r = env.step('{"tool": "submit"}'); r.done, r.outcome.outcome.value
+(True, 'pass')
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from typing import Any
+
+from trainer.environments.base import ActionError, StepResult, parse_action
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.Pow: operator.pow, ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv}
+TOLERANCE = 0.01
+
+
+def safe_eval(expression: str) -> float:
+    """Evaluate ``+ - * / // % **`` and parentheses over numbers; anything else is an error.
+
+    >>> safe_eval("(2 + 3) * 4 / 5")
+    4.0
+    """
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ActionError("exponent too large")
+            return _OPS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -ev(node.operand) if isinstance(node.op, ast.USub) else ev(node.operand)
+        raise ActionError(f"unsupported expression element {type(node).__name__}")
+
+    if len(expression) > 500:
+        raise ActionError("expression too long")
+    try:
+        return ev(ast.parse(expression, mode="eval"))
+    except (SyntaxError, ZeroDivisionError, OverflowError) as exc:
+        raise ActionError(f"cannot evaluate: {exc}") from None
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(round(value, 6)) if isinstance(value, float) else str(value)
+
+
+class CalculatorKVEnv:
+    """One episode's store and step budget."""
+
+    name = "calculator_kv"
+
+    def __init__(self, max_steps: int = 40) -> None:
+        self.max_steps = max_steps
+        self.task: Task | None = None
+        self.store: dict[str, Any] = {}
+        self.steps = 0
+        self.done = False
+
+    def reset(self, task: Task) -> str:
+        self.task = task
+        self.store = dict(task.meta["initial_store"])
+        self.steps, self.done = 0, False
+        self.max_steps = int(task.meta.get("max_steps", self.max_steps))
+        return task.prompt
+
+    def _tool(self, call: dict[str, Any]) -> str:
+        tool = call["tool"]
+        if tool == "get":
+            key = str(call.get("key"))
+            if key not in self.store:
+                raise ActionError(f"no key {key!r}")
+            return f"{key} = {_fmt(self.store[key])}"
+        if tool == "set":
+            key, value = str(call.get("key")), call.get("value")
+            if isinstance(value, str):
+                value = safe_eval(value)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ActionError("value must be a number")
+            self.store[key] = value
+            return f"ok: {key} = {_fmt(value)}"
+        if tool == "keys":
+            return ", ".join(sorted(self.store))
+        if tool == "calc":
+            return _fmt(safe_eval(str(call.get("expression", ""))))
+        raise ActionError(f"unknown tool {tool!r}; tools: get, set, keys, calc, submit")
+
+    def step(self, action: str) -> StepResult:
+        assert self.task is not None, "step() before reset()"
+        if self.done:
+            return StepResult("", True, self.evaluate())
+        self.steps += 1
+        try:
+            call = parse_action(action)
+            if call["tool"] == "submit":
+                self.done = True
+                return StepResult("submitted", True, self.evaluate())
+            observation = self._tool(call)
+        except ActionError as exc:
+            observation = f"error: {exc}"
+        if self.steps >= self.max_steps:
+            self.done = True
+            return StepResult(observation + "\nstep budget used up", True, self.evaluate())
+        return StepResult(observation, False)
+
+    def evaluate(self) -> Verification:
+        """Reward from the store: the fraction of target keys holding their expected value."""
+        assert self.task is not None
+        targets: dict[str, float] = self.task.meta["targets"]
+        wrong = [k for k, v in targets.items()
+                 if not isinstance(self.store.get(k), (int, float)) or abs(float(self.store[k]) - v) > TOLERANCE]
+        details = {"expected": targets, "found": {k: self.store.get(k) for k in targets}, "wrong": wrong, "steps": self.steps}
+        if not wrong:
+            return Verification.passed(**details)
+        score = 1 - len(wrong) / len(targets)
+        return Verification(Outcome.PARTIAL, score, details) if score > 0 else Verification.failed(**details)

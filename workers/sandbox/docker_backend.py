@@ -1,0 +1,482 @@
+"""The Docker backend: pre-warmed containers per domain, one job at a time per container.
+
+Containers: no network, read-only root, tmpfs /work /tmp /dev/shm, pids/memory(=memory+swap)/CPU
+limits, all capabilities dropped, no-new-privileges, a non-root uid of its own, ulimits, no Docker
+socket and an empty environment. Pid 1 is the Temper agent (agent.py): an init that reaps
+orphans, cannot be killed from inside, and runs each job the host sends over the attached
+stdin/stdout (so a job costs a fork+exec in the container, not a `docker exec`). The host
+supervises: output caps and CPU time (from the container's cgroup) end a job with a kill frame;
+the agent enforces wall time and ends every job with kill(-1, SIGKILL), then wipes the work dirs
+and reports ready (reset + health check). A container is retired after a limit was hit, after
+`max_uses` jobs, when its lease nears expiry, or when it stops answering. Labels (pool, domain,
+worker, lease expiry) let `reap_containers` remove whatever a dead worker left behind.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import math
+import os
+import select
+import socket
+import struct
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cgroups
+from .agent import AGENT_SOURCE
+from .bwrap import ENV_ALLOW
+from .image import IMAGE
+from .outcome import Capture, check_command, check_files, classify
+from .pool import PoolConfig
+from .types import Limits, SandboxError, Verdict
+
+LABEL = "temper.sandbox"
+"""Label present on every Temper sandbox container (value: the pool id)."""
+JOB_UID_BASE = 200000
+"""Each container runs as its own uid JOB_UID_BASE + n, so per-user rlimits never collide."""
+READY_TIMEOUT_S = 30.0
+"""Longest wait for a new container's agent to report ready."""
+GRACE_S = 10.0
+"""How long past the wall limit the host waits for the agent's result before giving up on it."""
+
+_worker_start = None
+
+
+def _proc_start(pid: int) -> str:
+    """Start time of a process in clock ticks since boot ('' when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def worker_labels() -> dict[str, str]:
+    """Labels naming this worker process (host, pid and pid start time, to survive pid reuse)."""
+    return {"temper.worker_host": socket.gethostname(), "temper.worker_pid": str(os.getpid()),
+            "temper.worker_start": _proc_start(os.getpid())}
+
+
+def _worker_alive(labels: dict[str, str]) -> bool:
+    """True unless we can tell the labelled worker is gone (only decidable on its own host)."""
+    if labels.get("temper.worker_host") != socket.gethostname():
+        return True
+    pid = labels.get("temper.worker_pid", "")
+    if not pid.isdigit():
+        return False
+    return _proc_start(int(pid)) == labels.get("temper.worker_start") != ""
+
+
+def _client(timeout: int = 60):
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except Exception as e:  # docker raises several unrelated types when the engine is down
+        raise SandboxError(f"Docker engine unreachable: {e}") from e
+
+
+def reap_containers(*, all_workers: bool = False, client=None) -> int:
+    """Remove Temper sandbox containers whose lease expired or whose worker is dead.
+
+    all_workers=True removes every Temper sandbox container (for tests and shutdown scripts).
+    """
+    client = client or _client()
+    now = time.time()
+    removed = 0
+    try:
+        containers = client.containers.list(all=True, filters={"label": LABEL})
+    except Exception as e:
+        raise SandboxError(f"cannot list containers: {e}") from e
+    for c in containers:
+        labels = c.labels or {}
+        try:
+            expired = float(labels.get("temper.lease_expiry", "0")) < now
+        except ValueError:
+            expired = True
+        if all_workers or expired or not _worker_alive(labels):
+            try:
+                c.remove(force=True)
+                removed += 1
+            except Exception:
+                pass
+    return removed
+
+
+class AgentStream:
+    """Framed messages to and from a container's agent over the attach socket (docker's
+    8-byte stream headers are removed first; the agent's own stderr is kept as `agent_stderr`)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.raw.setblocking(False)
+        self._docker = bytearray()
+        self._agent = bytearray()
+        self.agent_stderr = bytearray()
+        self.eof = False
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None:
+        data = kind + struct.pack(">I", len(payload)) + payload
+        self.raw.setblocking(True)
+        try:
+            self.raw.sendall(data)
+        except OSError as e:
+            raise SandboxError(f"sandbox agent unreachable: {e}") from e
+        finally:
+            self.raw.setblocking(False)
+
+    def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
+        """The next frame from the agent, or None when none arrived within `timeout` seconds."""
+        frame = self._parse_one()
+        if frame is not None or self.eof:
+            return frame
+        ready, _, _ = select.select([self.raw], [], [], timeout)
+        if not ready:
+            return None
+        try:
+            chunk = self.raw.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+        self._docker += chunk
+        while len(self._docker) >= 8:
+            stream, size = self._docker[0], struct.unpack(">I", self._docker[4:8])[0]
+            if len(self._docker) < 8 + size:
+                break
+            data = self._docker[8:8 + size]
+            del self._docker[:8 + size]
+            if stream == 1:
+                self._agent += data
+            else:
+                self.agent_stderr += data[-4096:]
+        return self._parse_one()
+
+    def _parse_one(self) -> tuple[int, bytes] | None:
+        buf = self._agent
+        if len(buf) < 5:
+            return None
+        kind, size = buf[0], struct.unpack(">I", buf[1:5])[0]
+        if len(buf) < 5 + size:
+            return None
+        frame = (kind, bytes(buf[5:5 + size]))
+        del buf[:5 + size]
+        return frame
+
+    def wait_for(self, kind: int, timeout: float) -> None:
+        """Read frames until one of `kind` arrives; raises SandboxError on timeout or EOF."""
+        end = time.monotonic() + timeout
+        while True:
+            frame = self.next_frame(min(0.5, max(0.0, end - time.monotonic())))
+            if frame is not None and frame[0] == kind:
+                return
+            if frame is None and self.eof:
+                raise SandboxError("sandbox agent exited: " + bytes(self.agent_stderr[-1000:]).decode("utf-8", "replace"))
+            if time.monotonic() > end:
+                raise SandboxError(f"sandbox agent did not answer within {timeout} s")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except Exception:
+            pass
+
+
+@dataclass(eq=False)
+class Container:
+    """One warm container and what the host knows about it."""
+
+    id: str
+    """Docker container id."""
+    key: tuple
+    """(domain, memory_mb, pids, tmpfs_mb): only jobs with the same key may use it."""
+    uid: int
+    """Uid the agent and its jobs run as (unique to this container)."""
+    expiry: float
+    """Lease expiry (unix time) written on its labels."""
+    stream: AgentStream
+    """Connection to the agent."""
+    cgroup: cgroups.JobCgroup | None = None
+    """The container's cgroups seen from the host (None when not accessible)."""
+    agent_pid: int = 0
+    """Host pid of the agent (the container's pid 1)."""
+    uses: int = 0
+    """Jobs served so far."""
+
+
+class DockerBackend:
+    """Pre-warmed container pool per (domain, memory/pids/tmpfs shape)."""
+
+    name = "docker"
+
+    def __init__(self, config: PoolConfig | None = None, image: str = IMAGE, client=None, reap_on_start: bool = True):
+        self.config = config or PoolConfig()
+        self.image = image
+        self.client = client or _client()
+        self.api = self.client.api
+        self.pool_id = uuid.uuid4().hex[:12]
+        self._lock = threading.Lock()
+        self._idle: dict[tuple, list[Container]] = {}
+        self._all: set[Container] = set()
+        self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
+        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
+        self._closed = False
+        self._pending: set = set()
+        try:
+            self.client.images.get(image)
+        except Exception as e:
+            raise SandboxError(f"sandbox image {image!r} missing: run `python -m workers.sandbox.image build` ({e})") from e
+        if reap_on_start:
+            reap_containers(client=self.client)
+        self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="sandbox-reaper")
+        self._reaper.start()
+
+    def _submit(self, fn, *args) -> None:
+        try:
+            fut = self._bg.submit(fn, *args)
+        except RuntimeError:  # executor shut down: do it inline
+            fn(*args)
+            return
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait until background resets, retirements and top-ups are done (tests, shutdown)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return True
+            for fut in pending:
+                try:
+                    fut.result(timeout=max(0.0, end - time.monotonic()))
+                except Exception:
+                    pass
+        return False
+
+    def agent_pids(self) -> set[int]:
+        """Host pids of the agents of this pool's containers."""
+        with self._lock:
+            return {c.agent_pid for c in self._all}
+
+    def container_ids(self) -> list[str]:
+        """Ids of every container this pool holds (idle or busy)."""
+        with self._lock:
+            return [c.id for c in self._all]
+
+    # ---- container lifecycle -------------------------------------------------------------
+    def _create(self, key: tuple) -> Container:
+        import docker.types
+
+        domain, memory_mb, pids, tmpfs_mb = key
+        expiry = time.time() + self.config.lease_s
+        uid = next(self._uids)
+        labels = {LABEL: self.pool_id, "temper.pool": self.pool_id, "temper.domain": domain,
+                  "temper.lease_expiry": f"{expiry:.0f}", **worker_labels()}
+        tmpfs_opt = f"size={tmpfs_mb}m,mode=1777,exec"
+        cid = None
+        try:
+            host_config = self.api.create_host_config(
+                network_mode="none", read_only=True, init=False,
+                tmpfs={"/work": tmpfs_opt, "/tmp": tmpfs_opt}, shm_size=f"{tmpfs_mb}m",
+                pids_limit=pids + 4, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
+                nano_cpus=int(1e9 * max(1, os.cpu_count() or 1)),
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="private",
+                ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0),
+                         docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
+            )
+            cid = self.api.create_container(
+                self.image, ["python3", "-c", AGENT_SOURCE], user=f"{uid}:{uid}", stdin_open=True,
+                labels=labels, environment={}, hostname="sandbox", working_dir="/work",
+                network_disabled=True, host_config=host_config,
+            )["Id"]
+            sock = self.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            stream = AgentStream(sock)
+            self.api.start(cid)
+            stream.wait_for(4, READY_TIMEOUT_S)
+            pid = self.api.inspect_container(cid)["State"]["Pid"]
+        except Exception as e:
+            if cid is not None:
+                try:
+                    self.api.remove_container(cid, force=True)
+                except Exception:
+                    pass
+            raise SandboxError(f"cannot start sandbox container: {e}") from e
+        dirs = cgroups.cgroup_dirs_of(pid) if pid else None
+        layout = cgroups.detect()
+        cg = cgroups.JobCgroup.existing(layout, dirs) if (dirs and layout) else None
+        cont = Container(cid, key, uid, expiry, stream, cg, pid)
+        with self._lock:
+            self._all.add(cont)
+        return cont
+
+    def _remove(self, cont: Container) -> None:
+        with self._lock:
+            self._all.discard(cont)
+        cont.stream.close()
+        try:
+            self.api.remove_container(cont.id, force=True)
+        except Exception:
+            pass
+
+    def _top_up(self, key: tuple) -> None:
+        with self._lock:
+            missing = self.config.warm_per_domain - len(self._idle.get(key, []))
+        for _ in range(max(0, missing)):
+            if self._closed:
+                return
+            try:
+                cont = self._create(key)
+            except SandboxError:
+                return
+            with self._lock:
+                self._idle.setdefault(key, []).append(cont)
+
+    def warm(self, domain: str, limits: Limits | None = None) -> None:
+        """Start the warm containers for a domain now (blocks until they are up)."""
+        self._top_up(_key(domain, limits or Limits()))
+
+    def acquire(self, domain: str, limits: Limits) -> Container:
+        key = _key(domain, limits)
+        cont = None
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            while idle:
+                c = idle.pop()
+                if c.expiry > time.time() + limits.wall_s + 30:
+                    cont = c
+                    break
+                self._submit(self._remove, c)
+        if cont is None:
+            cont = self._create(key)
+        self._submit(self._top_up, key)
+        return cont
+
+    def release(self, cont: Container, verdict: Verdict | None) -> None:
+        retire = (verdict is None or verdict.status in ("timeout_cpu", "timeout_wall", "memory_limit", "output_limit")
+                  or cont.uses >= self.config.max_uses or self._closed)
+        if retire:
+            self._submit(self._remove, cont)
+            self._submit(self._top_up, cont.key)
+        else:
+            self._submit(self._reset, cont)
+
+    def _reset(self, cont: Container) -> None:
+        """Wait for the agent's ready frame (it killed everything and wiped the work dirs)."""
+        try:
+            cont.stream.wait_for(4, 10.0)
+            healthy = True
+        except SandboxError:
+            healthy = False
+        if healthy and not self._closed:
+            with self._lock:
+                self._idle.setdefault(cont.key, []).append(cont)
+        else:
+            self._remove(cont)
+            self._top_up(cont.key)
+
+    def _reap_loop(self) -> None:
+        period = max(5.0, self.config.lease_s / 4)
+        while not self._closed:
+            time.sleep(period)
+            if self._closed:
+                return
+            try:
+                reap_containers(client=self.client)
+            except SandboxError:
+                pass
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conts = list(self._all)
+            self._idle.clear()
+        for c in conts:
+            self._remove(c)
+        self._bg.shutdown(wait=True)
+        with self._lock:
+            leftover = list(self._all)
+        for c in leftover:
+            self._remove(c)
+
+    # ---- one job -------------------------------------------------------------------------
+    def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
+            stdin: bytes | None) -> Verdict:
+        enc = check_files(files)
+        command = check_command(command)
+        cont.uses += 1
+        job = {
+            "files": {n: base64.b64encode(c).decode("ascii") for n, c in enc.items()},
+            "stdin": base64.b64encode(stdin).decode("ascii") if stdin else None,
+            "command": command, "env": ENV_ALLOW,
+            "limits": {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
+                       "nofile": limits.open_files, "nproc": limits.pids + 4, "wall": limits.wall_s},
+        }
+        cg = cont.cgroup
+        if cg is not None:
+            cg.reset_peak()
+            cpu0, oom0 = cg.cpu_s(), cg.oom_events()
+        out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
+        t0 = time.monotonic()
+        cont.stream.send(b"J", json.dumps(job).encode())
+        killed_for = None
+        result = None
+        while result is None:
+            now = time.monotonic()
+            if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
+                killed_for = "cpu"
+                cont.stream.send(b"K", b"cpu")
+            if now > t0 + limits.wall_s + GRACE_S:
+                raise SandboxError("sandbox agent gave no result in time")
+            frame = cont.stream.next_frame(0.05)
+            while frame is not None:
+                kind, payload = frame
+                if kind in (1, 2):
+                    target = out if kind == 1 else err
+                    if target.feed(payload) and killed_for is None:
+                        killed_for = "output"
+                        cont.stream.send(b"K", b"output")
+                elif kind == 3:
+                    result = json.loads(payload)
+                    break
+                elif kind == 5:
+                    raise SandboxError("sandbox agent failed: " + payload.decode("utf-8", "replace"))
+                frame = cont.stream.next_frame(0)
+            if result is None and cont.stream.eof:
+                raise SandboxError("sandbox agent exited: "
+                                   + bytes(cont.stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
+        wall = time.monotonic() - t0
+        cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
+        peak = cg.peak_memory() if cg is not None else 0
+        oom = (cg.oom_events() - oom0) if cg is not None else 0
+        if killed_for is None and result.get("killed"):
+            killed_for = "wall" if result["killed"] == "wall" else result["killed"]
+        exit_code, sig = result.get("exit_code"), result.get("signal")
+        verdict = Verdict(status="sandbox_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
+                          peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
+                          stdout_truncated=out.truncated, stderr_truncated=err.truncated,
+                          stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend="docker")
+        verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
+                                                 oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
+        return verdict
+
+
+def _key(domain: str, limits: Limits) -> tuple:
+    return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)
