@@ -1,0 +1,132 @@
+"""Admission and preemption across runs, as a pure function of the current state.
+
+A tick looks at the queued runs in priority order (then age) and admits each one that fits its
+team's quota and a free slot of the pool it needs. When a run does not fit and runs of lower
+priority hold the slots it needs, the lowest-priority of those (youngest first) are preempted:
+they checkpoint, pause and go back to the queue, and resume when capacity returns. A run is never
+preempted before it has run ``min_run_s`` since it last started, which rules out preemption loops.
+Every run left waiting gets a reason naming the resource that binds it and the numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the scheduler needs to know about one run."""
+
+    id: int
+    team: str
+    priority: int
+    pool: str
+    """The pool whose slots the run holds while it runs (``cpu`` or ``train_gpu``)."""
+    slots: int
+    """How many slots of ``pool`` it needs."""
+    queued_at: float = 0.0
+    """Seconds (any epoch) since it was queued: older runs go first at equal priority."""
+    started_at: float | None = None
+    """When it last started running (None while queued)."""
+    preempting: bool = False
+    """Asked to checkpoint and pause already; its slots free up when it does."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    max_gpus: int
+    max_concurrent_runs: int
+
+
+@dataclass
+class Decision:
+    admit: list[int] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)
+    pending: dict[int, dict] = field(default_factory=dict)
+    """run id -> {position, binding, reason, numbers}."""
+
+
+def schedule(
+    *,
+    queued: list[RunView],
+    running: list[RunView],
+    capacity: dict[str, int],
+    quotas: dict[str, Quota],
+    now: float,
+    min_run_s: float,
+) -> Decision:
+    decision = Decision()
+    used = {pool: 0 for pool in capacity}
+    team_runs: dict[str, int] = {}
+    team_gpus: dict[str, int] = {}
+    for r in running:
+        used[r.pool] = used.get(r.pool, 0) + r.slots
+        team_runs[r.team] = team_runs.get(r.team, 0) + 1
+        if r.pool != "cpu":
+            team_gpus[r.team] = team_gpus.get(r.team, 0) + r.slots
+    # Slots already on their way back from runs that are checkpointing.
+    freeing = {pool: 0 for pool in capacity}
+    for r in running:
+        if r.preempting:
+            freeing[r.pool] = freeing.get(r.pool, 0) + r.slots
+    preemptable = sorted(
+        (r for r in running if not r.preempting),
+        key=lambda r: (r.priority, -(r.started_at or 0.0)),
+    )
+    chosen: set[int] = set()
+
+    order = sorted(queued, key=lambda r: (-r.priority, r.queued_at, r.id))
+    for position, run in enumerate(order, start=1):
+        quota = quotas.get(run.team, Quota(max_gpus=0, max_concurrent_runs=0))
+        if team_runs.get(run.team, 0) + 1 > quota.max_concurrent_runs:
+            decision.pending[run.id] = _pending(position, "team_runs", f"team {run.team} has {team_runs.get(run.team, 0)} of "
+                                                f"{quota.max_concurrent_runs} concurrent runs", team_runs.get(run.team, 0), quota.max_concurrent_runs)
+            continue
+        if run.pool != "cpu" and team_gpus.get(run.team, 0) + run.slots > quota.max_gpus:
+            decision.pending[run.id] = _pending(position, "team_gpus", f"team {run.team} uses {team_gpus.get(run.team, 0)} of "
+                                                f"{quota.max_gpus} GPUs and this run asks {run.slots}", team_gpus.get(run.team, 0), quota.max_gpus)
+            continue
+        cap = capacity.get(run.pool, 0)
+        if run.slots > cap:
+            decision.pending[run.id] = _pending(position, run.pool, f"asks {run.slots} {run.pool} slots; the pool has {cap}", used.get(run.pool, 0), cap)
+            continue
+        free = cap - used.get(run.pool, 0)
+        if run.slots <= free:
+            decision.admit.append(run.id)
+            used[run.pool] = used.get(run.pool, 0) + run.slots
+            team_runs[run.team] = team_runs.get(run.team, 0) + 1
+            if run.pool != "cpu":
+                team_gpus[run.team] = team_gpus.get(run.team, 0) + run.slots
+            continue
+        # Not enough free slots: is capacity already coming back, or can lower priority yield?
+        short = run.slots - free - freeing.get(run.pool, 0)
+        victims = []
+        if short > 0:
+            for r in preemptable:
+                if short <= 0:
+                    break
+                if (r.id in chosen or r.pool != run.pool or r.priority >= run.priority
+                        or r.started_at is None or now - r.started_at < min_run_s):
+                    continue
+                victims.append(r)
+                short -= r.slots
+        if short <= 0:
+            for r in victims:
+                chosen.add(r.id)
+                decision.preempt.append(r.id)
+                freeing[run.pool] = freeing.get(run.pool, 0) + r.slots
+            # The freed slots are reserved for this run: nothing behind it takes them this tick.
+            freeing[run.pool] = freeing.get(run.pool, 0) - (run.slots - free)
+            used[run.pool] = cap
+            who = ", ".join(f"run {r.id} (priority {r.priority})" for r in victims) or "runs already checkpointing"
+            decision.pending[run.id] = _pending(position, run.pool, f"waiting for {who} to checkpoint and free {run.pool} slots",
+                                                cap - free, cap)
+        else:
+            holders = sorted((r for r in running if r.pool == run.pool), key=lambda r: -r.priority)
+            detail = ", ".join(f"run {r.id} (priority {r.priority})" for r in holders[:5])
+            decision.pending[run.id] = _pending(position, run.pool, f"no free {run.pool} slot: {cap - free} of {cap} in use"
+                                                + (f" by {detail}" if detail else ""), cap - free, cap)
+    return decision
+
+
+def _pending(position: int, binding: str, reason: str, used: int, limit: int) -> dict:
+    return {"position": position, "binding": binding, "reason": reason, "used": used, "limit": limit}
