@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -77,6 +78,8 @@ def main() -> int:
     else:
         print(json.dumps({"error": "daphne did not start"}))
         return 1
+    # Keep reading the access log: a full pipe would block the server.
+    threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
     base = f"http://127.0.0.1:{port}"
     report = work / "report.ndjson"
     started = time.monotonic()

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def test_embedded_default_boots_and_serves(tmp_path):
                 break
         else:
             raise AssertionError("daphne exited: " + "".join(seen)[-2000:])
+        threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()  # never let the pipe fill
         status, final, body = _get(f"http://127.0.0.1:{port}/")
         assert status == 200 and final.endswith("/login/?next=/") and b"Sign in" in body
         status, _, body = _get(f"http://127.0.0.1:{port}/api/openapi.json")

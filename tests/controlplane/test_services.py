@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ def redis_worker(transactional_db):
             break
     else:
         raise AssertionError("celery worker exited: " + "".join(lines)[-3000:])
+    threading.Thread(target=lambda: [None for _ in worker.stdout], daemon=True).start()  # never let the pipe fill
     yield worker
     worker.terminate()
     worker.wait(timeout=30)
