@@ -15,6 +15,9 @@ from django.db import transaction
 TASK_QUEUES = {
     "temper.control.ping": "control",
     "temper.control.worker_sweep": "control",
+    "temper.control.schedule_tick": "control",
+    "temper.rollout.drive_run": "rollout",
+    "temper.verify.batch": "verify",
 }
 
 

@@ -57,6 +57,15 @@ class TaskSampler:
         self.levels: dict[str, int] = {s: 0 for s in self.slugs}
         self.level_stats: dict[str, Estimate] = {s: Estimate(0.0, 0) for s in self.slugs}
 
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Change the domain mix (applied from the next draw); unknown slugs are an error."""
+        unknown = sorted(set(weights) - set(self.slugs))
+        if unknown:
+            raise KeyError(f"not domains of this sampler: {', '.join(unknown)}")
+        merged = {s: weights.get(s, w) for s, w in zip(self.slugs, self.weights)}
+        total = sum(merged.values())
+        self.weights = [merged[s] / total for s in self.slugs]
+
     def draw(self, k: int) -> list[tuple[Task, int]]:
         """``k`` tasks with their sample counts."""
         out = []

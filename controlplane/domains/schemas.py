@@ -53,6 +53,8 @@ SANDBOX_SCHEMA = {
         "backend": {"type": "string", "enum": ["default", "bwrap", "docker"]},
         "image": {"type": "string", "minLength": 1},
         "language": {"type": "string", "enum": ["python"]},
+        "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "network": {"type": "boolean", "const": False},
         "limits": LIMITS_SCHEMA,
         "pool_size": {"type": "integer", "minimum": 0, "maximum": 256},
         "max_uses": {"type": "integer", "minimum": 1, "maximum": 100000},

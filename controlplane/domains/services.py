@@ -79,6 +79,7 @@ def domain_update(*, actor: Principal, domain: Domain, changes: dict, note: str 
     return domain
 
 
+@transaction.atomic
 def domain_sync(*, actor: Principal, specs: list[dict], progress=None) -> dict[str, int]:
     """Create or update global domains from plain specs (the trainer's catalogue).
 

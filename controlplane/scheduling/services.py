@@ -1,6 +1,8 @@
 """Writes for quotas and pools (platform admins), and worker heartbeats (workers)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -71,3 +73,84 @@ def heartbeat_record(*, worker: str, queues: list[str], meta: dict | None = None
         worker=worker, defaults={"queues": list(queues), "last_seen": timezone.now(), "meta": meta or {}}
     )
     return hb
+
+
+MIN_RUN_S = 60.0
+"""A run is never preempted before it has run this long since it last started."""
+DEFAULT_CPU_SLOTS = 1
+
+
+def _capacity() -> dict[str, int]:
+    capacity: dict[str, int] = {}
+    for kind, total in ResourcePool.objects.values_list("kind", "capacity"):
+        capacity[kind] = capacity.get(kind, 0) + total
+    capacity.setdefault("cpu", DEFAULT_CPU_SLOTS)
+    return capacity
+
+
+def _view(run, started):
+    from controlplane.scheduling.scheduler import RunView
+
+    return RunView(
+        id=run.id, team=run.team.slug, priority=run.priority, pool="train_gpu" if run.gpus > 0 else "cpu",
+        slots=max(run.gpus, 1), queued_at=(run.queued_at or run.created_at).timestamp(),
+        started_at=started.timestamp() if started else None, preempting=run.preempt_requested,
+    )
+
+
+@transaction.atomic
+def schedule_tick(*, now=None, min_run_s: float = MIN_RUN_S):
+    """Admit, preempt and explain; re-dispatch runs whose driver died. Safe to run twice."""
+    from controlplane import dispatch
+    from controlplane.runs.driving import LEASE_S
+    from controlplane.runs.models import Run, RunEvent, RunState
+    from controlplane.scheduling.scheduler import Quota, schedule
+
+    now = now or timezone.now()
+    runs = list(Run.objects.select_for_update().filter(state__in=[RunState.QUEUED, RunState.RUNNING]).select_related("team"))
+    quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}
+    for run in runs:
+        if run.team.slug not in quotas:
+            quota, _ = TeamQuota.objects.get_or_create(team=run.team)
+            quotas[run.team.slug] = Quota(quota.max_gpus, quota.max_concurrent_runs)
+    # When each running run last started (its latest admission): preemption waits MIN_RUN_S from it.
+    admitted = dict(RunEvent.objects.filter(run__in=[r for r in runs if r.state == RunState.RUNNING], kind="admitted")
+                    .order_by("run_id", "at").values_list("run_id", "at"))
+    started = {r.id: admitted.get(r.id) or r.started_at for r in runs}
+    decision = schedule(
+        queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED],
+        running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],
+        capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s,
+    )
+    by_id = {r.id: r for r in runs}
+    for run_id in decision.admit:
+        run = by_id[run_id]
+        run.transition(RunState.RUNNING)
+        run.scheduler_note = {}
+        run.driver, run.driver_seen_at = "", None
+        run.save()
+        RunEvent.objects.create(run=run, kind="admitted", message=f"admitted (priority {run.priority})")
+        dispatch.send_on_commit("temper.rollout.drive_run", run_id)
+    for run_id in decision.preempt:
+        run = by_id[run_id]
+        run.preempt_requested = True
+        run.save(update_fields=["preempt_requested", "updated_at"])
+        waiting = [rid for rid, note in decision.pending.items() if f"run {run_id} " in note["reason"]]
+        RunEvent.objects.create(run=run, kind="preemption", message=f"asked to checkpoint and yield its slot to run {waiting[0] if waiting else '?'}",
+                                data={"for": waiting})
+    for run_id, note in decision.pending.items():
+        run = by_id[run_id]
+        if run.scheduler_note != note:
+            run.scheduler_note = note
+            run.save(update_fields=["scheduler_note", "updated_at"])
+    cutoff = now - timedelta(seconds=LEASE_S)
+    for run in runs:
+        if run.state != RunState.RUNNING or run.id in decision.admit:
+            continue
+        seen = run.driver_seen_at or started[run.id]
+        if seen is not None and seen >= cutoff:
+            continue
+        RunEvent.objects.create(run=run, kind="recovery", message=f"driver {run.driver or '(none)'} silent for over {LEASE_S:.0f} s; "
+                                "resuming from the last checkpoint on another worker")
+        dispatch.send_on_commit("temper.rollout.drive_run", run.id)
+    return decision
