@@ -23,6 +23,11 @@ app = Celery("temper")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(name) for name in settings.CELERY_QUEUES_ALL]
 app.conf.beat_schedule = {
+    "schedule-tick": {
+        "task": "temper.control.schedule_tick",
+        "schedule": 10.0,
+        "options": {"queue": "control", "expires": 10.0},
+    },
     "worker-sweep": {
         "task": "temper.control.worker_sweep",
         "schedule": 60.0,

@@ -23,3 +23,31 @@ def worker_sweep(stale_after_s: float = 60.0) -> dict:
 def ping(value: int) -> int:
     """Round trip through the broker and a worker; used by health checks and the broker tests."""
     return value + 1
+
+
+@shared_task(name="temper.control.schedule_tick", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True)
+def schedule_tick() -> dict:
+    """Admit queued runs, ask lower-priority runs to yield, re-dispatch runs whose driver died."""
+    from controlplane.scheduling.services import schedule_tick as tick
+
+    decision = tick()
+    return {"admit": decision.admit, "preempt": decision.preempt}
+
+
+@shared_task(name="temper.rollout.drive_run", queue="rollout", acks_late=True, soft_time_limit=None, time_limit=None,
+             ignore_result=True)
+def drive_run(run_id: int) -> str:
+    """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides)."""
+    from workers.driver import drive
+
+    return drive(run_id)
+
+
+@shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)
+def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
+    """Verify a batch with a domain version's pinned cascade (sandbox stages run here)."""
+    from controlplane.domains.models import DomainVersion
+    from workers.verify import verify_items
+
+    spec = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot["verifier"]
+    return verify_items(spec, items)

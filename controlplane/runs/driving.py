@@ -30,11 +30,15 @@ def _event(run: Run, kind: str, message: str, **data: Any) -> None:
     RunEvent.objects.create(run=run, kind=kind, message=message, data=data)
 
 
-def metric_domain(key: str) -> str:
-    """The domain a metric belongs to (``reward/<domain>``, ``outcome/<domain>/<o>``), or ''."""
+def metric_domain(key: str, domains: set[str]) -> str:
+    """The domain a metric belongs to (``reward/<domain>``, ``outcome/<domain>/<o>``), or ''.
+
+    >>> metric_domain("outcome/builtin-parity/pass", {"builtin-parity"}), metric_domain("reward/mean", {"x"})
+    ('builtin-parity', '')
+    """
     if key.startswith(PER_DOMAIN_PREFIXES):
         parts = key.split("/")
-        return parts[1] if len(parts) >= 2 else ""
+        return parts[1] if len(parts) >= 2 and parts[1] in domains else ""
     return ""
 
 
@@ -91,11 +95,12 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     if locked.driver != worker:
         raise LeaseLost(f"run {run.pk} is driven by {locked.driver or 'nobody'} now")
     now = timezone.now()
+    domains = set(run.run_domains.values_list("domain__slug", flat=True))
     points = []
     for key, value in metrics.items():
         v = _finite(value)
         if v is not None:
-            points.append(MetricPoint(run=run, step=step, domain=metric_domain(key), key=key, value=v, time=now))
+            points.append(MetricPoint(run=run, step=step, domain=metric_domain(key, domains), key=key, value=v, time=now))
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
     Trajectory.objects.filter(run=run, step=step).delete()
     Trajectory.objects.bulk_create([

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
@@ -159,7 +160,9 @@ def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Ru
 @transaction.atomic
 def run_start(*, actor: Principal, run: Run) -> Run:
     """Queue a draft run; the scheduler admits it when its team quota and a slot allow."""
-    return _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
+    run = _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
+    dispatch.send_on_commit("temper.control.schedule_tick")
+    return run
 
 
 @transaction.atomic
@@ -171,7 +174,9 @@ def run_pause(*, actor: Principal, run: Run) -> Run:
 @transaction.atomic
 def run_resume(*, actor: Principal, run: Run) -> Run:
     """Put a paused run back in the queue; it resumes from its last checkpoint when admitted."""
-    return _control(actor, run, RunState.QUEUED, "resumed", f"resumed by {actor.name}")
+    run = _control(actor, run, RunState.QUEUED, "resumed", f"resumed by {actor.name}")
+    dispatch.send_on_commit("temper.control.schedule_tick")
+    return run
 
 
 @transaction.atomic

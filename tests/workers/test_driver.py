@@ -1,0 +1,149 @@
+"""The run driver, in process: a tiny model trains on built-in domains; pause, resume, cancel,
+weights and recovery from a checkpoint keep the metric steps contiguous without duplicates."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from controlplane.runs import driving
+from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
+from controlplane.runs.services import run_create, run_pause, run_set_weights
+from tests import factories
+from workers.driver import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity"]
+SMALL = {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from trainer.models.tiny import build_tiny
+
+    return str(build_tiny(tmp_path_factory.mktemp("tiny") / "model", layers=2))
+
+
+@pytest.fixture
+def setup(tiny_model, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
+    team = factories.team("acme")
+    admin = factories.member(team, "admin")
+    return factories.actor(admin), tiny_model
+
+
+def _running_run(actor, model, steps=4, **extra):
+    run = run_create(actor=actor, data=factories.run_payload(DOMAINS, team="acme", base_model=model,
+                                                             budget={"steps": steps}, config=SMALL, **extra))
+    run.transition("queued"); run.transition("running"); run.save()
+    return run
+
+
+def _no_send(name, args):
+    raise AssertionError("built-in domains verify inline; nothing goes to the verify queue")
+
+
+def steps_of(run, key="loss/policy"):
+    return list(MetricPoint.objects.filter(run=run, key=key).order_by("step").values_list("step", flat=True))
+
+
+def test_run_completes_with_per_domain_metrics(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=4)
+    assert drive(run.id, worker="w1", send=_no_send) == "completed"
+    run.refresh_from_db()
+    assert run.state == "completed" and run.current_step == 4 and run.driver == ""
+    assert steps_of(run) == [1, 2, 3, 4]
+    for step in range(1, 5):
+        domains_with_reward = set(MetricPoint.objects.filter(run=run, step=step, key__startswith="reward/").exclude(domain="").values_list("domain", flat=True))
+        assert domains_with_reward, f"step {step} has no reward points"
+        assert domains_with_reward <= set(DOMAINS)
+        # Outcome counts add up to the samples of each domain.
+        for d in domains_with_reward:
+            counts = MetricPoint.objects.filter(run=run, step=step, domain=d, key__startswith=f"outcome/{d}/")
+            assert sum(p.value for p in counts) > 0
+    assert Trajectory.objects.filter(run=run).exists()
+    assert run.checkpoints.filter(step=4).exists()
+
+
+def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=4)
+    calls = {"n": 0}
+    original = driving.run_record_step
+
+    def pause_after_second(**kw):
+        out = original(**kw)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            run_pause(actor=actor, run=Run.objects.get(pk=kw["run"].pk))
+        return out
+
+    driving.run_record_step = pause_after_second
+    try:
+        assert drive(run.id, worker="w1", send=_no_send) == "paused"
+    finally:
+        driving.run_record_step = original
+    run.refresh_from_db()
+    assert run.state == "paused" and run.checkpoints.filter(step=2).exists()
+    run.transition("queued"); run.transition("running"); run.save()
+    assert drive(run.id, worker="w2", send=_no_send) == "completed"
+    assert steps_of(run) == [1, 2, 3, 4]
+    assert RunEvent.objects.filter(run=run, kind="resumed").exists()
+
+
+def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=5)
+    original = driving.run_record_step
+    calls = {"n": 0}
+
+    def die_after_three(**kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise SystemExit("worker killed")  # the process dies mid-step 4: nothing after step 3 is written
+        return original(**kw)
+
+    driving.run_record_step = die_after_three
+    try:
+        with pytest.raises(SystemExit):
+            drive(run.id, worker="dead", send=_no_send)
+    finally:
+        driving.run_record_step = original
+    assert steps_of(run) == [1, 2, 3]
+    # The lease is still held by the dead worker: nobody else may take it until it expires.
+    assert drive(run.id, worker="w2", send=_no_send).startswith("not claimed")
+    Run.objects.filter(pk=run.pk).update(driver_seen_at=timezone.now() - timedelta(seconds=driving.LEASE_S + 1))  # expired
+    assert drive(run.id, worker="w2", send=_no_send) == "completed"
+    assert steps_of(run) == [1, 2, 3, 4, 5]  # resumed from step 2's checkpoint; step 3 rewritten once
+
+
+def test_weight_change_is_applied_at_a_step_boundary(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=2)
+    original = driving.run_record_step
+
+    def change_after_first(**kw):
+        out = original(**kw)
+        if kw["step"] == 1:
+            run_set_weights(actor=actor, run=Run.objects.get(pk=kw["run"].pk), weights={"builtin-addition": 5.0})
+        return out
+
+    driving.run_record_step = change_after_first
+    try:
+        assert drive(run.id, worker="w1", send=_no_send) == "completed"
+    finally:
+        driving.run_record_step = original
+    applied = RunEvent.objects.get(run=run, kind="weights_applied")
+    assert applied.data["weights"]["builtin-addition"] == 5.0 and "at step 1" in applied.message
+
+
+def test_cancel_stops_the_driver(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=3)
+    Run.objects.filter(pk=run.pk).update(state="cancelled")
+    assert drive(run.id, worker="w1", send=_no_send).startswith("not claimed")

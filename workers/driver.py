@@ -1,0 +1,146 @@
+"""The run driver: one long task owns one run and loops sample -> generate -> verify -> update.
+
+It holds the run's lease (renewed every step), builds the trainer's Job from the run's pinned
+config and domain versions (resuming from the last checkpoint when there is one), writes each
+step's metrics and sampled trajectories idempotently, checkpoints every ``checkpoint.every_steps``
+steps, and at each step boundary obeys pause, cancel, preemption and domain-weight changes.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import time
+import traceback
+from pathlib import Path
+
+from django.conf import settings
+
+from controlplane.runs import driving
+from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_EVERY = 5
+
+
+def checkpoint_root(run_id: int) -> Path:
+    return Path(settings.VAR_DIR) / "checkpoints" / f"run-{run_id}"
+
+
+def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
+    """The trainer config of a run: its config section plus what the run's own fields set."""
+    cfg = {k: dict(v) if isinstance(v, dict) else v for k, v in (run.config or {}).items()}
+    cfg["name"] = f"run-{run.id}"
+    cfg["model"] = {**cfg.get("model", {}), "path": run.base_model}
+    cfg["domains"] = {rd.domain.slug: rd.weight for rd in domains}
+    cfg["limits"] = {**cfg.get("limits", {}), "max_steps": run.budget_steps}
+    if run.budget_seconds:
+        cfg["limits"]["max_wall_s"] = run.budget_seconds
+    cfg["rollout"] = {**cfg.get("rollout", {}), "staleness": run.staleness}
+    every = cfg.get("checkpoint", {}).get("every_steps") or DEFAULT_CHECKPOINT_EVERY
+    cfg["checkpoint"] = {**cfg.get("checkpoint", {}), "dir": str(checkpoint_root(run.id)), "every_steps": every}
+    return cfg
+
+
+def worker_name() -> str:
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    return getattr(request, "hostname", None) or f"local@{socket.gethostname()}"
+
+
+def drive(run_id: int, worker: str | None = None, send=None) -> str:
+    """Drive the run until it ends or must stop; returns why it returned."""
+    from controlplane import dispatch
+    from trainer.job import Job
+    from workers.verify import make_verify_batch
+
+    worker = worker or worker_name()
+    run = driving.run_claim(run_id=run_id, worker=worker)
+    if run is None:
+        return "not claimed (not running, or another live driver owns it)"
+    domains = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
+    cascades = {rd.domain.slug: rd.domain_version.snapshot["verifier"] for rd in domains}
+    versions = {rd.domain.slug: rd.domain_version.version for rd in domains}
+    timeouts = {rd.domain.slug: float(rd.domain_version.snapshot.get("task_timeout_s", 10.0)) for rd in domains}
+    send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name]))
+    verify_batch, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send)
+
+    collected: dict = {}
+
+    def collect(step: int, metrics: dict, samples: list) -> None:
+        collected.update(step=step, metrics=dict(metrics), samples=list(samples))
+
+    job = None
+    try:
+        ckpt = driving.latest_checkpoint(run)
+        if ckpt is not None:
+            driving.run_rewind(run=run, to_step=ckpt.step)
+            job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch)
+            RunEvent.objects.create(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}")
+        else:
+            driving.run_rewind(run=run, to_step=0)
+            shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)
+            job = Job(trainer_config(run, domains), callbacks=[collect], verify_batch=verify_batch)
+            if job.config.sft.steps > 0:
+                losses = job.sft()
+                RunEvent.objects.create(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
+        weights = {rd.domain.slug: rd.weight for rd in domains}
+        every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
+        started = time.monotonic()
+        while job.step_count < run.budget_steps:
+            run = driving.run_heartbeat(run_id=run.id, worker=worker)
+            if run.state == RunState.CANCELLED:
+                driving.run_finish(run=run, worker=worker, state=RunState.CANCELLED)
+                return "cancelled"
+            if run.state == RunState.PAUSED or run.preempt_requested:
+                _checkpoint(job, run)
+                driving.run_park(run=run, worker=worker)
+                return "preempted" if run.preempt_requested else "paused"
+            weights = _apply_weights(job, run, weights)
+            metrics = job.step()
+            step = job.step_count
+            metrics["verify/resent_batches"] = float(gatherer.stats["resent"])
+            metrics["verify/lost_items"] = float(gatherer.stats["lost_items"])
+            tokens = int(sum(s.get("tokens", 0) for s in collected.get("samples", [])))
+            driving.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
+                                    samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens)
+            if step % every == 0:
+                _checkpoint(job, run)
+            if run.budget_seconds and time.monotonic() - started > run.budget_seconds:
+                break
+            if run.budget_tokens and run.tokens_used >= run.budget_tokens:
+                break
+        _checkpoint(job, run)
+        driving.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
+        return "completed"
+    except driving.LeaseLost as exc:
+        log.warning("run %s: %s; stopping", run_id, exc)
+        return "lease lost"
+    except Exception:  # noqa: BLE001 - the run fails with the reason; the worker lives on
+        error = traceback.format_exc()
+        log.error("run %s failed:\n%s", run_id, error)
+        try:
+            driving.run_finish(run=run, worker=worker, state=RunState.FAILED, error=error)
+        except driving.LeaseLost:
+            pass
+        return "failed"
+    finally:
+        if job is not None:
+            job.close()
+
+
+def _checkpoint(job, run: Run) -> None:
+    path = job.save_checkpoint(checkpoint_root(run.id) / f"step-{job.step_count}")
+    driving.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
+
+
+def _apply_weights(job, run: Run, current: dict[str, float]) -> dict[str, float]:
+    """Domain weights changed through the API take effect at this step boundary."""
+    latest = dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
+    if latest != current:
+        job.sampler.set_weights(latest)
+        RunEvent.objects.create(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
+                                data={"weights": latest})
+    return latest

@@ -1,0 +1,129 @@
+"""Verification for the run driver: cheap stages inline, sandbox and judge stages on the verify
+and judge queues, in batches, gathered with deadlines.
+
+A batch that is lost (its worker died) or late is sent again a bounded number of times; what is
+still missing after that is recorded as ``sandbox_error`` (masked, never a reward of 0), so a lost
+verification never blocks the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+REMOTE_STAGES = {"code_tests": "temper.verify.batch", "judge": "temper.verify.batch"}
+BATCH_SIZE = 16
+MAX_ATTEMPTS = 3
+
+
+def needs_worker(spec: dict) -> bool:
+    """Whether a cascade has a stage that runs on the verify (or judge) queue."""
+    return any(stage.get("type") in REMOTE_STAGES for stage in spec.get("stages", []))
+
+
+def task_to_dict(task: Task) -> dict[str, Any]:
+    return dataclasses.asdict(task)
+
+
+def verification_from_dict(data: dict[str, Any]) -> Verification:
+    return Verification(Outcome(data["outcome"]), float(data.get("score", 0.0)), dict(data.get("details") or {}))
+
+
+def verify_items(spec: dict, items: list[dict]) -> list[dict]:
+    """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
+    from trainer.verifiers import compile_cascade, set_sandbox_executor
+    from workers import sandbox
+
+    set_sandbox_executor(sandbox.execute)
+    cascade = compile_cascade(spec)
+    out = []
+    for item in items:
+        try:
+            out.append(cascade(item["completion"], Task(**item["task"])).to_dict())
+        except Exception as exc:  # noqa: BLE001 - a crashing verifier is an outcome, not a dead batch
+            log.exception("verifier crashed")
+            out.append(Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}).to_dict())
+    return out
+
+
+class Gatherer:
+    """Dispatch batches and collect their results with a deadline, re-sending what is lost."""
+
+    def __init__(self, send: Callable[[str, tuple], Any], deadline_s: Callable[[int], float], max_attempts: int = MAX_ATTEMPTS):
+        self.send = send
+        self.deadline_s = deadline_s
+        self.max_attempts = max_attempts
+        self.stats = {"batches": 0, "resent": 0, "lost_items": 0}
+
+    def run(self, name: str, batches: list[tuple]) -> list[list[dict] | None]:
+        """``batches`` are task arguments; returns each batch's results (None when lost for good)."""
+        results: list[list[dict] | None] = [None] * len(batches)
+        todo = list(range(len(batches)))
+        for attempt in range(1, self.max_attempts + 1):
+            if not todo:
+                break
+            if attempt > 1:
+                self.stats["resent"] += len(todo)
+                log.warning("re-dispatching %d lost or late %s batches (attempt %d)", len(todo), name, attempt)
+            pending = {i: self.send(name, batches[i]) for i in todo}
+            self.stats["batches"] += len(pending)
+            deadline = time.monotonic() + max(self.deadline_s(len(batches[i][-1])) for i in todo)
+            todo = []
+            for i, handle in pending.items():
+                remaining = deadline - time.monotonic()
+                try:
+                    results[i] = handle.get(timeout=max(remaining, 0.01), propagate=True, disable_sync_subtasks=False)
+                except Exception as exc:  # noqa: BLE001 - timeouts, lost workers, broker errors
+                    log.warning("verify batch %d failed on attempt %d: %r", i, attempt, exc)
+                    try:
+                        handle.revoke()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    todo.append(i)
+        for i in todo:
+            self.stats["lost_items"] += len(batches[i][-1])
+        return results
+
+
+def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
+                      send: Callable[[str, tuple], Any]) -> tuple[Callable, Gatherer]:
+    """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats)."""
+    from trainer.verifiers import compile_cascade
+
+    compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
+    remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
+    gatherer = Gatherer(send, lambda n: 30.0 + 2.0 * n * max(timeouts.values(), default=10.0))
+
+    def verify_batch(items: list[tuple[str, Task]]) -> list[Verification]:
+        out: list[Verification | None] = [None] * len(items)
+        by_domain: dict[str, list[int]] = {}
+        for i, (completion, task) in enumerate(items):
+            if task.domain in remote:
+                by_domain.setdefault(task.domain, []).append(i)
+                continue
+            try:
+                out[i] = compiled[task.domain](completion, task)
+            except Exception as exc:  # noqa: BLE001
+                out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]})
+        batches, index = [], []
+        for slug, idxs in by_domain.items():
+            for start in range(0, len(idxs), BATCH_SIZE):
+                chunk = idxs[start:start + BATCH_SIZE]
+                payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]
+                batches.append((slug, versions[slug], payload))
+                index.append(chunk)
+        for chunk, result in zip(index, gatherer.run("temper.verify.batch", batches)):
+            for j, i in enumerate(chunk):
+                if result is None or j >= len(result):
+                    out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts"})
+                else:
+                    out[i] = verification_from_dict(result[j])
+        return out  # type: ignore[return-value]
+
+    return verify_batch, gatherer
