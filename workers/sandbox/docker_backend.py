@@ -226,8 +226,10 @@ class DockerBackend:
         self.client = client or _client()
         self.api = self.client.api
         self.pool_id = uuid.uuid4().hex[:12]
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._idle: dict[tuple, list[Container]] = {}
+        self._resetting: dict[tuple, int] = {}
+        self._returned = threading.Condition(self._lock)
         self._all: set[Container] = set()
         self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
@@ -337,8 +339,8 @@ class DockerBackend:
             pass
 
     def _top_up(self, key: tuple) -> None:
-        with self._lock:
-            missing = self.config.warm_per_domain - len(self._idle.get(key, []))
+        with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
+            missing = self.config.warm_per_domain - sum(c.key == key for c in self._all)
         for _ in range(max(0, missing)):
             if self._closed:
                 return
@@ -358,12 +360,18 @@ class DockerBackend:
         cont = None
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            while idle:
-                c = idle.pop()
-                if c.expiry > time.time() + limits.wall_s + 30:
-                    cont = c
-                    break
-                self._submit(self._remove, c)
+            end = time.monotonic() + 2.0
+            while cont is None:
+                while idle:
+                    c = idle.pop()
+                    if c.expiry > time.time() + limits.wall_s + 30:
+                        cont = c
+                        break
+                    self._submit(self._remove, c)
+                # a container being reset comes back within milliseconds: wait rather than start one
+                if cont is None and (not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic()))):
+                    if not idle:
+                        break
         if cont is None:
             cont = self._create(key)
         self._submit(self._top_up, key)
@@ -376,6 +384,8 @@ class DockerBackend:
             self._submit(self._remove, cont)
             self._submit(self._top_up, cont.key)
         else:
+            with self._lock:
+                self._resetting[cont.key] = self._resetting.get(cont.key, 0) + 1
             self._submit(self._reset, cont)
 
     def _reset(self, cont: Container) -> None:
@@ -385,10 +395,12 @@ class DockerBackend:
             healthy = True
         except SandboxError:
             healthy = False
-        if healthy and not self._closed:
-            with self._lock:
+        with self._lock:
+            self._resetting[cont.key] -= 1
+            if healthy and not self._closed:
                 self._idle.setdefault(cont.key, []).append(cont)
-        else:
+            self._returned.notify_all()
+        if not (healthy and not self._closed):
             self._remove(cont)
             self._top_up(cont.key)
 
