@@ -48,7 +48,7 @@ class BwrapSlot:
     """One concurrent execution place: the uid it runs as."""
 
     uid: int
-    """Host uid of the sandboxed processes (root drops to it); None-like -1 when not root."""
+    """Host uid of the sandboxed processes (root drops to it; ignored when not root)."""
     domain: str
     """Domain it serves (bwrap slots are never reused across jobs, so this is informational)."""
 

@@ -306,7 +306,7 @@ class DockerBackend:
                 network_mode="none", read_only=True, init=False, cgroup_parent=self._cgroup_parent,
                 tmpfs={"/work": tmpfs_opt, "/tmp": tmpfs_opt}, shm_size=f"{tmpfs_mb}m",
                 pids_limit=pids + 4, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
-                nano_cpus=int(1e9 * max(1, os.cpu_count() or 1)),
+                nano_cpus=int(1e9 * self.config.container_cpus),
                 cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="private",
                 ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0),
                          docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
