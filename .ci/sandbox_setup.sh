@@ -22,6 +22,10 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
   echo "sandbox_setup: starting dockerd"
+  # a dockerd killed earlier leaves its pid file behind, and a new one then refuses to start
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    rm -f /var/run/docker.pid
+  fi
   mkdir -p var
   # no iptables: sandbox containers run with network none
   nohup dockerd --iptables=false >var/dockerd.log 2>&1 &

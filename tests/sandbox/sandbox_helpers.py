@@ -64,7 +64,7 @@ def sandbox_uids() -> dict[int, list[str]]:
         try:
             uid_line = next(l for l in (d / "status").read_text().splitlines() if l.startswith("Uid:"))
             uid = int(uid_line.split()[1])
-            if SLOT_UID_BASE <= uid < SLOT_UID_BASE + 1000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
+            if SLOT_UID_BASE <= uid < SLOT_UID_BASE + 100_000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.setdefault(uid, []).append(f"{d.name}: {cmd}")
         except (OSError, StopIteration):

@@ -7,6 +7,7 @@ normal job correctly after the attack.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import secrets
 from pathlib import Path
@@ -254,7 +255,7 @@ def test_reading_the_expected_outputs_from_disk(clean):
         "def answer():\n    return 0\n",
         ["assert answer() == 987654321"],
     )
-    nonce = json.loads(files[SPEC_FILE])["nonce"]
+    nonce = marshal.loads(files[SPEC_FILE])["nonce"]
     v = execute(files, command, SMALL, backend=clean, domain="hostile")
     assert v.status == "ok", v
     assert b"987654321" not in v.stdout.split(b"@@TEMPER-TEST")[0]

@@ -48,7 +48,7 @@ class BwrapSlot:
     """One concurrent execution place: the uid it runs as."""
 
     uid: int
-    """Host uid of the sandboxed processes (root drops to it); None-like -1 when not root."""
+    """Host uid of the sandboxed processes (root drops to it; ignored when not root)."""
     domain: str
     """Domain it serves (bwrap slots are never reused across jobs, so this is informational)."""
 
@@ -114,6 +114,8 @@ def _wrapper_script(limits: Limits, cg: cgroups.JobCgroup | None, uid: int | Non
         f"ulimit -f {limits.file_size_mb * 2048}",
         f"ulimit -n {limits.open_files}",
     ]
+    if cg is None:  # no memory cgroup: address-space limit as the (coarser) memory backstop
+        lines.append(f"ulimit -v {max(limits.memory_mb, 64) * 1024}")
     if uid is not None:
         lines.append(f"ulimit -p {limits.pids + 16}")
         lines.append(f'exec setpriv --reuid={uid} --regid={uid} --clear-groups --inh-caps=-all -- "$@"')

@@ -226,8 +226,10 @@ class DockerBackend:
         self.client = client or _client()
         self.api = self.client.api
         self.pool_id = uuid.uuid4().hex[:12]
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._idle: dict[tuple, list[Container]] = {}
+        self._resetting: dict[tuple, int] = {}
+        self._returned = threading.Condition(self._lock)
         self._all: set[Container] = set()
         self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
@@ -237,6 +239,13 @@ class DockerBackend:
             self.client.images.get(image)
         except Exception as e:
             raise SandboxError(f"sandbox image {image!r} missing: run `python -m workers.sandbox.image build` ({e})") from e
+        # With the cgroupfs driver every container becomes a top-level cgroup, so each competes
+        # for CPU like one process rather than all containers sharing the single weight of the
+        # /docker group (under load that made 4 concurrent containers run as slowly as 1).
+        try:
+            self._cgroup_parent = "/" if self.client.info().get("CgroupDriver") == "cgroupfs" else None
+        except Exception as e:
+            raise SandboxError(f"Docker engine unreachable: {e}") from e
         if reap_on_start:
             reap_containers(client=self.client)
         self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="sandbox-reaper")
@@ -294,10 +303,10 @@ class DockerBackend:
         cid = None
         try:
             host_config = self.api.create_host_config(
-                network_mode="none", read_only=True, init=False,
+                network_mode="none", read_only=True, init=False, cgroup_parent=self._cgroup_parent,
                 tmpfs={"/work": tmpfs_opt, "/tmp": tmpfs_opt}, shm_size=f"{tmpfs_mb}m",
                 pids_limit=pids + 4, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m",
-                nano_cpus=int(1e9 * max(1, os.cpu_count() or 1)),
+                nano_cpus=int(1e9 * self.config.container_cpus),
                 cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="private",
                 ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0),
                          docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
@@ -337,8 +346,8 @@ class DockerBackend:
             pass
 
     def _top_up(self, key: tuple) -> None:
-        with self._lock:
-            missing = self.config.warm_per_domain - len(self._idle.get(key, []))
+        with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
+            missing = self.config.warm_per_domain - sum(c.key == key for c in self._all)
         for _ in range(max(0, missing)):
             if self._closed:
                 return
@@ -358,12 +367,18 @@ class DockerBackend:
         cont = None
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            while idle:
-                c = idle.pop()
-                if c.expiry > time.time() + limits.wall_s + 30:
-                    cont = c
-                    break
-                self._submit(self._remove, c)
+            end = time.monotonic() + 2.0
+            while cont is None:
+                while idle:
+                    c = idle.pop()
+                    if c.expiry > time.time() + limits.wall_s + 30:
+                        cont = c
+                        break
+                    self._submit(self._remove, c)
+                # a container being reset comes back within milliseconds: wait rather than start one
+                if cont is None and (not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic()))):
+                    if not idle:
+                        break
         if cont is None:
             cont = self._create(key)
         self._submit(self._top_up, key)
@@ -376,6 +391,8 @@ class DockerBackend:
             self._submit(self._remove, cont)
             self._submit(self._top_up, cont.key)
         else:
+            with self._lock:
+                self._resetting[cont.key] = self._resetting.get(cont.key, 0) + 1
             self._submit(self._reset, cont)
 
     def _reset(self, cont: Container) -> None:
@@ -385,10 +402,12 @@ class DockerBackend:
             healthy = True
         except SandboxError:
             healthy = False
-        if healthy and not self._closed:
-            with self._lock:
+        with self._lock:
+            self._resetting[cont.key] -= 1
+            if healthy and not self._closed:
                 self._idle.setdefault(cont.key, []).append(cont)
-        else:
+            self._returned.notify_all()
+        if not (healthy and not self._closed):
             self._remove(cont)
             self._top_up(cont.key)
 

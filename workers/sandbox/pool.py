@@ -29,6 +29,8 @@ class PoolConfig:
     """Containers kept started and idle per domain (docker backend)."""
     max_uses: int = 100
     """Jobs a container serves before it is retired (docker backend)."""
+    container_cpus: float = 1.0
+    """CPUs one container (one job at a time) may use (docker backend)."""
     lease_s: float = 600.0
     """Lease written on each container; the reaper removes containers whose lease expired
     and whose worker is gone (docker backend). Renewed while the pool lives."""

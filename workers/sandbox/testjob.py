@@ -6,7 +6,7 @@ prints no markers and so passes nothing.
 
 The job files are the harness, the program and a spec (test code plus a random nonce). The
 harness reads the spec and the program, deletes both files, and only then runs the program, so
-the program cannot read the tests or the nonce from disk. Markers go to a duplicate of fd 1 taken
+the program cannot read the tests or the nonce from disk. The spec is marshal data (json would cost the harness ~25 ms of imports). Markers go to a duplicate of fd 1 taken
 before the program runs and carry the nonce; the host accepts only markers with its nonce.
 Limit: program and tests share one interpreter, so a program that goes looking for the harness's
 frames in memory could forge markers; the verifier should treat Python as the trust boundary
@@ -15,13 +15,13 @@ only for honest-but-wrong code, the sandbox being the boundary for hostile code.
 from __future__ import annotations
 
 import ast
-import json
+import marshal
 import re
 import secrets
 
 from .types import TestResult
 
-SPEC_FILE = ".temper_tests.json"
+SPEC_FILE = ".temper_tests.marshal"
 """Job file holding the tests and nonce; execute() parses markers when it is present."""
 HARNESS_FILE = "_temper_harness.py"
 """Job file holding the harness."""
@@ -29,11 +29,11 @@ PROGRAM_FILE = "solution.py"
 """Job file holding the program under test."""
 
 HARNESS = r'''
-import ast, json, os, sys, traceback
+import marshal, os, sys
 
 def _run():
     with open(%(spec)r, "rb") as f:
-        spec = json.load(f)
+        spec = marshal.loads(f.read())
     os.unlink(%(spec)r)
     with open(%(prog)r, "r", encoding="utf-8") as f:
         program = f.read()
@@ -42,12 +42,13 @@ def _run():
     marker_fd = os.dup(1)
 
     def mark(i, ok, msg=""):
-        line = "\n@@TEMPER-TEST %%s %%d %%s %%s\n" %% (nonce, i, "PASS" if ok else "FAIL", json.dumps(msg[:500]))
+        msg = " ".join(str(msg).split())[:500]
+        line = "\n@@TEMPER-TEST %%s %%d %%s %%s\n" %% (nonce, i, "PASS" if ok else "FAIL", msg)
         try:
             sys.stdout.flush()
         except BaseException:
             pass
-        os.write(marker_fd, line.encode())
+        os.write(marker_fd, line.encode("utf-8", "replace"))
 
     def describe(e):
         return "%%s: %%s" %% (type(e).__name__, e)
@@ -98,7 +99,7 @@ def _run():
 _run()
 ''' % {"spec": SPEC_FILE, "prog": PROGRAM_FILE}
 
-MARKER_RE = re.compile(rb"^@@TEMPER-TEST ([0-9a-f]{32}) (\d+) (PASS|FAIL) (.*)$", re.MULTILINE)
+MARKER_RE = re.compile(rb"^@@TEMPER-TEST ([0-9a-f]{32}) (\d+) (PASS|FAIL) ?(.*)$", re.MULTILINE)
 
 
 def _check_steps(test_code: str, entry_point: str) -> tuple[list[str], list[dict]]:
@@ -135,7 +136,8 @@ def python_test_job(
     entry_point: str | None = None,
     test_names: list[str] | None = None,
     python: str = "python3",
-) -> tuple[dict[str, str], list[str]]:
+    python_args: tuple[str, ...] = ("-S",),
+) -> tuple[dict[str, str | bytes], list[str]]:
     """Build (files, command) that run `program` against `tests` with per-test pass markers.
 
     tests: a list of Python snippets (each one test, e.g. "assert add(1, 2) == 3"), run in the
@@ -143,6 +145,8 @@ def python_test_job(
     with `entry_point` naming the function to pass as candidate: each statement of check's body
     that contains an assert is one test, run in order. Pass the files and command to execute();
     the verdict's `tests` then lists every test, passed only where its marker came back.
+    python_args: interpreter flags; the default -S skips `site` (stdlib only, the same on both
+    backends, ~10 ms faster); pass () for a program that needs dist-packages.
     """
     if not isinstance(program, str):
         raise TypeError(f"program must be str, got {type(program).__name__}")
@@ -162,8 +166,8 @@ def python_test_job(
         raise ValueError("tests must be a non-empty list of code strings or a test module string")
     spec["nonce"] = nonce
     spec["names"] = names
-    files = {HARNESS_FILE: HARNESS, PROGRAM_FILE: program, SPEC_FILE: json.dumps(spec)}
-    return files, [python, HARNESS_FILE]
+    files: dict[str, str | bytes] = {HARNESS_FILE: HARNESS, PROGRAM_FILE: program, SPEC_FILE: marshal.dumps(spec)}
+    return files, [python, *python_args, HARNESS_FILE]
 
 
 def parse_tests(files: dict, stdout: bytes) -> list[TestResult]:
@@ -171,7 +175,7 @@ def parse_tests(files: dict, stdout: bytes) -> list[TestResult]:
     raw = files.get(SPEC_FILE)
     if raw is None:
         return []
-    spec = json.loads(raw)
+    spec = marshal.loads(raw if isinstance(raw, bytes) else raw.encode("latin-1"))
     nonce, names = spec["nonce"].encode(), spec["names"]
     seen: dict[int, TestResult] = {}
     for m in MARKER_RE.finditer(stdout):
@@ -180,10 +184,7 @@ def parse_tests(files: dict, stdout: bytes) -> list[TestResult]:
         i = int(m.group(2))
         if i >= len(names) or i in seen:
             continue
-        try:
-            msg = json.loads(m.group(4))
-        except ValueError:
-            msg = ""
-        seen[i] = TestResult(names[i], m.group(3) == b"PASS", msg if isinstance(msg, str) else "")
+        msg = m.group(4).decode("utf-8", "replace").rstrip("\r")
+        seen[i] = TestResult(names[i], m.group(3) == b"PASS", msg)
     return [seen.get(i, TestResult(n, False, "no result: the program ended before this test ran"))
             for i, n in enumerate(names)]
