@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
@@ -118,6 +118,6 @@ def domain_versions(request: HttpRequest, slug: str):
 
 
 @router.get("/domains/{slug}/diff", response={200: DiffOut, **ERRORS})
-def domain_diff(request: HttpRequest, slug: str, a: int, b: int):
+def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1), b: int = Query(..., ge=1)):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return {"slug": slug, "a": a, "b": b, "changes": selectors.domain_version_diff(domain=domain, a=a, b=b)}

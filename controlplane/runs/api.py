@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.common.api import ERRORS, body_doc, json_body, json_object
@@ -180,7 +180,7 @@ def run_weights(request: HttpRequest, run_id: int):
 
 
 @router.get("/runs/{run_id}/metrics", response={200: MetricsPage, **ERRORS})
-def run_metrics(request: HttpRequest, run_id: int, after: int = 0, limit: int = 1000, key: str = ""):
+def run_metrics(request: HttpRequest, run_id: int, after: int = Query(0, ge=0), limit: int = Query(1000, ge=1, le=5000), key: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     keys = [k for k in key.split(",") if k] if key else None
     points, cursor = selectors.metrics_after(run=run, cursor=after, limit=limit, keys=keys)
