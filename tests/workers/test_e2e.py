@@ -1,0 +1,99 @@
+"""End to end with real services: PostgreSQL, Redis and Celery workers started by the test.
+
+A run of the tiny model on three built-in domains and the sandboxed HumanEval domain is started
+through the service layer; the scheduler tick admits it, the driver trains it with sandbox
+verification fanned out to the verify queue, and it completes with every step's metrics.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from controlplane.runs.models import MetricPoint, Run
+from controlplane.runs.services import run_create, run_start
+from tests import factories
+from tests.services import require, require_postgres, require_redis
+
+ROOT = Path(__file__).resolve().parents[2]
+DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity", "code-humaneval"]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """Poll a condition the system under test makes true (a run reaching a state)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):
+    require_postgres()
+    redis_url = require_redis()
+    from workers.sandbox import bwrap
+
+    require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandboxed code domain")
+    db = connection.settings_dict
+    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"),
+           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    procs = []
+    for name, queues, conc in (("driver", "control,rollout", 2), ("verify", "verify", 2)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", str(conc),
+             "-n", f"e2e-{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        lines = []
+        for raw in proc.stdout:
+            lines.append(raw.decode(errors="replace"))
+            if " ready." in lines[-1]:
+                break
+        else:
+            raise AssertionError(f"{name} worker exited: " + "".join(lines)[-3000:])
+        log = open(tmp_path / f"{name}.log", "wb")
+        threading.Thread(target=lambda p=proc, f=log: [f.write(line) or f.flush() for line in p.stdout], daemon=True).start()
+        procs.append(proc)
+    yield tmp_path
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_tiny_model_run_completes_through_celery(workers, tmp_path):
+    from trainer.models.tiny import build_tiny
+
+    model = str(build_tiny(tmp_path / "model", layers=2))
+    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "member"))
+    run = run_create(actor=actor, data=factories.run_payload(
+        DOMAINS, team="acme", base_model=model, budget={"steps": 3},
+        config={"rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8}, "checkpoint": {"every_steps": 2}}))
+    run_start(actor=actor, run=run)  # the tick that admits it is sent after this commit
+    try:
+        final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end")
+    except AssertionError:
+        raise AssertionError("run did not end; driver log:\n" + (workers / "driver.log").read_text()[-4000:]
+                             + "\nverify log:\n" + (workers / "verify.log").read_text()[-3000:]) from None
+    assert final.state == "completed", final.error
+    steps = sorted(set(MetricPoint.objects.filter(run=run, key="loss/policy").values_list("step", flat=True)))
+    assert steps == [1, 2, 3]
+    code_outcomes = MetricPoint.objects.filter(run=run, domain="code-humaneval", key__startswith="outcome/code-humaneval/")
+    assert code_outcomes.exists(), "the code domain was never sampled or verified"
+    assert "code-humaneval" in set(MetricPoint.objects.filter(run=run, key__startswith="reward/").values_list("domain", flat=True)) \
+        or code_outcomes.filter(key="outcome/code-humaneval/sandbox_error").exists()
+    for step in steps:
+        per_domain = MetricPoint.objects.filter(run=run, step=step, key__startswith="outcome/").exclude(domain="")
+        assert per_domain.exists()
