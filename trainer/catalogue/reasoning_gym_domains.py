@@ -135,6 +135,25 @@ def get_dataset(name: str, level: int, shard: int = 0) -> Any:
     return dataset
 
 
+def _generate(dataset: Any, idx: int, seed: int) -> dict[str, Any]:
+    """``dataset[idx]`` with the global ``random`` (and numpy) state seeded: some generators
+    (codeio runs sample programs) draw from the global generators, not their own."""
+    import sys
+
+    state = random.getstate()
+    np = sys.modules.get("numpy")
+    np_state = np.random.get_state() if np is not None else None
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % 2**32)
+    try:
+        return dataset[idx]
+    finally:
+        random.setstate(state)
+        if np is not None:
+            np.random.set_state(np_state)
+
+
 @dataclasses.dataclass
 class ReasoningGymSource:
     """Task source for one reasoning-gym generator."""
@@ -146,19 +165,36 @@ class ReasoningGymSource:
     levels: int
     """Number of difficulty levels."""
 
+    def _reference(self, entry: dict[str, Any], level: int) -> str | None:
+        """The first reference candidate the generator's own scorer gives 1.0 (None if none does)."""
+        from trainer.catalogue.rg_solvers import reference_candidates
+
+        if self.name in EXACT_MATCH_OVERRIDES:
+            return str(entry["answer"])
+        scorer = get_dataset(self.name, level)
+        for candidate in reference_candidates(self.name, entry):
+            try:
+                if float(scorer.score_answer(candidate, entry)) >= 1.0:
+                    return candidate
+            except Exception:  # noqa: BLE001
+                continue
+        return None
+
     def sample(self, rng: random.Random, level: int = 0) -> Task:
-        from trainer.catalogue.rg_solvers import reference_answer
 
         level = max(0, min(int(level), self.levels - 1))
         while True:
-            # some generators fail on some seeds at their hardest settings: draw again, then step down
+            # Some generators fail on some seeds at their hardest settings, or emit an entry whose
+            # own answer does not score 1 (an unsolvable jugs puzzle): draw again, then step down.
             for _ in range(GENERATION_TRIES):
                 shard, idx = rng.randrange(SHARDS), rng.randrange(DATASET_SIZE)
                 try:
-                    entry = get_dataset(self.name, level, shard)[idx]
-                    break
+                    entry = _generate(get_dataset(self.name, level, shard), idx, SEED + 7919 * shard + idx)
                 except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
                     continue
+                answer = self._reference(entry, level)
+                if answer is not None:
+                    break
             else:
                 if level == 0:
                     raise RuntimeError(f"reasoning-gym generator {self.name!r} failed {GENERATION_TRIES} times at level 0")
@@ -169,7 +205,7 @@ class ReasoningGymSource:
             domain=self.slug,
             id=f"L{level}-{shard}-{idx}",
             prompt=str(entry["question"]) + ANSWER_INSTRUCTION,
-            answer=reference_answer(self.name, entry),
+            answer=answer,
             level=level,
             meta={"rg_dataset": self.name, "rg_level": level, "rg_shard": shard, "rg_entry": entry},
         )
