@@ -38,9 +38,9 @@ def local_subprocess_execute(files, command, limits=None, stdin=None, *, backend
         for name, content in files.items():
             (Path(work) / name).write_text(content)
         try:
-            proc = subprocess.run(command, input=stdin, capture_output=True, text=True, cwd=work, timeout=10)
+            proc = subprocess.run(command, input=stdin, capture_output=True, cwd=work, timeout=10)
         except subprocess.TimeoutExpired:
-            return SimpleNamespace(status="timeout_wall", stdout="", stderr="", tests=[])
+            return SimpleNamespace(status="timeout_wall", stdout=b"", stderr=b"", tests=[])
         return SimpleNamespace(status="ok" if proc.returncode == 0 else "runtime_error", stdout=proc.stdout, stderr=proc.stderr, tests=[])
 
 

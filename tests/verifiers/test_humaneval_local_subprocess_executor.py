@@ -30,9 +30,9 @@ def local_subprocess_execute(files, command, limits=None, stdin=None, *, backend
             (Path(work) / name).write_text(content)
         wall = float((limits or {}).get("wall_s", WALL_S))
         try:
-            proc = subprocess.run(command, input=stdin, capture_output=True, text=True, cwd=work, timeout=wall)
+            proc = subprocess.run(command, input=stdin, capture_output=True, cwd=work, timeout=wall)
         except subprocess.TimeoutExpired as exc:
-            return SimpleNamespace(status="timeout_wall", stdout=exc.stdout or "", stderr="", tests=[])
+            return SimpleNamespace(status="timeout_wall", stdout=exc.stdout or b"", stderr=b"", tests=[])
         status = "ok" if proc.returncode == 0 else "runtime_error"
         return SimpleNamespace(status=status, stdout=proc.stdout, stderr=proc.stderr, tests=[], exit_code=proc.returncode)
 

@@ -156,11 +156,11 @@ def normalize_tests(tests: Any, entry_point: str | None = None) -> list[dict[str
     return out
 
 
-def build_job(code: str, tests: list[dict[str, str]], *, nonce: str | None = None) -> tuple[dict[str, str], list[str], str]:
-    """``(files, command, stdin)`` for one sandbox execution."""
+def build_job(code: str, tests: list[dict[str, str]], *, nonce: str | None = None) -> tuple[dict[str, str], list[str], bytes]:
+    """``(files, command, stdin)`` for one sandbox execution (stdin is UTF-8 JSON bytes)."""
     nonce = nonce or secrets.token_hex(8)
     files = {"solution.py": code, "temper_harness.py": HARNESS}
-    stdin = json.dumps({"nonce": nonce, "tests": tests})
+    stdin = json.dumps({"nonce": nonce, "tests": tests}).encode("utf-8")
     return files, ["python3", "temper_harness.py"], stdin
 
 
