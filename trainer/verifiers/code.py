@@ -27,6 +27,7 @@ import importlib
 import json
 import re
 import secrets
+import sys
 import threading
 from typing import Any, Callable
 
@@ -81,8 +82,16 @@ STATUS_OUTCOMES = {
 
 
 def set_sandbox_executor(fn: Executor | None) -> None:
-    """Inject the function that runs sandbox jobs (None: resolve ``workers.sandbox:execute`` again)."""
+    """Inject the function that runs sandbox jobs (None: resolve ``workers.sandbox:execute`` again).
+
+    A ``limits`` dict from a stage's params is turned into the executor module's ``Limits`` class
+    when that module has one.
+    """
     global _executor
+    if fn is not None:
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        if module is not None:
+            fn = _adapt_limits(fn, module)
     with _lock:
         _executor = fn
 
