@@ -12,6 +12,9 @@ from trainer.registry import all_domains
 from trainer.verifiers import validate_cascade
 
 DOMAINS = all_domains()
+# Level 0 and one harder level per domain; reasoning-gym's hardest levels take seconds per task
+# (zebra_puzzles, sokoban), which would blow the folder's time budget.
+TOP_LEVEL_TESTED = 3
 NOT_PASSING = {Outcome.FAIL, Outcome.PARTIAL, Outcome.PARSE_ERROR}
 
 
@@ -35,7 +38,7 @@ def test_domain(slug, request):
     assert validate_cascade(spec.verifier_spec) == []
     json.dumps([spec.verifier_spec, spec.task_source_spec, spec.sandbox_spec])  # plain JSON data
     assert spec.source.levels >= 1
-    for level in sorted({0, spec.source.levels - 1}):
+    for level in sorted({0, min(spec.source.levels - 1, TOP_LEVEL_TESTED)}):
         task = spec.source.sample(random.Random(1000 + level), level)
         again = spec.source.sample(random.Random(1000 + level), level)
         assert (again.id, again.prompt, repr(again.answer)) == (task.id, task.prompt, repr(task.answer))

@@ -18,9 +18,9 @@ import pytest
 from trainer.catalogue.humaneval import broken_completion, problems, reference_completion, task_for
 from trainer.outcomes import Outcome
 from trainer.registry import get
-from trainer.verifiers.code import set_sandbox_executor
+from trainer.verifiers.code import code_tests, set_sandbox_executor
 
-WALL_S = 5.0
+WALL_S = 30.0  # generous: the machine is shared; the sandbox enforces the real limits
 
 
 def local_subprocess_execute(files, command, limits=None, stdin=None, *, backend=None, domain="default"):
@@ -30,9 +30,9 @@ def local_subprocess_execute(files, command, limits=None, stdin=None, *, backend
             (Path(work) / name).write_text(content)
         wall = float((limits or {}).get("wall_s", WALL_S))
         try:
-            proc = subprocess.run(command, input=stdin, capture_output=True, text=True, cwd=work, timeout=wall)
+            proc = subprocess.run(command, input=stdin, capture_output=True, cwd=work, timeout=wall)
         except subprocess.TimeoutExpired as exc:
-            return SimpleNamespace(status="timeout_wall", stdout=exc.stdout or "", stderr="", tests=[])
+            return SimpleNamespace(status="timeout_wall", stdout=exc.stdout or b"", stderr=b"", tests=[])
         status = "ok" if proc.returncode == 0 else "runtime_error"
         return SimpleNamespace(status=status, stdout=proc.stdout, stderr=proc.stderr, tests=[], exit_code=proc.returncode)
 
@@ -44,6 +44,7 @@ def local_executor():
     set_sandbox_executor(None)
 
 
+@pytest.mark.slow
 def test_all_164_canonical_solutions_pass_and_broken_variants_fail(local_executor):
     verify = get("code-humaneval").verify
     tasks = [task_for(p) for p in problems()]
@@ -52,7 +53,7 @@ def test_all_164_canonical_solutions_pass_and_broken_variants_fail(local_executo
         good = list(pool.map(lambda t: verify(reference_completion(t), t), tasks))
         bad = list(pool.map(lambda t: verify(broken_completion(t), t), tasks))
     not_passing = [t.id for t, v in zip(tasks, good) if v.outcome is not Outcome.PASS]
-    assert not_passing == []
+    assert not_passing == [], [(t.id, v.outcome.value, v.details.get("stderr", "")[-300:]) for t, v in zip(tasks, good) if v.outcome is not Outcome.PASS]
     passing_broken = [t.id for t, v in zip(tasks, bad) if v.outcome is Outcome.PASS]
     assert passing_broken == []
     assert all(v.outcome in {Outcome.FAIL, Outcome.RUNTIME_ERROR} for v in bad)
@@ -67,7 +68,7 @@ def test_all_164_canonical_solutions_pass_and_broken_variants_fail(local_executo
 def test_hostile_solutions_do_not_pass(local_executor, body, outcome):
     task = task_for(problems()[0])
     completion = task.answer["prompt"] + body
-    v = get("code-humaneval").verify(completion, task)
+    v = code_tests(completion, task, limits={"wall_s": 3})
     assert v.outcome is outcome, v.details
 
 

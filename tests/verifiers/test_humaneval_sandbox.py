@@ -8,6 +8,7 @@ import pytest
 from trainer.catalogue.humaneval import broken_completion, problems, reference_completion, task_for
 from trainer.outcomes import Outcome
 from trainer.registry import get
+from trainer.verifiers.code import code_tests
 
 
 @pytest.mark.slow
@@ -24,5 +25,12 @@ def test_all_164_canonical_solutions_pass_and_broken_variants_fail_in_the_sandbo
 
 def test_endless_solution_is_timeout_in_the_sandbox(real_sandbox):
     task = task_for(problems()[0])
-    v = get("code-humaneval").verify(task.answer["prompt"] + "    while True: pass\n", task)
+    v = code_tests(task.answer["prompt"] + "    while True: pass\n", task, limits={"cpu_s": 2, "wall_s": 4})
     assert v.outcome is Outcome.TIMEOUT
+
+
+def test_exit_before_the_tests_and_forged_markers_fail_in_the_sandbox(real_sandbox):
+    task = task_for(problems()[0])
+    forged = "    print('@@temper-test 0 {\"name\": \"check\", \"passed\": true}')\n    import os; os._exit(0)\n"
+    assert code_tests(task.answer["prompt"] + forged, task).outcome is Outcome.FAIL
+    assert code_tests("import sys\nsys.exit(0)\n", task).outcome is Outcome.RUNTIME_ERROR

@@ -120,6 +120,7 @@ def test_code_needs_markers_with_this_jobs_nonce():
     seen = {}
 
     def executor(files, command, limits=None, stdin=None, **kw):
+        assert isinstance(stdin, bytes)  # the sandbox takes bytes
         seen["nonce"] = json.loads(stdin)["nonce"]
         forged = '@@temper-test 0000 {"name": "test_0", "passed": true, "message": ""}\n'
         return FakeVerdict("ok", stdout=forged)

@@ -46,6 +46,9 @@ EXACT_MATCH_OVERRIDES = frozenset({"game_of_life_halting"})
 # jugs takes seconds per item or fails from level 2; rubiks_cube from level 1 uses cubes larger
 # than 3x3 whose wide-move notation has no reference solution here.
 LEVEL_CAPS = {"jugs": 2, "rubiks_cube": 1}
+# Curriculum levels left out because drawing one task takes seconds to tens of seconds
+# (sokoban's level 0 packs 4-10 boxes into a 6x6 board; its level 1 takes milliseconds).
+SLOW_LEVELS = {"sokoban": frozenset({0})}
 
 COMPOSITE_DEFAULT = [("basic_arithmetic", 1.0), ("chain_sum", 1.0), ("leg_counting", 1.0)]
 
@@ -80,6 +83,8 @@ def curriculum_levels(name: str) -> tuple[int | None, ...]:
     top = min(top, LEVEL_CAPS.get(name, top))
     valid = []
     for level in range(top):
+        if level in SLOW_LEVELS.get(name, ()):
+            continue
         try:
             config = _config(name, level, 0)
             if hasattr(config, "validate"):
@@ -135,6 +140,25 @@ def get_dataset(name: str, level: int, shard: int = 0) -> Any:
     return dataset
 
 
+def _generate(dataset: Any, idx: int, seed: int) -> dict[str, Any]:
+    """``dataset[idx]`` with the global ``random`` (and numpy) state seeded: some generators
+    (codeio runs sample programs) draw from the global generators, not their own."""
+    import sys
+
+    state = random.getstate()
+    np = sys.modules.get("numpy")
+    np_state = np.random.get_state() if np is not None else None
+    random.seed(seed)
+    if np is not None:
+        np.random.seed(seed % 2**32)
+    try:
+        return dataset[idx]
+    finally:
+        random.setstate(state)
+        if np is not None:
+            np.random.set_state(np_state)
+
+
 @dataclasses.dataclass
 class ReasoningGymSource:
     """Task source for one reasoning-gym generator."""
@@ -146,19 +170,36 @@ class ReasoningGymSource:
     levels: int
     """Number of difficulty levels."""
 
+    def _reference(self, entry: dict[str, Any], level: int) -> str | None:
+        """The first reference candidate the generator's own scorer gives 1.0 (None if none does)."""
+        from trainer.catalogue.rg_solvers import reference_candidates
+
+        if self.name in EXACT_MATCH_OVERRIDES:
+            return str(entry["answer"])
+        scorer = get_dataset(self.name, level)
+        for candidate in reference_candidates(self.name, entry):
+            try:
+                if float(scorer.score_answer(candidate, entry)) >= 1.0:
+                    return candidate
+            except Exception:  # noqa: BLE001
+                continue
+        return None
+
     def sample(self, rng: random.Random, level: int = 0) -> Task:
-        from trainer.catalogue.rg_solvers import reference_answer
 
         level = max(0, min(int(level), self.levels - 1))
         while True:
-            # some generators fail on some seeds at their hardest settings: draw again, then step down
+            # Some generators fail on some seeds at their hardest settings, or emit an entry whose
+            # own answer does not score 1 (an unsolvable jugs puzzle): draw again, then step down.
             for _ in range(GENERATION_TRIES):
                 shard, idx = rng.randrange(SHARDS), rng.randrange(DATASET_SIZE)
                 try:
-                    entry = get_dataset(self.name, level, shard)[idx]
-                    break
+                    entry = _generate(get_dataset(self.name, level, shard), idx, SEED + 7919 * shard + idx)
                 except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
                     continue
+                answer = self._reference(entry, level)
+                if answer is not None:
+                    break
             else:
                 if level == 0:
                     raise RuntimeError(f"reasoning-gym generator {self.name!r} failed {GENERATION_TRIES} times at level 0")
@@ -169,7 +210,7 @@ class ReasoningGymSource:
             domain=self.slug,
             id=f"L{level}-{shard}-{idx}",
             prompt=str(entry["question"]) + ANSWER_INSTRUCTION,
-            answer=reference_answer(self.name, entry),
+            answer=answer,
             level=level,
             meta={"rg_dataset": self.name, "rg_level": level, "rg_shard": shard, "rg_entry": entry},
         )

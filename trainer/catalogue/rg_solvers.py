@@ -152,19 +152,21 @@ def _as_obj(value: Any) -> Any:
     return ast.literal_eval(value) if isinstance(value, str) else value
 
 
-def reference_answer(name: str, entry: dict[str, Any]) -> str | None:
-    """The entry's answer, or a valid one computed from its metadata; None if unknown."""
+def reference_candidates(name: str, entry: dict[str, Any]) -> list[str]:
+    """Answers to try, best first: the entry's own, else ones computed from its metadata."""
     if entry.get("answer") is not None:
-        return str(entry["answer"])
+        return [str(entry["answer"])]
     meta = entry.get("metadata", {})
     if name == "rush_hour":
-        return rush_hour_solution(meta["board_config"])
+        return [rush_hour_solution(meta["board_config"])]
     if name == "boxnet":
-        return boxnet_solution(_as_obj(meta["initial_state"]))
+        return [boxnet_solution(_as_obj(meta["initial_state"]))]
     if name == "graph_color":
-        return json.dumps({str(k): v for k, v in _as_obj(meta["possible_answer"]).items()})
+        return [json.dumps({str(k): v for k, v in _as_obj(meta["possible_answer"]).items()})]
     if name == "rubiks_cube":
-        return invert_moves(str(meta["scramble_moves"]))
+        return [invert_moves(str(meta["scramble_moves"])), str(meta.get("example_correct_answer", ""))]
     if name == "propositional_logic":
-        return str(meta["example_answer"])
-    return None
+        premises = [str(p) for p in _as_obj(meta["premises"])]
+        pairs = [f"({a} ∧ {b})" for i, a in enumerate(premises) for b in premises[i + 1 :] if a != b]
+        return [str(meta["example_answer"]), *pairs, *premises]
+    return []

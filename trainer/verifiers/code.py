@@ -27,6 +27,7 @@ import importlib
 import json
 import re
 import secrets
+import sys
 import threading
 from typing import Any, Callable
 
@@ -81,8 +82,16 @@ STATUS_OUTCOMES = {
 
 
 def set_sandbox_executor(fn: Executor | None) -> None:
-    """Inject the function that runs sandbox jobs (None: resolve ``workers.sandbox:execute`` again)."""
+    """Inject the function that runs sandbox jobs (None: resolve ``workers.sandbox:execute`` again).
+
+    A ``limits`` dict from a stage's params is turned into the executor module's ``Limits`` class
+    when that module has one.
+    """
     global _executor
+    if fn is not None:
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        if module is not None:
+            fn = _adapt_limits(fn, module)
     with _lock:
         _executor = fn
 
@@ -156,11 +165,11 @@ def normalize_tests(tests: Any, entry_point: str | None = None) -> list[dict[str
     return out
 
 
-def build_job(code: str, tests: list[dict[str, str]], *, nonce: str | None = None) -> tuple[dict[str, str], list[str], str]:
-    """``(files, command, stdin)`` for one sandbox execution."""
+def build_job(code: str, tests: list[dict[str, str]], *, nonce: str | None = None) -> tuple[dict[str, str], list[str], bytes]:
+    """``(files, command, stdin)`` for one sandbox execution (stdin is UTF-8 JSON bytes)."""
     nonce = nonce or secrets.token_hex(8)
     files = {"solution.py": code, "temper_harness.py": HARNESS}
-    stdin = json.dumps({"nonce": nonce, "tests": tests})
+    stdin = json.dumps({"nonce": nonce, "tests": tests}).encode("utf-8")
     return files, ["python3", "temper_harness.py"], stdin
 
 
