@@ -30,7 +30,8 @@ def rl_config(model_path: str, engine: str, args) -> dict:
                     "temperature": 1.0},
         "algorithm": {"name": "grpo", "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0,
                       "updates_per_batch": 2, "dynamic_sampling": True, "max_refills": 2},
-        "optimizer": {"lr": args.lr, "micro_batch_size": 128, "max_grad_norm": 1.0},
+        "optimizer": {"lr": args.lr, "beta2": 0.99, "lr_schedule": "linear",
+                      "micro_batch_size": 128, "max_grad_norm": 1.0},
         "sft": {"lr": 3e-3, "batch_size": 16},
         "limits": {"max_steps": args.steps},
     }

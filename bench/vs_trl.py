@@ -54,7 +54,9 @@ def run_temper(base: str, args) -> dict:
                "rollout": {"prompts_per_step": 16, "n": 8, "max_new_tokens": 4},
                "algorithm": {"kl_coef": 0.0, "updates_per_batch": args.temper_updates,
                              "dynamic_sampling": bool(args.temper_dynamic_sampling), "max_refills": 2},
-               "optimizer": {"lr": args.lr, "micro_batch_size": 128}})
+               "optimizer": {"lr": args.lr, "beta2": 0.99, "lr_schedule": "linear",
+                             "micro_batch_size": 128},
+               "limits": {"max_steps": args.steps}})
     rewards, completions = [], 0
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -85,9 +87,9 @@ def run_trl(base: str, args, tmp: str) -> dict:
 
     config = GRPOConfig(output_dir=os.path.join(tmp, "trl"), learning_rate=args.lr,
                         per_device_train_batch_size=128, num_generations=8,
-                        max_completion_length=4, beta=0.0, temperature=1.0,
+                        max_completion_length=4, beta=0.0, temperature=1.0, adam_beta2=0.99,
                         max_steps=args.steps, logging_steps=1, report_to="none", seed=args.seed,
-                        use_cpu=True, save_strategy="no", lr_scheduler_type="constant",
+                        use_cpu=True, save_strategy="no", lr_scheduler_type="linear",
                         warmup_steps=0, bf16=False, dataloader_num_workers=0,
                         disable_tqdm=True)
     model = AutoModelForCausalLM.from_pretrained(base)
