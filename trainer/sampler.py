@@ -57,6 +57,15 @@ class TaskSampler:
         self.levels: dict[str, int] = {s: 0 for s in self.slugs}
         self.level_stats: dict[str, Estimate] = {s: Estimate(0.0, 0) for s in self.slugs}
 
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Change the domain mix (applied from the next draw); unknown slugs are an error."""
+        unknown = sorted(set(weights) - set(self.slugs))
+        if unknown:
+            raise KeyError(f"not domains of this sampler: {', '.join(unknown)}")
+        merged = {s: weights.get(s, w) for s, w in zip(self.slugs, self.weights)}
+        total = sum(merged.values())
+        self.weights = [merged[s] / total for s in self.slugs]
+
     def draw(self, k: int) -> list[tuple[Task, int]]:
         """``k`` tasks with their sample counts."""
         out = []
@@ -116,7 +125,7 @@ class TaskSampler:
     def state_dict(self) -> dict:
         """JSON-safe state: RNG, per-task estimates, levels."""
         version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss],
+        return {"rng": [version, list(internal), gauss], "weights": dict(zip(self.slugs, self.weights)),
                 "tasks": {k: [e.pass_rate, e.count] for k, e in self.tasks.items()},
                 "levels": dict(self.levels),
                 "level_stats": {k: [e.pass_rate, e.count] for k, e in self.level_stats.items()}}
@@ -125,5 +134,7 @@ class TaskSampler:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.tasks = {k: Estimate(*v) for k, v in state["tasks"].items()}
+        if "weights" in state:
+            self.set_weights({s: w for s, w in state["weights"].items() if s in self.slugs})
         self.levels.update(state["levels"])
         self.level_stats.update({k: Estimate(*v) for k, v in state["level_stats"].items()})

@@ -72,3 +72,15 @@ def test_builtin_verifiers_are_exact_match():
         assert verify_exact(task.answer + "x", task).reward == 0.0
     assert PARITY.sample(random.Random(1), level=3).answer in ("0", "1")
     assert len(ADDITION.all_tasks()) == 100
+
+
+def test_set_weights_changes_the_mix_and_survives_a_checkpoint():
+    sampler = TaskSampler(SOURCES, {"builtin-addition": 1, "builtin-parity": 1}, SamplerConfig(),
+                          n=8, seed=0)
+    sampler.set_weights({"builtin-parity": 3})
+    counts = Counter(task.domain for task, _ in sampler.draw(4000))
+    assert 0.72 < counts["builtin-parity"] / 4000 < 0.78
+    other = TaskSampler(SOURCES, {"builtin-addition": 1, "builtin-parity": 1}, SamplerConfig(),
+                        n=8, seed=0)
+    other.load_state_dict(sampler.state_dict())
+    assert other.weights == sampler.weights and other.draw(20) == sampler.draw(20)
