@@ -77,7 +77,7 @@ def test_builtin_verifiers_are_exact_match():
 def test_set_weights_changes_the_mix_and_survives_a_checkpoint():
     sampler = TaskSampler(SOURCES, {"builtin-addition": 1, "builtin-parity": 1}, SamplerConfig(),
                           n=8, seed=0)
-    sampler.set_weights({"builtin-parity": 3})
+    sampler.set_weights({"builtin-addition": 1, "builtin-parity": 3})
     counts = Counter(task.domain for task, _ in sampler.draw(4000))
     assert 0.72 < counts["builtin-parity"] / 4000 < 0.78
     other = TaskSampler(SOURCES, {"builtin-addition": 1, "builtin-parity": 1}, SamplerConfig(),
