@@ -138,6 +138,8 @@ def main() -> None:
         "temper_reward_at_end": round(temper["reward_at_end"], 4),
         "trl_reward_at_end": round(trl["reward_at_end"], 4),
         "steps": args.steps, "lr": args.lr, "threads": args.threads,
+        "temper_updates_per_batch": args.temper_updates,
+        "temper_dynamic_sampling": bool(args.temper_dynamic_sampling),
         "temper_wall_s": round(temper["wall_s"], 1), "trl_wall_s": round(trl["wall_s"], 1)}))
 
 
