@@ -145,6 +145,8 @@ class OptimizerConfig:
     """Sequences per forward/backward; gradients accumulate over the micro-batches."""
     warmup_steps: int = _num(0, ge=0)
     """Linear learning-rate warm-up steps."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """After warm-up: keep the rate, or decay it to 0 at ``limits.max_steps`` (linearly or cosine)."""
     zero_stage: Literal[0, 2, 3] = 0
     """0: plain torch; 2 or 3: DeepSpeed ZeRO (needs deepspeed and CUDA)."""
 

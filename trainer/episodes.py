@@ -100,8 +100,7 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
             traj.behaviour_logprobs += gen.logprobs[:len(take)]
             traj.turns += 1
             traj.completion = tokenizer.decode(take, skip_special_tokens=True)
-            out_of_budget = (len(take) < len(gen.token_ids) or not gen.finished
-                             or traj.turns >= max_turns
+            out_of_budget = (len(take) < len(gen.token_ids) or traj.turns >= max_turns
                              or len(traj.response_ids) >= max_episode_tokens)
             result = env.step(traj.completion)
             if result.done:

@@ -111,7 +111,9 @@ class Job:
         if cfg.algorithm.kl_coef > 0:
             self.reference = load_model(cfg.model.reference_path or cfg.model.path, cfg.model,
                                         self.device, trainable=False)
-        self.backend = make_backend(self.model, cfg.optimizer)
+        alg = cfg.algorithm
+        self.backend = make_backend(self.model, cfg.optimizer,
+                                    total_steps=cfg.limits.max_steps * alg.updates_per_batch)
         self.model = self.backend.model
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
@@ -240,7 +242,10 @@ class Job:
         cfg, alg = self.config, self.config.algorithm
         valid_idx = [i for i, t in enumerate(trajs) if not t.verification.is_infrastructure]
         totals = defaultdict(float)
-        if not valid_idx:
+        if not valid_idx or (alg.kl_coef == 0 and not any(adv[i] != 0 for i in valid_idx)):
+            # no learning signal at all: report entropy, take no optimizer step
+            metrics.update(self._inspect(self._all_generated))
+            metrics["batch/skipped_update"] = 1.0
             return
         minibatches = [valid_idx[i::alg.updates_per_batch] for i in range(alg.updates_per_batch)]
         for u, idx in enumerate(m for m in minibatches if m):
@@ -292,6 +297,25 @@ class Job:
             "perf/train_tokens": float(sum(len(trajs[i].prompt_ids) + len(trajs[i].response_ids)
                                            for i in valid_idx)),
         })
+
+    @torch.no_grad()
+    def _inspect(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """Entropy and engine/trainer logprob mismatch over the model tokens of ``trajs``."""
+        sums = defaultdict(float)
+        for micro in chunks(list(trajs), self.config.optimizer.micro_batch_size):
+            batch = pack_batch(micro, self.tokenizer.pad_token_id, self.device)
+            logits = self.model(input_ids=batch["input_ids"],
+                                attention_mask=batch["attention_mask"]).logits[:, :-1]  # (B, T-1, V)
+            m = batch["loss_mask"]
+            logp = token_logprobs(logits, batch["targets"], self.config.rollout.temperature)
+            delta = (logp - batch["old_logp"]) * m  # (B, T-1)
+            sums["entropy"] += float((token_entropy(logits, self.config.rollout.temperature) * m).sum())
+            sums["abs"] += float(delta.abs().sum())
+            sums["kl"] += float(((torch.exp(delta) - 1 - delta) * m).sum())
+            sums["tokens"] += float(m.sum())
+        tok = max(sums["tokens"], 1.0)
+        return {"policy/entropy": sums["entropy"] / tok, "mismatch/logprob_abs": sums["abs"] / tok,
+                "mismatch/kl": sums["kl"] / tok}
 
     def _sync(self) -> float:
         """Make the rollout engine current. With overlap, the sync is queued behind generation."""
@@ -354,8 +378,9 @@ class Job:
         cfg = self.config.sft
         steps = cfg.steps if steps is None else steps
         if not hasattr(self, "_sft_backend"):
-            self._sft_backend = make_backend(self.model, replace(self.config.optimizer, warmup_steps=0),
-                                             lr=cfg.lr)
+            self._sft_backend = make_backend(
+                self.model, replace(self.config.optimizer, warmup_steps=0, lr_schedule="constant"),
+                lr=cfg.lr)
         losses = []
         for _ in range(steps):
             tasks = [self.domains[s].source.sample(self.sft_rng, self.sampler.levels[s])
@@ -470,8 +495,9 @@ class Job:
         opt = torch.load(path / "optimizer.pt", weights_only=False)
         job.backend.load_state_dict(opt["backend"])
         if opt["sft_backend"] is not None:
-            job._sft_backend = make_backend(job.model, replace(config.optimizer, warmup_steps=0),
-                                            lr=config.sft.lr)
+            job._sft_backend = make_backend(
+                job.model, replace(config.optimizer, warmup_steps=0, lr_schedule="constant"),
+                lr=config.sft.lr)
             job._sft_backend.load_state_dict(opt["sft_backend"])
         rng = torch.load(path / "rng.pt", weights_only=False)
         job.engine.load_state_dict(rng["engine"])

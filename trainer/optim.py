@@ -11,18 +11,36 @@ import torch
 from trainer.config import ConfigError, OptimizerConfig
 
 
+def lr_factor(step: int, warmup: int, schedule: str, total: int) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step`` (0-based).
+
+    >>> [round(lr_factor(s, 0, "linear", 4), 2) for s in range(5)]
+    [1.0, 0.75, 0.5, 0.25, 0.0]
+    >>> lr_factor(0, 2, "constant", 0), lr_factor(5, 2, "constant", 0)
+    (0.5, 1.0)
+    """
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant" or total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    if schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 class TorchBackend:
     """AdamW, linear warm-up, global-norm clipping."""
 
-    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None,
+                 total_steps: int = 0):
         self.model = model
         self.cfg = cfg
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr or cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                            eps=cfg.eps, weight_decay=cfg.weight_decay)
-        warmup = cfg.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+            self.optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.lr_schedule, total_steps))
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -48,7 +66,8 @@ class TorchBackend:
 class DeepSpeedBackend:
     """DeepSpeed ZeRO stage 2 or 3 on CUDA (the engine owns optimizer, clipping and warm-up)."""
 
-    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None,
+                 total_steps: int = 0):
         import deepspeed
 
         ds_config = {
@@ -82,10 +101,11 @@ class DeepSpeedBackend:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def make_backend(model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None):
+def make_backend(model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None = None,
+                 total_steps: int = 0):
     """Plain torch for ``zero_stage: 0``; DeepSpeed otherwise (refused without deepspeed or CUDA)."""
     if cfg.zero_stage == 0:
-        return TorchBackend(model, cfg, lr)
+        return TorchBackend(model, cfg, lr, total_steps)
     problems = []
     try:
         import deepspeed  # noqa: F401
@@ -95,4 +115,4 @@ def make_backend(model: torch.nn.Module, cfg: OptimizerConfig, lr: float | None 
         problems.append(("optimizer.zero_stage", "needs CUDA, which is not available"))
     if problems:
         raise ConfigError(problems)
-    return DeepSpeedBackend(model, cfg, lr)
+    return DeepSpeedBackend(model, cfg, lr, total_steps)

@@ -125,7 +125,7 @@ class TaskSampler:
     def state_dict(self) -> dict:
         """JSON-safe state: RNG, per-task estimates, levels."""
         version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss],
+        return {"rng": [version, list(internal), gauss], "weights": dict(zip(self.slugs, self.weights)),
                 "tasks": {k: [e.pass_rate, e.count] for k, e in self.tasks.items()},
                 "levels": dict(self.levels),
                 "level_stats": {k: [e.pass_rate, e.count] for k, e in self.level_stats.items()}}
@@ -134,5 +134,7 @@ class TaskSampler:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.tasks = {k: Estimate(*v) for k, v in state["tasks"].items()}
+        if "weights" in state:
+            self.set_weights({s: w for s, w in state["weights"].items() if s in self.slugs})
         self.levels.update(state["levels"])
         self.level_stats.update({k: Estimate(*v) for k, v in state["level_stats"].items()})

@@ -20,9 +20,13 @@ def record(into: list):
     return cb
 
 
+def alternate(items):
+    return [Verification.passed() if i % 2 else Verification.failed() for i, _ in enumerate(items)]
+
+
 def test_step_reports_metrics_and_samples(base_config):
     seen = []
-    job = Job(base_config, callbacks=[record(seen)])
+    job = Job(base_config, callbacks=[record(seen)], verify_batch=alternate)
     metrics = job.step()
     assert job.step_count == 1 and seen[0][0] == 1 and seen[0][1] == metrics
     for key in ["reward/builtin-addition", "pass_rate/builtin-addition", "loss/policy",
@@ -37,6 +41,15 @@ def test_step_reports_metrics_and_samples(base_config):
     sample = seen[0][2][0]
     assert {"prompt", "completion", "reward", "outcome", "domain", "details"} <= set(sample)
     assert sample["domain"] == "builtin-addition" and sample["outcome"] in ("pass", "fail")
+
+
+def test_a_batch_without_signal_takes_no_step_but_reports(base_config):
+    job = Job(base_config, verify_batch=lambda items: [Verification.failed() for _ in items])
+    before = [p.detach().clone() for p in job.model.parameters()]
+    metrics = job.step()
+    assert metrics["batch/skipped_update"] == 1.0 and metrics["policy/entropy"] > 0
+    assert metrics["mismatch/logprob_abs"] < 1e-3
+    assert all(torch.equal(a, b) for a, b in zip(before, job.model.parameters()))
 
 
 def test_infrastructure_outcomes_are_masked(base_config):
@@ -185,7 +198,7 @@ def test_cli_runs_a_job_and_reports_config_errors(base_config, tmp_path):
     base_config["limits"]["max_steps"] = 3
     (tmp_path / "run.json").write_text(json.dumps(base_config))
     out = subprocess.run([sys.executable, "-m", "trainer", "run", str(tmp_path / "run.json"),
-                          "--no-progress", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
+                          "--no-progress", "--threads", "1", "--metrics-jsonl", str(tmp_path / "m.jsonl")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 3
