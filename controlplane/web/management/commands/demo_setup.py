@@ -9,7 +9,18 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from controlplane.accounts.models import Membership, Role, Team
+from controlplane.runs.models import Run
 from controlplane.scheduling.models import ResourcePool, TeamQuota
+
+
+DEMO_CONFIG = {
+    "rollout": {"prompts_per_step": 16, "n": 8, "max_new_tokens": 4, "temperature": 1.0},
+    "algorithm": {"name": "grpo", "clip_low": 0.2, "clip_high": 0.28, "updates_per_batch": 2,
+                  "dynamic_sampling": True, "max_refills": 2},
+    "optimizer": {"lr": 5e-4, "beta2": 0.99, "micro_batch_size": 128, "max_grad_norm": 1.0},
+    "sft": {"steps": 250, "lr": 3e-3, "batch_size": 16},
+    "checkpoint": {"every_steps": 20},
+}
 
 
 class Command(BaseCommand):
@@ -17,6 +28,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--username", default="admin")
+        parser.add_argument("--no-run", action="store_true", help="do not create and start the demo run")
 
     def handle(self, *args, **opts):
         User = get_user_model()
@@ -39,4 +51,28 @@ class Command(BaseCommand):
         for name, kind, capacity in (("cpu", "cpu", 2), ("sandbox", "sandbox", 8)):
             ResourcePool.objects.get_or_create(name=name, defaults={"kind": kind, "capacity": capacity})
         call_command("domains", "sync", stdout=self.stdout)
+        if not opts["no_run"] and not Run.objects.filter(team=team).exists():
+            run = self._demo_run(user, team)
+            self.stdout.write(f"demo run {run.id} queued: the tiny model learns addition, reversal and parity")
         self.stdout.write(self.style.SUCCESS(f"demo admin: username {username}  password {password}"))
+
+    def _demo_run(self, user, team):
+        """A tiny Llama built here (no hub), made a weak base by SFT, then GRPO on the built-ins."""
+        from controlplane.accounts.principal import Principal
+        from controlplane.runs.services import run_create, run_start
+        from trainer.models.tiny import build_tiny
+
+        model_dir = settings.VAR_DIR / "models" / "tiny-demo"
+        if not (model_dir / "config.json").exists():
+            build_tiny(model_dir)
+        actor = Principal.for_user(user)
+        run = run_create(actor=actor, data={
+            "team": team.slug,
+            "name": "demo: tiny model on the built-in domains",
+            "base_model": str(model_dir),
+            "domains": [{"slug": "builtin-addition", "weight": 2.0}, {"slug": "builtin-reversal", "weight": 1.0},
+                        {"slug": "builtin-parity", "weight": 1.0}],
+            "budget": {"steps": 300},
+            "config": DEMO_CONFIG,
+        })
+        return run_start(actor=actor, run=run)
