@@ -53,10 +53,11 @@ _DOMAINS: dict[str, DomainSpec] = {}
 _loaded = False
 
 
-def register(spec: DomainSpec) -> DomainSpec:
-    """Add a domain; registering the same slug twice with a different spec is an error."""
+def register(spec: DomainSpec, *, replace: bool = False) -> DomainSpec:
+    """Add a domain; registering the same slug twice with a different spec is an error unless
+    ``replace`` (domains defined by data, such as uploads, are re-registered when they change)."""
     existing = _DOMAINS.get(spec.slug)
-    if existing is not None and existing is not spec:
+    if existing is not None and existing is not spec and not replace:
         raise ValueError(f"domain {spec.slug!r} is registered twice")
     _DOMAINS[spec.slug] = spec
     return spec

@@ -43,6 +43,26 @@ def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
     return cfg
 
 
+def register_data_domains(domains: list[RunDomain]) -> None:
+    """Domains defined by data (JSONL uploads) join the trainer's registry, as pinned."""
+    from trainer import registry
+    from trainer.catalogue.jsonl import UploadedSource
+    from trainer.tasks.base import Task
+    from trainer.verifiers import compile_cascade
+
+    for rd in domains:
+        snap = rd.domain_version.snapshot
+        source = snap.get("task_source") or {}
+        if source.get("family") != "jsonl":
+            continue
+        tasks = [Task(**t) for t in source.get("tasks", [])]
+        registry.register(registry.DomainSpec(
+            slug=rd.domain.slug, title=snap.get("title", rd.domain.slug), kind=snap.get("kind", "other"), family="jsonl",
+            source=UploadedSource(rd.domain.slug, tasks), verify=compile_cascade(snap["verifier"]),
+            verifier_spec=snap["verifier"], task_source_spec={"family": "jsonl"},
+        ), replace=True)
+
+
 def worker_name() -> str:
     from celery import current_task
 
@@ -74,6 +94,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
 
     job = None
     try:
+        register_data_domains(domains)
         ckpt = driving.latest_checkpoint(run)
         if ckpt is not None:
             driving.run_rewind(run=run, to_step=ckpt.step)

@@ -95,6 +95,34 @@ def domain_create(request: HttpRequest):
     return Status(201, services.domain_create(actor=request.auth, data=data, team=team))
 
 
+DOMAIN_UPLOAD_IN = {
+    "type": "object",
+    "required": ["team", "slug", "title", "kind", "verifier", "jsonl"],
+    "additionalProperties": False,
+    "properties": {
+        "team": {"type": "string", "minLength": 1},
+        "slug": DOMAIN_SCHEMA["properties"]["slug"],
+        "title": DOMAIN_SCHEMA["properties"]["title"],
+        "kind": DOMAIN_SCHEMA["properties"]["kind"],
+        "description": {"type": "string"},
+        "verifier": DOMAIN_SCHEMA["properties"]["verifier"],
+        "jsonl": {"type": "string", "description": 'One task per line: {"prompt", "answer" | "tests", "metadata"?, "id"?, "level"?}'},
+    },
+}
+
+
+@router.post("/domains/upload", response={201: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_UPLOAD_IN))
+def domain_upload(request: HttpRequest):
+    """Create a team domain from a JSONL upload; a bad line refuses the whole upload."""
+    from controlplane.common.validation import validate
+
+    data = json_object(request)
+    validate(data, DOMAIN_UPLOAD_IN)
+    team = team_get(actor=request.auth, slug=data.pop("team"))
+    jsonl = data.pop("jsonl")
+    return Status(201, services.domain_upload_jsonl(actor=request.auth, team=team, data=data, jsonl=jsonl))
+
+
 @router.get("/domains/{slug}", response={200: DomainDetailOut, **ERRORS})
 def domain_detail(request: HttpRequest, slug: str):
     return selectors.domain_get(actor=request.auth, slug=slug)

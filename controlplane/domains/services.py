@@ -8,7 +8,7 @@ from django.db import transaction
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import Forbidden, InvalidInput
+from controlplane.common.errors import FieldError, Forbidden, InvalidInput
 from controlplane.domains.models import VERSIONED_FIELDS, Domain, DomainVersion
 from controlplane.domains.schemas import domain_errors
 
@@ -106,3 +106,31 @@ def domain_sync(*, actor: Principal, specs: list[dict], progress=None) -> dict[s
         if progress is not None:
             progress(1)
     return counts
+
+
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+
+
+@transaction.atomic
+def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes) -> Domain:
+    """Create a team domain from uploaded tasks: every line is checked first; one bad line and
+    nothing is imported, with every bad line's number and field in the error."""
+    import dataclasses
+
+    from trainer.catalogue.jsonl import JSONLError, parse_jsonl
+
+    _require_edit(actor, team.id)
+    errors = domain_errors({**data, "task_source": {"family": "jsonl"}}, creating=True)
+    if isinstance(jsonl, (str, bytes)) and len(jsonl) > MAX_UPLOAD_BYTES:
+        errors.append(FieldError("jsonl", f"larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB"))
+    if errors:
+        raise InvalidInput(errors)
+    try:
+        tasks = parse_jsonl(jsonl, domain=data["slug"], verifier=data["verifier"])
+    except JSONLError as exc:
+        raise InvalidInput([
+            FieldError(f"jsonl.lines[{line}]" + (f".{field}" if field else ""), message) for line, field, message in exc.errors
+        ]) from None
+    source = {"family": "jsonl", "tasks": [dataclasses.asdict(t) for t in tasks]}
+    return domain_create(actor=actor, data={**data, "family": "jsonl", "task_source": source}, team=team,
+                         note=f"uploaded {len(tasks)} tasks")

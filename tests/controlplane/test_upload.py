@@ -1,0 +1,79 @@
+"""JSONL uploads: one broken line refuses the whole upload with that line's number; a good one
+becomes a team domain whose tasks a run trains on."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from controlplane.domains.models import Domain
+from tests import factories
+
+GOOD = "\n".join(json.dumps({"prompt": f"{a}+{a}=", "answer": str(2 * a)}) for a in range(5))
+
+
+def upload(client, jsonl, slug="sums"):
+    body = {"team": "acme", "slug": slug, "title": "Sums", "kind": "math", "jsonl": jsonl,
+            "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}}
+    return client.post("/api/domains/upload", json.dumps(body), content_type="application/json")
+
+
+def test_one_broken_line_refuses_everything(world):
+    client = Client()
+    client.force_login(world.users["admin"])
+    lines = GOOD.splitlines()
+    lines.insert(2, json.dumps({"prompt": "no answer here"}))
+    r = upload(client, "\n".join(lines))
+    assert r.status_code == 422
+    assert r.json()["errors"] == [{"path": "jsonl.lines[3].answer", "message": "required (or tests)"}]
+    assert not Domain.objects.filter(slug="sums").exists()
+
+
+def test_invalid_json_line_is_named(world):
+    client = Client()
+    client.force_login(world.users["admin"])
+    r = upload(client, GOOD + "\n{not json")
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "jsonl.lines[6]"
+
+
+def test_good_upload_becomes_a_versioned_team_domain(world):
+    client = Client()
+    client.force_login(world.users["admin"])
+    r = upload(client, GOOD)
+    assert r.status_code == 201, r.content
+    d = Domain.objects.get(slug="sums")
+    assert d.team == world.team and d.family == "jsonl" and len(d.task_source["tasks"]) == 5
+    assert d.versions.count() == 1
+    # Invisible to another team; members cannot upload.
+    other = Client()
+    other.force_login(world.other_users["admin"])
+    assert other.get("/api/domains/sums").status_code == 404
+    member = Client()
+    member.force_login(world.users["member"])
+    assert upload(member, GOOD, slug="sums2").status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_trains_on_uploaded_tasks(tmp_path, settings):
+    from controlplane.accounts.models import Membership
+    from controlplane.domains.services import domain_upload_jsonl
+    from controlplane.runs.models import MetricPoint, Trajectory
+    from controlplane.runs.services import run_create
+    from trainer.models.tiny import build_tiny
+    from workers.driver import drive
+
+    settings.VAR_DIR = tmp_path
+    team = factories.team("acme")
+    admin = factories.member(team, "admin")
+    actor = factories.actor(admin)
+    domain_upload_jsonl(actor=actor, team=team, jsonl=GOOD, data={
+        "slug": "sums", "title": "Sums", "kind": "math", "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}})
+    model = str(build_tiny(tmp_path / "model", layers=2))
+    run = run_create(actor=actor, data=factories.run_payload(["sums"], team="acme", base_model=model, budget={"steps": 2},
+                                                             config={"rollout": {"prompts_per_step": 4, "n": 2, "max_new_tokens": 3}}))
+    run.transition("queued"); run.transition("running"); run.save()
+    assert drive(run.id, worker="w", send=lambda *a: None) == "completed"
+    prompts = set(Trajectory.objects.filter(run=run).values_list("prompt", flat=True))
+    assert prompts and prompts <= {f"{a}+{a}=" for a in range(5)}
+    assert MetricPoint.objects.filter(run=run, key="reward/sums").count() == 2
