@@ -5,11 +5,11 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Path, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
-from controlplane.common.api import ERRORS, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
 
 router = Router(tags=["accounts"])
 
@@ -160,7 +160,7 @@ def token_create(request: HttpRequest):
 
 
 @router.delete("/tokens/{token_id}", response={200: TokenOut, **ERRORS})
-def token_revoke(request: HttpRequest, token_id: int):
+def token_revoke(request: HttpRequest, token_id: int = Path(..., ge=1, le=MAX_ID)):
     return _token_out(services.token_revoke(actor=request.auth, token_id=token_id))
 
 

@@ -5,7 +5,8 @@ import json
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Schema
+from ninja import Field, Schema
+from ninja.pagination import LimitOffsetPagination
 from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
 
@@ -32,6 +33,18 @@ class FieldErrorOut(Schema):
 class ErrorOut(Schema):
     detail: str
     errors: list[FieldErrorOut]
+
+
+MAX_ID = 2**63 - 1
+"""Largest id a database row can have (64-bit); larger path or query ids are refused as input."""
+
+
+class Pagination(LimitOffsetPagination):
+    """``?limit=&offset=`` with bounds, so absurd values are a 422, not a database overflow."""
+
+    class Input(Schema):
+        limit: int = Field(100, ge=1, le=1000)
+        offset: int = Field(0, ge=0, le=1_000_000_000)
 
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}

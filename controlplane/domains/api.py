@@ -146,6 +146,6 @@ def domain_versions(request: HttpRequest, slug: str):
 
 
 @router.get("/domains/{slug}/diff", response={200: DiffOut, **ERRORS})
-def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1), b: int = Query(..., ge=1)):
+def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=2**31 - 1), b: int = Query(..., ge=1, le=2**31 - 1)):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return {"slug": slug, "a": a, "b": b, "changes": selectors.domain_version_diff(domain=domain, a=a, b=b)}

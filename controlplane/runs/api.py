@@ -5,10 +5,10 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema, Status
+from ninja import Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
-from controlplane.common.api import ERRORS, body_doc, json_body, json_object
+from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.runs import selectors, services
 from controlplane.runs.schemas import RUN_SCHEMA
@@ -143,12 +143,12 @@ def run_list(request: HttpRequest, state: str = "", team: str = ""):
 
 
 @router.get("/runs/{run_id}", response={200: RunDetailOut, **ERRORS})
-def run_detail(request: HttpRequest, run_id: int):
+def run_detail(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     return selectors.run_get(actor=request.auth, run_id=run_id)
 
 
 def _control(action):
-    def view(request: HttpRequest, run_id: int):
+    def view(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
         run = selectors.run_get(actor=request.auth, run_id=run_id)
         return action(actor=request.auth, run=run)
 
@@ -164,7 +164,7 @@ for _name, _action in (("start", services.run_start), ("pause", services.run_pau
 
 
 @router.post("/runs/{run_id}/priority", response={200: RunOut, **ERRORS}, openapi_extra=body_doc(PRIORITY_IN))
-def run_priority(request: HttpRequest, run_id: int):
+def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
     if "priority" not in data:
@@ -173,14 +173,14 @@ def run_priority(request: HttpRequest, run_id: int):
 
 
 @router.post("/runs/{run_id}/weights", response={200: RunDetailOut, **ERRORS}, openapi_extra=body_doc(WEIGHTS_IN))
-def run_weights(request: HttpRequest, run_id: int):
+def run_weights(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
     return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
 
 
 @router.get("/runs/{run_id}/metrics", response={200: MetricsPage, **ERRORS})
-def run_metrics(request: HttpRequest, run_id: int, after: int = Query(0, ge=0), limit: int = Query(1000, ge=1, le=5000), key: str = ""):
+def run_metrics(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), after: int = Query(0, ge=0, le=MAX_ID), limit: int = Query(1000, ge=1, le=5000), key: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     keys = [k for k in key.split(",") if k] if key else None
     points, cursor = selectors.metrics_after(run=run, cursor=after, limit=limit, keys=keys)
@@ -189,13 +189,13 @@ def run_metrics(request: HttpRequest, run_id: int, after: int = Query(0, ge=0), 
 
 @router.get("/runs/{run_id}/trajectories", response={200: list[TrajectoryOut], **ERRORS})
 @paginate
-def run_trajectories(request: HttpRequest, run_id: int, step: Optional[int] = None, domain: str = "", outcome: str = ""):
+def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), step: Optional[int] = Query(None, ge=0, le=2**31 - 1), domain: str = "", outcome: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome)
 
 
 @router.get("/runs/{run_id}/events", response={200: list[EventOut], **ERRORS})
 @paginate
-def run_events(request: HttpRequest, run_id: int):
+def run_events(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.event_list(run=run)

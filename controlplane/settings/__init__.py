@@ -125,6 +125,10 @@ STATIC_ROOT = VAR_DIR / "static"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
+NINJA_PAGINATION_CLASS = "controlplane.common.api.Pagination"
+NINJA_PAGINATION_PER_PAGE = 100
+NINJA_PAGINATION_MAX_LIMIT = 1000
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
