@@ -85,7 +85,17 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     versions = {rd.domain.slug: rd.domain_version.version for rd in domains}
     timeouts = {rd.domain.slug: float(rd.domain_version.snapshot.get("task_timeout_s", 10.0)) for rd in domains}
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name]))
-    verify_batch, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send)
+    verify_remote, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send)
+    latencies: dict[str, list[float]] = {}
+
+    def verify_batch(items):
+        """Verify, and keep each domain's verification latencies for the step's statistics."""
+        out = verify_remote(items)
+        for (_, task), v in zip(items, out):
+            seconds = v.details.get("verify_s")
+            if isinstance(seconds, (int, float)):
+                latencies.setdefault(task.domain, []).append(float(seconds))
+        return out
 
     collected: dict = {}
 
@@ -120,7 +130,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 driving.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
             weights = _apply_weights(job, run, weights)
+            latencies.clear()
             metrics = job.step()
+            metrics.update(latency_metrics(latencies))
             step = job.step_count
             metrics["verify/resent_batches"] = float(gatherer.stats["resent"])
             metrics["verify/lost_items"] = float(gatherer.stats["lost_items"])
@@ -150,6 +162,24 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     finally:
         if job is not None:
             job.close()
+
+
+def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
+    """Per-domain verification latency of one step: ``verify/<domain>/p50_s`` and ``p99_s``.
+
+    >>> latency_metrics({"d": [0.1, 0.2, 0.3, 0.4]})
+    {'verify/d/p50_s': 0.25, 'verify/d/p99_s': 0.397}
+    """
+    import statistics
+
+    out = {}
+    for domain, values in latencies.items():
+        ordered = sorted(values)
+        out[f"verify/{domain}/p50_s"] = round(statistics.median(ordered), 6)
+        rank = 0.99 * (len(ordered) - 1)
+        lo, hi = int(rank), min(int(rank) + 1, len(ordered) - 1)
+        out[f"verify/{domain}/p99_s"] = round(ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo), 6)
+    return out
 
 
 def _checkpoint(job, run: Run) -> None:

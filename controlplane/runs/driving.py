@@ -19,7 +19,7 @@ from trainer.outcomes import OUTCOME_VALUES
 LEASE_S = 60.0
 """A driver silent for this long is presumed dead; the scheduler hands the run to another worker."""
 
-PER_DOMAIN_PREFIXES = ("reward/", "pass_rate/", "outcome/", "length/", "truncation/")
+PER_DOMAIN_PREFIXES = ("reward/", "pass_rate/", "outcome/", "length/", "truncation/", "verify/")
 
 
 class LeaseLost(Exception):

@@ -68,6 +68,8 @@ def test_run_completes_with_per_domain_metrics(setup):
             assert sum(p.value for p in counts) > 0
     assert Trajectory.objects.filter(run=run).exists()
     assert run.checkpoints.filter(step=4).exists()
+    latency = MetricPoint.objects.filter(run=run, key__startswith="verify/", key__endswith="/p99_s").exclude(domain="")
+    assert latency.exists() and all(p.value >= 0 for p in latency)
 
 
 def test_pause_checkpoints_then_resume_continues_without_gaps(setup):

@@ -1,0 +1,29 @@
+"""The examples in docstrings are tests too."""
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments"]
+MODULES = [
+    "trainer.outcomes", "trainer.tasks.builtin", "controlplane.common.validation", "controlplane.domains.selectors",
+    "controlplane.runs.driving", "workers.driver", "workers.verify",
+]
+
+
+def _modules():
+    names = list(MODULES)
+    for package in PACKAGES:
+        pkg = importlib.import_module(package)
+        names += [m.name for m in pkgutil.walk_packages(pkg.__path__, package + ".") if not m.name.endswith("__main__")]
+    return sorted(set(names))
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_doctests(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
