@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -28,12 +29,40 @@ def checkpoint_root(run_id: int) -> Path:
     return Path(settings.VAR_DIR) / "checkpoints" / f"run-{run_id}"
 
 
+def capped_shares(weights: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
+    """Sampling shares from weights, no domain above its ``max_share`` (the excess goes to the
+    others in proportion to their weights). When the caps sum below 1 they are the shares.
+
+    >>> capped_shares({"a": 8, "b": 1, "c": 1}, {"a": 0.5})
+    {'a': 0.5, 'b': 0.25, 'c': 0.25}
+    >>> capped_shares({"a": 1, "b": 1}, {"a": 0.2, "b": 0.2})
+    {'a': 0.5, 'b': 0.5}
+    """
+    total = sum(weights.values())
+    shares = {d: w / total for d, w in weights.items()}
+    capped: dict[str, float] = {}
+    while True:
+        free = [d for d in shares if d not in capped]
+        budget = 1.0 - sum(capped.values())
+        free_total = sum(weights[d] for d in free)
+        if not free or free_total <= 0:
+            break
+        shares.update({d: budget * weights[d] / free_total for d in free})
+        over = [d for d in free if shares[d] > caps.get(d, 1.0) + 1e-12]
+        if not over:
+            break
+        capped.update({d: caps[d] for d in over})
+        shares.update(capped)
+    total = sum(shares.values())
+    return {d: round(v / total, 12) for d, v in shares.items()}
+
+
 def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
     """The trainer config of a run: its config section plus what the run's own fields set."""
     cfg = {k: dict(v) if isinstance(v, dict) else v for k, v in (run.config or {}).items()}
     cfg["name"] = f"run-{run.id}"
     cfg["model"] = {**cfg.get("model", {}), "path": run.base_model}
-    cfg["domains"] = {rd.domain.slug: rd.weight for rd in domains}
+    cfg["domains"] = capped_shares({rd.domain.slug: rd.weight for rd in domains}, _caps(domains))
     cfg["limits"] = {**cfg.get("limits", {}), "max_steps": run.budget_steps}
     if run.budget_seconds:
         cfg["limits"]["max_wall_s"] = run.budget_seconds
@@ -90,7 +119,12 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
 
     def verify_batch(items):
         """Verify, and keep each domain's verification latencies for the step's statistics."""
+        per_domain: dict[str, int] = {}
+        for _, task in items:
+            per_domain[task.domain] = per_domain.get(task.domain, 0) + 1
+        _inflight(run.id, "verify", per_domain)
         out = verify_remote(items)
+        _inflight(run.id, "update", {})
         for (_, task), v in zip(items, out):
             seconds = v.details.get("verify_s")
             if isinstance(seconds, (int, float)):
@@ -103,6 +137,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         collected.update(step=step, metrics=dict(metrics), samples=list(samples))
 
     job = None
+    stop_renewing = threading.Event()
+    threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing), name=f"lease-run-{run.id}", daemon=True).start()
     try:
         register_data_domains(domains)
         ckpt = driving.latest_checkpoint(run)
@@ -118,6 +154,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 losses = job.sft()
                 RunEvent.objects.create(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
         weights = {rd.domain.slug: rd.weight for rd in domains}
+        caps = _caps(domains)
         every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
         started = time.monotonic()
         while job.step_count < run.budget_steps:
@@ -129,8 +166,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 _checkpoint(job, run)
                 driving.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
-            weights = _apply_weights(job, run, weights)
+            weights = _apply_weights(job, run, weights, caps)
             latencies.clear()
+            _inflight(run.id, "generate", {})
             metrics = job.step()
             metrics.update(latency_metrics(latencies))
             step = job.step_count
@@ -160,8 +198,30 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             pass
         return "failed"
     finally:
+        stop_renewing.set()
         if job is not None:
             job.close()
+
+
+def _inflight(run_id: int, phase: str, per_domain: dict[str, int]) -> None:
+    """Say what the driver waits on (for "what is it waiting on" in the API and the run page)."""
+    from django.utils import timezone
+
+    Run.objects.filter(pk=run_id).update(inflight={"phase": phase, "since": timezone.now().isoformat(), "per_domain": per_domain})
+
+
+def _renew_lease(run_id: int, worker: str, stop: threading.Event) -> None:
+    """Keep the lease fresh while a long step runs; stops when told or when the lease is gone."""
+    from django.db import close_old_connections
+
+    while not stop.wait(driving.RENEW_S):
+        try:
+            if not driving.run_renew(run_id=run_id, worker=worker):
+                return
+        except Exception:  # noqa: BLE001 - a missed renewal is retried; the step loop also renews
+            log.warning("lease renewal failed for run %s", run_id, exc_info=True)
+        finally:
+            close_old_connections()
 
 
 def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
@@ -187,11 +247,16 @@ def _checkpoint(job, run: Run) -> None:
     driving.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
 
 
-def _apply_weights(job, run: Run, current: dict[str, float]) -> dict[str, float]:
+def _caps(domains: list[RunDomain]) -> dict[str, float]:
+    """Each domain's pinned ``max_share`` quota."""
+    return {rd.domain.slug: float(rd.domain_version.snapshot.get("max_share", 1.0)) for rd in domains}
+
+
+def _apply_weights(job, run: Run, current: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
     """Domain weights changed through the API take effect at this step boundary."""
     latest = dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
     if latest != current:
-        job.sampler.set_weights(latest)
+        job.sampler.set_weights(capped_shares(latest, caps))
         RunEvent.objects.create(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
                                 data={"weights": latest})
     return latest

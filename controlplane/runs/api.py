@@ -179,6 +179,41 @@ def run_weights(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
 
 
+class QueuedOut(Schema):
+    position: Optional[int] = None
+    binding: Optional[str] = None
+    reason: str
+    used: Optional[int] = None
+    limit: Optional[int] = None
+
+
+class InFlightOut(Schema):
+    domain: str
+    items: int
+
+
+class RunningOut(Schema):
+    driver: Optional[str] = None
+    driver_seen_s_ago: Optional[float] = None
+    phase: str
+    phase_age_s: Optional[float] = None
+    in_flight: list[InFlightOut]
+    preempt_requested: bool
+
+
+class ExplainOut(Schema):
+    state: str
+    step: int
+    queued: Optional[QueuedOut] = None
+    running: Optional[RunningOut] = None
+
+
+@router.get("/runs/{run_id}/explain", response={200: ExplainOut, **ERRORS})
+def run_explain(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Why is this run pending, or what is it waiting on?"""
+    return selectors.run_explain(run=selectors.run_get(actor=request.auth, run_id=run_id))
+
+
 @router.get("/runs/{run_id}/metrics", response={200: MetricsPage, **ERRORS})
 def run_metrics(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), after: int = Query(0, ge=0, le=MAX_ID), limit: int = Query(1000, ge=1, le=5000), key: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)

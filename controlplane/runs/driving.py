@@ -16,8 +16,11 @@ from django.utils import timezone
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
-LEASE_S = 60.0
-"""A driver silent for this long is presumed dead; the scheduler hands the run to another worker."""
+LEASE_S = 40.0
+"""A driver silent for this long is presumed dead; the scheduler hands the run to another worker.
+With the scheduler ticking every 10 s, a dead driver is noticed within a minute."""
+RENEW_S = 10.0
+"""How often a live driver renews its lease (from a thread, however long a step takes)."""
 
 PER_DOMAIN_PREFIXES = ("reward/", "pass_rate/", "outcome/", "length/", "truncation/", "verify/")
 
@@ -68,6 +71,11 @@ def run_heartbeat(*, run_id: int, worker: str) -> Run:
     run.driver_seen_at = timezone.now()
     run.save(update_fields=["driver_seen_at"])
     return run
+
+
+def run_renew(*, run_id: int, worker: str) -> bool:
+    """Renew the lease from the driver's heartbeat thread; False once another worker owns it."""
+    return Run.objects.filter(pk=run_id, driver=worker).update(driver_seen_at=timezone.now()) == 1
 
 
 @transaction.atomic
@@ -158,7 +166,7 @@ def run_park(*, run: Run, worker: str) -> Run:
         run.transition(RunState.QUEUED)
         _event(run, "preempted", f"preempted at step {run.current_step}; queued to resume from its checkpoint")
     run.preempt_requested = False
-    run.driver, run.driver_seen_at = "", None
+    run.driver, run.driver_seen_at, run.inflight = "", None, {}
     run.save()
     transaction.on_commit(lambda: _tick())
     return run
@@ -175,7 +183,7 @@ def run_finish(*, run: Run, worker: str, state: str, error: str = "") -> Run:
         return run
     run.transition(state)
     run.error = error[:10000]
-    run.driver, run.driver_seen_at = "", None
+    run.driver, run.driver_seen_at, run.inflight = "", None, {}
     run.preempt_requested = False
     run.save()
     _event(run, state, error.splitlines()[-1][:500] if error else f"{state} at step {run.current_step}")

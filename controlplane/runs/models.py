@@ -60,6 +60,7 @@ class Run(models.Model):
     driver_seen_at = models.DateTimeField(null=True, blank=True, help_text="The driver's last heartbeat.")
     preempt_requested = models.BooleanField(default=False, help_text="Checkpoint, pause and requeue at the next step boundary.")
     tokens_used = models.BigIntegerField(default=0)
+    inflight = models.JSONField(default=dict, blank=True, help_text="What the driver is waiting on now, per domain, since when.")
     scheduler_note = models.JSONField(default=dict, blank=True, help_text="Why the run waits: position, binding resource, numbers.")
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -56,3 +56,28 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
 
 def event_list(*, run: Run) -> QuerySet[RunEvent]:
     return RunEvent.objects.filter(run=run).order_by("at", "id")
+
+
+def run_explain(*, run: Run, now=None) -> dict:
+    """Why a queued run waits (position, the binding resource, the numbers) or what a running
+    run waits on (the driver's phase and the work in flight per domain, with ages)."""
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    now = now or timezone.now()
+    out: dict = {"state": run.state, "step": run.current_step, "queued": None, "running": None}
+    if run.state == "queued":
+        note = dict(run.scheduler_note or {})
+        out["queued"] = note or {"reason": "waiting for the next scheduler tick"}
+    elif run.state == "running":
+        inflight = run.inflight or {}
+        since = parse_datetime(inflight["since"]) if inflight.get("since") else None
+        out["running"] = {
+            "driver": run.driver or None,
+            "driver_seen_s_ago": (now - run.driver_seen_at).total_seconds() if run.driver_seen_at else None,
+            "phase": inflight.get("phase") or ("starting" if not run.driver else "unknown"),
+            "phase_age_s": (now - since).total_seconds() if since else None,
+            "in_flight": [{"domain": d, "items": n} for d, n in sorted((inflight.get("per_domain") or {}).items())],
+            "preempt_requested": run.preempt_requested,
+        }
+    return out

@@ -75,7 +75,8 @@ def schedule(
     chosen: set[int] = set()
 
     order = sorted(queued, key=lambda r: (-r.priority, r.queued_at, r.id))
-    for position, run in enumerate(order, start=1):
+    for run in order:
+        position = len(decision.pending) + 1  # among the runs left waiting
         quota = quotas.get(run.team, Quota(max_gpus=0, max_concurrent_runs=0))
         if team_runs.get(run.team, 0) + 1 > quota.max_concurrent_runs:
             decision.pending[run.id] = _pending(position, "team_runs", f"team {run.team} has {team_runs.get(run.team, 0)} of "

@@ -28,7 +28,10 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture
-def setup(tiny_model, settings, tmp_path):
+def setup(tiny_model, settings, tmp_path, monkeypatch):
+    from controlplane import dispatch
+
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no broker in these in-process tests
     settings.VAR_DIR = tmp_path
     call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
     team = factories.team("acme")
@@ -47,7 +50,7 @@ def _no_send(name, args):
     raise AssertionError("built-in domains verify inline; nothing goes to the verify queue")
 
 
-def steps_of(run, key="loss/policy"):
+def steps_of(run, key="stage/step_s"):
     return list(MetricPoint.objects.filter(run=run, key=key).order_by("step").values_list("step", flat=True))
 
 

@@ -88,7 +88,7 @@ def test_tiny_model_run_completes_through_celery(workers, tmp_path):
         raise AssertionError("run did not end; driver log:\n" + (workers / "driver.log").read_text()[-4000:]
                              + "\nverify log:\n" + (workers / "verify.log").read_text()[-3000:]) from None
     assert final.state == "completed", final.error
-    steps = sorted(set(MetricPoint.objects.filter(run=run, key="loss/policy").values_list("step", flat=True)))
+    steps = sorted(set(MetricPoint.objects.filter(run=run, key="stage/step_s").values_list("step", flat=True)))
     assert steps == [1, 2, 3]
     code_outcomes = MetricPoint.objects.filter(run=run, domain="code-humaneval", key__startswith="outcome/code-humaneval/")
     assert code_outcomes.exists(), "the code domain was never sampled or verified"
