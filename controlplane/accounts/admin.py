@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from controlplane.accounts.models import ApiToken, AuditLog, Membership, Team
-from controlplane.common.admin import ReadOnlyAdmin
+from controlplane.common.admin import AuditedAdmin, ReadOnlyAdmin
 
 
 class MembershipInline(admin.TabularInline):
@@ -10,14 +10,14 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(AuditedAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
     inlines = [MembershipInline]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(AuditedAdmin):
     list_display = ("user", "team", "role")
     list_filter = ("role", "team")
 

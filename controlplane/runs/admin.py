@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from controlplane.common.admin import AuditedAdmin
+
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, Trajectory
 
 
@@ -10,7 +12,7 @@ class RunDomainInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(AuditedAdmin):
     list_display = ("id", "name", "team", "state", "priority", "current_step", "budget_steps", "created_at")
     list_filter = ("state", "team")
     search_fields = ("name",)
@@ -19,7 +21,7 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(RunDomain)
-class RunDomainAdmin(admin.ModelAdmin):
+class RunDomainAdmin(AuditedAdmin):
     list_display = ("run", "domain", "domain_version", "weight")
     raw_id_fields = ("run", "domain", "domain_version")
 

@@ -43,7 +43,7 @@ class IllegalTransition(Conflict):
 
 class Run(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     name = models.CharField(max_length=200)
     base_model = models.CharField(max_length=500, help_text="A local directory or a model id.")
     config = models.JSONField(default=dict, blank=True, help_text="Trainer config (algorithm, rollout, optimizer, ...).")

@@ -1,15 +1,17 @@
 from django.contrib import admin
 
+from controlplane.common.admin import AuditedAdmin
+
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 
 
 @admin.register(TeamQuota)
-class TeamQuotaAdmin(admin.ModelAdmin):
+class TeamQuotaAdmin(AuditedAdmin):
     list_display = ("team", "max_gpus", "max_concurrent_runs", "updated_at")
 
 
 @admin.register(ResourcePool)
-class ResourcePoolAdmin(admin.ModelAdmin):
+class ResourcePoolAdmin(AuditedAdmin):
     list_display = ("name", "kind", "capacity", "updated_at")
 
 

@@ -130,3 +130,27 @@ def test_bearer_writes_need_no_csrf(world):
     client = Client(enforce_csrf_checks=True)
     r = client.post("/api/runs", json.dumps(factories.run_payload(["addition"], team="acme")), content_type="application/json", **_bearer(secret))
     assert r.status_code == 201
+
+
+def test_admin_edits_are_audited(world):
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    from controlplane.runs.models import Run
+
+    run = factories.run(world.team)
+    model_admin = admin.site._registry[Run]
+    request = RequestFactory().post("/")
+    request.user = world.staff
+    Form = model_admin.get_form(request, run, change=True)
+    form = Form(instance=run, data={**{name: Form(instance=run).initial.get(name) for name in Form.base_fields}, "priority": 77})
+    for name, field in Form.base_fields.items():  # JSON fields come back as text in a posted form
+        if field.__class__.__name__ == "JSONField":
+            form.data[name] = "{}"
+        elif form.data[name] is None:
+            form.data[name] = ""
+    assert form.is_valid(), form.errors
+    model_admin.save_model(request, form.save(commit=False), form, change=True)
+    row = AuditLog.objects.get(action="run.admin_change")
+    assert row.before["priority"] == 50 and row.after["priority"] == 77 and row.actor_name == "root"
+    assert Run.objects.get(pk=run.pk).priority == 77
