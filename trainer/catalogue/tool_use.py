@@ -8,6 +8,7 @@ is a reference transcript (one tool call per line) that the ``environment`` stag
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 from typing import Any
@@ -102,6 +103,13 @@ class ToolUseSource:
         return Task(self.slug, f"L{level}-{seed}", prompt, "\n".join(actions), level, meta)
 
 
+def _new_environment(env_name: str, task: Task):
+    """One environment per episode: the trainer alternates model turns with its observations."""
+    from trainer.environments import make_environment
+
+    return make_environment(env_name)
+
+
 def register_all() -> list[DomainSpec]:
     from trainer.verifiers.cascade import compile_cascade
 
@@ -118,5 +126,6 @@ def register_all() -> list[DomainSpec]:
             description=f"Multi-turn tool use ({title.lower()}); reward from the final state.",
             verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "environment": name.replace("-", "_"), "levels": 2, "multi_turn": True},
+            environment=functools.partial(_new_environment, name.replace("-", "_")),
         )))
     return specs
