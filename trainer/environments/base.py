@@ -44,6 +44,40 @@ class ActionError(ValueError):
     """The model's turn is not a valid tool call; the message is shown to it."""
 
 
+class ToolEnvironment:
+    """The turn loop shared by the tool-use environments: parse the call, run the tool, end on
+    ``submit`` or when the step budget is used up. Subclasses give ``_tool`` and ``evaluate``."""
+
+    task: Task | None
+    done: bool
+    steps: int
+    max_steps: int
+
+    def _tool(self, call: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def evaluate(self) -> Verification:
+        raise NotImplementedError
+
+    def step(self, action: str) -> StepResult:
+        assert self.task is not None, "step() before reset()"
+        if self.done:
+            return StepResult("", True, self.evaluate())
+        self.steps += 1
+        try:
+            call = parse_action(action)
+            if call["tool"] == "submit":
+                self.done = True
+                return StepResult("submitted", True, self.evaluate())
+            observation = self._tool(call)
+        except ActionError as exc:
+            observation = f"error: {exc}"
+        if self.steps >= self.max_steps:
+            self.done = True
+            return StepResult(observation + "\nstep budget used up", True, self.evaluate())
+        return StepResult(observation, False)
+
+
 def parse_action(text: str) -> dict[str, Any]:
     """The tool call in a model turn: the last JSON object with a ``tool`` key.
 

@@ -23,7 +23,7 @@ import ast
 import operator
 from typing import Any
 
-from trainer.environments.base import ActionError, StepResult, parse_action
+from trainer.environments.base import ActionError, ToolEnvironment
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
@@ -66,7 +66,7 @@ def _fmt(value: Any) -> str:
     return str(round(value, 6)) if isinstance(value, float) else str(value)
 
 
-class CalculatorKVEnv:
+class CalculatorKVEnv(ToolEnvironment):
     """One episode's store and step budget."""
 
     name = "calculator_kv"
@@ -105,24 +105,6 @@ class CalculatorKVEnv:
         if tool == "calc":
             return _fmt(safe_eval(str(call.get("expression", ""))))
         raise ActionError(f"unknown tool {tool!r}; tools: get, set, keys, calc, submit")
-
-    def step(self, action: str) -> StepResult:
-        assert self.task is not None, "step() before reset()"
-        if self.done:
-            return StepResult("", True, self.evaluate())
-        self.steps += 1
-        try:
-            call = parse_action(action)
-            if call["tool"] == "submit":
-                self.done = True
-                return StepResult("submitted", True, self.evaluate())
-            observation = self._tool(call)
-        except ActionError as exc:
-            observation = f"error: {exc}"
-        if self.steps >= self.max_steps:
-            self.done = True
-            return StepResult(observation + "\nstep budget used up", True, self.evaluate())
-        return StepResult(observation, False)
 
     def evaluate(self) -> Verification:
         """Reward from the store: the fraction of target keys holding their expected value."""

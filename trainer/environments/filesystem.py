@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainer.environments.base import ActionError, StepResult, parse_action
+from trainer.environments.base import ActionError, ToolEnvironment
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
@@ -33,7 +33,7 @@ def read_setting(content: str, key: str) -> str | None:
     return found[-1] if found else None
 
 
-class FileSystemEnv:
+class FileSystemEnv(ToolEnvironment):
     """One episode's files and step budget."""
 
     name = "filesystem"
@@ -99,24 +99,6 @@ class FileSystemEnv:
         if tool == "check":
             return "\n".join(self.failures()) or "PASS: all requirements hold"
         raise ActionError(f"unknown tool {tool!r}; tools: ls, cat, write, replace, check, submit")
-
-    def step(self, action: str) -> StepResult:
-        assert self.task is not None, "step() before reset()"
-        if self.done:
-            return StepResult("", True, self.evaluate())
-        self.steps += 1
-        try:
-            call = parse_action(action)
-            if call["tool"] == "submit":
-                self.done = True
-                return StepResult("submitted", True, self.evaluate())
-            observation = self._tool(call)
-        except ActionError as exc:
-            observation = f"error: {exc}"
-        if self.steps >= self.max_steps:
-            self.done = True
-            return StepResult(observation + "\nstep budget used up", True, self.evaluate())
-        return StepResult(observation, False)
 
     def evaluate(self) -> Verification:
         """Reward from the files: the fraction of requirements that hold."""
