@@ -20,7 +20,7 @@ def test_admits_by_priority_then_age():
     d = schedule(queued=[rv(1, 10, queued_at=0), rv(2, 90, queued_at=5), rv(3, 90, queued_at=1)],
                  running=[], capacity={"cpu": 2}, quotas=Q, now=10, min_run_s=60)
     assert d.admit == [3, 2]
-    assert d.pending[1]["binding"] == "cpu" and d.pending[1]["position"] == 3
+    assert d.pending[1]["binding"] == "cpu" and d.pending[1]["position"] == 1  # first of the runs still waiting
     assert "no free cpu slot: 2 of 2 in use" in d.pending[1]["reason"]
 
 
