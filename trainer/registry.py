@@ -63,6 +63,11 @@ def register(spec: DomainSpec, *, replace: bool = False) -> DomainSpec:
     return spec
 
 
+def unregister(slug: str) -> None:
+    """Forget a domain (tests and data-defined domains); unknown slugs are ignored."""
+    _DOMAINS.pop(slug, None)
+
+
 def _load_catalogue() -> None:
     global _loaded
     if _loaded:

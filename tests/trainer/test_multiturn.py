@@ -1,6 +1,8 @@
 """Multi-turn episodes: environment tokens are in the trajectory but masked out of the loss."""
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from trainer import registry
@@ -17,7 +19,14 @@ SLUG = "test-retry-addition"
 SPEC = registry.DomainSpec(slug=SLUG, title="Addition with retries", kind="math", family="test",
                            source=AdditionSource(slug=SLUG), verify=verify_exact,
                            environment=lambda task: RetryEnv(verify_exact, max_tries=3))
-registry.register(SPEC)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registered():
+    """The test domain exists only while these tests run (the registry is process-wide)."""
+    registry.register(SPEC)
+    yield
+    registry.unregister(SLUG)
 
 
 def test_environment_tokens_are_masked(tiny_path):

@@ -19,6 +19,8 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
     for slug, spec in sorted(all_domains().items()):
         if only and slug not in only:
             continue
+        if not spec.verifier_spec:
+            raise CommandError(f"domain {slug!r} has no verifier_spec: the control plane stores every verifier as a cascade")
         specs.append({
             "slug": spec.slug,
             "title": spec.title,
@@ -26,7 +28,7 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
             "family": spec.family,
             "description": spec.description,
             "task_source": spec.task_source_spec or {"family": spec.family},
-            "verifier": spec.verifier_spec or {"stages": [{"type": "python", "params": {"domain": spec.slug}, "timeout_s": 10.0}]},
+            "verifier": spec.verifier_spec,
             "sandbox": spec.sandbox_spec or {},
         })
     return specs
