@@ -23,6 +23,38 @@ from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_EVERY = 5
+QUARANTINE_RATE = 0.5
+"""A domain whose share of infrastructure outcomes (sandbox or judge errors) over the last
+QUARANTINE_WINDOW steps exceeds this, with at least QUARANTINE_MIN_SAMPLES samples, is quarantined."""
+QUARANTINE_WINDOW = 3
+QUARANTINE_MIN_SAMPLES = 8
+INFRA_OUTCOMES = ("sandbox_error", "judge_error")
+
+
+class Quarantine:
+    """Per-domain infrastructure error rates over a window of steps; decides what to stop sampling."""
+
+    def __init__(self, already: set[str]):
+        self.quarantined = set(already)
+        self.window: dict[str, list[tuple[float, float]]] = {}
+
+    def observe(self, metrics: dict[str, float], domains: list[str]) -> list[tuple[str, float, float]]:
+        """Record one step; returns the newly quarantined ``(domain, infra, total)``."""
+        new = []
+        for slug in domains:
+            if slug in self.quarantined:
+                continue
+            prefix = f"outcome/{slug}/"
+            total = sum(v for k, v in metrics.items() if k.startswith(prefix))
+            infra = sum(metrics.get(prefix + o, 0.0) for o in INFRA_OUTCOMES)
+            history = (self.window.setdefault(slug, []) + [(infra, total)])[-QUARANTINE_WINDOW:]
+            self.window[slug] = history
+            seen = sum(t for _, t in history)
+            bad = sum(i for i, _ in history)
+            if seen >= QUARANTINE_MIN_SAMPLES and bad / seen > QUARANTINE_RATE:
+                self.quarantined.add(slug)
+                new.append((slug, bad, seen))
+        return new
 
 
 def checkpoint_root(run_id: int) -> Path:
@@ -155,6 +187,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 RunEvent.objects.create(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
         weights = {rd.domain.slug: rd.weight for rd in domains}
         caps = _caps(domains)
+        quarantine = Quarantine(set(RunEvent.objects.filter(run=run, kind="quarantine").values_list("data__domain", flat=True)))
+        if quarantine.quarantined:
+            _apply_quarantine(job, weights, caps, quarantine.quarantined)
         every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
         started = time.monotonic()
         while job.step_count < run.budget_steps:
@@ -166,11 +201,16 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 _checkpoint(job, run)
                 driving.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
-            weights = _apply_weights(job, run, weights, caps)
+            weights = _apply_weights(job, run, weights, caps, quarantine.quarantined)
             latencies.clear()
             _inflight(run.id, "generate", {})
             metrics = job.step()
             metrics.update(latency_metrics(latencies))
+            for slug, bad, seen in quarantine.observe(metrics, list(weights)):
+                RunEvent.objects.create(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
+                                        message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
+                                                f"were infrastructure errors; its samples stop, the run goes on")
+                _apply_quarantine(job, weights, caps, quarantine.quarantined)
             step = job.step_count
             metrics["verify/resent_batches"] = float(gatherer.stats["resent"])
             metrics["verify/lost_items"] = float(gatherer.stats["lost_items"])
@@ -252,11 +292,20 @@ def _caps(domains: list[RunDomain]) -> dict[str, float]:
     return {rd.domain.slug: float(rd.domain_version.snapshot.get("max_share", 1.0)) for rd in domains}
 
 
-def _apply_weights(job, run: Run, current: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
+def _apply_quarantine(job, weights: dict[str, float], caps: dict[str, float], quarantined: set[str]) -> None:
+    """Stop sampling quarantined domains; when none is left the run cannot go on."""
+    active = {d: w for d, w in weights.items() if d not in quarantined}
+    if not active:
+        raise RuntimeError("every domain of the run is quarantined for infrastructure errors")
+    shares = capped_shares(active, caps)
+    job.sampler.set_weights({d: shares.get(d, 0.0) for d in weights})
+
+
+def _apply_weights(job, run: Run, current: dict[str, float], caps: dict[str, float], quarantined: set[str]) -> dict[str, float]:
     """Domain weights changed through the API take effect at this step boundary."""
     latest = dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
     if latest != current:
-        job.sampler.set_weights(capped_shares(latest, caps))
+        _apply_quarantine(job, latest, caps, quarantined)
         RunEvent.objects.create(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
                                 data={"weights": latest})
     return latest

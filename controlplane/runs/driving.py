@@ -22,7 +22,6 @@ With the scheduler ticking every 10 s, a dead driver is noticed within a minute.
 RENEW_S = 10.0
 """How often a live driver renews its lease (from a thread, however long a step takes)."""
 
-PER_DOMAIN_PREFIXES = ("reward/", "pass_rate/", "outcome/", "length/", "truncation/", "verify/")
 
 
 class LeaseLost(Exception):
@@ -34,15 +33,13 @@ def _event(run: Run, kind: str, message: str, **data: Any) -> None:
 
 
 def metric_domain(key: str, domains: set[str]) -> str:
-    """The domain a metric belongs to (``reward/<domain>``, ``outcome/<domain>/<o>``), or ''.
+    """The domain a metric belongs to (a path segment naming one of the run's domains), or ''.
 
-    >>> metric_domain("outcome/builtin-parity/pass", {"builtin-parity"}), metric_domain("reward/mean", {"x"})
-    ('builtin-parity', '')
+    >>> d = {"builtin-parity"}
+    >>> metric_domain("outcome/builtin-parity/pass", d), metric_domain("response/length/builtin-parity", d), metric_domain("reward/mean", d)
+    ('builtin-parity', 'builtin-parity', '')
     """
-    if key.startswith(PER_DOMAIN_PREFIXES):
-        parts = key.split("/")
-        return parts[1] if len(parts) >= 2 and parts[1] in domains else ""
-    return ""
+    return next((part for part in key.split("/")[1:] if part in domains), "")
 
 
 @transaction.atomic

@@ -152,3 +152,38 @@ def test_cancel_stops_the_driver(setup):
     run = _running_run(actor, model, steps=3)
     Run.objects.filter(pk=run.pk).update(state="cancelled")
     assert drive(run.id, worker="w1", send=_no_send).startswith("not claimed")
+
+
+def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(setup):
+    import json
+
+    from controlplane.domains.services import domain_upload_jsonl
+    from controlplane.accounts.models import Team
+
+    actor, model = setup
+    team = Team.objects.get(slug="acme")
+    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
+    domain_upload_jsonl(actor=actor, team=team, jsonl=lines, data={
+        "slug": "flaky-code", "title": "Flaky", "kind": "code",
+        "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
+    run = run_create(actor=actor, data=factories.run_payload(["builtin-addition", "flaky-code"], team="acme", base_model=model,
+                                                             budget={"steps": 5}, config=SMALL))
+    run.transition("queued"); run.transition("running"); run.save()
+
+    class EngineDown:
+        def __init__(self, n):
+            self.n = n
+
+        def get(self, **kw):
+            return [{"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}] * self.n
+
+        def revoke(self):
+            pass
+
+    assert drive(run.id, worker="w1", send=lambda name, args: EngineDown(len(args[2]))) == "completed"
+    event = RunEvent.objects.get(run=run, kind="quarantine")
+    assert event.data["domain"] == "flaky-code" and "the run goes on" in event.message
+    after = MetricPoint.objects.filter(run=run, domain="flaky-code", key__startswith="outcome/", step__gt=event.data["step"])
+    assert not after.exists(), "a quarantined domain was still sampled"
+    assert steps_of(run) == [1, 2, 3, 4, 5]
+
