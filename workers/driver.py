@@ -254,7 +254,7 @@ def _renew_lease(run_id: int, worker: str, stop: threading.Event) -> None:
     """Keep the lease fresh while a long step runs; stops when told or when the lease is gone."""
     from django.db import close_old_connections
 
-    while not stop.wait(driving.RENEW_S):
+    while not stop.wait(driving.lease_s() / 4):
         try:
             if not driving.run_renew(run_id=run_id, worker=worker):
                 return

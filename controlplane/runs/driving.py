@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
-LEASE_S = 40.0
-"""A driver silent for this long is presumed dead; the scheduler hands the run to another worker.
-With the scheduler ticking every 10 s, a dead driver is noticed within a minute."""
-RENEW_S = 10.0
-"""How often a live driver renews its lease (from a thread, however long a step takes)."""
+def lease_s() -> float:
+    """A driver silent for this long is presumed dead and the scheduler hands its run to another
+    worker (TEMPER_DRIVER_LEASE_S, 40 s: with ticks every 10 s, noticed within a minute). A live
+    driver renews its lease every quarter of it from a thread, however long a step takes."""
+    return float(settings.TEMPER_DRIVER_LEASE_S)
 
 
 
@@ -49,7 +50,7 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
     if run is None or run.state != RunState.RUNNING:
         return None
     now = timezone.now()
-    if run.driver and run.driver != worker and run.driver_seen_at and (now - run.driver_seen_at).total_seconds() < LEASE_S:
+    if run.driver and run.driver != worker and run.driver_seen_at and (now - run.driver_seen_at).total_seconds() < lease_s():
         return None
     previous = run.driver
     run.driver, run.driver_seen_at = worker, now

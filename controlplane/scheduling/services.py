@@ -102,7 +102,7 @@ def _view(run, started):
 def schedule_tick(*, now=None, min_run_s: float = MIN_RUN_S):
     """Admit, preempt and explain; re-dispatch runs whose driver died. Safe to run twice."""
     from controlplane import dispatch
-    from controlplane.runs.driving import LEASE_S
+    from controlplane.runs.driving import lease_s
     from controlplane.runs.models import Run, RunEvent, RunState
     from controlplane.scheduling.scheduler import Quota, schedule
 
@@ -143,14 +143,14 @@ def schedule_tick(*, now=None, min_run_s: float = MIN_RUN_S):
         if run.scheduler_note != note:
             run.scheduler_note = note
             run.save(update_fields=["scheduler_note", "updated_at"])
-    cutoff = now - timedelta(seconds=LEASE_S)
+    cutoff = now - timedelta(seconds=lease_s())
     for run in runs:
         if run.state != RunState.RUNNING or run.id in decision.admit:
             continue
         seen = run.driver_seen_at or started[run.id]
         if seen is not None and seen >= cutoff:
             continue
-        RunEvent.objects.create(run=run, kind="recovery", message=f"driver {run.driver or '(none)'} silent for over {LEASE_S:.0f} s; "
+        RunEvent.objects.create(run=run, kind="recovery", message=f"driver {run.driver or '(none)'} silent for over {lease_s():.0f} s; "
                                 "resuming from the last checkpoint on another worker")
         dispatch.send_on_commit("temper.rollout.drive_run", run.id)
     return decision

@@ -122,7 +122,7 @@ def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
     assert steps_of(run) == [1, 2, 3]
     # The lease is still held by the dead worker: nobody else may take it until it expires.
     assert drive(run.id, worker="w2", send=_no_send).startswith("not claimed")
-    Run.objects.filter(pk=run.pk).update(driver_seen_at=timezone.now() - timedelta(seconds=driving.LEASE_S + 1))  # expired
+    Run.objects.filter(pk=run.pk).update(driver_seen_at=timezone.now() - timedelta(seconds=driving.lease_s() + 1))  # expired
     assert drive(run.id, worker="w2", send=_no_send) == "completed"
     assert steps_of(run) == [1, 2, 3, 4, 5]  # resumed from step 2's checkpoint; step 3 rewritten once
 
