@@ -146,7 +146,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     versions = {rd.domain.slug: rd.domain_version.version for rd in domains}
     timeouts = {rd.domain.slug: float(rd.domain_version.snapshot.get("task_timeout_s", 10.0)) for rd in domains}
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name]))
-    verify_remote, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send)
+    verify_remote, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send,
+                                                deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
     latencies: dict[str, list[float]] = {}
 
     def verify_batch(items):

@@ -92,13 +92,18 @@ class Gatherer:
 
 
 def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
-                      send: Callable[[str, tuple], Any]) -> tuple[Callable, Gatherer]:
-    """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats)."""
+                      send: Callable[[str, tuple], Any], deadline_s: float | None = None) -> tuple[Callable, Gatherer]:
+    """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats).
+
+    A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the
+    domain's per-task timeout for every item (a worker verifies a batch's items one by one).
+    """
     from trainer.verifiers import compile_cascade
 
     compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
-    gatherer = Gatherer(send, lambda n: 30.0 + 2.0 * n * max(timeouts.values(), default=10.0))
+    worst = max(timeouts.values(), default=10.0)
+    gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else (lambda n: 30.0 + 2.0 * n * worst))
 
     def verify_batch(items: list[tuple[str, Task]]) -> list[Verification]:
         out: list[Verification | None] = [None] * len(items)

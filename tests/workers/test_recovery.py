@@ -82,3 +82,71 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
     steps = list(MetricPoint.objects.filter(run=run, key="stage/step_s").order_by("step").values_list("step", flat=True))
     assert steps == list(range(1, 9))
     assert RunEvent.objects.filter(run=run, kind="resumed").exists()
+
+
+def start_verify_worker(env, name, log_path, received: threading.Event):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "verify", "-c", "1",
+         "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    for raw in proc.stdout:
+        lines.append(raw.decode(errors="replace"))
+        if " ready." in lines[-1]:
+            break
+    else:
+        raise AssertionError(f"{name} exited: " + "".join(lines)[-3000:])
+    log = open(log_path, "wb")
+
+    def pump():
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if b"temper.verify.batch" in line and b"received" in line.lower():
+                received.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc
+
+
+@pytest.mark.slow
+def test_a_verify_worker_killed_mid_batch_is_re_dispatched(transactional_db, tmp_path, settings):
+    require_postgres()
+    redis_url = require_redis()
+    from trainer.models.tiny import build_tiny
+    from workers.sandbox import bwrap
+    from tests.services import require
+
+    require(bwrap.available(), "bubblewrap for the sandboxed code domain")
+    db = connection.settings_dict
+    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"), "TEMPER_VERIFY_DEADLINE_S": "15",
+           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    call_command("domains", "sync", "--no-progress", "--only", "code-humaneval", verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "member"))
+    model = str(build_tiny(tmp_path / "model", layers=2))
+    run = run_create(actor=actor, data=factories.run_payload(
+        ["code-humaneval"], team="acme", base_model=model, budget={"steps": 2},
+        config={"rollout": {"prompts_per_step": 2, "n": 2, "max_new_tokens": 8}}))
+    received = threading.Event()
+    doomed = start_verify_worker(env, "doomed", tmp_path / "doomed.log", received)
+    driver = start_worker(env, "driver", tmp_path / "driver.log")
+    try:
+        run_start(actor=actor, run=run)
+        assert received.wait(300), "no verification batch reached the verify worker"
+        os.killpg(doomed.pid, signal.SIGKILL)  # mid-batch: its result never comes
+        doomed.wait(timeout=30)
+        rescue = start_verify_worker(env, "rescue", tmp_path / "rescue.log", threading.Event())
+        try:
+            final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 300, "the run to end")
+        finally:
+            rescue.terminate()
+            rescue.wait(timeout=60)
+    finally:
+        driver.terminate()
+        driver.wait(timeout=60)
+    assert final.state == "completed", final.error
+    resent = MetricPoint.objects.filter(run=run, key="verify/resent_batches").order_by("-step").values_list("value", flat=True).first()
+    assert resent and resent >= 1
+    lost = MetricPoint.objects.filter(run=run, key="verify/lost_items").order_by("-step").values_list("value", flat=True).first()
+    assert lost == 0  # the re-sent batch was verified by the other worker
