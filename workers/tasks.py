@@ -49,5 +49,5 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     from controlplane.domains.models import DomainVersion
     from workers.verify import verify_items
 
-    spec = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot["verifier"]
-    return verify_items(spec, items)
+    snapshot = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot
+    return verify_items(snapshot["verifier"], items, max_concurrent_sandboxes=int(snapshot.get("max_concurrent_sandboxes", 8)))

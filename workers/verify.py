@@ -35,12 +35,29 @@ def verification_from_dict(data: dict[str, Any]) -> Verification:
     return Verification(Outcome(data["outcome"]), float(data.get("score", 0.0)), dict(data.get("details") or {}))
 
 
-def verify_items(spec: dict, items: list[dict]) -> list[dict]:
+def limited_executor(max_concurrent: int, wait_s: float = 60.0):
+    """``workers.sandbox.execute`` behind the domain's sandbox concurrency quota (all workers)."""
+    from workers import sandbox
+    from workers.slots import SlotsBusy, default_slots, domain_slot
+
+    def execute(files, command, limits=None, stdin=None, *, backend=None, domain="default"):
+        wall = limits.get("wall_s") if isinstance(limits, dict) else getattr(limits, "wall_s", None)
+        try:
+            # A killed worker's slot frees itself once the job could no longer be running.
+            with domain_slot(default_slots(), domain, max_concurrent, wait_s, lease_s=(wall or 60.0) + 30.0):
+                return sandbox.execute(files, command, limits, stdin, backend=backend, domain=domain)
+        except SlotsBusy as exc:
+            return sandbox.Verdict(status="sandbox_error", error=str(exc))
+
+    return execute
+
+
+def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:
     """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
     from trainer.verifiers import compile_cascade, set_sandbox_executor
     from workers import sandbox
 
-    set_sandbox_executor(sandbox.execute)
+    set_sandbox_executor(limited_executor(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else sandbox.execute)
     cascade = compile_cascade(spec)
     out = []
     for item in items:
