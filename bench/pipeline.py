@@ -28,6 +28,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12, help="measured steps per setting (after 2 warm-up steps)")
     parser.add_argument("--slots", type=int, default=8, help="sandbox executions in parallel")
     parser.add_argument("--backend", default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=64,
+                        help="generation length: sets the generation cost against the fixed verification cost")
     args = parser.parse_args()
 
     import torch
@@ -57,7 +59,7 @@ def main() -> int:
     results = {}
     for staleness in (0, 1, 2):
         job = Job({"model": {"path": model}, "domains": {"builtin-addition": 1.0}, "seed": 0,
-                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 4, "staleness": staleness},
+                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": args.max_new_tokens, "staleness": staleness},
                    "optimizer": {"lr": 5e-4}}, verify_batch=verify_batch)
         for _ in range(2):
             job.step()
@@ -74,6 +76,7 @@ def main() -> int:
         "speedup_2_vs_0": round(results[2]["steps_per_hour"] / results[0]["steps_per_hour"], 3),
         "generator_idle": {str(s): r["generator_idle"] for s, r in results.items()},
         "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
+        "max_new_tokens": args.max_new_tokens,
     }
     print(json.dumps(out))
     return 0
