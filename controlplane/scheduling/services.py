@@ -75,8 +75,13 @@ def heartbeat_record(*, worker: str, queues: list[str], meta: dict | None = None
     return hb
 
 
-MIN_RUN_S = 60.0
-"""A run is never preempted before it has run this long since it last started."""
+def min_run_s() -> float:
+    """A run is never preempted before it has run this long since it last started
+    (TEMPER_MIN_RUN_S, 60 s)."""
+    from django.conf import settings
+
+    return float(settings.TEMPER_MIN_RUN_S)
+
 DEFAULT_CPU_SLOTS = 1
 
 
@@ -99,7 +104,7 @@ def _view(run, started):
 
 
 @transaction.atomic
-def schedule_tick(*, now=None, min_run_s: float = MIN_RUN_S):
+def schedule_tick(*, now=None, min_run: float | None = None):
     """Admit, preempt and explain; re-dispatch runs whose driver died. Safe to run twice."""
     from controlplane import dispatch
     from controlplane.runs.driving import lease_s
@@ -120,7 +125,7 @@ def schedule_tick(*, now=None, min_run_s: float = MIN_RUN_S):
     decision = schedule(
         queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED],
         running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],
-        capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s,
+        capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s() if min_run is None else min_run,
     )
     by_id = {r.id: r for r in runs}
     for run_id in decision.admit:

@@ -126,6 +126,7 @@ STATIC_ROOT = VAR_DIR / "static"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
 TEMPER_DRIVER_LEASE_S = float(os.environ.get("TEMPER_DRIVER_LEASE_S", 40))
+TEMPER_MIN_RUN_S = float(os.environ.get("TEMPER_MIN_RUN_S", 60))
 TEMPER_VERIFY_DEADLINE_S = float(os.environ.get("TEMPER_VERIFY_DEADLINE_S", 0))  # 0: from the domains' task timeouts
 
 NINJA_PAGINATION_CLASS = "controlplane.common.api.Pagination"

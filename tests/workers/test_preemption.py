@@ -43,7 +43,7 @@ def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
         return run_start(actor=actor, run=run)
 
     low = new_run("low", 10, 4)
-    assert schedule_tick(min_run_s=0).admit == [low.id]
+    assert schedule_tick(min_run=0).admit == [low.id]
     assert ("temper.rollout.drive_run", (low.id,)) in sent
 
     original = driving.run_record_step
@@ -53,7 +53,7 @@ def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
         out = original(**kw)
         if kw["run"].pk == low.id and kw["step"] == 2 and "high" not in state:
             state["high"] = new_run("high", 90, 2)
-            decision = schedule_tick(min_run_s=0)
+            decision = schedule_tick(min_run=0)
             assert decision.preempt == [low.id] and decision.admit == []
             state["explain"] = run_explain(run=Run.objects.get(pk=state["high"].id))
         return out
@@ -70,12 +70,12 @@ def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
     assert low.state == "queued" and low.checkpoints.filter(step=2).exists()
     assert RunEvent.objects.filter(run=low, kind="preempted").exists()
 
-    assert schedule_tick(min_run_s=0).admit == [high.id]
+    assert schedule_tick(min_run=0).admit == [high.id]
     explain_low = run_explain(run=Run.objects.get(pk=low.id))
     assert explain_low["queued"]["position"] == 1 and "no free cpu slot" in explain_low["queued"]["reason"]
     assert drive(high.id, worker="w1", send=None) == "completed"
 
-    assert schedule_tick(min_run_s=0).admit == [low.id]
+    assert schedule_tick(min_run=0).admit == [low.id]
     assert drive(low.id, worker="w2", send=None) == "completed"
     low.refresh_from_db()
     assert low.state == "completed"

@@ -150,3 +150,58 @@ def test_a_verify_worker_killed_mid_batch_is_re_dispatched(transactional_db, tmp
     assert resent and resent >= 1
     lost = MetricPoint.objects.filter(run=run, key="verify/lost_items").order_by("-step").values_list("value", flat=True).first()
     assert lost == 0  # the re-sent batch was verified by the other worker
+
+
+@pytest.mark.slow
+def test_preemption_through_celery_workers(transactional_db, tmp_path):
+    """A priority-90 run arrives while a priority-10 run holds the only slot: the low run
+    checkpoints and yields, the high run runs to completion, then the low run resumes and completes."""
+    require_postgres()
+    redis_url = require_redis()
+    from controlplane.scheduling.models import ResourcePool, TeamQuota
+    from trainer.models.tiny import build_tiny
+
+    db = connection.settings_dict
+    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"), "TEMPER_MIN_RUN_S": "0",
+           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
+    ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
+    team = factories.team("acme")
+    TeamQuota.objects.create(team=team, max_gpus=0, max_concurrent_runs=2)
+    actor = factories.actor(factories.member(team, "admin"))
+    model = str(build_tiny(tmp_path / "model", layers=2))
+    config = {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}
+
+    def new_run(name, priority, steps):
+        r = run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", name=name, base_model=model,
+                                                               priority=priority, budget={"steps": steps}, config=config))
+        return run_start(actor=actor, run=r)
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "control,rollout", "-c", "2",
+         "-n", f"preempt-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    for raw in worker.stdout:
+        lines.append(raw.decode(errors="replace"))
+        if " ready." in lines[-1]:
+            break
+    else:
+        raise AssertionError("worker exited: " + "".join(lines)[-3000:])
+    log = open(tmp_path / "worker.log", "wb")
+    threading.Thread(target=lambda: [log.write(line) or log.flush() for line in worker.stdout], daemon=True).start()
+    try:
+        low = new_run("low", 10, 40)
+        wait_for(lambda: Run.objects.get(pk=low.pk).current_step >= 2, 300, "the low run to train")
+        high = new_run("high", 90, 3)
+        done_high = wait_for(lambda: Run.objects.filter(pk=high.pk, state__in=["completed", "failed"]).first(), 300, "the high run to end")
+        done_low = wait_for(lambda: Run.objects.filter(pk=low.pk, state__in=["completed", "failed"]).first(), 600, "the low run to end")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert done_high.state == "completed" and done_low.state == "completed", (done_high.error, done_low.error)
+    kinds = list(RunEvent.objects.filter(run=low).order_by("at", "id").values_list("kind", flat=True))
+    assert "preemption" in kinds and "preempted" in kinds and "resumed" in kinds
+    assert done_high.finished_at < done_low.finished_at
+    steps = list(MetricPoint.objects.filter(run=low, key="stage/step_s").order_by("step").values_list("step", flat=True))
+    assert steps == list(range(1, 41))
