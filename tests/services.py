@@ -43,3 +43,47 @@ def require_redis() -> str:
     url = os.environ.get("REDIS_URL", "")
     require(bool(url) and port_open(url, 6379), "Redis: set REDIS_URL=redis://127.0.0.1:6379/0 with a server running")
     return url
+
+
+def worker_env(db_settings: dict, redis_url: str, **extra: str) -> dict:
+    """The environment of a worker process pointed at the test database and Redis."""
+    db = db_settings
+    return {**os.environ, "REDIS_URL": redis_url, **extra,
+            "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+
+
+def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int = 1, log_path=None, on_line=None,
+                        pool: str | None = None):
+    """A real Celery worker, returned once it says it is ready. Its output keeps being read (to
+    ``log_path`` if given, each line passed to ``on_line``) so a full pipe never blocks it. It runs
+    in its own session so a test can SIGKILL the worker and its pool children together."""
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", str(concurrency),
+           "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
+    if pool:
+        cmd += ["--pool", pool]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    lines = []
+    for raw in proc.stdout:
+        lines.append(raw.decode(errors="replace"))
+        if " ready." in lines[-1]:
+            break
+    else:
+        raise AssertionError(f"celery worker {name} exited: " + "".join(lines)[-3000:])
+    log = open(log_path, "wb") if log_path else None
+
+    def pump():
+        for line in proc.stdout:
+            if log:
+                log.write(line)
+                log.flush()
+            if on_line:
+                on_line(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc

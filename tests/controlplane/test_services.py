@@ -5,17 +5,12 @@ These fail (not skip) under TEMPER_REQUIRE_SERVICES=1, which CI sets.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import threading
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from tests.services import require_postgres, require_redis
+from tests.services import require_postgres, require_redis, start_celery_worker, worker_env
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_suite_runs_on_postgres_when_asked(db):
@@ -30,23 +25,7 @@ def redis_worker(transactional_db):
     """A real Celery worker on Redis, pointed at the test database."""
     require_postgres()
     redis_url = require_redis()
-    db = connection.settings_dict
-    env = {**os.environ, "REDIS_URL": redis_url,
-           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
-    queue = "control"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue, "--pool", "solo",
-         "-n", f"test-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    lines = []
-    for raw in worker.stdout:  # the worker says when it is ready
-        lines.append(raw.decode(errors="replace"))
-        if " ready." in lines[-1]:
-            break
-    else:
-        raise AssertionError("celery worker exited: " + "".join(lines)[-3000:])
-    threading.Thread(target=lambda: [None for _ in worker.stdout], daemon=True).start()  # never let the pipe fill
+    worker = start_celery_worker(worker_env(connection.settings_dict, redis_url), "test", "control", pool="solo")
     yield worker
     worker.terminate()
     worker.wait(timeout=30)

@@ -6,12 +6,7 @@ verification fanned out to the verify queue, and it completes with every step's 
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -20,9 +15,8 @@ from django.db import connection
 from controlplane.runs.models import MetricPoint, Run
 from controlplane.runs.services import run_create, run_start
 from tests import factories
-from tests.services import require, require_postgres, require_redis
+from tests.services import require, require_postgres, require_redis, start_celery_worker, worker_env
 
-ROOT = Path(__file__).resolve().parents[2]
 DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity", "code-humaneval"]
 
 
@@ -44,25 +38,9 @@ def workers(transactional_db, tmp_path):
     from workers.sandbox import bwrap
 
     require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandboxed code domain")
-    db = connection.settings_dict
-    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"),
-           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
-    procs = []
-    for name, queues, conc in (("driver", "control,rollout", 2), ("verify", "verify", 2)):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", str(conc),
-             "-n", f"e2e-{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        lines = []
-        for raw in proc.stdout:
-            lines.append(raw.decode(errors="replace"))
-            if " ready." in lines[-1]:
-                break
-        else:
-            raise AssertionError(f"{name} worker exited: " + "".join(lines)[-3000:])
-        log = open(tmp_path / f"{name}.log", "wb")
-        threading.Thread(target=lambda p=proc, f=log: [f.write(line) or f.flush() for line in p.stdout], daemon=True).start()
-        procs.append(proc)
+    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"))
+    procs = [start_celery_worker(env, f"e2e-{name}", queues, concurrency=2, log_path=tmp_path / f"{name}.log")
+             for name, queues in (("driver", "control,rollout"), ("verify", "verify"))]
     yield tmp_path
     for proc in procs:
         proc.terminate()

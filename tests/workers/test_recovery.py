@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -18,28 +15,14 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.services import require_postgres, require_redis
+from tests.services import require_postgres, require_redis, start_celery_worker, worker_env
 from tests.workers.test_e2e import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_S = 6
 
 
 def start_worker(env, name, log_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "control,rollout", "-c", "1",
-         "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines = []
-    for raw in proc.stdout:
-        lines.append(raw.decode(errors="replace"))
-        if " ready." in lines[-1]:
-            break
-    else:
-        raise AssertionError(f"{name} exited: " + "".join(lines)[-3000:])
-    log = open(log_path, "wb")
-    threading.Thread(target=lambda: [log.write(line) or log.flush() for line in proc.stdout], daemon=True).start()
-    return proc
+    return start_celery_worker(env, name, "control,rollout", log_path=log_path)
 
 
 @pytest.mark.slow
@@ -49,9 +32,7 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
     from trainer.models.tiny import build_tiny
 
     settings.TEMPER_DRIVER_LEASE_S = LEASE_S
-    db = connection.settings_dict
-    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"), "TEMPER_DRIVER_LEASE_S": str(LEASE_S),
-           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_DRIVER_LEASE_S=str(LEASE_S))
     call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
     team = factories.team("acme")
     actor = factories.actor(factories.member(team, "member"))
@@ -85,28 +66,11 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
 
 
 def start_verify_worker(env, name, log_path, received: threading.Event):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "verify", "-c", "1",
-         "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines = []
-    for raw in proc.stdout:
-        lines.append(raw.decode(errors="replace"))
-        if " ready." in lines[-1]:
-            break
-    else:
-        raise AssertionError(f"{name} exited: " + "".join(lines)[-3000:])
-    log = open(log_path, "wb")
+    def watch(line: bytes) -> None:
+        if b"temper.verify.batch" in line and b"received" in line.lower():
+            received.set()
 
-    def pump():
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            if b"temper.verify.batch" in line and b"received" in line.lower():
-                received.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    return proc
+    return start_celery_worker(env, name, "verify", log_path=log_path, on_line=watch)
 
 
 @pytest.mark.slow
@@ -118,9 +82,7 @@ def test_a_verify_worker_killed_mid_batch_is_re_dispatched(transactional_db, tmp
     from tests.services import require
 
     require(bwrap.available(), "bubblewrap for the sandboxed code domain")
-    db = connection.settings_dict
-    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"), "TEMPER_VERIFY_DEADLINE_S": "15",
-           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_VERIFY_DEADLINE_S="15")
     call_command("domains", "sync", "--no-progress", "--only", "code-humaneval", verbosity=0)
     team = factories.team("acme")
     actor = factories.actor(factories.member(team, "member"))
@@ -161,9 +123,7 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
     from controlplane.scheduling.models import ResourcePool, TeamQuota
     from trainer.models.tiny import build_tiny
 
-    db = connection.settings_dict
-    env = {**os.environ, "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(tmp_path / "var"), "TEMPER_MIN_RUN_S": "0",
-           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_MIN_RUN_S="0")
     call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
     ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
     team = factories.team("acme")
@@ -177,19 +137,7 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
                                                                priority=priority, budget={"steps": steps}, config=config))
         return run_start(actor=actor, run=r)
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "control,rollout", "-c", "2",
-         "-n", f"preempt-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines = []
-    for raw in worker.stdout:
-        lines.append(raw.decode(errors="replace"))
-        if " ready." in lines[-1]:
-            break
-    else:
-        raise AssertionError("worker exited: " + "".join(lines)[-3000:])
-    log = open(tmp_path / "worker.log", "wb")
-    threading.Thread(target=lambda: [log.write(line) or log.flush() for line in worker.stdout], daemon=True).start()
+    worker = start_celery_worker(env, "preempt", "control,rollout", concurrency=2, log_path=tmp_path / "worker.log")
     try:
         low = new_run("low", 10, 40)
         wait_for(lambda: Run.objects.get(pk=low.pk).current_step >= 2, 300, "the low run to train")
