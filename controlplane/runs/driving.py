@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.live.services import wake_on_commit
 from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
@@ -129,17 +130,8 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     locked.tokens_used += int(tokens)
     locked.driver_seen_at = now
     locked.save(update_fields=["current_step", "tokens_used", "driver_seen_at", "updated_at"])
-    transaction.on_commit(lambda: _wake(run.pk))
+    wake_on_commit(run)
     return len(points)
-
-
-def _wake(run_id: int) -> None:
-    from controlplane.live.services import run_wake
-
-    try:
-        run_wake(run_id=run_id)
-    except Exception:  # a missing channel layer never breaks training; clients also tail the log
-        pass
 
 
 @transaction.atomic
