@@ -133,7 +133,9 @@
 
   function layout(id, spec) {
     const l = {
-      margin: { l: 48, r: spec.y2 ? 48 : 12, t: 8, b: 36 }, height: 280, showlegend: true, legend: { orientation: "h", y: -0.2 },
+      margin: { l: 48, r: spec.y2 ? 48 : 12, t: 24, b: 36 }, height: 280, showlegend: true,
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
+      hovermode: "closest", datarevision: revision,
       xaxis: { title: { text: xAxis === "step" ? "step" : "wall time" }, type: xAxis === "step" ? "linear" : "date" },
       yaxis: spec.yrange ? { range: spec.yrange } : { rangemode: "tozero" }, uirevision: xAxis + id,
     };
@@ -143,8 +145,10 @@
   }
 
   const charted = new Set();
+  let revision = 0; // arrays grow in place, so tell Plotly.react that the data changed
   function drawDirty() {
     frame = null;
+    revision += 1;
     if (!window.Plotly) { setTimeout(scheduleDraw, 50); return; }
     const ids = [...dirty];
     dirty.clear();
