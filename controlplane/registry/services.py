@@ -223,8 +223,10 @@ def suite_save(*, actor: Principal, data: Any) -> EvalSuiteVersion:
 
 # ----------------------------------------------------------------------------- evaluations
 @transaction.atomic
-def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch") -> EvalRun:
-    """Queue an evaluation of ``version`` on ``suite_version`` (the eval queue runs it)."""
+def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch",
+               enqueue: bool = True) -> EvalRun:
+    """Queue an evaluation of ``version`` on ``suite_version`` (the eval queue runs it; with
+    ``enqueue=False`` the caller runs it, e.g. ``manage.py registry evaluate --here``)."""
     actor.require(version.team_id, "run.control", "model version")
     if engine not in ("torch", "vllm"):
         raise InvalidInput.one("engine", "must be one of: torch, vllm")
@@ -233,7 +235,8 @@ def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSu
     ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=actor.user)
     ev.full_clean()
     ev.save()
-    dispatch.send_on_commit("temper.eval.run", ev.pk)
+    if enqueue:
+        dispatch.send_on_commit("temper.eval.run", ev.pk)
     return ev
 
 
