@@ -83,7 +83,12 @@ class SuiteOut(Schema):
     title: str
     team: Optional[str] = None
     version: int
+    auto_evaluate: bool
     items: list[SuiteItemOut]
+
+    @staticmethod
+    def resolve_auto_evaluate(obj) -> bool:
+        return obj.suite.auto_evaluate
 
     @staticmethod
     def resolve_team(obj) -> Optional[str]:

@@ -100,6 +100,7 @@ class EvalSuite(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     title = models.CharField(max_length=200, blank=True)
     version = models.IntegerField(default=1)
+    auto_evaluate = models.BooleanField(default=False, help_text="Evaluate every new model version of the team(s) on this suite.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -92,6 +92,7 @@ def version_register_base(*, team: Team, base_model: str) -> ModelVersion:
     version = ModelVersion(team=team, name=name, base=name, base_model=base_model, step=0, path=base_model)
     version.full_clean()
     version.save()
+    _auto_evaluate(version)
     return version
 
 
@@ -106,7 +107,7 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
     base = version_register_base(team=run.team, base_model=run.base_model)
     pins = list(run.run_domains.select_related("domain", "domain_version"))
     parent = (ModelVersion.objects.filter(run=run, step__lt=checkpoint.step).order_by("-step").first() or base)
-    version, _ = ModelVersion.objects.update_or_create(
+    version, created = ModelVersion.objects.update_or_create(
         team=run.team, name=version_name(base.base, run.id, checkpoint.step),
         defaults={"base": base.base, "base_model": run.base_model, "run": run, "checkpoint": checkpoint,
                   "step": checkpoint.step, "parent": parent, "config": run.config or {},
@@ -120,7 +121,20 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
         _link_tree(src, dst)
         ModelVersion.objects.filter(pk=version.pk).update(path=str(dst))
         version.path = str(dst)
+    if created:
+        _auto_evaluate(version)
     return version
+
+
+def _auto_evaluate(version: ModelVersion) -> list[EvalRun]:
+    """Queue the evaluations of a new version on the suites marked ``auto_evaluate``."""
+    suites = EvalSuite.objects.filter(auto_evaluate=True).filter(Q(team__isnull=True) | Q(team_id=version.team_id))
+    out = []
+    for suite in suites:
+        sv = suite.versions.filter(version=suite.version).first()
+        if sv is not None:
+            out.append(_eval_create(version=version, suite_version=sv))
+    return out
 
 
 # ----------------------------------------------------------------------------- eval suites
@@ -147,6 +161,7 @@ SUITE_SCHEMA = {
         "title": {"type": "string", "maxLength": 200},
         "team": {"type": ["string", "null"]},
         "note": {"type": "string", "maxLength": 200},
+        "auto_evaluate": {"type": "boolean", "description": "evaluate every new model version on this suite"},
         "items": {"type": "array", "minItems": 1, "maxItems": 500, "items": SUITE_ITEM},
     },
 }
@@ -204,11 +219,17 @@ def suite_save(*, actor: Principal, data: Any) -> EvalSuiteVersion:
     elif team is None and not actor.platform_admin:
         raise InvalidInput.one("team", "required: only a platform admin creates suites for every team")
     items = _resolve_items(actor, team, data["items"])
+    auto = bool(data.get("auto_evaluate", suite.auto_evaluate if suite else False))
     if suite is None:
-        suite = EvalSuite(slug=data["slug"], title=data.get("title", ""), team=team, version=1)
+        suite = EvalSuite(slug=data["slug"], title=data.get("title", ""), team=team, version=1, auto_evaluate=auto)
         suite.full_clean()
         suite.save()
     else:
+        if suite.auto_evaluate != auto:
+            audit_record(actor=actor, obj=suite, action="suite.auto_evaluate", before={"auto_evaluate": suite.auto_evaluate},
+                         after={"auto_evaluate": auto}, team=team)
+            suite.auto_evaluate = auto
+            suite.save(update_fields=["auto_evaluate"])
         latest = suite.versions.order_by("-version").first()
         if latest and latest.items == items:
             return latest
@@ -232,7 +253,12 @@ def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSu
         raise InvalidInput.one("engine", "must be one of: torch, vllm")
     if suite_version.suite.team_id not in (None, version.team_id):
         raise NotFound("suite not found")
-    ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=actor.user)
+    return _eval_create(version=version, suite_version=suite_version, engine=engine, created_by=actor.user, enqueue=enqueue)
+
+
+def _eval_create(*, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch", created_by=None,
+                 enqueue: bool = True) -> EvalRun:
+    ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=created_by)
     ev.full_clean()
     ev.save()
     if enqueue:

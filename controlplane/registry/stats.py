@@ -19,13 +19,16 @@ SEED = 0
 
 
 def bootstrap_ci(values: Sequence[float], *, resamples: int = RESAMPLES, alpha: float = ALPHA,
-                 seed: int = SEED) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (the same every time: fixed seed)."""
+                 seed: int = SEED) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of the mean (the same every time: fixed seed); ``(None,
+    None)`` with fewer than two values, where no interval can be told (never significant).
+
+    >>> bootstrap_ci([1.0])
+    (None, None)
+    """
     x = np.asarray(values, dtype=float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), float(x[0])
+    if len(x) < 2:
+        return None, None
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)  # (R,)
     return float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))

@@ -91,3 +91,28 @@ def test_openapi_documents_the_registry(world, clients):
     paths = set(doc["paths"])
     assert {"/api/registry/versions", "/api/registry/compare", "/api/registry/aliases/{name}",
             "/api/registry/aliases/{name}/rollback", "/api/registry/versions/{version_id}/export"} <= paths
+
+
+def test_auto_evaluate_suites_queue_an_evaluation_of_every_new_version(world, monkeypatch, django_capture_on_commit_callbacks, tmp_path, settings):
+    from controlplane.registry import services
+    from controlplane.registry.models import ModelVersion
+    from controlplane.runs.models import Checkpoint
+
+    settings.VAR_DIR = tmp_path
+    sent = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: sent.append((name, args)))
+    admin = factories.actor(world.users["admin"])
+    services.suite_save(actor=admin, data={"slug": "auto", "team": "acme", "auto_evaluate": True, "items": [{"domain": "addition"}]})
+    services.suite_save(actor=admin, data={"slug": "manual", "team": "acme", "items": [{"domain": "addition"}]})
+    run = factories.run(world.team, base_model="/models/tiny")
+    with django_capture_on_commit_callbacks(execute=True):
+        Checkpoint.objects.create(run=run, step=5, path=str(tmp_path / "missing"))
+    v = ModelVersion.objects.get(run=run, step=5)
+    evals = EvalRun.objects.filter(suite_version__suite__slug="auto")
+    assert {e.version.name for e in evals} == {"tiny", v.name}, "the base and the new version"
+    assert not EvalRun.objects.filter(suite_version__suite__slug="manual").exists()
+    assert sorted(sent) == sorted(("temper.eval.run", (e.pk,)) for e in evals)
+    # A checkpoint saved again (after a resume) refreshes its version without a second evaluation.
+    with django_capture_on_commit_callbacks(execute=True):
+        Checkpoint.objects.filter(run=run, step=5).get().save()
+    assert evals.count() == 2

@@ -38,6 +38,9 @@ class Command(BaseCommand):
         sub.add_parser("suites", help="list eval suites")
         p = sub.add_parser("suite-save", help="create a suite or a new version of it from a YAML/JSON file"); p.add_argument("file")
         p = sub.add_parser("suite-show"); p.add_argument("slug"); p.add_argument("--version", type=int)
+        p = sub.add_parser("suite-for-run", help="a suite of held-out tasks of a run's domains")
+        p.add_argument("run_id", type=int); p.add_argument("--slug", default=""); p.add_argument("--tasks", type=int, default=32)
+        p.add_argument("--max-new-tokens", type=int, default=0); p.add_argument("--auto", action="store_true", help="evaluate every new version on it")
         p = sub.add_parser("evaluate", help="evaluate a version on a suite (a job on the eval queue)")
         p.add_argument("version"); p.add_argument("--suite", required=True); p.add_argument("--suite-version", type=int)
         p.add_argument("--engine", default="torch", choices=["torch", "vllm"])
@@ -115,8 +118,23 @@ class Command(BaseCommand):
 
     # -- suites and evaluations ------------------------------------------------------------------
     def do_suites(self, o):
-        rows = [(s.slug, s.team.slug if s.team_id else "(all)", f"v{s.version}", s.title) for s in selectors.suite_list(actor=self.actor)]
-        self.out(table(rows, ["suite", "team", "version", "title"]))
+        rows = [(s.slug, s.team.slug if s.team_id else "(all)", f"v{s.version}", "yes" if s.auto_evaluate else "", s.title)
+                for s in selectors.suite_list(actor=self.actor)]
+        self.out(table(rows, ["suite", "team", "version", "auto", "title"]))
+
+    def do_suite_for_run(self, o):
+        from controlplane.runs import selectors as run_selectors
+        from controlplane.registry.services import END_TO_END_KINDS
+
+        run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
+        max_new = o["max_new_tokens"] or int((run.config or {}).get("rollout", {}).get("max_new_tokens", 32))
+        items = [{"domain": rd.domain.slug, "tasks": o["tasks"], "max_new_tokens": max_new,
+                  "layer": "end_to_end" if rd.domain.kind in END_TO_END_KINDS else "capability"}
+                 for rd in run.run_domains.select_related("domain")]
+        sv = services.suite_save(actor=self.actor, data={"slug": o["slug"] or f"run-{run.id}-heldout", "team": run.team.slug,
+                                                         "title": f"held-out tasks of run {run.id}'s domains",
+                                                         "auto_evaluate": o["auto"], "items": items})
+        self.out(f"suite {sv.suite.slug} is at v{sv.version} ({len(sv.items)} items)" + (", evaluating every new version" if o["auto"] else ""))
 
     def do_suite_save(self, o):
         p = Path(o["file"])
@@ -186,7 +204,7 @@ class Command(BaseCommand):
                 text = f"{_fmt(c['mean'])} [{_fmt(c['lo'])}, {_fmt(c['hi'])}]"
                 if c["delta"] is not None:
                     flag = " REGRESSION" if c["regression"] else (" better" if c["improvement"] else "")
-                    text += f" Δ{c['delta']:+.3f} [{c['delta_lo']:+.3f}, {c['delta_hi']:+.3f}]{flag}"
+                    text += f" Δ{c['delta']:+.3f} [{_fmt(c['delta_lo'], '+.3f')}, {_fmt(c['delta_hi'], '+.3f')}]{flag}"
                 cells.append(text)
             rows.append([row["layer"], row["domain"], *cells])
         self.out(table(rows, headers))
