@@ -75,13 +75,18 @@ class TaskSampler:
         out = []
         for _ in range(k):
             slug = self.rng.choices(self.slugs, self.weights)[0]
-            task = self.sources[slug].sample(self.rng, self.levels[slug])
-            for _ in range(MAX_HOLDOUT_REDRAWS if self.cfg.holdout_fraction > 0 else 0):
-                if not is_heldout(task, self.cfg.holdout_fraction):
-                    break
-                task = self.sources[slug].sample(self.rng, self.levels[slug])
+            task = self.sample_task(slug, self.rng)
             out.append((task, self.budget(task)))
         return out
+
+    def sample_task(self, slug: str, rng: random.Random) -> Task:
+        """One task of ``slug`` at its current level, never a held-out one (SFT draws through this too)."""
+        task = self.sources[slug].sample(rng, self.levels[slug])
+        for _ in range(MAX_HOLDOUT_REDRAWS if self.cfg.holdout_fraction > 0 else 0):
+            if not is_heldout(task, self.cfg.holdout_fraction):
+                break
+            task = self.sources[slug].sample(rng, self.levels[slug])
+        return task
 
     def budget(self, task: Task) -> int:
         if not self.cfg.adaptive_budget:

@@ -25,6 +25,7 @@ class AliasRefOut(Schema):
 class VersionOut(Schema):
     id: int
     name: str
+    kind: str
     team: str
     base: str
     base_model: str

@@ -25,6 +25,7 @@ class ModelVersion(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="model_versions")
     name = models.CharField(max_length=300)
+    kind = models.CharField(max_length=16, choices=[("base", "base model"), ("checkpoint", "checkpoint")], default="checkpoint")
     base = models.CharField(max_length=100, help_text="Short name of the base model (its directory or id).")
     base_model = models.CharField(max_length=500, help_text="The base model's path or id.")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="model_versions")
@@ -44,8 +45,8 @@ class ModelVersion(models.Model):
             models.UniqueConstraint(fields=["team", "name"], name="modelversion_unique_team_name"),
             models.CheckConstraint(condition=~Q(name=""), name="modelversion_name_not_empty"),
             models.CheckConstraint(condition=Q(step__gte=0), name="modelversion_step_gte_0"),
-            models.CheckConstraint(condition=Q(run__isnull=True) | Q(step__gte=1) | Q(checkpoint__isnull=True),
-                                   name="modelversion_run_step"),
+            models.CheckConstraint(condition=Q(kind__in=["base", "checkpoint"]), name="modelversion_kind_valid"),
+            models.CheckConstraint(condition=~Q(kind="base") | (Q(run__isnull=True) & Q(step=0)), name="modelversion_base_has_no_run"),
         ]
 
     def __str__(self) -> str:
@@ -53,7 +54,7 @@ class ModelVersion(models.Model):
 
     @property
     def is_base(self) -> bool:
-        return self.run_id is None and self.checkpoint_id is None
+        return self.kind == "base"
 
 
 class Alias(models.Model):

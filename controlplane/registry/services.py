@@ -81,7 +81,7 @@ def _link_tree(src: Path, dst: Path) -> None:
 @transaction.atomic
 def version_register_base(*, team: Team, base_model: str) -> ModelVersion:
     """The team's version for a base model (created once; the base is a stable asset, not copied)."""
-    existing = ModelVersion.objects.filter(team=team, base_model=base_model, run__isnull=True, checkpoint__isnull=True).first()
+    existing = ModelVersion.objects.filter(team=team, base_model=base_model, kind="base").first()
     if existing:
         return existing
     base = base_name(base_model)
@@ -89,7 +89,7 @@ def version_register_base(*, team: Team, base_model: str) -> ModelVersion:
     while ModelVersion.objects.filter(team=team, name=name).exists():
         n += 1
         name = f"{base}-{n}"
-    version = ModelVersion(team=team, name=name, base=name, base_model=base_model, step=0, path=base_model)
+    version = ModelVersion(team=team, kind="base", name=name, base=name, base_model=base_model, step=0, path=base_model)
     version.full_clean()
     version.save()
     _auto_evaluate(version)

@@ -2,6 +2,7 @@
 writes eval curves; held-out tasks are never drawn for training."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_every_checkpoint_is_a_version_with_lineage_and_eval_curves(setup):
     assert steps == [1, 2, 3]
     versions = {v.step: v for v in ModelVersion.objects.filter(run=run)}
     assert sorted(versions) == steps, "one version per checkpoint"
-    base = ModelVersion.objects.get(team=run.team, run__isnull=True)
+    base = ModelVersion.objects.get(team=run.team, kind="base")
     assert base.name == "tiny" and base.path == model
     pins = {rd.domain.slug: rd.domain_version.version for rd in run.run_domains.select_related("domain", "domain_version")}
     for step, v in versions.items():
@@ -86,6 +87,9 @@ def test_held_out_tasks_are_never_drawn_for_training():
             for t in heldout_tasks(src, slug, 50, seed=1234)}
     assert held and not drawn & held
     assert not any(is_heldout(t, HOLDOUT_FRACTION) for t, _ in sampler.draw(500))
+    # The SFT stage draws through the same rule.
+    sft_rng = random.Random(5)
+    assert not any(is_heldout(sampler.sample_task("builtin-addition", sft_rng), HOLDOUT_FRACTION) for _ in range(500))
     # Without a holdout, the same sampler does draw them (the rule is what keeps them out).
     plain = TaskSampler({"builtin-addition": ADDITION}, {"builtin-addition": 1}, SamplerConfig(), n=2, seed=0)
     assert any(is_heldout(t, HOLDOUT_FRACTION) for t, _ in plain.draw(500))
