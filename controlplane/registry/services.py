@@ -5,7 +5,6 @@ past the promotion gate needs a team admin and a reason; every alias move is aud
 """
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -22,12 +21,11 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound
 from controlplane.common.validation import schema_errors
-from controlplane.domains.models import Domain, DomainVersion
+from controlplane.domains.models import Domain
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
 from controlplane.runs.models import Checkpoint, Run
 
-log = logging.getLogger(__name__)
 
 
 class GateRefused(Conflict):

@@ -70,7 +70,7 @@ def test_registry_cli_end_to_end(setup):
     assert AuditLog.objects.filter(action__startswith="alias.").count() == 3
 
 
-def test_cli_gate_refusal_names_the_regressing_domain(setup, monkeypatch):
+def test_cli_gate_refusal_names_the_regressing_domain(setup):
     run, suite, tmp_path = setup
     cli("suite-save", str(suite))
     for step in (1, 2):
