@@ -27,7 +27,6 @@ from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult,
 from controlplane.runs.models import Checkpoint, Run
 
 
-
 class GateRefused(Conflict):
     """Moving production would let a domain regress beyond the threshold."""
 
