@@ -32,13 +32,17 @@ def _interval_style(lo, hi, mean) -> dict:
 
 @login_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    """``?v=ID&v=ID...`` (the first is the baseline) or ``?run=ID`` (its first and last checkpoint)."""
+    """``?v=ID&v=ID...`` (the first is the baseline), ``?run=ID`` (its first and last checkpoint) or
+    ``?run=ID&from=base`` (its base model and last checkpoint)."""
     actor = Principal.for_user(request.user)
     refs = [r for r in request.GET.getlist("v") if r]
     suite = request.GET.get("suite", "")
     run_id = request.GET.get("run", "")
     if not refs and run_id.isdigit():
         ordered = list(ModelVersion.objects.filter(run_id=int(run_id), team_id__in=actor.team_ids).order_by("step"))
+        if ordered and request.GET.get("from") == "base":  # the base model against the last checkpoint
+            base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()
+            ordered = ([base] if base else []) + ordered
         refs = [str(v.pk) for v in (ordered[:1] + ordered[-1:])] if len(ordered) > 1 else []
     context = {"refs": refs, "suite": suite, "result": None, "error": "",
                "suites": selectors.suite_list(actor=actor)}

@@ -74,6 +74,21 @@ def test_compare_page_shows_intervals_and_highlights_regressions(page):
         assert lo < 0.5 < hi
 
 
+def test_compare_page_from_the_base_model(page, world):
+    client, run, first, last = page
+    base = version(world.team, "tiny")
+    base.kind, base.base_model = "base", "/models/tiny"
+    base.save()
+    last.base_model = first.base_model = "/models/tiny"
+    last.save(); first.save()
+    html = client.get(f"/registry/compare/?run={run.id}&from=base").content.decode()
+    assert "no eval suite version has a completed evaluation" in html  # the base was never evaluated
+    evaluated(base, first.eval_runs.get().suite_version, {"addition": [0.0] * N, "parity": [0.0] * N})
+    html = client.get(f"/registry/compare/?run={run.id}&from=base").content.decode()
+    assert re.findall(r'data-testid="compare-version" data-version-id="(\d+)"', html) == [str(base.id), str(last.id)]
+    assert html.count('data-testid="improvement"') == 2
+
+
 def test_compare_page_explains_what_is_missing(page, world):
     client, run, first, last = page
     html = client.get(f"/registry/compare/?v={first.id}").content.decode()
