@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path as Path_
 from typing import Any, Optional
 
 from django.http import HttpRequest
@@ -227,7 +228,9 @@ ROLLBACK_IN = {
     "type": "object", "required": ["base"], "additionalProperties": False,
     "properties": {"base": {"type": "string"}, "team": {"type": "string"}, "reason": {"type": "string"}},
 }
-EXPORT_IN = {"type": "object", "additionalProperties": False, "properties": {"dest": {"type": "string"}}}
+EXPORT_IN = {"type": "object", "additionalProperties": False, "properties": {
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": 200,
+             "description": "directory under the server's var/exports (default: from the version's name)"}}}
 
 
 def _body(request: HttpRequest, schema: dict) -> dict:
@@ -261,10 +264,14 @@ def version_evaluate(request: HttpRequest, version_id: int = Path(..., ge=1, le=
 
 @router.post("/registry/versions/{version_id}/export", response={200: ExportOut, **ERRORS}, openapi_extra=body_doc(EXPORT_IN))
 def version_export(request: HttpRequest, version_id: int = Path(..., ge=1, le=MAX_ID)):
-    """Write a promoted version as a Hugging Face directory (safetensors, config, tokenizer)."""
+    """Write a promoted version as a Hugging Face directory (safetensors, config, tokenizer) under
+    the server's ``var/exports`` (the CLI writes anywhere its operator may)."""
+    from django.conf import settings
+
     version = selectors.version_get(actor=request.auth, ref=version_id)
     data = _body(request, EXPORT_IN)
-    path = services.version_export(actor=request.auth, version=version, dest=data.get("dest", ""))
+    dest = str(Path_(settings.VAR_DIR) / "exports" / data["name"]) if data.get("name") else ""
+    path = services.version_export(actor=request.auth, version=version, dest=dest)
     return {"version": version.name, "path": str(path)}
 
 

@@ -375,7 +375,7 @@ def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -
     config, tokenizer and ``temper.json`` (lineage). transformers and vLLM load it as it is."""
     import json
 
-    actor.require(version.team_id, "read", "model version")
+    actor.require(version.team_id, "run.control", "model version")
     if not AliasMove.objects.filter(to_version=version).exists():
         raise Conflict(f"{version.name} was never promoted (no alias ever pointed at it); move an alias first")
     src = Path(version.path)

@@ -79,9 +79,13 @@ def test_versions_evals_and_export(world, clients, tmp_path, settings):
     assert r.status_code == 409 and "never promoted" in r.json()["detail"]
     assert post(clients["member"], "/api/registry/aliases/canary", {"version": v.id}).json()["version"] == "tiny@1/1"
     assert post(clients["member"], "/api/registry/aliases/staging", {"version": v.id}).status_code == 404
-    r = post(clients["viewer"], f"/api/registry/versions/{v.id}/export", {"dest": str(tmp_path / "out")})
-    assert r.status_code == 200 and (tmp_path / "out" / "model.safetensors").is_file()
-    assert json.loads((tmp_path / "out" / "temper.json").read_text())["aliases"] == ["canary"]
+    assert post(clients["viewer"], f"/api/registry/versions/{v.id}/export", {}).status_code == 403
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "../../etc"})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "name"
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "tiny-prod"})
+    out = tmp_path / "exports" / "tiny-prod"
+    assert r.status_code == 200 and r.json()["path"] == str(out) and (out / "model.safetensors").is_file()
+    assert json.loads((out / "temper.json").read_text())["aliases"] == ["canary"]
     assert clients["viewer"].get("/api/registry/aliases").json()[0]["name"] == "canary"
     assert EvalRun.objects.count() == 1
 
