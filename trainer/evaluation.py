@@ -212,9 +212,9 @@ def evaluate_job(job, specs: Sequence[EvalSpec] | None = None) -> tuple[dict[str
     exactly the batches it would have trained on without it.
     """
     specs = list(specs) if specs is not None else run_specs(job)
-    saved = job.engine.state_dict()
-    if job.executor is not None:  # overlap: the engine holds its own copy of the weights
+    if job.executor is not None:  # overlap: wait for generation ahead, then bring the engine's copy up to date
         job.executor.submit(job.engine.sync_weights, job.model).result()
+    saved = job.engine.state_dict()  # after the batches generated ahead, which advance the RNG
     try:
         results = evaluate(job.engine, job.tokenizer, specs, domains=job.domains, verify_batch=job.verify_batch,
                            max_prompt_tokens=job.config.tokenizer.max_prompt_tokens)
