@@ -7,7 +7,11 @@ from controlplane.web import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("runs/new/", views.run_new, name="run-new"),
+    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("domains/", views.domains_page, name="domains"),
+    path("domains/<slug:slug>/", views.domain_detail, name="domain-detail"),
+    path("queue/", views.queue_page, name="queue"),
     path("team/", views.switch_team, name="switch-team"),
     path("healthz", views.health, name="health"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),

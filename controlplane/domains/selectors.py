@@ -60,3 +60,10 @@ def domain_version_diff(*, domain: Domain, a: int, b: int) -> list[dict[str, Any
     va = domain_version_get(domain=domain, version=a)
     vb = domain_version_get(domain=domain, version=b)
     return json_diff(va.snapshot, vb.snapshot)
+
+
+def domain_can_edit(*, actor: Principal, domain: Domain) -> bool:
+    """Whether ``domain_update`` would let the actor edit it (the page hides the form otherwise)."""
+    if domain.team_id is None or actor.platform_admin:
+        return actor.platform_admin
+    return actor.can(domain.team_id, "team.admin")

@@ -1,97 +1,213 @@
-"""The live log over websockets: metric points after the client's cursor, never twice.
+"""The live log over websockets: rows after the client's cursor, never twice, coalesced.
 
-The database is the log (DESIGN.md). Workers bulk-insert rows, then wake the group ``run-<id>``;
-each socket sends its client the rows after the client's cursor. A reconnecting client sends its
-cursor and loses nothing. With the in-memory channel layer (embedded default) workers live in
-other processes and cannot wake us, so the consumer also tails the database once a second.
+The database is the log (DESIGN.md). Workers bulk-insert rows, then wake the group ``run-<id>``
+(and ``team-<id>`` for run lists); each socket sends its client the rows after the client's
+cursor. A reconnecting client sends its cursors and loses nothing. Wake-ups that arrive within
+``COALESCE_S`` of the last send are merged into one send. With the in-memory channel layer
+(embedded default) workers live in other processes and cannot wake us, so the consumers also
+tail the database once a second.
+
+Messages a run socket sends (after the client's first ``{"cursor": n, "event_cursor": m}``):
+
+- ``{"type": "metrics", "cursor", "points": [[id, step, domain, key, value, time_ms], ...]}``
+- ``{"type": "events", "event_cursor", "events": [{"id", "at", "kind", "message", "data"}]}``
+- ``{"type": "status", "state", "step", "budget_steps", "priority", "error", "inflight", ...}``
+  whenever the run's row changed.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-BATCH = 2000
+BATCH = 5000
 TAIL_PERIOD_S = 1.0
+COALESCE_S = 0.1
 
 
 def group_name(run_id: int) -> str:
     return f"run-{run_id}"
 
 
+def team_group_name(team_id: int) -> str:
+    return f"team-{team_id}"
+
+
+def _in_memory_layer() -> bool:
+    return settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("InMemoryChannelLayer")
+
+
 @database_sync_to_async
-def _visible_run(user, run_id: int) -> bool:
+def _team_ids(user, run_id: int | None = None) -> list[int]:
+    """The user's teams; with ``run_id``, the run's team if the user may see it, else []."""
     from controlplane.accounts.principal import Principal
     from controlplane.runs.models import Run
 
     actor = Principal.for_user(user)
-    return Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).exists()
+    if run_id is None:
+        return actor.team_ids
+    team = Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).values_list("team_id", flat=True).first()
+    return [team] if team is not None else []
+
+
+def _ms(dt) -> int:
+    return int(dt.timestamp() * 1000)
 
 
 @database_sync_to_async
-def _rows_after(run_id: int, cursor: int) -> tuple[list[list], int, str]:
-    from controlplane.runs.models import MetricPoint, Run
+def _rows_after(run_id: int, cursor: int, event_cursor: int, seen_update) -> dict:
+    from controlplane.live.selectors import run_status
+    from controlplane.runs.models import MetricPoint, RunEvent
 
     rows = list(
         MetricPoint.objects.filter(run_id=run_id, id__gt=cursor)
         .order_by("id")
-        .values_list("id", "step", "domain", "key", "value")[:BATCH]
+        .values_list("id", "step", "domain", "key", "value", "time")[:BATCH]
     )
-    state = Run.objects.filter(pk=run_id).values_list("state", flat=True).first() or ""
-    return [list(r) for r in rows], (rows[-1][0] if rows else cursor), state
+    events = list(RunEvent.objects.filter(run_id=run_id, id__gt=event_cursor).order_by("id")
+                  .values("id", "at", "kind", "message", "data")[:500])
+    status = run_status(run_id)
+    return {
+        "points": [[i, s, d, k, v, _ms(t)] for i, s, d, k, v, t in rows],
+        "cursor": rows[-1][0] if rows else cursor,
+        "full": len(rows) == BATCH,
+        "events": [{**e, "at": e["at"].isoformat()} for e in events],
+        "event_cursor": events[-1]["id"] if events else event_cursor,
+        "status": status if status != seen_update else None,
+    }
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
+class _Coalescing(AsyncJsonWebsocketConsumer):
+    """Flushes on wake-ups, at most one send per ``COALESCE_S``; tails the database without Redis."""
+
+    groups_to_join: list[str]
+
+    async def start(self, groups: list[str]) -> None:
+        self.joined = groups
+        self.lock = asyncio.Lock()
+        self.pending: asyncio.Task | None = None
+        self.last_flush = 0.0
+        self.tail: asyncio.Task | None = None
+        for g in groups:
+            await self.channel_layer.group_add(g, self.channel_name)
+        await self.accept()
+        if _in_memory_layer():
+            self.tail = asyncio.create_task(self._tail())
+
+    async def disconnect(self, code):
+        for task in (getattr(self, "tail", None), getattr(self, "pending", None)):
+            if task:
+                task.cancel()
+        for g in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(g, self.channel_name)
+
+    async def wake(self) -> None:
+        """Flush now, or once the coalescing window since the last flush has passed."""
+        if self.pending is not None and not self.pending.done():
+            return  # a flush is already due; it will read everything committed by then
+        delay = self.last_flush + COALESCE_S - time.monotonic()
+        self.pending = asyncio.create_task(self._flush_after(max(0.0, delay)))
+
+    async def _flush_after(self, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self.flush()
+
+    async def _tail(self):
+        while True:
+            await asyncio.sleep(TAIL_PERIOD_S)
+            await self.flush()
+
+    async def flush(self) -> None:
+        async with self.lock:
+            self.last_flush = time.monotonic()
+            await self.send_new()
+
+    async def send_new(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class RunConsumer(_Coalescing):
+    """One run's metric points, events and status, after the client's cursors."""
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        if not await _visible_run(user, self.run_id):
+        if not await _team_ids(user, self.run_id):
             await self.close(code=4404)
             return
         self.cursor = None  # set by the client's first message
-        self.lock = asyncio.Lock()
-        self.tail = None
-        await self.channel_layer.group_add(group_name(self.run_id), self.channel_name)
-        await self.accept()
-        if settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("InMemoryChannelLayer"):
-            self.tail = asyncio.create_task(self._tail())
-
-    async def disconnect(self, code):
-        if getattr(self, "tail", None):
-            self.tail.cancel()
-        if hasattr(self, "run_id"):
-            await self.channel_layer.group_discard(group_name(self.run_id), self.channel_name)
+        self.event_cursor = 0
+        self.seen_update = None
+        await self.start([group_name(self.run_id)])
 
     async def receive_json(self, content, **kwargs):
-        cursor = content.get("cursor", 0) if isinstance(content, dict) else None
-        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-            await self.send_json({"type": "error", "message": "cursor: must be an integer >= 0"})
+        if not isinstance(content, dict):
+            await self.send_json({"type": "error", "message": "send an object: {\"cursor\": n, \"event_cursor\": m}"})
             return
-        self.cursor = cursor
-        await self._flush()
+        for name in ("cursor", "event_cursor"):
+            value = content.get(name, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                await self.send_json({"type": "error", "message": f"{name}: must be an integer >= 0"})
+                return
+        async with self.lock:
+            self.cursor, self.event_cursor, self.seen_update = content.get("cursor", 0), content.get("event_cursor", 0), None
+        await self.flush()
 
     async def run_wake(self, event):
-        await self._flush()
+        await self.wake()
 
-    async def _tail(self):
-        while True:
-            await asyncio.sleep(TAIL_PERIOD_S)
-            await self._flush()
-
-    async def _flush(self):
+    async def send_new(self) -> None:
         if self.cursor is None:
             return
-        async with self.lock:
-            while True:
-                rows, cursor, state = await _rows_after(self.run_id, self.cursor)
-                if not rows:
-                    return
-                self.cursor = cursor
-                await self.send_json({"type": "metrics", "cursor": cursor, "state": state, "points": rows})
-                if len(rows) < BATCH:
-                    return
+        while True:
+            new = await _rows_after(self.run_id, self.cursor, self.event_cursor, self.seen_update)
+            if new["status"] is not None:
+                self.seen_update = new["status"]
+                await self.send_json({"type": "status", **new["status"]})
+            if new["events"]:
+                self.event_cursor = new["event_cursor"]
+                await self.send_json({"type": "events", "event_cursor": self.event_cursor, "events": new["events"]})
+            if new["points"]:
+                self.cursor = new["cursor"]
+                await self.send_json({"type": "metrics", "cursor": self.cursor, "points": new["points"]})
+            if not new["full"]:
+                return
+
+
+@database_sync_to_async
+def _runs_changed(team_ids: list[int], since) -> tuple[list[dict], object]:
+    from controlplane.live.selectors import run_summaries
+
+    return run_summaries(team_ids=team_ids, since=since)
+
+
+class RunsConsumer(_Coalescing):
+    """Summaries of the runs of the user's teams whenever they change (the runs list)."""
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.team_ids = await _team_ids(user)
+        self.since = None
+        await self.start([team_group_name(t) for t in self.team_ids])
+        await self.flush()
+
+    async def receive_json(self, content, **kwargs):
+        await self.send_json({"type": "error", "message": "this socket takes no messages"})
+
+    async def runs_wake(self, event):
+        await self.wake()
+
+    async def send_new(self) -> None:
+        runs, self.since = await _runs_changed(self.team_ids, self.since)
+        if runs:
+            await self.send_json({"type": "runs", "runs": runs})

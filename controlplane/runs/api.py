@@ -10,7 +10,7 @@ from ninja.pagination import paginate
 
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
-from controlplane.runs import selectors, services
+from controlplane.runs import selectors, series, services
 from controlplane.runs.schemas import RUN_SCHEMA
 
 router = Router(tags=["runs"])
@@ -234,3 +234,41 @@ def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_
 def run_events(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.event_list(run=run)
+
+
+class SeriesValues(Schema):
+    step: list[int]
+    time: list[str]
+    min: list[float]
+    max: list[float]
+    last: list[float]
+
+
+class SeriesOut(Schema):
+    width: int
+    lo: int
+    hi: int
+    cursor: int
+    series: dict[str, SeriesValues]
+
+
+@router.get("/runs/{run_id}/keys", response={200: list[str], **ERRORS})
+def run_metric_keys(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Every metric key the run has written."""
+    return series.run_keys(run=selectors.run_get(actor=request.auth, run_id=run_id))
+
+
+@router.get("/runs/{run_id}/series", response={200: SeriesOut, **ERRORS})
+def run_series(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), key: str = "", prefix: str = "",
+               lo: Optional[int] = Query(None, ge=0, le=series.MAX_STEP), hi: Optional[int] = Query(None, ge=0, le=series.MAX_STEP),
+               max_points: int = Query(series.MAX_POINTS, ge=10, le=5000)):
+    """Metric series over the steps ``lo..hi`` as min/max/last buckets (raw points when the range
+    is short). ``key`` is a comma-separated list of keys; ``prefix`` adds every key that starts with it.
+    ``cursor`` is where to follow the live socket from."""
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    wanted = [k for k in key.split(",") if k]
+    if prefix:
+        wanted += [k for k in series.run_keys(run=run) if k.startswith(prefix)]
+        if not wanted:
+            return {"width": 1, "lo": lo or 0, "hi": hi or 0, "cursor": series.series_cursor(run=run), "series": {}}
+    return series.series(run=run, keys=wanted, lo=lo, hi=hi, max_points=max_points)

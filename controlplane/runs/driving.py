@@ -14,6 +14,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.live.services import wake_on_commit
+from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -80,6 +82,7 @@ def run_renew(*, run_id: int, worker: str) -> bool:
 def run_rewind(*, run: Run, to_step: int) -> int:
     """Forget what was recorded after ``to_step`` (the driver resumes from that checkpoint)."""
     deleted, _ = MetricPoint.objects.filter(run=run, step__gt=to_step).delete()
+    series.rewind(run, to_step)
     Trajectory.objects.filter(run=run, step__gt=to_step).delete()
     Run.objects.filter(pk=run.pk).update(current_step=to_step)
     return deleted
@@ -107,7 +110,11 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
         v = _finite(value)
         if v is not None:
             points.append(MetricPoint(run=run, step=step, domain=metric_domain(key, domains), key=key, value=v, time=now))
+    # A retried write keeps the points already there; only new ones go into the buckets.
+    present = set(MetricPoint.objects.filter(run=run, step=step).values_list("domain", "key"))
+    points = [p for p in points if (p.domain, p.key) not in present]
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
+    series.rollup(points)
     Trajectory.objects.filter(run=run, step=step).delete()
     Trajectory.objects.bulk_create([
         Trajectory(
@@ -123,17 +130,8 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     locked.tokens_used += int(tokens)
     locked.driver_seen_at = now
     locked.save(update_fields=["current_step", "tokens_used", "driver_seen_at", "updated_at"])
-    transaction.on_commit(lambda: _wake(run.pk))
+    wake_on_commit(run)
     return len(points)
-
-
-def _wake(run_id: int) -> None:
-    from controlplane.live.services import run_wake
-
-    try:
-        run_wake(run_id=run_id)
-    except Exception:  # a missing channel layer never breaks training; clients also tail the log
-        pass
 
 
 @transaction.atomic

@@ -213,3 +213,27 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["at", "id"]
         constraints = [models.CheckConstraint(condition=~Q(kind=""), name="runevent_kind_not_empty")]
+
+
+class MetricBucket(models.Model):
+    """Min, max and last of one metric over ``width`` consecutive steps, kept as points arrive.
+
+    Long series are drawn from these (at most about a thousand per view), never from a random
+    sample, so a spike of one step still shows at every zoom level. See ``runs.series``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    width = models.IntegerField(help_text="Steps per bucket.")
+    bucket = models.IntegerField(help_text="step // width")
+    vmin = models.FloatField()
+    vmax = models.FloatField()
+    vlast = models.FloatField()
+    last_step = models.IntegerField()
+    last_time = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key", "width", "bucket"], name="metricbucket_unique"),
+            models.CheckConstraint(condition=Q(width__gt=1), name="metricbucket_width_gt_1"),
+        ]

@@ -121,7 +121,14 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+def _plotly_js_dir() -> Path:
+    """plotly.min.js ships inside the plotly package: served from there, no CDN, no Node build."""
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data"
+
+
+STATICFILES_DIRS = [BASE_DIR / "frontend" / "static", ("vendor/plotly", _plotly_js_dir())]
 STATIC_ROOT = VAR_DIR / "static"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -19,4 +19,9 @@ def current_team(request: HttpRequest):
 
 def team_context(request: HttpRequest) -> dict:
     team, teams = current_team(request)
-    return {"current_team": team, "teams": teams}
+    role = ""
+    if team is not None:
+        from controlplane.accounts.models import Membership
+
+        role = Membership.objects.filter(user=request.user, team=team).values_list("role", flat=True).first() or ""
+    return {"current_team": team, "teams": teams, "current_role": role}

@@ -1,28 +1,89 @@
-"""Server-rendered pages: home, runs and domains. The live run page comes with the browser issue."""
+"""Server-rendered pages. Each page renders what it knows at once; frontend/static/js adds the
+live parts (websockets, charts) and talks to the same REST API as everyone else, so the server
+refuses what a role may not do whether or not the page showed the control."""
 from __future__ import annotations
 
+import json
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.principal import Principal
+from controlplane.common.errors import NotFound
+from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
-from controlplane.runs.selectors import run_list
+from controlplane.runs import selectors as run_selectors
+from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
+from controlplane.web import pages
 from controlplane.web.context import current_team
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
+    """The runs list of the team being looked at; rows update live over ``/ws/runs/``."""
     actor = Principal.for_user(request.user)
     team, _ = current_team(request)
-    runs = run_list(actor=actor, team=team.slug if team else "")[:50]
+    runs = pages.runs_with_reward(run_selectors.run_list(actor=actor, team=team.slug if team else "")[:100])
     domains = domain_list(actor=actor)
-    kinds = {}
-    for kind in domains.values_list("kind", flat=True):
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return render(request, "home.html", {"runs": runs, "domain_count": domains.count(), "kinds": sorted(kinds.items())})
+    kinds = dict(domains.values_list("kind").annotate(n=Count("id")).order_by("kind"))
+    return render(request, "home.html", {
+        "runs": runs, "domain_count": sum(kinds.values()), "kinds": sorted(kinds.items()),
+        "can_create": bool(team) and actor.can(team.id, "run.control"),
+    })
+
+
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    """The run form: model, domain mix, algorithm and rollout settings; "clone from run" pre-fills."""
+    actor = Principal.for_user(request.user)
+    team, _ = current_team(request)
+    clone = None
+    if request.GET.get("clone"):
+        try:
+            source = run_selectors.run_get(actor=actor, run_id=int(request.GET["clone"]))
+        except (ValueError, NotFound):
+            raise Http404("no such run to clone")
+        clone = pages.run_as_form_data(source)
+    return render(request, "runs/new.html", {
+        "can_create": bool(team) and actor.can(team.id, "run.control"),
+        "is_admin": bool(team) and actor.can(team.id, "team.admin"),
+        "max_member_priority": MAX_MEMBER_PRIORITY,
+        "form_data": {
+            "team": team.slug if team else "",
+            "domains": pages.domain_catalogue(actor),
+            "models": pages.model_catalogue(),
+            "config_schema": pages.config_form_schema(),
+            "clone": clone,
+            "runs": [{"id": r.id, "name": r.name} for r in run_selectors.run_list(actor=actor, team=team.slug if team else "")[:50]],
+        },
+    })
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The live run page: charts, what the run waits on, its events, controls for those allowed."""
+    actor = Principal.for_user(request.user)
+    try:
+        run = run_selectors.run_get(actor=actor, run_id=run_id)
+    except NotFound:
+        raise Http404(f"run {run_id} not found")
+    domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
+    can_control = actor.can(run.team_id, "run.control")
+    return render(request, "runs/detail.html", {
+        "run": run, "can_control": can_control, "terminal": run.is_terminal,
+        "page_data": {
+            "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,
+                    "budget_steps": run.budget_steps, "team": run.team.slug},
+            "domains": domains,
+            "weights": {rd.domain.slug: rd.weight for rd in run.run_domains.select_related("domain")},
+            "can_control": can_control,
+            "outcomes": pages.OUTCOME_ORDER,
+        },
+    })
 
 
 @login_required
@@ -31,7 +92,35 @@ def domains_page(request: HttpRequest) -> HttpResponse:
     q = request.GET.get("q", "")
     kind = request.GET.get("kind", "")
     domains = domain_list(actor=actor, search=q, kind=kind)[:500]
-    return render(request, "domains.html", {"domains": domains, "q": q, "kind": kind})
+    return render(request, "domains.html", {"domains": domains, "q": q, "kind": kind, "kinds": pages.DOMAIN_KINDS})
+
+
+@login_required
+def domain_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    """A domain: version history with diffs, verifier cascade, sandbox, quota, live stats."""
+    actor = Principal.for_user(request.user)
+    try:
+        domain = domain_selectors.domain_get(actor=actor, slug=slug)
+    except NotFound:
+        raise Http404(f"domain {slug} not found")
+    versions = list(domain.versions.order_by("-version"))
+    return render(request, "domains/detail.html", {
+        "domain": domain, "versions": versions,
+        "can_edit": domain_selectors.domain_can_edit(actor=actor, domain=domain),
+        "stats": pages.domain_stats(actor=actor, domain=domain),
+        "page_data": {"slug": domain.slug, "versions": [v.version for v in versions]},
+        "verifier_json": json.dumps(domain.verifier, indent=2), "sandbox_json": json.dumps(domain.sandbox, indent=2),
+        "task_source_json": json.dumps(domain.task_source, indent=2),
+    })
+
+
+@login_required
+def queue_page(request: HttpRequest) -> HttpResponse:
+    """Quotas and the queue: pools, team quotas, queued runs and why, running runs and their use."""
+    actor = Principal.for_user(request.user)
+    context = pages.queue_view(actor=actor)
+    template = "queue_body.html" if request.GET.get("partial") else "queue.html"
+    return render(request, template, context)
 
 
 @login_required
@@ -41,7 +130,10 @@ def switch_team(request: HttpRequest) -> HttpResponse:
     _, teams = current_team(request)
     if any(t.slug == slug for t in teams):
         request.session["team"] = slug
-    return HttpResponseRedirect(request.POST.get("next") or reverse("home"))
+    nxt = request.POST.get("next") or ""
+    if not nxt.startswith("/") or nxt.startswith("//"):
+        nxt = reverse("home")
+    return HttpResponseRedirect(nxt)
 
 
 def health(request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,144 @@
+"""What the pages show, assembled from the apps' selectors (reads only; writes go through the API)."""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Max, OuterRef, QuerySet, Subquery, Sum
+from django.utils import timezone
+
+from controlplane.accounts.models import Team
+from controlplane.accounts.principal import Principal
+from controlplane.domains.models import Domain, DomainKind
+from controlplane.domains.selectors import domain_list
+from controlplane.runs.models import MetricPoint, Run, RunState
+from controlplane.runs.schemas import RESERVED_CONFIG_KEYS
+from trainer.outcomes import OUTCOME_VALUES
+
+OUTCOME_ORDER = list(OUTCOME_VALUES)
+DOMAIN_KINDS = [(k.value, k.label) for k in DomainKind]
+SET_BY_RUN = {"rollout": {"staleness"}, "limits": {"max_steps", "max_wall_s"}, "checkpoint": {"dir"}}
+"""Config fields the driver fills from the run's own fields (staleness, budget) or its storage."""
+FORM_SECTIONS = ("algorithm", "rollout", "optimizer", "sampler", "checkpoint", "limits", "sft", "tokenizer")
+"""Trainer config sections the run form shows (model and domains are the run's own fields)."""
+
+
+def runs_with_reward(runs: QuerySet[Run]) -> list[Run]:
+    """The runs with ``latest_reward`` (the newest ``reward/mean`` point, or None)."""
+    latest = MetricPoint.objects.filter(run=OuterRef("pk"), key="reward/mean").order_by("-step").values("value")[:1]
+    return list(runs.annotate(latest_reward=Subquery(latest)))
+
+
+def run_as_form_data(run: Run) -> dict[str, Any]:
+    """A run as the body of ``POST /api/runs`` that would create its twin (for "clone from run")."""
+    return {
+        "name": f"{run.name} (clone)", "base_model": run.base_model,
+        "domains": [{"slug": rd.domain.slug, "weight": rd.weight} for rd in run.run_domains.select_related("domain")],
+        "config": run.config or {}, "staleness": run.staleness, "priority": run.priority, "gpus": run.gpus,
+        "budget": {"steps": run.budget_steps, "tokens": run.budget_tokens, "wall_s": run.budget_seconds},
+        "clone_from": run.id,
+    }
+
+
+def domain_catalogue(actor: Principal) -> list[dict[str, Any]]:
+    return [
+        {"slug": slug, "title": title, "kind": kind, "family": family, "team": team or ""}
+        for slug, title, kind, family, team in domain_list(actor=actor).filter(is_active=True)
+        .values_list("slug", "title", "kind", "family", "team__slug")
+    ]
+
+
+def model_dirs() -> list[Path]:
+    """Where local models are looked for: ``var/models`` and ``TEMPER_MODEL_DIRS`` (``:``-separated)."""
+    dirs = [settings.VAR_DIR / "models"]
+    dirs += [Path(p) for p in os.environ.get("TEMPER_MODEL_DIRS", "").split(os.pathsep) if p]
+    return dirs
+
+
+def model_catalogue() -> list[dict[str, str]]:
+    """Local Hugging Face model directories (those with a config.json) under :func:`model_dirs`."""
+    found = []
+    for root in model_dirs():
+        if not root.is_dir():
+            continue
+        for config in sorted(root.glob("*/config.json")):
+            found.append({"path": str(config.parent), "name": config.parent.name})
+    return found
+
+
+def config_form_schema() -> dict[str, Any]:
+    """The trainer's config JSON Schema, cut to the sections the run form edits."""
+    from trainer.config import config_json_schema
+
+    schema = config_json_schema()
+    props = {}
+    for name, section in schema["properties"].items():
+        if name not in FORM_SECTIONS or name in RESERVED_CONFIG_KEYS:
+            continue
+        fields = {k: v for k, v in section.get("properties", {}).items() if k not in SET_BY_RUN.get(name, ())}
+        if fields:
+            props[name] = {**section, "properties": fields}
+    return {"properties": props, "order": [k for k in FORM_SECTIONS if k in props]}
+
+
+def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timedelta(hours=1)) -> dict[str, Any]:
+    """Verification latency (p50, p99) and the outcome mix over ``window``, across the actor's runs."""
+    since = timezone.now() - window
+    points = MetricPoint.objects.filter(run__team_id__in=actor.team_ids, time__gte=since)
+    latency = {
+        name: points.filter(key=f"verify/{domain.slug}/{name}_s").order_by("-id").values_list("value", flat=True).first()
+        for name in ("p50", "p99")
+    }
+    prefix = f"outcome/{domain.slug}/"
+    mix = dict(points.filter(key__startswith=prefix).values_list("key").annotate(n=Sum("value")).order_by())
+    outcomes = [(o, int(mix.get(prefix + o, 0))) for o in OUTCOME_ORDER]
+    total = sum(n for _, n in outcomes)
+    return {
+        "p50_s": latency["p50"], "p99_s": latency["p99"], "total": total, "window_minutes": int(window.total_seconds() // 60),
+        "outcomes": [{"outcome": o, "count": n, "share": n / total if total else 0.0} for o, n in outcomes if n],
+        "runs": points.filter(key__startswith=prefix).values("run").distinct().count(),
+    }
+
+
+def queue_view(*, actor: Principal) -> dict[str, Any]:
+    """Pools and their use, the actor's teams' quotas and use, the queue with reasons, running runs."""
+    from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+    from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
+
+    running = list(Run.objects.filter(state=RunState.RUNNING).select_related("team").order_by("-priority", "started_at"))
+    used: dict[str, int] = {}
+    for r in running:
+        pool = "train_gpu" if r.gpus > 0 else "cpu"
+        used[pool] = used.get(pool, 0) + max(r.gpus, 1)
+    pools = [{"name": p.name, "kind": p.kind, "capacity": p.capacity, "description": p.description}
+             for p in ResourcePool.objects.all()]
+    if not any(p["kind"] == "cpu" for p in pools):
+        pools.append({"name": "cpu (default)", "kind": "cpu", "capacity": DEFAULT_CPU_SLOTS, "description": "no cpu pool configured"})
+    capacity: dict[str, int] = {}
+    for p in pools:
+        capacity[p["kind"]] = capacity.get(p["kind"], 0) + p["capacity"]
+    kinds = [{"kind": k, "capacity": c, "used": used.get(k, 0)} for k, c in sorted(capacity.items())]
+    teams = Team.objects.filter(id__in=actor.team_ids).order_by("slug")
+    quotas = {q.team_id: q for q in TeamQuota.objects.filter(team__in=teams)}
+    team_rows = []
+    for t in teams:
+        mine = [r for r in running if r.team_id == t.id]
+        q = quotas.get(t.id)
+        team_rows.append({"team": t, "max_gpus": q.max_gpus if q else None, "max_runs": q.max_concurrent_runs if q else None,
+                          "gpus": sum(r.gpus for r in mine), "runs": len(mine)})
+    queued = list(Run.objects.filter(state=RunState.QUEUED, team_id__in=actor.team_ids).select_related("team")
+                  .order_by("-priority", "queued_at"))
+    now = timezone.now()
+    return {
+        "kinds": kinds, "pools": pools, "team_rows": team_rows,
+        "queued": [{"run": r, "note": r.scheduler_note or {}, "waiting_s": (now - r.queued_at).total_seconds() if r.queued_at else None}
+                   for r in queued],
+        "running": [{"run": r, "mine": r.team_id in actor.roles, "pool": "train_gpu" if r.gpus > 0 else "cpu",
+                     "slots": max(r.gpus, 1), "inflight": (r.inflight or {}).get("per_domain", {}),
+                     "phase": (r.inflight or {}).get("phase", "")}
+                    for r in running],
+        "workers": list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker")),
+    }

@@ -1,0 +1,45 @@
+// Domain page: the diff between two versions, and the quota form for those who may edit it
+// (PATCH /api/domains/<slug>: a new version, audited; errors shown beside their fields).
+"use strict";
+
+(() => {
+  const { el, api } = Temper;
+  const page = Temper.pageData("page-data");
+
+  const diffForm = document.getElementById("diff-form");
+  if (diffForm) {
+    const show = async (e) => {
+      e && e.preventDefault();
+      const a = diffForm.a.value, b = diffForm.b.value;
+      const diff = await api("GET", `/api/domains/${page.slug}/diff?a=${a}&b=${b}`);
+      const rows = diff.changes.map((c) => el("tr", {}, el("td", {}, el("code", { text: c.path })),
+        el("td", { class: "before", text: JSON.stringify(c.before) }), el("td", { class: "after", text: JSON.stringify(c.after) })));
+      document.querySelector("#diff tbody").replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { text: "no differences" }))]));
+    };
+    diffForm.addEventListener("submit", show);
+    show();
+  }
+
+  const form = document.getElementById("quota-form");
+  if (form) {
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      form.querySelectorAll("[data-path-error]").forEach((n) => { n.textContent = ""; });
+      const body = {};
+      for (const name of ["priority", "max_concurrent_sandboxes"]) body[name] = parseInt(form[name].value, 10);
+      for (const name of ["max_share", "task_timeout_s"]) body[name] = Number(form[name].value);
+      if (form.note.value) body.note = form.note.value;
+      try {
+        const d = await api("PATCH", `/api/domains/${page.slug}`, body);
+        document.getElementById("quota-saved").textContent = `saved as v${d.version}`;
+        setTimeout(() => location.reload(), 600);
+      } catch (err) {
+        for (const x of err.errors || []) {
+          const slot = form.querySelector(`[data-path-error="${x.path}"]`);
+          if (slot) slot.textContent = x.message; else Temper.flash(`${x.path}: ${x.message}`);
+        }
+        if (!(err.errors || []).length) Temper.flash(err.detail);
+      }
+    });
+  }
+})();

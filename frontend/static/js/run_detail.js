@@ -1,0 +1,396 @@
+// The live run page. The first view of each chart comes from GET /api/runs/<id>/series (min/max/last
+// buckets, at most ~1000 per series); new points stream over /ws/runs/<id>/ from that cursor and
+// are appended; zooming asks the server for the zoomed range, re-bucketed. Charts redraw at most
+// once per animation frame.
+"use strict";
+
+(() => {
+  const { el, api, fmt } = Temper;
+  const page = Temper.pageData("page-data");
+  const runId = page.run.id;
+  const domains = page.domains;
+  const OUTCOME_COLORS = {
+    pass: "#2f9e44", fail: "#e03131", partial: "#f59f00", timeout: "#9c36b5", memory_limit: "#5f3dc4",
+    output_limit: "#1c7ed6", runtime_error: "#e8590c", parse_error: "#868e96", sandbox_error: "#343a40", judge_error: "#c2255c",
+  };
+  const RUN_KEYS = {
+    throughput: ["perf/tokens_per_s", "perf/completions_per_s", "perf/verifications_per_s"],
+    stages: ["stage/generate_s", "stage/verify_s", "stage/update_s", "stage/sync_s", "stage/step_s"],
+    policy: ["policy/kl", "mismatch/kl", "policy/entropy"],
+    length: ["perf/generator_idle_frac", "response/length"],
+  };
+
+  // ------------------------------------------------------------------ state
+  const store = new Map(); // key -> {step:[], time:[], min:[], max:[], last:[]} (time in ms)
+  let cursor = null;       // the live log's position: every point with a larger id comes by socket
+  let eventCursor = 0;
+  let xAxis = "step";
+  let smoothing = 0.6;
+  const visible = new Set(domains.slice(0, 12));
+  let outcomeDomain = domains[0] || "";
+  const zoom = {};         // chart id -> {lo, hi, series} while zoomed
+  const dirty = new Set();
+  const drawn = [];        // {key, step, t}: when a point first reached the screen (bench/live_latency.py)
+  window.TemperLive = { drawn, store, ready: false };
+
+  function series(key) {
+    let s = store.get(key);
+    if (!s) { s = { step: [], time: [], min: [], max: [], last: [] }; store.set(key, s); }
+    return s;
+  }
+
+  function load(resp) {
+    for (const [key, v] of Object.entries(resp.series)) {
+      store.set(key, { step: v.step, time: v.time.map((t) => Date.parse(t)), min: v.min, max: v.max, last: v.last });
+    }
+    cursor = cursor === null ? resp.cursor : Math.min(cursor, resp.cursor);
+  }
+
+  // Points after the cursor; a point at or before a series' last step is already there (a bucket
+  // read a moment after the cursor may hold it), so nothing is drawn twice.
+  function append(points) {
+    for (const [, step, , key, value, timeMs] of points) {
+      const s = store.get(key);
+      if (!s) continue;
+      const n = s.step.length;
+      if (n && step <= s.step[n - 1]) continue;
+      s.step.push(step); s.time.push(timeMs); s.min.push(value); s.max.push(value); s.last.push(value);
+      markDirtyFor(key);
+    }
+  }
+
+  // ------------------------------------------------------------------ charts
+  const CHARTS = {
+    "chart-reward": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `reward/${d}`), label: (k) => k.slice(7), yrange: [0, 1.05] },
+    "chart-pass": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `pass_rate/${d}`), label: (k) => k.slice(10), yrange: [0, 1.05] },
+    "chart-outcomes": { keys: () => page.outcomes.map((o) => `outcome/${outcomeDomain}/${o}`), label: (k) => k.split("/").pop(), stacked: true },
+    "chart-throughput": { keys: () => RUN_KEYS.throughput, label: (k) => k.split("/").pop() },
+    "chart-stages": { keys: () => RUN_KEYS.stages, label: (k) => k.split("/").pop() },
+    "chart-policy": { keys: () => RUN_KEYS.policy, label: (k) => k },
+    "chart-length": { keys: () => RUN_KEYS.length, label: (k) => k, y2: "response/length" },
+  };
+
+  let chartsOfKey = null; // key -> chart ids, rebuilt when the visible keys change
+  function markDirtyFor(key) {
+    if (chartsOfKey === null) {
+      chartsOfKey = new Map();
+      for (const [id, spec] of Object.entries(CHARTS)) for (const k of spec.keys()) chartsOfKey.set(k, [...(chartsOfKey.get(k) || []), id]);
+    }
+    for (const id of chartsOfKey.get(key) || []) dirty.add(id);
+    scheduleDraw();
+  }
+
+  let frame = null;
+  function scheduleDraw() {
+    if (frame === null) frame = requestAnimationFrame(drawDirty);
+  }
+
+  function ema(values, alpha) {
+    if (!alpha) return values;
+    const out = new Array(values.length);
+    let acc = 0, weight = 0;
+    for (let i = 0; i < values.length; i++) {
+      acc = alpha * acc + (1 - alpha) * values[i];
+      weight = alpha * weight + (1 - alpha);
+      out[i] = acc / weight; // debiased, so the first points are not pulled towards 0
+    }
+    return out;
+  }
+
+  const PALETTE = ["#3b5bdb", "#e8590c", "#2f9e44", "#c2255c", "#1098ad", "#f59f00", "#7048e8", "#5c940d", "#d6336c", "#495057"];
+
+  function traces(id, spec) {
+    const source = zoom[id] ? zoom[id].series : null;
+    const keys = spec.keys();
+    const out = [];
+    keys.forEach((key, i) => {
+      const s = source ? source[key] : store.get(key);
+      if (!s || !s.step.length) return;
+      const x = xAxis === "step" ? s.step : s.time;
+      const color = spec.stacked ? OUTCOME_COLORS[key.split("/").pop()] : PALETTE[i % PALETTE.length];
+      const name = spec.label(key);
+      const yaxis = spec.y2 === key ? "y2" : "y";
+      if (spec.stacked) {
+        out.push({ x, y: s.last, customdata: s.step, meta: key, name, type: "scatter", mode: "lines", stackgroup: "one",
+          line: { width: 0.5, color }, fillcolor: color, hovertemplate: `${name}: %{y}<br>step %{customdata}<extra></extra>` });
+        return;
+      }
+      const bucketed = s.min.some((v, j) => v !== s.max[j]);
+      if (bucketed && keys.length <= 10) { // the min..max envelope of each bucket, faint
+        out.push({ x, y: s.max, type: "scatter", mode: "lines", line: { width: 0, color }, showlegend: false, hoverinfo: "skip", yaxis, legendgroup: key });
+        out.push({ x, y: s.min, type: "scatter", mode: "lines", line: { width: 0, color }, fill: "tonexty", opacity: 0.15,
+          fillcolor: color + "22", showlegend: false, hoverinfo: "skip", yaxis, legendgroup: key });
+      }
+      if (smoothing > 0) {
+        out.push({ x, y: s.last, customdata: s.step, meta: key, type: "scatter", mode: "lines", name: name + " (raw)", showlegend: false,
+          line: { width: 1, color }, opacity: 0.25, yaxis, legendgroup: key, hovertemplate: `${name} raw: %{y}<br>step %{customdata}<extra></extra>` });
+      }
+      out.push({ x, y: ema(s.last, smoothing), customdata: s.step, meta: key, type: "scatter", mode: "lines", name,
+        line: { width: 2, color }, yaxis, legendgroup: key, hovertemplate: `${name}: %{y:.4g}<br>step %{customdata}<extra></extra>` });
+    });
+    return out;
+  }
+
+  function layout(id, spec) {
+    const l = {
+      margin: { l: 48, r: spec.y2 ? 48 : 12, t: 8, b: 36 }, height: 280, showlegend: true, legend: { orientation: "h", y: -0.2 },
+      xaxis: { title: { text: xAxis === "step" ? "step" : "wall time" }, type: xAxis === "step" ? "linear" : "date" },
+      yaxis: spec.yrange ? { range: spec.yrange } : { rangemode: "tozero" }, uirevision: xAxis + id,
+    };
+    if (spec.y2) l.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2 }, rangemode: "tozero" };
+    if (zoom[id]) l.xaxis.range = zoom[id].range;
+    return l;
+  }
+
+  const charted = new Set();
+  function drawDirty() {
+    frame = null;
+    if (!window.Plotly) { setTimeout(scheduleDraw, 50); return; }
+    const ids = [...dirty];
+    dirty.clear();
+    const now = Date.now();
+    for (const id of ids) {
+      const spec = CHARTS[id];
+      const node = document.getElementById(id);
+      Plotly.react(node, traces(id, spec), layout(id, spec), { responsive: true, displaylogo: false });
+      if (!charted.has(id)) { charted.add(id); wireChart(id, node); }
+      node.dataset.points = String(spec.keys().reduce((n, k) => n + (store.get(k)?.step.length || 0), 0));
+      node.dataset.drawnAt = String(now);
+      for (const key of spec.keys()) {
+        const s = store.get(key);
+        if (!s || !s.step.length) continue;
+        const last = s.step[s.step.length - 1];
+        if (s.drawnStep !== last) { s.drawnStep = last; drawn.push({ key, step: last, t: Date.now() }); }
+      }
+    }
+    if (drawn.length > 20000) drawn.splice(0, drawn.length - 10000);
+  }
+
+  // ------------------------------------------------------------------ zoom: re-bucket on the server
+  function stepAt(time, keys) {
+    for (const key of keys) {
+      const s = store.get(key);
+      if (!s || !s.time.length) continue;
+      let lo = 0, hi = s.time.length - 1;
+      while (lo < hi) { const mid = (lo + hi) >> 1; if (s.time[mid] < time) lo = mid + 1; else hi = mid; }
+      return s.step[lo];
+    }
+    return 0;
+  }
+
+  function wireChart(id, node) {
+    node.on("plotly_relayout", async (ev) => {
+      const spec = CHARTS[id];
+      if (ev["xaxis.autorange"]) { delete zoom[id]; dirty.add(id); scheduleDraw(); return; }
+      const a = ev["xaxis.range[0]"], b = ev["xaxis.range[1]"];
+      if (a === undefined || b === undefined) return;
+      const keys = spec.keys();
+      let lo, hi;
+      if (xAxis === "step") { lo = Math.max(0, Math.floor(a)); hi = Math.max(lo, Math.ceil(b)); }
+      else { lo = stepAt(Date.parse(a), keys); hi = Math.max(lo, stepAt(Date.parse(b), keys)); }
+      const resp = await api("GET", `/api/runs/${runId}/series?key=${encodeURIComponent(keys.join(","))}&lo=${lo}&hi=${hi}`);
+      const zoomed = {};
+      for (const [key, v] of Object.entries(resp.series)) {
+        zoomed[key] = { step: v.step, time: v.time.map((t) => Date.parse(t)), min: v.min, max: v.max, last: v.last };
+      }
+      zoom[id] = { lo, hi, range: [a, b], series: zoomed, width: resp.width };
+      node.dataset.zoomWidth = String(resp.width);
+      dirty.add(id);
+      scheduleDraw();
+    });
+    node.on("plotly_click", (ev) => {
+      const pt = ev.points && ev.points[0];
+      if (!pt || !pt.data.meta) return;
+      const parts = pt.data.meta.split("/");
+      const domain = parts[0] === "outcome" ? parts[1] : parts.slice(1).join("/");
+      const step = Array.isArray(pt.customdata) ? pt.customdata[0] : pt.customdata;
+      showTrajectories(step, domains.includes(domain) ? domain : "");
+    });
+  }
+
+  // ------------------------------------------------------------------ trajectories of a point
+  async function showTrajectories(step, domain) {
+    const box = document.getElementById("trajectories");
+    box.hidden = false;
+    document.getElementById("traj-title").textContent = `step ${step}${domain ? " · " + domain : ""} · loading…`;
+    const q = new URLSearchParams({ step, limit: 100 });
+    if (domain) q.set("domain", domain);
+    const page_ = await api("GET", `/api/runs/${runId}/trajectories?${q}`);
+    const items = page_.items || page_;
+    document.getElementById("traj-title").textContent = `step ${step}${domain ? " · " + domain : ""} · ${items.length} sampled`;
+    box.querySelector("tbody").replaceChildren(...items.map((t) => el("tr", { "data-testid": "trajectory" },
+      el("td", { text: `${t.domain} ${t.task_id}` }),
+      el("td", {}, el("pre", { text: t.prompt })),
+      el("td", {}, el("pre", { text: t.completion })),
+      el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome })),
+      el("td", { text: fmt(t.reward) }),
+      el("td", {}, el("pre", { class: "details", text: JSON.stringify(t.details, null, 1) })))));
+    if (!items.length) box.querySelector("tbody").append(el("tr", {}, el("td", { colspan: 6, text: "No trajectories were sampled at this step." })));
+    box.scrollIntoView({ block: "nearest" });
+  }
+
+  // ------------------------------------------------------------------ status, waiting on, events
+  function setStatus(s) {
+    const badge = document.getElementById("run-state");
+    badge.textContent = s.state;
+    badge.className = "state " + s.state;
+    document.getElementById("run-step").textContent = s.step;
+    document.getElementById("run-progress").value = s.step;
+    page.run.state = s.state;
+    renderControls();
+    renderWaiting(s);
+  }
+
+  let lastStatus = null;
+  function renderWaiting(s) {
+    lastStatus = s || lastStatus;
+    const box = document.getElementById("waiting");
+    if (!lastStatus) return;
+    const st = lastStatus;
+    if (st.state === "queued") {
+      const q = st.queued || {};
+      box.replaceChildren(el("p", { text: q.reason || "waiting for the scheduler" }),
+        el("p", { class: "muted", text: [q.position && `position ${q.position}`, q.binding && `bound by ${q.binding}`,
+          q.limit !== undefined && q.limit !== null && `${q.used}/${q.limit}`].filter(Boolean).join(" · ") }));
+      return;
+    }
+    const inflight = st.inflight || {};
+    if (st.state !== "running" || !inflight.phase) {
+      box.replaceChildren(el("p", { class: "muted", text: st.state === "running" ? "starting…" : `nothing: the run is ${st.state}` }));
+      return;
+    }
+    const age = inflight.since ? ((Date.now() - Date.parse(inflight.since)) / 1000).toFixed(1) + " s" : "";
+    const rows = Object.entries(inflight.per_domain || {}).map(([d, n]) =>
+      el("tr", {}, el("td", { text: d }), el("td", { text: n }), el("td", { text: age })));
+    box.replaceChildren(el("p", {}, el("b", { text: inflight.phase }), ` for ${age}`, st.driver ? ` on ${st.driver}` : "",
+      st.preempt_requested ? " · preemption requested" : ""),
+      rows.length ? el("table", { class: "grid compact" }, el("thead", {}, el("tr", {}, el("th", { text: "domain" }), el("th", { text: "in flight" }), el("th", { text: "age" }))), el("tbody", {}, ...rows)) : "");
+  }
+  setInterval(() => renderWaiting(), 1000);
+
+  const RELOAD_ON = new Set(["resumed", "rewind"]);
+  function addEvents(events) {
+    const list = document.getElementById("events");
+    for (const e of events) {
+      list.prepend(el("li", { "data-kind": e.kind }, el("time", { text: new Date(e.at).toLocaleTimeString() }), " ",
+        el("b", { text: e.kind }), " ", e.message || ""));
+      if (RELOAD_ON.has(e.kind) && window.TemperLive.ready) reloadAll();
+    }
+  }
+
+  // ------------------------------------------------------------------ controls
+  function renderControls() {
+    const box = document.getElementById("controls");
+    if (!box) return;
+    const s = page.run.state;
+    const allowed = { pause: s === "running", resume: s === "paused", cancel: !["completed", "failed", "cancelled"].includes(s) };
+    box.querySelectorAll("button[data-action]").forEach((b) => { b.disabled = !allowed[b.dataset.action]; });
+  }
+
+  document.getElementById("controls")?.addEventListener("click", async (e) => {
+    const action = e.target.dataset.action;
+    if (!action) return;
+    if (action === "cancel" && !confirm("Cancel this run? It cannot be resumed.")) return;
+    e.target.disabled = true;
+    try {
+      const run = await api("POST", `/api/runs/${runId}/${action}`);
+      setStatus({ ...(lastStatus || {}), state: run.state, step: run.current_step });
+    } catch (err) {
+      Temper.flash(`${action}: ${err.detail}`);
+      renderControls();
+    }
+  });
+
+  const weightsForm = document.getElementById("weights-form");
+  if (weightsForm) {
+    weightsForm.querySelector("tbody").replaceChildren(...Object.entries(page.weights).map(([d, w]) =>
+      el("tr", {}, el("td", { text: d }), el("td", {}, el("input", { type: "number", step: "any", min: "0", name: d, value: w, "data-testid": `run-weight-${d}` })))));
+    weightsForm.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const weights = {};
+      weightsForm.querySelectorAll("input").forEach((i) => { weights[i.name] = Number(i.value); });
+      try {
+        await api("POST", `/api/runs/${runId}/weights`, { weights });
+        document.getElementById("weights-error").textContent = "saved; applied at the next step";
+      } catch (err) {
+        document.getElementById("weights-error").textContent = (err.errors || []).map((x) => `${x.path}: ${x.message}`).join("; ") || err.detail;
+      }
+    });
+  }
+
+  // ------------------------------------------------------------------ toolbar
+  const toggles = document.getElementById("domain-toggles");
+  function renderToggles() {
+    const all = el("button", { type: "button", class: "link", text: visible.size === domains.length ? "none" : "all", onclick: () => {
+      if (visible.size === domains.length) visible.clear(); else domains.forEach((d) => visible.add(d));
+      renderToggles(); redrawAll(["chart-reward", "chart-pass"]);
+    } });
+    toggles.replaceChildren(el("span", { class: "muted", text: `domains (${visible.size}/${domains.length}): ` }), all,
+      ...domains.map((d) => {
+        const box = el("input", { type: "checkbox", "data-testid": `toggle-${d}` });
+        box.checked = visible.has(d);
+        box.addEventListener("change", () => { box.checked ? visible.add(d) : visible.delete(d); renderToggles(); redrawAll(["chart-reward", "chart-pass"]); });
+        return el("label", { class: "inline toggle" }, box, " " + d);
+      }));
+  }
+  const outcomeSelect = document.getElementById("outcome-domain");
+  domains.forEach((d) => outcomeSelect.append(el("option", { value: d, text: d })));
+  outcomeSelect.addEventListener("change", async () => {
+    outcomeDomain = outcomeSelect.value;
+    await fetchSeries({ prefix: `outcome/${outcomeDomain}/` });
+    redrawAll(["chart-outcomes"]);
+  });
+  document.getElementById("x-axis").addEventListener("change", (e) => {
+    xAxis = e.target.value;
+    Object.keys(zoom).forEach((k) => delete zoom[k]);
+    redrawAll(Object.keys(CHARTS));
+  });
+  const smoothingInput = document.getElementById("smoothing");
+  smoothingInput.addEventListener("input", () => {
+    smoothing = Number(smoothingInput.value);
+    document.getElementById("smoothing-value").textContent = smoothing.toFixed(2);
+    redrawAll(Object.keys(CHARTS).filter((id) => !CHARTS[id].stacked));
+  });
+
+  function redrawAll(ids) { chartsOfKey = null; ids.forEach((id) => dirty.add(id)); scheduleDraw(); }
+
+  // ------------------------------------------------------------------ loading and the socket
+  async function fetchSeries(params) {
+    const q = new URLSearchParams(params);
+    const resp = await api("GET", `/api/runs/${runId}/series?${q}`);
+    load(resp);
+    return resp;
+  }
+
+  async function reloadAll() {
+    store.clear();
+    cursor = null;
+    await Promise.all([
+      fetchSeries({ prefix: "reward/" }),
+      fetchSeries({ prefix: "pass_rate/" }),
+      outcomeDomain ? fetchSeries({ prefix: `outcome/${outcomeDomain}/` }) : null,
+      fetchSeries({ key: Object.values(RUN_KEYS).flat().join(",") }),
+    ]);
+    // Keys that have no points yet still get a series, so live points are kept from the start.
+    for (const id of Object.keys(CHARTS)) CHARTS[id].keys().forEach((k) => series(k));
+    domains.forEach((d) => page.outcomes.forEach((o) => { if (d === outcomeDomain) series(`outcome/${d}/${o}`); }));
+    redrawAll(Object.keys(CHARTS));
+  }
+
+  renderToggles();
+  renderControls();
+  const badge = document.getElementById("live-state");
+  reloadAll().then(() => {
+    window.TemperLive.ready = true;
+    Temper.liveSocket(`/ws/runs/${runId}/`, {
+      hello: () => ({ cursor, event_cursor: eventCursor }),
+      onMessage(m) {
+        if (m.type === "metrics") { append(m.points); cursor = m.cursor; }
+        else if (m.type === "events") { addEvents(m.events); eventCursor = m.event_cursor; }
+        else if (m.type === "status") setStatus(m);
+        else if (m.type === "error") Temper.flash(m.message);
+      },
+      onState(s) { badge.textContent = s; badge.dataset.state = s; },
+    });
+  }).catch((err) => Temper.flash(`could not load the run's metrics: ${err.detail || err}`));
+})();

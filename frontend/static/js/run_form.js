@@ -1,0 +1,229 @@
+// The new-run form: domain mix with search, weights and normalised shares; trainer settings
+// rendered from the trainer's JSON Schema with defaults and inline help; "Validate" asks the
+// server (POST /api/runs/validate) and shows each error beside its field before anything is saved.
+"use strict";
+
+(() => {
+  const { el, api, fmt } = Temper;
+  const data = Temper.pageData("form-data");
+  const form = document.getElementById("run-form");
+  const mix = new Map(); // slug -> weight, in the order picked
+
+  // ------------------------------------------------------------------ domain mix
+  const list = document.getElementById("domain-list");
+  const search = document.getElementById("domain-search");
+  const kindSelect = document.getElementById("domain-kind");
+  const kinds = [...new Set(data.domains.map((d) => d.kind))].sort();
+  kinds.forEach((k) => kindSelect.append(el("option", { value: k, text: k })));
+
+  function renderList() {
+    const q = search.value.trim().toLowerCase();
+    const kind = kindSelect.value;
+    const shown = data.domains.filter((d) => (!kind || d.kind === kind) &&
+      (!q || d.slug.includes(q) || d.title.toLowerCase().includes(q) || d.family.toLowerCase().includes(q)));
+    list.replaceChildren(...shown.slice(0, 400).map((d) => {
+      const box = el("input", { type: "checkbox", value: d.slug, "data-testid": `pick-${d.slug}` });
+      box.checked = mix.has(d.slug);
+      box.addEventListener("change", () => { box.checked ? mix.set(d.slug, 1) : mix.delete(d.slug); renderMix(); });
+      return el("label", { class: "domain-item" }, box, " ", el("b", { text: d.slug }), " ",
+        el("span", { class: "muted", text: `${d.kind}${d.family ? " · " + d.family : ""}${d.team ? " · team " + d.team : ""}` }));
+    }));
+    document.getElementById("domain-count").textContent = `${shown.length} shown`;
+  }
+
+  function renderMix() {
+    const total = [...mix.values()].reduce((a, b) => a + (b > 0 ? b : 0), 0);
+    const rows = [...mix.entries()].map(([slug, weight], i) => {
+      const input = el("input", { type: "number", min: "0", step: "any", value: weight, "data-path": `domains[${i}].weight`,
+        "aria-label": `weight of ${slug}`, "data-testid": `weight-${slug}` });
+      input.addEventListener("input", () => { mix.set(slug, parseFloat(input.value)); renderShares(); });
+      return el("tr", { "data-slug": slug },
+        el("td", { "data-path": `domains[${i}].slug`, text: slug }),
+        el("td", {}, input, el("div", { class: "field-error", "data-path-error": `domains[${i}].weight` })),
+        el("td", { class: "share", "data-testid": `share-${slug}`, text: total ? (100 * weight / total).toFixed(1) + "%" : "–" }),
+        el("td", {}, el("button", { type: "button", class: "link", text: "remove",
+          onclick: () => { mix.delete(slug); renderMix(); renderList(); } })));
+    });
+    document.querySelector("#mix tbody").replaceChildren(...rows);
+  }
+
+  function renderShares() {
+    const total = [...mix.values()].reduce((a, b) => a + (b > 0 ? b : 0), 0);
+    document.querySelectorAll("#mix tbody tr").forEach((tr) => {
+      const w = mix.get(tr.dataset.slug);
+      tr.querySelector(".share").textContent = total && w > 0 ? (100 * w / total).toFixed(1) + "%" : "–";
+    });
+  }
+
+  search.addEventListener("input", renderList);
+  kindSelect.addEventListener("change", renderList);
+
+  // ------------------------------------------------------------------ trainer config from its schema
+  const sections = document.getElementById("config-sections");
+  const schema = data.config_schema;
+
+  function fieldInput(section, name, spec) {
+    const path = `config.${section}.${name}`;
+    const attrs = { name: path, "data-path": path, "data-testid": `cfg-${section}-${name}` };
+    let input;
+    if (spec.enum) {
+      input = el("select", attrs, ...spec.enum.map((v) => el("option", { value: v, text: v })));
+      input.value = spec.default;
+    } else if (spec.type === "boolean") {
+      input = el("input", { ...attrs, type: "checkbox" });
+      input.checked = !!spec.default;
+    } else if (spec.type === "integer" || spec.type === "number") {
+      input = el("input", { ...attrs, type: "number", step: spec.type === "integer" ? "1" : "any", value: spec.default });
+    } else {
+      input = el("input", { ...attrs, value: spec.default ?? "" });
+    }
+    input.dataset.kind = spec.enum ? "enum" : spec.type;
+    input.dataset.default = JSON.stringify(spec.default ?? null);
+    const help = (spec.description || "").replace(/``/g, "");
+    const bounds = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"].filter((k) => k in spec)
+      .map((k) => `${{ minimum: "≥", exclusiveMinimum: ">", maximum: "≤", exclusiveMaximum: "<" }[k]} ${spec[k]}`).join(", ");
+    return el("label", { class: "cfg-field" }, el("span", { class: "cfg-name", text: name }), input,
+      el("small", { text: help + (bounds ? ` (${bounds})` : "") + ` Default: ${JSON.stringify(spec.default)}.` }),
+      el("div", { class: "field-error", "data-path-error": path }));
+  }
+
+  for (const section of schema.order) {
+    const spec = schema.properties[section];
+    const fields = Object.entries(spec.properties).map(([name, f]) => fieldInput(section, name, f));
+    sections.append(el("details", { class: "cfg-section", open: ["algorithm", "rollout"].includes(section) || undefined },
+      el("summary", {}, el("b", { text: section }), " ", el("span", { class: "muted", text: spec.description || "" })),
+      el("div", { class: "cfg-grid" }, ...fields),
+      el("div", { class: "field-error", "data-path-error": `config.${section}` })));
+  }
+
+  function readValue(input) {
+    const kind = input.dataset.kind;
+    if (kind === "boolean") return input.checked;
+    if (kind === "integer" || kind === "number") {
+      if (input.value === "") return null;
+      const n = Number(input.value);
+      return Number.isNaN(n) ? input.value : n;
+    }
+    return input.value;
+  }
+
+  function configBody() {
+    const config = {};
+    sections.querySelectorAll("[data-path^='config.']").forEach((input) => {
+      if (!input.dataset.kind) return;
+      const value = readValue(input);
+      if (JSON.stringify(value) === input.dataset.default) return; // unchanged: the trainer's default applies
+      const [, section, name] = input.dataset.path.split(".");
+      (config[section] ||= {})[name] = value;
+    });
+    return config;
+  }
+
+  // ------------------------------------------------------------------ the request body
+  function value(name) { return form.querySelector(`[name="${name}"]`).value; }
+  function optionalNumber(name) { const v = value(name); return v === "" ? null : Number(v); }
+
+  function body() {
+    const b = {
+      team: data.team, name: value("name"), base_model: value("base_model"),
+      domains: [...mix.entries()].map(([slug, weight]) => ({ slug, weight: Number.isNaN(weight) ? 0 : weight })),
+      config: configBody(), staleness: optionalNumber("staleness"), priority: optionalNumber("priority"),
+      gpus: optionalNumber("gpus"),
+      budget: { steps: optionalNumber("budget.steps"), tokens: optionalNumber("budget.tokens"), wall_s: optionalNumber("budget.wall_s") },
+    };
+    if (cloneFrom) b.clone_from = cloneFrom;
+    for (const k of ["staleness", "priority", "gpus"]) if (b[k] === null) delete b[k];
+    return b;
+  }
+
+  // ------------------------------------------------------------------ errors beside their fields
+  function clearErrors() {
+    form.querySelectorAll(".invalid").forEach((n) => n.classList.remove("invalid"));
+    form.querySelectorAll("[data-path-error]").forEach((n) => { n.textContent = ""; });
+    const box = document.getElementById("form-errors");
+    box.replaceChildren();
+    box.hidden = true;
+  }
+
+  function showErrors(err) {
+    clearErrors();
+    const box = document.getElementById("form-errors");
+    const errors = err.errors && err.errors.length ? err.errors : [{ path: "", message: err.detail || "request failed" }];
+    for (const e of errors) {
+      const input = e.path ? form.querySelector(`[data-path="${CSS.escape(e.path)}"]`) : null;
+      let slot = e.path ? form.querySelector(`[data-path-error="${CSS.escape(e.path)}"]`) : null;
+      if (input) input.classList.add("invalid");
+      if (!slot && input) slot = input.closest("label")?.querySelector(".field-error");
+      if (!slot && e.path) { // nearest enclosing path that has a slot, e.g. config.algorithm
+        const parts = e.path.split(".");
+        while (parts.length > 1 && !slot) { parts.pop(); slot = form.querySelector(`[data-path-error="${CSS.escape(parts.join("."))}"]`); }
+      }
+      if (slot) {
+        slot.textContent = (slot.textContent ? slot.textContent + "; " : "") + `${e.path}: ${e.message}`;
+      }
+      box.append(el("li", { "data-path": e.path, text: e.path ? `${e.path}: ${e.message}` : e.message }));
+    }
+    box.hidden = false;
+    (form.querySelector(".invalid") || box).scrollIntoView({ block: "center" });
+  }
+
+  // ------------------------------------------------------------------ actions
+  const plan = document.getElementById("plan");
+  document.getElementById("validate").addEventListener("click", async () => {
+    plan.textContent = "validating…";
+    try {
+      const result = await api("POST", "/api/runs/validate", body());
+      clearErrors();
+      plan.textContent = "Valid · " + result.domains.map((d) => `${d.slug} v${d.version} ${(100 * d.share).toFixed(1)}%`).join(", ");
+      plan.dataset.state = "valid";
+    } catch (err) {
+      plan.textContent = `${err.errors?.length || 1} problem(s)`;
+      plan.dataset.state = "invalid";
+      showErrors(err);
+    }
+  });
+
+  async function create(start) {
+    plan.textContent = "creating…";
+    try {
+      const run = await api("POST", "/api/runs", body());
+      if (start) await api("POST", `/api/runs/${run.id}/start`);
+      location.assign(`/runs/${run.id}/`);
+    } catch (err) {
+      plan.textContent = "not saved";
+      plan.dataset.state = "invalid";
+      showErrors(err);
+    }
+  }
+  document.getElementById("create").addEventListener("click", () => create(false));
+  document.getElementById("create-start").addEventListener("click", () => create(true));
+
+  // ------------------------------------------------------------------ clone from run
+  let cloneFrom = null;
+  document.getElementById("clone-from").addEventListener("change", (e) => {
+    if (e.target.value) location.assign(`/runs/new/?clone=${e.target.value}`);
+  });
+
+  function prefill(c) {
+    cloneFrom = c.clone_from;
+    document.getElementById("clone-from").value = String(c.clone_from);
+    const set = (name, v) => { const i = form.querySelector(`[name="${name}"]`); if (i && v !== null && v !== undefined) i.value = v; };
+    set("name", c.name); set("base_model", c.base_model); set("priority", c.priority); set("gpus", c.gpus);
+    set("staleness", c.staleness); set("budget.steps", c.budget.steps); set("budget.tokens", c.budget.tokens);
+    set("budget.wall_s", c.budget.wall_s);
+    c.domains.forEach((d) => mix.set(d.slug, d.weight));
+    for (const [section, values] of Object.entries(c.config || {})) {
+      for (const [name, v] of Object.entries(values || {})) {
+        const input = form.querySelector(`[data-path="config.${section}.${name}"]`);
+        if (!input) continue;
+        if (input.dataset.kind === "boolean") input.checked = !!v; else input.value = v;
+      }
+    }
+  }
+
+  if (data.clone) prefill(data.clone);
+  else if (data.models.length) form.querySelector('[name="base_model"]').value = data.models[0].path;
+  renderList();
+  renderMix();
+  window.TemperRunForm = { body, mix, fmt };
+})();

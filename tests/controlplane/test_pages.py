@@ -1,0 +1,151 @@
+"""The server-rendered pages: what each role sees, team scoping, and the data the scripts start from."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+
+from controlplane.runs.models import MetricPoint, RunEvent
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def _page_data(response, element_id):
+    match = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', response.content.decode(), re.S)
+    assert match, f"no #{element_id} block"
+    return json.loads(match.group(1))
+
+
+def test_pages_need_login(client, world):
+    for url in ("/", "/runs/new/", "/domains/", "/queue/", f"/domains/{world.domain.slug}/"):
+        r = client.get(url)
+        assert r.status_code == 302 and r["Location"].startswith("/login/"), url
+
+
+def test_runs_list_shows_team_runs_with_latest_reward(client, world):
+    run = factories.run(world.team, name="visible-run", state="running", budget_steps=40, current_step=10)
+    MetricPoint.objects.create(run=run, step=9, key="reward/mean", value=0.25)
+    MetricPoint.objects.create(run=run, step=10, key="reward/mean", value=0.625)
+    factories.run(world.other, name="hidden-run")
+    client.force_login(world.users["viewer"])
+    body = client.get("/").content.decode()
+    assert "visible-run" in body and "hidden-run" not in body
+    assert "0.625" in body and 'value="10"' in body
+    assert 'data-testid="new-run"' not in body  # viewers do not create runs
+    client.force_login(world.users["member"])
+    assert 'data-testid="new-run"' in client.get("/").content.decode()
+
+
+def test_run_page_controls_follow_the_role(client, world):
+    run = factories.run(world.team, domains=[world.domain, world.domain2], state="running")
+    url = f"/runs/{run.id}/"
+    client.force_login(world.users["viewer"])
+    r = client.get(url)
+    assert r.status_code == 200
+    body = r.content.decode()
+    assert 'data-testid="controls"' not in body and 'id="weights-form"' not in body
+    data = _page_data(r, "page-data")
+    assert data["domains"] == ["addition", "parity"] and data["can_control"] is False
+    assert data["outcomes"][0] == "pass" and "judge_error" in data["outcomes"]
+    # The server refuses what the page hides.
+    assert client.post(f"/api/runs/{run.id}/pause", HTTP_X_CSRFTOKEN="x").status_code in (403, 401)
+    client.force_login(world.users["member"])
+    r = client.get(url)
+    assert 'data-testid="controls"' in r.content.decode() and _page_data(r, "page-data")["can_control"] is True
+    client.force_login(world.other_users["admin"])
+    assert client.get(url).status_code == 404
+
+
+def test_new_run_form_data_and_clone(client, world):
+    source = factories.run(world.team, domains=[world.domain], name="source", priority=30, staleness=2,
+                           config={"algorithm": {"clip_high": 0.3}})
+    client.force_login(world.users["member"])
+    r = client.get("/runs/new/")
+    assert r.status_code == 200
+    data = _page_data(r, "form-data")
+    slugs = {d["slug"] for d in data["domains"]}
+    assert {"addition", "parity", "acme-private"} <= slugs and "globex-private" not in slugs
+    sections = data["config_schema"]["properties"]
+    assert "algorithm" in sections and "model" not in sections and "domains" not in sections
+    assert "staleness" not in sections["rollout"]["properties"]  # the run's own field sets it
+    assert sections["algorithm"]["properties"]["clip_high"]["description"]
+    clone = _page_data(client.get(f"/runs/new/?clone={source.id}"), "form-data")["clone"]
+    assert clone["clone_from"] == source.id and clone["priority"] == 30 and clone["staleness"] == 2
+    assert clone["domains"] == [{"slug": "addition", "weight": 1.0}] and clone["config"] == {"algorithm": {"clip_high": 0.3}}
+    other = factories.run(world.other)
+    assert client.get(f"/runs/new/?clone={other.id}").status_code == 404
+    client.force_login(world.users["viewer"])
+    assert 'data-testid="no-create"' in client.get("/runs/new/").content.decode()
+
+
+def test_domain_page_edit_form_only_for_editors(client, world):
+    client.force_login(world.users["admin"])
+    team_page = client.get(f"/domains/{world.team_domain.slug}/").content.decode()
+    assert 'id="quota-form"' in team_page  # a team admin edits the team's own domain
+    global_page = client.get(f"/domains/{world.domain.slug}/").content.decode()
+    assert 'id="quota-form"' not in global_page and "Platform admins edit these" in global_page
+    client.force_login(world.staff)
+    assert 'id="quota-form"' in client.get(f"/domains/{world.domain.slug}/").content.decode()
+    client.force_login(world.users["member"])
+    assert client.get(f"/domains/{world.other_domain.slug}/").status_code == 404
+
+
+def test_domain_stats_from_recent_points(client, world):
+    run = factories.run(world.team, domains=[world.domain])
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=1, domain="addition", key="verify/addition/p50_s", value=0.125),
+        MetricPoint(run=run, step=1, domain="addition", key="verify/addition/p99_s", value=0.5),
+        MetricPoint(run=run, step=1, domain="addition", key="outcome/addition/pass", value=6),
+        MetricPoint(run=run, step=2, domain="addition", key="outcome/addition/pass", value=2),
+        MetricPoint(run=run, step=2, domain="addition", key="outcome/addition/timeout", value=2),
+    ])
+    client.force_login(world.users["viewer"])
+    stats = client.get(f"/domains/{world.domain.slug}/").context["stats"]
+    assert (stats["p50_s"], stats["p99_s"], stats["total"]) == (0.125, 0.5, 10)
+    assert [(o["outcome"], o["count"]) for o in stats["outcomes"]] == [("pass", 8), ("timeout", 2)]
+
+
+def test_queue_page_explains_queued_runs_and_hides_other_teams_names(client, world):
+    queued = factories.run(world.team, name="waiting-run", state="queued",
+                           scheduler_note={"position": 2, "binding": "team quota", "reason": "team acme holds 2 of 2 runs", "used": 2, "limit": 2})
+    factories.run(world.other, name="their-secret-run", state="running")
+    client.force_login(world.users["viewer"])
+    r = client.get("/queue/")
+    body = r.content.decode()
+    assert "waiting-run" in body and "team acme holds 2 of 2 runs" in body and "bound by team quota: 2/2" in body
+    assert "their-secret-run" not in body and "another team's run" in body
+    assert client.get("/queue/?partial=1").content.decode().lstrip().startswith("<div")
+    assert queued.id
+
+
+def test_team_switcher_changes_the_runs_list(client, world):
+    from controlplane.accounts.models import Membership
+
+    u = world.users["member"]
+    Membership.objects.create(user=u, team=world.other, role="viewer")
+    factories.run(world.team, name="acme-run")
+    factories.run(world.other, name="globex-run")
+    client.force_login(u)
+    assert "acme-run" in client.get("/").content.decode()
+    r = client.post("/team/", {"team": "globex", "next": "/"})
+    assert r.status_code == 302
+    body = client.get("/").content.decode()
+    assert "globex-run" in body and "acme-run" not in body
+    assert 'data-testid="new-run"' not in body  # a viewer in globex
+    assert client.post("/team/", {"team": "globex", "next": "https://evil.example/"})["Location"] == "/"
+
+
+def test_plotly_is_served_from_the_package():
+    path = finders.find("vendor/plotly/plotly.min.js")
+    assert path and open(path, "rb").read(200).lstrip().startswith(b"/**")
+
+
+def test_events_reach_the_page_data_via_api(client, world):
+    run = factories.run(world.team)
+    RunEvent.objects.create(run=run, kind="weights", message="changed")
+    client.force_login(world.users["viewer"])
+    items = client.get(f"/api/runs/{run.id}/events").json()["items"]
+    assert [e["kind"] for e in items] == ["weights"]
