@@ -401,6 +401,7 @@ def run_record_eval(*, run: Run, step: int, metrics: dict[str, float]) -> int:
     """Write a periodic evaluation's ``eval/...`` points at ``step`` (idempotent) and wake the page."""
     import math
 
+    from controlplane.runs import series
     from controlplane.runs.driving import metric_domain
     from controlplane.runs.models import MetricPoint
 
@@ -408,7 +409,11 @@ def run_record_eval(*, run: Run, step: int, metrics: dict[str, float]) -> int:
     now = timezone.now()
     points = [MetricPoint(run=run, step=step, domain=metric_domain(k, domains), key=k, value=float(v), time=now)
               for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)]
+    # As the driver's step writes: a retried write keeps what is there; only new points join the buckets.
+    present = set(MetricPoint.objects.filter(run=run, step=step, key__startswith="eval/").values_list("domain", "key"))
+    points = [p for p in points if (p.domain, p.key) not in present]
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
+    series.rollup(points)
 
     def wake():
         try:

@@ -71,6 +71,10 @@ def test_every_checkpoint_is_a_version_with_lineage_and_eval_curves(setup):
     eval_steps = sorted(set(MetricPoint.objects.filter(run=run, key__startswith="eval/reward/").values_list("step", flat=True)))
     assert eval_steps == [0, 2]
     assert MetricPoint.objects.filter(run=run, step=2, key="eval/reward/builtin-reversal", domain="builtin-reversal").exists()
+    # ... and in the series the run page reads (min/max/last buckets kept on write).
+    from controlplane.runs.models import MetricBucket
+
+    assert MetricBucket.objects.filter(run=run, key="eval/reward/builtin-reversal").exists()
 
 
 def test_held_out_tasks_are_never_drawn_for_training():
