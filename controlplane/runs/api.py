@@ -238,7 +238,7 @@ def run_events(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
 
 class SeriesValues(Schema):
     step: list[int]
-    time: list[str]
+    time: list[int]
     min: list[float]
     max: list[float]
     last: list[float]

@@ -127,7 +127,7 @@ def series(*, run: Run, keys: Sequence[str], lo: int | None = None, hi: int | No
     """The keys' values over the steps ``lo..hi`` (the whole run when omitted), bucketed.
 
     Returns ``{"width", "lo", "hi", "cursor", "series": {key: {"step", "time", "min", "max",
-    "last"}}}``. ``cursor`` is the live log's position when the read began: a client that then
+    "last"}}}`` with ``time`` in milliseconds since the epoch (of a bucket's last point). ``cursor`` is the live log's position when the read began: a client that then
     follows the websocket from it sees every later point exactly once.
     """
     keys = list(dict.fromkeys(k for k in keys if k))
@@ -163,7 +163,7 @@ def series(*, run: Run, keys: Sequence[str], lo: int | None = None, hi: int | No
     for key, step, time, vmin, vmax, vlast in rows.iterator(chunk_size=10_000):
         s = out[key]
         s["step"].append(step)
-        s["time"].append(time.isoformat())
+        s["time"].append(int(time.timestamp() * 1000))
         s["min"].append(vmin)
         s["max"].append(vmax)
         s["last"].append(vlast)

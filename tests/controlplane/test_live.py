@@ -113,3 +113,61 @@ async def test_bad_cursor_gets_a_clear_error():
     await communicator.send_json_to({"cursor": -3})
     assert await communicator.receive_json_from() == {"type": "error", "message": "cursor: must be an integer >= 0"}
     await communicator.disconnect()
+
+
+def _runs_socket(user):
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/runs/")
+    communicator.scope["user"] = user
+    return communicator
+
+
+async def _next_of(communicator, kind: str):
+    while True:
+        message = await communicator.receive_json_from(timeout=10)
+        if message["type"] == kind:
+            return message
+
+
+async def test_runs_socket_sends_own_teams_runs_and_their_changes():
+    from controlplane.runs.models import Run
+
+    user, run, other_run = await _setup()
+    anonymous = _runs_socket(AnonymousUser())
+    connected, code = await anonymous.connect()
+    assert not connected and code == 4401
+    communicator = _runs_socket(user)
+    assert (await communicator.connect())[0]
+    first = await _next_of(communicator, "runs")
+    assert [r["id"] for r in first["runs"]] == [run.id]  # never the other team's run
+    await database_sync_to_async(lambda: Run.objects.filter(pk=run.pk).update(current_step=7))()
+    run.current_step = 7
+    await database_sync_to_async(run.save)()  # a saved run wakes its team's list once committed
+    update = await _next_of(communicator, "runs")
+    assert [(r["id"], r["step"]) for r in update["runs"]] == [(run.id, 7)]
+    await communicator.disconnect()
+
+
+async def test_events_and_status_follow_their_own_cursor():
+    from controlplane.runs.models import RunEvent
+
+    user, run, _ = await _setup()
+    await database_sync_to_async(lambda: RunEvent.objects.create(run=run, kind="created", message="one"))()
+    first = _socket(run.id, user)
+    assert (await first.connect())[0]
+    await first.send_json_to({"cursor": 0, "event_cursor": 0})
+    status = await _next_of(first, "status")
+    assert status["state"] == run.state and status["budget_steps"] == run.budget_steps
+    events = await _next_of(first, "events")
+    assert [e["message"] for e in events["events"]] == ["one"]
+    await database_sync_to_async(lambda: RunEvent.objects.create(run=run, kind="weights", message="two"))()
+    events = await _next_of(first, "events")  # the event's save woke the socket
+    assert [e["message"] for e in events["events"]] == ["two"]
+    cursor = events["event_cursor"]
+    await first.disconnect()
+    await database_sync_to_async(lambda: RunEvent.objects.create(run=run, kind="paused", message="three"))()
+    second = _socket(run.id, user)
+    assert (await second.connect())[0]
+    await second.send_json_to({"cursor": 0, "event_cursor": cursor})
+    events = await _next_of(second, "events")
+    assert [e["message"] for e in events["events"]] == ["three"]
+    await second.disconnect()

@@ -41,7 +41,7 @@
 
   function load(resp) {
     for (const [key, v] of Object.entries(resp.series)) {
-      store.set(key, { step: v.step, time: v.time.map((t) => Date.parse(t)), min: v.min, max: v.max, last: v.last });
+      store.set(key, { step: v.step, time: v.time, min: v.min, max: v.max, last: v.last });
     }
     cursor = cursor === null ? resp.cursor : Math.min(cursor, resp.cursor);
   }
@@ -133,7 +133,9 @@
 
   function layout(id, spec) {
     const l = {
-      margin: { l: 48, r: spec.y2 ? 48 : 12, t: 8, b: 36 }, height: 280, showlegend: true, legend: { orientation: "h", y: -0.2 },
+      margin: { l: 48, r: spec.y2 ? 48 : 12, t: 24, b: 36 }, height: 280, showlegend: true,
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
+      hovermode: "closest", datarevision: revision,
       xaxis: { title: { text: xAxis === "step" ? "step" : "wall time" }, type: xAxis === "step" ? "linear" : "date" },
       yaxis: spec.yrange ? { range: spec.yrange } : { rangemode: "tozero" }, uirevision: xAxis + id,
     };
@@ -143,8 +145,10 @@
   }
 
   const charted = new Set();
+  let revision = 0; // arrays grow in place, so tell Plotly.react that the data changed
   function drawDirty() {
     frame = null;
+    revision += 1;
     if (!window.Plotly) { setTimeout(scheduleDraw, 50); return; }
     const ids = [...dirty];
     dirty.clear();
@@ -156,11 +160,16 @@
       if (!charted.has(id)) { charted.add(id); wireChart(id, node); }
       node.dataset.points = String(spec.keys().reduce((n, k) => n + (store.get(k)?.step.length || 0), 0));
       node.dataset.drawnAt = String(now);
+      const t = Date.now();
       for (const key of spec.keys()) {
         const s = store.get(key);
-        if (!s || !s.step.length) continue;
-        const last = s.step[s.step.length - 1];
-        if (s.drawnStep !== last) { s.drawnStep = last; drawn.push({ key, step: last, t: Date.now() }); }
+        if (!s) continue;
+        if (s.drawnLen === undefined) { s.drawnLen = s.step.length; continue; } // the initial load is not "live"
+        for (let i = s.drawnLen; i < s.step.length; i++) drawn.push({ key, step: s.step[i], t });
+        s.drawnLen = s.step.length;
+      }
+      if (id === "chart-reward" && window.TemperLive.firstDrawMs === undefined && node.dataset.points !== "0") {
+        window.TemperLive.firstDrawMs = performance.now();
       }
     }
     if (drawn.length > 20000) drawn.splice(0, drawn.length - 10000);
@@ -178,6 +187,9 @@
     return 0;
   }
 
+  // Plotly's date axes hold UTC milliseconds and report ranges as "YYYY-MM-DD HH:MM:SS.sss" (UTC).
+  function plotlyDate(v) { return typeof v === "number" ? v : Date.parse(String(v).replace(" ", "T") + "Z"); }
+
   function wireChart(id, node) {
     node.on("plotly_relayout", async (ev) => {
       const spec = CHARTS[id];
@@ -187,11 +199,11 @@
       const keys = spec.keys();
       let lo, hi;
       if (xAxis === "step") { lo = Math.max(0, Math.floor(a)); hi = Math.max(lo, Math.ceil(b)); }
-      else { lo = stepAt(Date.parse(a), keys); hi = Math.max(lo, stepAt(Date.parse(b), keys)); }
+      else { lo = stepAt(plotlyDate(a), keys); hi = Math.max(lo, stepAt(plotlyDate(b), keys)); }
       const resp = await api("GET", `/api/runs/${runId}/series?key=${encodeURIComponent(keys.join(","))}&lo=${lo}&hi=${hi}`);
       const zoomed = {};
       for (const [key, v] of Object.entries(resp.series)) {
-        zoomed[key] = { step: v.step, time: v.time.map((t) => Date.parse(t)), min: v.min, max: v.max, last: v.last };
+        zoomed[key] = { step: v.step, time: v.time, min: v.min, max: v.max, last: v.last };
       }
       zoom[id] = { lo, hi, range: [a, b], series: zoomed, width: resp.width };
       node.dataset.zoomWidth = String(resp.width);

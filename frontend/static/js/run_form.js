@@ -78,6 +78,7 @@
       input = el("input", { ...attrs, value: spec.default ?? "" });
     }
     input.dataset.kind = spec.enum ? "enum" : spec.type;
+    if (spec.enum) input.dataset.enum = JSON.stringify(spec.enum);
     input.dataset.default = JSON.stringify(spec.default ?? null);
     const help = (spec.description || "").replace(/``/g, "");
     const bounds = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"].filter((k) => k in spec)
@@ -99,6 +100,10 @@
   function readValue(input) {
     const kind = input.dataset.kind;
     if (kind === "boolean") return input.checked;
+    if (kind === "enum") { // option values are strings; send the schema's own value (0, not "0")
+      const match = JSON.parse(input.dataset.enum).find((v) => String(v) === input.value);
+      return match === undefined ? input.value : match;
+    }
     if (kind === "integer" || kind === "number") {
       if (input.value === "") return null;
       const n = Number(input.value);

@@ -1,0 +1,146 @@
+"""What a member and a viewer do in the browser, against the real stack.
+
+A member logs in, fills the run form (an inline validation error first), creates and starts a
+run, watches the reward chart gain points while the tiny model trains, pauses and resumes it,
+and clicks a point to read that step's trajectories. A viewer sees no controls, and a forged POST
+from their session is refused by the server.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.core.management import call_command
+
+from controlplane.runs.models import Run, RunEvent
+from tests import factories
+from tests.browser.conftest import screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
+
+DOMAINS = ["builtin-addition", "builtin-parity"]
+PASSWORD = "browser-pass-123"
+
+
+def _points(page) -> int:
+    return int(page.get_attribute("#chart-reward", "data-points") or 0)
+
+
+def _wait_points_above(page, n: int, timeout_ms: int = 180_000) -> int:
+    page.wait_for_function(f"() => Number(document.getElementById('chart-reward').dataset.points || 0) > {n}",
+                           timeout=timeout_ms)
+    return _points(page)
+
+
+def _click_a_point(page, chart_id: str) -> None:
+    """Click, with the mouse, a point in the middle of the chart's first data trace."""
+    x, y = page.evaluate("""(id) => {
+        const gd = document.getElementById(id);
+        const trace = gd._fullData.findIndex((t) => t.meta && t.x && t.x.length);
+        const t = gd._fullData[trace];
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const i = Math.floor((t.x.length - 1) / 2);
+        const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return [box.left + xa.l2p(xa.d2l(t.x[i])), box.top + ya.l2p(ya.d2l(gd.data[trace].y[i]))];
+    }""", chart_id)
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+
+
+@pytest.mark.workers
+def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, browser):
+    from trainer.models.tiny import build_tiny
+
+    model = build_tiny(server.var_dir / "models" / "tiny-browser", layers=2)
+    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
+    team = factories.team("acme")
+    alice = factories.member(team, "member", "alice")
+    alice.set_password(PASSWORD)
+    alice.save()
+
+    page = server.page(browser, "member")
+    server.login(page, "alice", PASSWORD)
+    page.goto("/runs/new/")
+    page.fill("[data-testid=run-name]", "browser run")
+    assert page.input_value("[data-testid=base-model]") == str(model)  # the local model catalogue pre-fills it
+    page.fill("[data-testid=domain-search]", "builtin-")
+    for slug in DOMAINS:
+        page.check(f"[data-testid=pick-{slug}]")
+    page.fill("[data-testid=weight-builtin-addition]", "3")
+    assert page.inner_text("[data-testid=share-builtin-addition]") == "75.0%"
+    page.fill("[data-testid=budget-steps]", "400")
+    page.fill("[data-testid=staleness]", "0")
+    page.fill("[data-testid=cfg-rollout-prompts_per_step]", "8")
+    page.fill("[data-testid=cfg-rollout-n]", "4")
+    page.fill("[data-testid=cfg-rollout-max_new_tokens]", "4")
+    # A bad value first: the server's error appears beside the field and nothing is saved.
+    page.fill("[data-testid=cfg-algorithm-clip_low]", "1.5")
+    page.click("[data-testid=validate]")
+    page.wait_for_selector("[data-testid=cfg-algorithm-clip_low].invalid")
+    error = page.inner_text("[data-testid=form-errors]")
+    assert "config.algorithm.clip_low" in error
+    screenshot(page, "01-run-form-inline-error")
+    assert not Run.objects.exists()
+    page.fill("[data-testid=cfg-algorithm-clip_low]", "0.2")
+    page.click("[data-testid=validate]")
+    page.wait_for_selector("[data-testid=plan][data-state=valid]")
+    assert "builtin-addition" in page.inner_text("[data-testid=plan]")
+    screenshot(page, "02-run-form-valid")
+    page.click("[data-testid=create-start]")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    run = Run.objects.get(name="browser run")
+    assert run.staleness == 0 and run.config["rollout"]["n"] == 4 and "algorithm" not in run.config  # defaults are not sent
+
+    # The reward chart gains points while the run trains.
+    page.wait_for_selector("[data-testid=run-state]:text('running')", timeout=120_000)
+    first = _wait_points_above(page, 0)
+    later = _wait_points_above(page, first + 2)
+    assert later > first
+    assert page.get_attribute("[data-testid=live-state]", "data-state") == "live"
+    screenshot(page, "03-run-live")
+
+    page.click("[data-testid=pause]")
+    page.wait_for_selector("[data-testid=run-state]:text('paused')", timeout=120_000)
+    paused_at = _points(page)
+    screenshot(page, "04-run-paused")
+    page.click("[data-testid=resume]")
+    page.wait_for_selector("[data-testid=run-state]:text('running')")
+    _wait_points_above(page, paused_at + 1)
+    assert RunEvent.objects.filter(run=run, kind="paused").exists() and RunEvent.objects.filter(run=run, kind="resumed").exists()
+    page.wait_for_selector("[data-testid=events] li[data-kind=paused]")
+
+    _click_a_point(page, "chart-reward")
+    page.wait_for_selector("[data-testid=trajectory]")
+    rows = page.locator("[data-testid=trajectory]")
+    assert rows.count() >= 1
+    title = page.inner_text("#traj-title")
+    assert "step" in title and ("builtin-addition" in title or "builtin-parity" in title)
+    screenshot(page, "05-trajectories")
+    page.once("dialog", lambda d: d.accept())
+    page.click("[data-testid=cancel]")
+    page.wait_for_selector("[data-testid=run-state]:text('cancelled')", timeout=60_000)
+
+
+def test_viewer_sees_no_controls_and_a_forged_post_is_refused(server, browser):
+    team = factories.team("acme")
+    viewer = factories.member(team, "viewer", "victor")
+    viewer.set_password(PASSWORD)
+    viewer.save()
+    run = factories.run(team, name="watched", state="running")
+    page = server.page(browser, "viewer")
+    server.login(page, "victor", PASSWORD)
+    page.goto(f"/runs/{run.id}/")
+    page.wait_for_selector("[data-testid=live-state][data-state=live]")
+    assert page.locator("[data-testid=controls]").count() == 0
+    assert page.locator("[data-testid=weights-form]").count() == 0
+    status = page.evaluate("""async (id) => {
+        const r = await fetch(`/api/runs/${id}/pause`, {method: 'POST', credentials: 'same-origin',
+            headers: {'X-CSRFToken': Temper.cookie('csrftoken')}});
+        return [r.status, await r.text()];
+    }""", run.id)
+    assert status[0] == 403, status
+    run.refresh_from_db()
+    assert run.state == "running"
+    page.goto("/")
+    assert page.locator("[data-testid=new-run]").count() == 0
+    screenshot(page, "06-viewer-runs")
