@@ -145,7 +145,8 @@ def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suit
         if not common:
             raise NotFound("no eval suite version has a completed evaluation of every one of these versions"
                            + (f" (suite {suite})" if suite else ""))
-        sv = common[0]
+        # The suite these versions were evaluated on most recently.
+        sv = max(common, key=lambda c: max(latest_eval(v, c).finished_at or latest_eval(v, c).created_at for v in versions))
     return compare(versions=versions, suite_version=sv)
 
 
