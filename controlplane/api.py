@@ -11,6 +11,7 @@ from controlplane.accounts.api import router as accounts_router
 from controlplane.common.api import AUTH, error_payload, pydantic_errors
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
+from controlplane.registry.api import router as registry_router
 from controlplane.runs.api import router as runs_router
 
 api = NinjaAPI(
@@ -23,6 +24,7 @@ api = NinjaAPI(
 api.add_router("", accounts_router)
 api.add_router("", domains_router)
 api.add_router("", runs_router)
+api.add_router("", registry_router)
 
 
 @api.exception_handler(InvalidInput)

@@ -18,6 +18,7 @@ TASK_QUEUES = {
     "temper.control.schedule_tick": "control",
     "temper.rollout.drive_run": "rollout",
     "temper.verify.batch": "verify",
+    "temper.eval.run": "eval",
 }
 
 

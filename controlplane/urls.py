@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from controlplane.api import api
 from controlplane.web import views
@@ -16,6 +16,7 @@ urlpatterns = [
     path("healthz", views.health, name="health"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("registry/", include("controlplane.registry.urls")),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]

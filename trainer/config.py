@@ -169,6 +169,8 @@ class SamplerConfig:
     """Curriculum: domain pass rate that moves the domain up a level."""
     curriculum_min_samples: int = _num(64, ge=1)
     """Curriculum: samples seen at a level before it may be raised."""
+    holdout_fraction: float = _num(0.0, ge=0, lt=1)
+    """Share of each domain's tasks (by a hash of the task id) kept for evaluation, never drawn for training."""
 
 
 @dataclass
@@ -206,6 +208,20 @@ class SFTConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Greedy evaluation on held-out tasks while a run trains (eval curves beside training curves)."""
+
+    every_steps: int = _num(0, ge=0)
+    """Evaluate every this many steps (and once before the first); 0 disables it."""
+    tasks_per_domain: int = _num(16, ge=1)
+    """Held-out tasks per domain in each evaluation (the same tasks every time)."""
+    seed: int = 1234
+    """Picks which held-out tasks are evaluated."""
+    max_new_tokens: int = _num(0, ge=0)
+    """Tokens per answer; 0 means rollout.max_new_tokens."""
+
+
+@dataclass
 class TrainerConfig:
     """A whole post-training job."""
 
@@ -233,6 +249,8 @@ class TrainerConfig:
     """Stopping."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Supervised warm-up stage."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Periodic evaluation on held-out tasks."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict; ``load_config(cfg.to_dict())`` gives an equal config."""

@@ -383,7 +383,7 @@ class Job:
                 lr=cfg.lr)
         losses = []
         for _ in range(steps):
-            tasks = [self.domains[s].source.sample(self.sft_rng, self.sampler.levels[s])
+            tasks = [self.sampler.sample_task(s, self.sft_rng)  # held-out tasks stay out of SFT too
                      for s in self.sft_rng.choices(self.sampler.slugs, self.sampler.weights,
                                                    k=cfg.batch_size)]
             loss = sft_step(self.model, self._sft_backend, self.tokenizer, tasks, self.device)

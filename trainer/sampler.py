@@ -5,6 +5,7 @@
   is ``min + (max - min) * 4 p (1 - p)`` (rounded): most where the outcome is uncertain
   (p near 0.5, or unseen), fewest for solved (p = 1) or hopeless (p = 0) tasks.
 - Curriculum: a domain moves up a level when its running pass rate passes the threshold.
+- Held-out tasks (``holdout_fraction``, :mod:`trainer.holdout`) are never drawn: evaluation uses them.
 
 All randomness comes from one ``random.Random``; :meth:`state_dict` captures it with the
 estimates, so a resumed job draws exactly the tasks an uninterrupted one would have.
@@ -15,9 +16,12 @@ import random
 from dataclasses import dataclass
 
 from trainer.config import SamplerConfig
+from trainer.holdout import is_heldout
 from trainer.tasks.base import Task, TaskSource
 
 MAX_TRACKED_TASKS = 100_000
+MAX_HOLDOUT_REDRAWS = 64
+"""Draws tried to find a task outside the held-out share (a domain that is all held out keeps the last)."""
 
 
 @dataclass
@@ -71,9 +75,18 @@ class TaskSampler:
         out = []
         for _ in range(k):
             slug = self.rng.choices(self.slugs, self.weights)[0]
-            task = self.sources[slug].sample(self.rng, self.levels[slug])
+            task = self.sample_task(slug, self.rng)
             out.append((task, self.budget(task)))
         return out
+
+    def sample_task(self, slug: str, rng: random.Random) -> Task:
+        """One task of ``slug`` at its current level, never a held-out one (SFT draws through this too)."""
+        task = self.sources[slug].sample(rng, self.levels[slug])
+        for _ in range(MAX_HOLDOUT_REDRAWS if self.cfg.holdout_fraction > 0 else 0):
+            if not is_heldout(task, self.cfg.holdout_fraction):
+                break
+            task = self.sources[slug].sample(rng, self.levels[slug])
+        return task
 
     def budget(self, task: Task) -> int:
         if not self.cfg.adaptive_budget:

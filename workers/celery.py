@@ -1,7 +1,7 @@
 """The Celery app. Start a worker with ``celery -A workers.celery worker -Q <queues>``.
 
 Queues: control (scheduler ticks, bookkeeping), rollout and train (the run driver), verify
-(sandbox and CPU verifiers), judge. Tasks are registered under explicit names that the control
+(sandbox and CPU verifiers), judge, eval (evaluations of model versions, controlplane/registry). Tasks are registered under explicit names that the control
 plane's dispatch module knows (controlplane/dispatch.py).
 """
 from __future__ import annotations

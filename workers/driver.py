@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.runs import driving
+from trainer.holdout import HOLDOUT_FRACTION
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
     cfg["rollout"] = {**cfg.get("rollout", {}), "staleness": run.staleness}
     every = cfg.get("checkpoint", {}).get("every_steps") or DEFAULT_CHECKPOINT_EVERY
     cfg["checkpoint"] = {**cfg.get("checkpoint", {}), "dir": str(checkpoint_root(run.id)), "every_steps": every}
+    cfg["sampler"] = {"holdout_fraction": HOLDOUT_FRACTION, **cfg.get("sampler", {})}  # held-out tasks are the registry's
     return cfg
 
 
@@ -135,6 +137,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     """Drive the run until it ends or must stop; returns why it returned."""
     from controlplane import dispatch
     from trainer.job import Job
+    from workers.evaluate import periodic_eval
     from workers.verify import make_verify_batch
 
     worker = worker or worker_name()
@@ -192,6 +195,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         if quarantine.quarantined:
             _apply_quarantine(job, weights, caps, quarantine.quarantined)
         every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
+        eval_every = job.config.eval.every_steps
+        if eval_every and ckpt is None:
+            periodic_eval(job, run, 0)  # the base model's point of the eval curves
         started = time.monotonic()
         while job.step_count < run.budget_steps:
             run = driving.run_heartbeat(run_id=run.id, worker=worker)
@@ -218,6 +224,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             tokens = int(sum(s.get("tokens", 0) for s in collected.get("samples", [])))
             driving.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
                                     samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens)
+            if eval_every and step % eval_every == 0:
+                periodic_eval(job, run, step)
             if step % every == 0:
                 _checkpoint(job, run)
             if run.budget_seconds and time.monotonic() - started > run.budget_seconds:

@@ -51,3 +51,12 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
 
     snapshot = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot
     return verify_items(snapshot["verifier"], items, max_concurrent_sandboxes=int(snapshot.get("max_concurrent_sandboxes", 8)))
+
+
+@shared_task(name="temper.eval.run", queue="eval", acks_late=True, soft_time_limit=3 * 3600, time_limit=3 * 3600 + 300,
+             ignore_result=True)
+def eval_run(eval_run_id: int) -> str:
+    """Evaluate one model version on one eval suite version (safe to run twice)."""
+    from workers.evaluate import run_eval
+
+    return run_eval(eval_run_id)

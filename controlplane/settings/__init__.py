@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "controlplane.domains",
     "controlplane.runs",
     "controlplane.scheduling",
+    "controlplane.registry",
     "controlplane.web",
     "controlplane.live",
 ]
@@ -134,6 +135,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 
 TEMPER_DRIVER_LEASE_S = float(os.environ.get("TEMPER_DRIVER_LEASE_S", 40))
 TEMPER_MIN_RUN_S = float(os.environ.get("TEMPER_MIN_RUN_S", 60))
+TEMPER_PROMOTION_MAX_REGRESSION = float(os.environ.get("TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
 TEMPER_VERIFY_DEADLINE_S = float(os.environ.get("TEMPER_VERIFY_DEADLINE_S", 0))  # 0: from the domains' task timeouts
 
 NINJA_PAGINATION_CLASS = "controlplane.common.api.Pagination"

@@ -7,7 +7,7 @@ from pathlib import Path
 _VAR = Path(os.environ.get("TEMPER_VAR_DIR", Path(__file__).resolve().parent.parent.parent / "var")).resolve()
 _REDIS = os.environ.get("REDIS_URL", "")
 
-CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "judge")
+CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "judge", "eval")
 
 if _REDIS:
     CELERY_BROKER_URL = _REDIS

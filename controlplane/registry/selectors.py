@@ -1,0 +1,190 @@
+"""Reads for the registry, filtered to the actor's teams; the comparison and the promotion gate."""
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.registry.models import Alias, AliasMove, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
+from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
+
+
+def version_list(*, actor: Principal, team: str = "", base: str = "", run: int | None = None) -> QuerySet[ModelVersion]:
+    qs = (ModelVersion.objects.filter(team_id__in=actor.team_ids)
+          .select_related("team", "run", "parent").prefetch_related("aliases"))
+    if team:
+        qs = qs.filter(team__slug=team)
+    if base:
+        qs = qs.filter(base=base)
+    if run is not None:
+        qs = qs.filter(run_id=run)
+    return qs.order_by("-created_at", "-id")
+
+
+def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
+    """A version by id, or by name (``tiny@12/40``), or by alias (``tiny:production``)."""
+    qs = ModelVersion.objects.filter(team_id__in=actor.team_ids).select_related("team", "run", "parent")
+    version = None
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        version = qs.filter(pk=int(ref)).first()
+    elif ":" in ref:
+        base, _, alias = ref.rpartition(":")
+        a = Alias.objects.filter(team_id__in=actor.team_ids, base=base, name=alias).first()
+        version = a.version if a else None
+    else:
+        version = qs.filter(name=ref).first()
+    if version is None:
+        raise NotFound(f"model version {ref!r} not found")
+    return version
+
+
+def suite_list(*, actor: Principal) -> QuerySet[EvalSuite]:
+    return EvalSuite.objects.filter(Q(team__isnull=True) | Q(team_id__in=actor.team_ids)).order_by("slug")
+
+
+def suite_version_get(*, actor: Principal, slug: str, version: int | None = None) -> EvalSuiteVersion:
+    suite = suite_list(actor=actor).filter(slug=slug).first()
+    if suite is None:
+        raise NotFound(f"eval suite {slug!r} not found")
+    sv = suite.versions.filter(version=version or suite.version).select_related("suite").first()
+    if sv is None:
+        raise NotFound(f"eval suite {slug!r} has no version {version}")
+    return sv
+
+
+def eval_list(*, actor: Principal, version: ModelVersion | None = None) -> QuerySet[EvalRun]:
+    qs = EvalRun.objects.filter(version__team_id__in=actor.team_ids).select_related("version", "suite_version__suite")
+    if version is not None:
+        qs = qs.filter(version=version)
+    return qs.order_by("-created_at", "-id")
+
+
+def eval_get(*, actor: Principal, eval_id: int) -> EvalRun:
+    ev = eval_list(actor=actor).filter(pk=eval_id).first()
+    if ev is None:
+        raise NotFound(f"evaluation {eval_id} not found")
+    return ev
+
+
+def alias_list(*, actor: Principal, team: str = "") -> QuerySet[Alias]:
+    qs = Alias.objects.filter(team_id__in=actor.team_ids).select_related("team", "version")
+    return qs.filter(team__slug=team) if team else qs
+
+
+def alias_history(*, actor: Principal, base: str, name: str) -> QuerySet[AliasMove]:
+    return (AliasMove.objects.filter(alias__team_id__in=actor.team_ids, alias__base=base, alias__name=name)
+            .select_related("from_version", "to_version", "actor").order_by("-at", "-id"))
+
+
+# ----------------------------------------------------------------------------- comparison
+def latest_eval(version: ModelVersion, suite_version: EvalSuiteVersion) -> EvalRun | None:
+    return (EvalRun.objects.filter(version=version, suite_version=suite_version, state=EvalState.COMPLETED)
+            .order_by("-finished_at", "-id").first())
+
+
+def common_suite_versions(versions: list[ModelVersion], suite: str = "") -> list[EvalSuiteVersion]:
+    """The latest version of each suite that every one of ``versions`` has a completed evaluation on."""
+    qs = EvalSuiteVersion.objects.filter(eval_runs__state=EvalState.COMPLETED).select_related("suite")
+    if suite:
+        qs = qs.filter(suite__slug=suite)
+    for v in versions:
+        qs = qs.filter(pk__in=EvalRun.objects.filter(version=v, state=EvalState.COMPLETED).values("suite_version"))
+    latest: dict[int, EvalSuiteVersion] = {}
+    for sv in qs.distinct():
+        if sv.suite_id not in latest or sv.version > latest[sv.suite_id].version:
+            latest[sv.suite_id] = sv
+    return sorted(latest.values(), key=lambda sv: sv.suite.slug)
+
+
+def compare(*, versions: list[ModelVersion], suite_version: EvalSuiteVersion) -> dict:
+    """Per layer and domain, each version's mean reward with a bootstrap interval (over tasks),
+    pass@k, and its paired difference to the first version (the baseline) with an interval.
+
+    ``regression`` marks a significant drop (the difference's interval lies below 0),
+    ``improvement`` a significant gain.
+    """
+    evals = [latest_eval(v, suite_version) for v in versions]
+    results = [{(r.layer, r.domain): r for r in ev.results.all()} if ev else {} for ev in evals]
+    keys = sorted({k for rs in results for k in rs}, key=lambda k: (k[0] != "capability", k[0], k[1]))
+    rows = []
+    for layer, domain in keys:
+        base_scores = task_scores(results[0][(layer, domain)].per_task) if (layer, domain) in results[0] else {}
+        cells = []
+        for i, (v, rs) in enumerate(zip(versions, results)):
+            r = rs.get((layer, domain))
+            if r is None:
+                cells.append({"version": v.pk, "name": v.name, "missing": True})
+                continue
+            scores = task_scores(r.per_task)
+            lo, hi = bootstrap_ci(list(scores.values()))
+            cell = {"version": v.pk, "name": v.name, "missing": False, "mean": r.mean_reward, "lo": lo, "hi": hi,
+                    "tasks": r.tasks, "pass_at": r.pass_at, "outcomes": r.outcomes,
+                    "tokens_per_task": r.tokens_per_task, "seconds_per_task": r.seconds_per_task,
+                    "delta": None, "delta_lo": None, "delta_hi": None, "regression": False, "improvement": False}
+            if i > 0 and base_scores:
+                d = paired_delta(base_scores, scores)
+                cell.update(delta=d["delta"], delta_lo=d["lo"], delta_hi=d["hi"],
+                            regression=d["hi"] is not None and d["hi"] < 0,
+                            improvement=d["lo"] is not None and d["lo"] > 0)
+            cells.append(cell)
+        rows.append({"layer": layer, "domain": domain, "cells": cells})
+    return {"suite": suite_version.suite.slug, "suite_version": suite_version.version,
+            "versions": [{"id": v.pk, "name": v.name, "eval": ev.pk if ev else None} for v, ev in zip(versions, evals)],
+            "rows": rows}
+
+
+def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suite_version: int | None = None) -> dict:
+    """Compare two or more versions (the first is the baseline) on a suite they were all evaluated on."""
+    if len(refs) < 2:
+        raise InvalidInput.one("versions", "name at least two versions")
+    versions = [version_get(actor=actor, ref=r) for r in refs]
+    if suite and suite_version:
+        sv = suite_version_get(actor=actor, slug=suite, version=suite_version)
+    else:
+        common = common_suite_versions(versions, suite)
+        if not common:
+            raise NotFound("no eval suite version has a completed evaluation of every one of these versions"
+                           + (f" (suite {suite})" if suite else ""))
+        # The suite these versions were evaluated on most recently.
+        sv = max(common, key=lambda c: max(latest_eval(v, c).finished_at or latest_eval(v, c).created_at for v in versions))
+    return compare(versions=versions, suite_version=sv)
+
+
+def promotion_gate(*, candidate: ModelVersion, current: ModelVersion | None, suite: str = "",
+                   threshold: float | None = None) -> dict:
+    """May ``candidate`` replace ``current`` as production?
+
+    Refused when, on any suite both were evaluated on (the latest common version of each), a
+    domain's mean reward drops by more than ``threshold`` and significantly (the paired bootstrap
+    interval of the difference lies below 0), or when there is no common evaluation to judge by.
+    """
+    from controlplane.registry.services import promotion_threshold
+
+    threshold = promotion_threshold() if threshold is None else threshold
+    verdict = {"ok": True, "threshold": threshold, "current": current.name if current else None,
+               "candidate": candidate.name, "suites": [], "regressions": [], "reason": ""}
+    if current is None or current.pk == candidate.pk:
+        verdict["reason"] = "no production version yet" if current is None else "already production"
+        return verdict
+    suites = common_suite_versions([current, candidate], suite)
+    if not suites:
+        verdict.update(ok=False, reason=f"{candidate.name} has no evaluation comparable with production ({current.name})"
+                       + (f" on suite {suite}" if suite else ""))
+        return verdict
+    for sv in suites:
+        verdict["suites"].append(f"{sv.suite.slug}@v{sv.version}")
+        for row in compare(versions=[current, candidate], suite_version=sv)["rows"]:
+            cell = row["cells"][1]
+            if cell.get("missing") or cell["delta"] is None:
+                continue
+            if cell["delta"] < -threshold and cell["regression"]:
+                verdict["regressions"].append({"suite": sv.suite.slug, "suite_version": sv.version, "layer": row["layer"],
+                                               "domain": row["domain"], "delta": cell["delta"],
+                                               "lo": cell["delta_lo"], "hi": cell["delta_hi"]})
+    if verdict["regressions"]:
+        worst = min(verdict["regressions"], key=lambda r: r["delta"])
+        verdict.update(ok=False, reason=f"{len(verdict['regressions'])} domain(s) regress beyond {threshold:g}; worst "
+                       f"{worst['domain']} ({worst['layer']}) {worst['delta']:+.3f} [{worst['lo']:+.3f}, {worst['hi']:+.3f}]")
+    else:
+        verdict["reason"] = "no domain regresses beyond the threshold"
+    return verdict

@@ -1,0 +1,427 @@
+"""Writes for the registry: versions, eval suites, evaluations, aliases (gated), rollback, export.
+
+Permissions: members and admins evaluate, define suites and move aliases; moving ``production``
+past the promotion gate needs a team admin and a reason; every alias move is audited.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.accounts.models import Team
+from controlplane.accounts.principal import Principal
+from controlplane.accounts.services import audit_record
+from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound
+from controlplane.common.validation import schema_errors
+from controlplane.domains.models import Domain
+from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
+                                          EvalSuiteVersion, ModelVersion)
+from controlplane.runs.models import Checkpoint, Run
+
+
+class GateRefused(Conflict):
+    """Moving production would let a domain regress beyond the threshold."""
+
+    def __init__(self, message: str, verdict: dict):
+        super().__init__(message)
+        self.verdict = verdict
+
+
+# ----------------------------------------------------------------------------- names and files
+def base_name(base_model: str) -> str:
+    """Short name of a base model: its directory name, or the last part of a hub id.
+
+    >>> base_name("/srv/models/qwen2-0.5b/"), base_name("Qwen/Qwen2-0.5B")
+    ('qwen2-0.5b', 'Qwen2-0.5B')
+    """
+    return Path(base_model.rstrip("/")).name or base_model
+
+
+def version_name(base: str, run_id: int, step: int) -> str:
+    """``<base>@<run>/<step>``.
+
+    >>> version_name("tiny", 12, 40)
+    'tiny@12/40'
+    """
+    return f"{base}@{run_id}/{step}"
+
+
+def registry_root() -> Path:
+    return Path(settings.VAR_DIR) / "registry"
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Copy a directory as hard links where the file system allows (cheap, and the registry's
+    copy survives the run pruning its old checkpoints); plain copies otherwise."""
+    def link(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, copy_function=link)
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+# ----------------------------------------------------------------------------- versions
+@transaction.atomic
+def version_register_base(*, team: Team, base_model: str) -> ModelVersion:
+    """The team's version for a base model (created once; the base is a stable asset, not copied)."""
+    existing = ModelVersion.objects.filter(team=team, base_model=base_model, kind="base").first()
+    if existing:
+        return existing
+    base = base_name(base_model)
+    name, n = base, 1
+    while ModelVersion.objects.filter(team=team, name=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    version = ModelVersion(team=team, kind="base", name=name, base=name, base_model=base_model, step=0, path=base_model)
+    version.full_clean()
+    version.save()
+    _auto_evaluate(version)
+    return version
+
+
+@transaction.atomic
+def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
+    """Register (or refresh, when a step is saved again after a resume) the checkpoint's version.
+
+    Lineage: base model, run, step, the run's config, its pinned domain versions, and the parent
+    (the run's previous registered checkpoint, else the base model's version).
+    """
+    run = Run.objects.select_related("team").get(pk=checkpoint.run_id)
+    base = version_register_base(team=run.team, base_model=run.base_model)
+    pins = list(run.run_domains.select_related("domain", "domain_version"))
+    parent = (ModelVersion.objects.filter(run=run, step__lt=checkpoint.step).order_by("-step").first() or base)
+    version, created = ModelVersion.objects.update_or_create(
+        team=run.team, name=version_name(base.base, run.id, checkpoint.step),
+        defaults={"base": base.base, "base_model": run.base_model, "run": run, "checkpoint": checkpoint,
+                  "step": checkpoint.step, "parent": parent, "config": run.config or {},
+                  "pinned": {rd.domain.slug: rd.domain_version.version for rd in pins},
+                  "metrics": checkpoint.metrics or {}, "path": str(Path(checkpoint.path) / "model")})
+    version.domain_versions.set([rd.domain_version for rd in pins])
+    src = Path(checkpoint.path) / "model"
+    if src.is_dir():
+        dst = registry_root() / f"v{version.pk}" / "model"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _link_tree(src, dst)
+        ModelVersion.objects.filter(pk=version.pk).update(path=str(dst))
+        version.path = str(dst)
+    if created:
+        _auto_evaluate(version)
+    return version
+
+
+def _auto_evaluate(version: ModelVersion) -> list[EvalRun]:
+    """Queue the evaluations of a new version on the suites marked ``auto_evaluate``."""
+    suites = EvalSuite.objects.filter(auto_evaluate=True).filter(Q(team__isnull=True) | Q(team_id=version.team_id))
+    out = []
+    for suite in suites:
+        sv = suite.versions.filter(version=suite.version).first()
+        if sv is not None:
+            out.append(_eval_create(version=version, suite_version=sv))
+    return out
+
+
+# ----------------------------------------------------------------------------- eval suites
+SUITE_ITEM = {
+    "type": "object", "required": ["domain"], "additionalProperties": False,
+    "properties": {
+        "domain": {"type": "string", "minLength": 1},
+        "layer": {"enum": ["capability", "end_to_end"]},
+        "tasks": {"type": "integer", "minimum": 1, "maximum": 10000},
+        "seed": {"type": "integer", "minimum": 0},
+        "samples": {"type": "integer", "minimum": 1, "maximum": 256},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 5},
+        "max_new_tokens": {"type": "integer", "minimum": 1, "maximum": 32768},
+        "max_turns": {"type": "integer", "minimum": 1, "maximum": 100},
+        "max_episode_tokens": {"type": "integer", "minimum": 1, "maximum": 131072},
+        "level": {"type": "integer", "minimum": 0},
+        "k": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "uniqueItems": True},
+    },
+}
+SUITE_SCHEMA = {
+    "type": "object", "required": ["slug", "items"], "additionalProperties": False,
+    "properties": {
+        "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 100},
+        "title": {"type": "string", "maxLength": 200},
+        "team": {"type": ["string", "null"]},
+        "note": {"type": "string", "maxLength": 200},
+        "auto_evaluate": {"type": "boolean", "description": "evaluate every new model version on this suite"},
+        "items": {"type": "array", "minItems": 1, "maxItems": 500, "items": SUITE_ITEM},
+    },
+}
+ITEM_DEFAULTS = {"layer": "capability", "tasks": 32, "seed": 1234, "samples": 1, "temperature": 0.0,
+                 "max_new_tokens": 32, "max_turns": 4, "max_episode_tokens": 512, "level": 0, "k": [1]}
+END_TO_END_KINDS = ("code", "tool_use")
+
+
+def _resolve_items(actor: Principal, team: Team | None, items: list[dict]) -> list[dict]:
+    """Items with defaults filled in and each domain pinned to its current version."""
+    errors, out, seen = [], [], set()
+    team_ids = [team.id] if team else []
+    visible = Domain.objects.filter(Q(team__isnull=True) | Q(team_id__in=team_ids))
+    for i, raw in enumerate(items):
+        item = {**ITEM_DEFAULTS, **raw}
+        domain = visible.filter(slug=item["domain"]).first()
+        if domain is None:
+            errors.append(FieldError(f"items[{i}].domain", f"unknown domain {item['domain']!r}"))
+            continue
+        key = (item["domain"], item["layer"])
+        if key in seen:
+            errors.append(FieldError(f"items[{i}]", f"{item['domain']} is listed twice in the {item['layer']} layer"))
+        seen.add(key)
+        if item["layer"] == "end_to_end" and domain.kind not in END_TO_END_KINDS:
+            errors.append(FieldError(f"items[{i}].layer", f"end_to_end needs a multi-step or code domain ({', '.join(END_TO_END_KINDS)}); {domain.slug} is {domain.kind}"))
+        if max(item["k"]) > item["samples"]:
+            errors.append(FieldError(f"items[{i}].k", f"pass@{max(item['k'])} needs at least that many samples (samples is {item['samples']})"))
+        if item["temperature"] == 0 and item["samples"] > 1:
+            errors.append(FieldError(f"items[{i}].samples", "greedy decoding (temperature 0) gives one answer per task: use samples 1 or a temperature"))
+        out.append({**item, "domain_version": domain.version})
+    if errors:
+        raise InvalidInput(errors)
+    return out
+
+
+@transaction.atomic
+def suite_save(*, actor: Principal, data: Any) -> EvalSuiteVersion:
+    """Create a suite, or give an existing one a new version when its items change."""
+    errors = schema_errors(data, SUITE_SCHEMA)
+    if errors:
+        raise InvalidInput(errors)
+    team = None
+    if data.get("team"):
+        team = Team.objects.filter(slug=data["team"], pk__in=actor.team_ids).first()
+        if team is None:
+            raise NotFound(f"team {data['team']!r} not found")
+        actor.require(team.id, "run.control", "team")
+    suite = EvalSuite.objects.select_for_update().filter(slug=data["slug"]).first()
+    if suite is not None:
+        if suite.team_id is None and not actor.platform_admin:
+            raise Forbidden("changing a shared suite needs a platform admin")
+        if suite.team_id is not None:
+            actor.require(suite.team_id, "run.control", "suite")
+        team = suite.team
+    elif team is None and not actor.platform_admin:
+        raise InvalidInput.one("team", "required: only a platform admin creates suites for every team")
+    items = _resolve_items(actor, team, data["items"])
+    auto = bool(data.get("auto_evaluate", suite.auto_evaluate if suite else False))
+    if suite is None:
+        suite = EvalSuite(slug=data["slug"], title=data.get("title", ""), team=team, version=1, auto_evaluate=auto)
+        suite.full_clean()
+        suite.save()
+    else:
+        if suite.auto_evaluate != auto:
+            audit_record(actor=actor, obj=suite, action="suite.auto_evaluate", before={"auto_evaluate": suite.auto_evaluate},
+                         after={"auto_evaluate": auto}, team=team)
+            suite.auto_evaluate = auto
+            suite.save(update_fields=["auto_evaluate"])
+        latest = suite.versions.order_by("-version").first()
+        if latest and latest.items == items:
+            return latest
+        suite.version += 1
+        suite.title = data.get("title", suite.title)
+        suite.save()
+    sv = EvalSuiteVersion.objects.create(suite=suite, version=suite.version, items=items, note=data.get("note", ""),
+                                         created_by=actor.user)
+    audit_record(actor=actor, obj=suite, action="suite.version", after={"version": sv.version, "items": items}, team=team)
+    return sv
+
+
+# ----------------------------------------------------------------------------- evaluations
+@transaction.atomic
+def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch",
+               enqueue: bool = True) -> EvalRun:
+    """Queue an evaluation of ``version`` on ``suite_version`` (the eval queue runs it; with
+    ``enqueue=False`` the caller runs it, e.g. ``manage.py registry evaluate --here``)."""
+    actor.require(version.team_id, "run.control", "model version")
+    if engine not in ("torch", "vllm"):
+        raise InvalidInput.one("engine", "must be one of: torch, vllm")
+    if suite_version.suite.team_id not in (None, version.team_id):
+        raise NotFound("suite not found")
+    return _eval_create(version=version, suite_version=suite_version, engine=engine, created_by=actor.user, enqueue=enqueue)
+
+
+def _eval_create(*, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch", created_by=None,
+                 enqueue: bool = True) -> EvalRun:
+    ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=created_by)
+    ev.full_clean()
+    ev.save()
+    if enqueue:
+        dispatch.send_on_commit("temper.eval.run", ev.pk)
+    return ev
+
+
+@transaction.atomic
+def eval_claim(*, eval_run_id: int, worker: str) -> EvalRun | None:
+    """Mark an evaluation running (again, when a worker died with it); None when it is done."""
+    ev = EvalRun.objects.select_for_update().filter(pk=eval_run_id).first()
+    if ev is None or ev.state in (EvalState.COMPLETED, EvalState.FAILED):
+        return None
+    ev.results.all().delete()
+    ev.state, ev.worker, ev.started_at, ev.error = EvalState.RUNNING, worker, timezone.now(), ""
+    ev.save()
+    return ev
+
+
+@transaction.atomic
+def eval_record(*, eval_run: EvalRun, results: list[dict]) -> EvalRun:
+    """Write every domain's result and complete the evaluation (replaces earlier partial rows)."""
+    ev = EvalRun.objects.select_for_update().get(pk=eval_run.pk)
+    ev.results.all().delete()
+    EvalResult.objects.bulk_create([EvalResult(eval_run=ev, **r) for r in results])
+    ev.state, ev.finished_at = EvalState.COMPLETED, timezone.now()
+    ev.save()
+    return ev
+
+
+@transaction.atomic
+def eval_fail(*, eval_run: EvalRun, error: str) -> EvalRun:
+    ev = EvalRun.objects.select_for_update().get(pk=eval_run.pk)
+    ev.state, ev.finished_at, ev.error = EvalState.FAILED, timezone.now(), error[-10000:]
+    ev.save()
+    return ev
+
+
+# ----------------------------------------------------------------------------- aliases
+def promotion_threshold() -> float:
+    """Largest drop in a domain's mean reward that promotion tolerates (TEMPER_PROMOTION_MAX_REGRESSION)."""
+    return float(getattr(settings, "TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
+
+
+def _alias_view(alias: Alias | None) -> dict | None:
+    return {"version": alias.version.name, "version_id": alias.version_id} if alias else None
+
+
+def _move(actor: Principal, alias: Alias | None, team: Team, base: str, name: str, version: ModelVersion,
+          kind: str, reason: str, gate: dict) -> Alias:
+    before = _alias_view(alias)
+    previous = alias.version if alias else None
+    if alias is None:
+        alias = Alias(team=team, base=base, name=name, version=version)
+    alias.version = version
+    alias.full_clean()
+    alias.save()
+    AliasMove.objects.create(alias=alias, from_version=previous, to_version=version, actor=actor.user, kind=kind,
+                             reason=reason, gate=gate)
+    audit_record(actor=actor, obj=alias, action=f"alias.{kind}", before=before,
+                 after={**_alias_view(alias), "alias": name, "reason": reason, "gate": gate}, team=team)
+    return alias
+
+
+@transaction.atomic
+def alias_move(*, actor: Principal, version: ModelVersion, name: str, reason: str = "", override: bool = False,
+               suite: str = "") -> Alias:
+    """Point ``name`` of the version's model line at ``version``.
+
+    Moving ``production`` runs the promotion gate against the current production version: a
+    domain whose mean reward drops by more than the threshold, significantly (the bootstrap
+    interval of the paired difference is below 0), refuses the move (409) — unless a team admin
+    overrides it with a reason, which is audited as ``alias.override``.
+    """
+    from controlplane.registry.selectors import promotion_gate
+
+    actor.require(version.team_id, "run.control", "model version")
+    if name not in ALIASES:
+        raise InvalidInput.one("alias", "must be one of: " + ", ".join(ALIASES))
+    alias = Alias.objects.select_for_update().filter(team_id=version.team_id, base=version.base, name=name).first()
+    if alias is not None and alias.version_id == version.pk:
+        return alias
+    kind, gate = "move", {}
+    if name == "production":
+        gate = promotion_gate(candidate=version, current=alias.version if alias else None, suite=suite)
+        if not gate["ok"]:
+            if not override:
+                raise GateRefused("promotion refused: " + gate["reason"]
+                                  + "; a team admin may override with a reason", gate)
+            actor.require(version.team_id, "team.admin", "model version")
+            if not reason.strip():
+                raise InvalidInput.one("reason", "an override needs a reason")
+            kind = "override"
+    return _move(actor, alias, version.team, version.base, name, version, kind, reason.strip(), gate)
+
+
+@transaction.atomic
+def alias_rollback(*, actor: Principal, team: Team, base: str, name: str = "production", reason: str = "") -> Alias:
+    """Undo the alias's last move: it points at the version it pointed at before (one action)."""
+    actor.require(team.id, "run.control", "alias")
+    alias = Alias.objects.select_for_update().filter(team=team, base=base, name=name).first()
+    if alias is None:
+        raise NotFound(f"{base} has no {name} alias")
+    last = alias.moves.order_by("-at", "-id").first()
+    if last is None or last.from_version is None:
+        raise Conflict(f"{base}:{name} has no earlier version to roll back to")
+    return _move(actor, alias, team, base, name, last.from_version, "rollback", reason.strip(), {})
+
+
+# ----------------------------------------------------------------------------- export
+EXPORT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -> Path:
+    """Write a promoted version as a Hugging Face directory: safetensors weights, config, generation
+    config, tokenizer and ``temper.json`` (lineage). transformers and vLLM load it as it is."""
+    import json
+
+    actor.require(version.team_id, "run.control", "model version")
+    if not AliasMove.objects.filter(to_version=version).exists():
+        raise Conflict(f"{version.name} was never promoted (no alias ever pointed at it); move an alias first")
+    src = Path(version.path)
+    weights = sorted(src.glob("*.safetensors")) + sorted(src.glob("*.safetensors.index.json"))
+    if not weights or not (src / "config.json").is_file():
+        raise Conflict(f"{version.name}: no safetensors weights and config under {src}")
+    out = Path(dest) if dest else Path(settings.VAR_DIR) / "exports" / version.name.replace("/", "_").replace("@", "_at_")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in weights + [src / n for n in EXPORT_FILES if (src / n).is_file()]:
+        shutil.copy2(f, out / f.name)
+    lineage = {"name": version.name, "base_model": version.base_model, "run": version.run_id, "step": version.step,
+               "pinned_domains": version.pinned, "config": version.config,
+               "aliases": list(version.aliases.values_list("name", flat=True))}
+    (out / "temper.json").write_text(json.dumps(lineage, indent=1, default=str))
+    audit_record(actor=actor, obj=version, action="version.export",
+                 after={"dest": str(out)}, team=version.team)
+    return out
+
+
+# ----------------------------------------------------------------------------- eval curves
+@transaction.atomic
+def run_record_eval(*, run: Run, step: int, metrics: dict[str, float]) -> int:
+    """Write a periodic evaluation's ``eval/...`` points at ``step`` (idempotent) and wake the page."""
+    import math
+
+    from controlplane.runs import series
+    from controlplane.runs.driving import metric_domain
+    from controlplane.runs.models import MetricPoint
+
+    domains = set(run.run_domains.values_list("domain__slug", flat=True))
+    now = timezone.now()
+    points = [MetricPoint(run=run, step=step, domain=metric_domain(k, domains), key=k, value=float(v), time=now)
+              for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)]
+    # As the driver's step writes: a retried write keeps what is there; only new points join the buckets.
+    present = set(MetricPoint.objects.filter(run=run, step=step, key__startswith="eval/").values_list("domain", "key"))
+    points = [p for p in points if (p.domain, p.key) not in present]
+    MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
+    series.rollup(points)
+
+    def wake():
+        try:
+            from controlplane.live.services import run_wake
+
+            run_wake(run_id=run.pk)
+        except Exception:  # noqa: BLE001 - clients also tail the log
+            pass
+
+    transaction.on_commit(wake)
+    return len(points)

@@ -1,0 +1,25 @@
+"""Every checkpoint a run saves is registered as a ModelVersion, in the same transaction."""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from controlplane.runs.models import Checkpoint
+
+log = logging.getLogger(__name__)
+
+
+@receiver(post_save, sender=Checkpoint, dispatch_uid="registry-register-checkpoint")
+def register_checkpoint(sender, instance: Checkpoint, raw: bool = False, **kwargs) -> None:
+    if raw:  # loading fixtures
+        return
+    from controlplane.registry.services import version_register_checkpoint
+
+    try:
+        with transaction.atomic():  # a savepoint: a registry problem never loses the checkpoint row
+            version_register_checkpoint(checkpoint=instance)
+    except Exception:  # noqa: BLE001 - logged; the run goes on, `temper registry sync` can register later
+        log.exception("could not register checkpoint %s of run %s", instance.step, instance.run_id)

@@ -1,0 +1,61 @@
+"""Server-rendered registry pages: versions with their aliases, and the comparison view."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import ServiceError
+from controlplane.registry import selectors
+from controlplane.registry.models import ModelVersion
+from controlplane.web.context import current_team
+
+
+@login_required
+def versions_page(request: HttpRequest) -> HttpResponse:
+    actor = Principal.for_user(request.user)
+    team, _ = current_team(request)
+    versions = list(selectors.version_list(actor=actor, team=team.slug if team else "")[:300])
+    aliases = list(selectors.alias_list(actor=actor, team=team.slug if team else "").order_by("base", "name"))
+    runs = sorted({v.run_id for v in versions if v.run_id}, reverse=True)
+    return render(request, "registry/versions.html", {"versions": versions, "aliases": aliases, "runs": runs})
+
+
+def _interval_style(lo, hi, mean) -> dict:
+    """Positions (percent of a 0..1 track) of a cell's interval bar and mean mark."""
+    clamp = lambda x: max(0.0, min(1.0, x)) * 100  # noqa: E731
+    if lo is None or hi is None or mean is None or lo != lo:
+        return {}
+    return {"left": f"{clamp(lo):.1f}", "width": f"{max(clamp(hi) - clamp(lo), 0.5):.1f}", "mean": f"{clamp(mean):.1f}"}
+
+
+@login_required
+def compare_page(request: HttpRequest) -> HttpResponse:
+    """``?v=ID&v=ID...`` (the first is the baseline), ``?run=ID`` (its first and last checkpoint) or
+    ``?run=ID&from=base`` (its base model and last checkpoint)."""
+    actor = Principal.for_user(request.user)
+    refs = [r for r in request.GET.getlist("v") if r]
+    suite = request.GET.get("suite", "")
+    run_id = request.GET.get("run", "")
+    if not refs and run_id.isdigit():
+        ordered = list(ModelVersion.objects.filter(run_id=int(run_id), team_id__in=actor.team_ids).order_by("step"))
+        if ordered and request.GET.get("from") == "base":  # the base model against the last checkpoint
+            base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()
+            ordered = ([base] if base else []) + ordered
+        refs = [str(v.pk) for v in (ordered[:1] + ordered[-1:])] if len(ordered) > 1 else []
+    context = {"refs": refs, "suite": suite, "result": None, "error": "",
+               "suites": selectors.suite_list(actor=actor)}
+    if len(refs) < 2:
+        context["error"] = "Choose at least two versions to compare."
+    else:
+        try:
+            result = selectors.compare_versions(actor=actor, refs=refs, suite=suite)
+        except ServiceError as exc:
+            context["error"] = str(exc)
+        else:
+            for row in result["rows"]:
+                for cell in row["cells"]:
+                    cell["bar"] = _interval_style(cell.get("lo"), cell.get("hi"), cell.get("mean"))
+            context["result"] = result
+    return render(request, "registry/compare.html", context)

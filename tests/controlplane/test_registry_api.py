@@ -1,0 +1,122 @@
+"""The registry's REST API: roles, field errors, lineage, evaluations and their tasks, export."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from controlplane import dispatch
+from controlplane.registry.models import EvalRun
+from tests import factories
+from tests.controlplane.test_registry_gate import N, evaluated, version
+
+
+def post(client, url, body):
+    return client.post(url, json.dumps(body), content_type="application/json")
+
+
+@pytest.fixture
+def clients(world):
+    out = {}
+    for role, user in world.users.items():
+        out[role] = Client()
+        out[role].force_login(user)
+    out["other"] = Client()
+    out["other"].force_login(world.other_users["admin"])
+    return out
+
+
+def test_suites_evaluations_and_roles(world, clients, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: sent.append((name, args)))
+    suite = {"slug": "core", "team": "acme", "items": [{"domain": "addition", "tasks": 8}]}
+    assert post(clients["viewer"], "/api/registry/suites", suite).status_code == 403
+    r = post(clients["member"], "/api/registry/suites", {**suite, "items": [{"domain": "addition", "tasks": 0, "layer": "x"}]})
+    assert r.status_code == 422
+    assert {e["path"] for e in r.json()["errors"]} == {"items[0].tasks", "items[0].layer"}
+    r = post(clients["member"], "/api/registry/suites", suite)
+    assert r.status_code == 201 and r.json()["version"] == 1 and r.json()["items"][0]["domain_version"] == 1
+    assert clients["viewer"].get("/api/registry/suites/core").json()["items"][0]["seed"] == 1234
+    assert clients["other"].get("/api/registry/suites/core").status_code == 404
+
+    v = version(world.team, "tiny@1/1")
+    assert post(clients["viewer"], f"/api/registry/versions/{v.id}/evaluate", {"suite": "core"}).status_code == 403
+    assert post(clients["other"], f"/api/registry/versions/{v.id}/evaluate", {"suite": "core"}).status_code == 404
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/evaluate", {"suite": "core", "engine": "jax"})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "engine"
+    with django_capture_on_commit_callbacks(execute=True):
+        r = post(clients["member"], f"/api/registry/versions/{v.id}/evaluate", {"suite": "core"})
+    assert r.status_code == 201 and r.json()["state"] == "queued" and r.json()["suite"] == "core"
+    assert sent == [("temper.eval.run", (r.json()["id"],))]
+
+
+def test_versions_evals_and_export(world, clients, tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    admin = factories.actor(world.users["admin"])
+    from controlplane.registry import services
+
+    sv = services.suite_save(actor=admin, data={"slug": "core", "team": "acme", "items": [{"domain": "addition", "tasks": N}]})
+    v = version(world.team, "tiny@1/1")
+    weights = tmp_path / "w"
+    weights.mkdir()
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"):
+        (weights / name).write_text("{}")
+    v.path, v.pinned = str(weights), {"addition": 1}
+    v.save()
+    ev = evaluated(v, sv, {"addition": [1.0] * N})
+    detail = clients["viewer"].get(f"/api/registry/versions/{v.id}").json()
+    assert detail["name"] == "tiny@1/1" and detail["pinned"] == {"addition": 1} and detail["aliases"] == []
+    listing = clients["viewer"].get("/api/registry/versions?base=tiny").json()
+    assert listing["count"] == 1
+    e = clients["viewer"].get(f"/api/registry/evals/{ev.id}").json()
+    assert e["results"][0]["pass_at"] == {"1": 1.0} and e["version"] == "tiny@1/1"
+    tasks = clients["viewer"].get(f"/api/registry/evals/{ev.id}/tasks?domain=addition").json()
+    assert len(tasks) == N and tasks[0]["rewards"] == [1.0]
+    assert clients["other"].get(f"/api/registry/evals/{ev.id}").status_code == 404
+
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {})
+    assert r.status_code == 409 and "never promoted" in r.json()["detail"]
+    assert post(clients["member"], "/api/registry/aliases/canary", {"version": v.id}).json()["version"] == "tiny@1/1"
+    assert post(clients["member"], "/api/registry/aliases/staging", {"version": v.id}).status_code == 404
+    assert post(clients["viewer"], f"/api/registry/versions/{v.id}/export", {}).status_code == 403
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "../../etc"})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "name"
+    r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "tiny-prod"})
+    out = tmp_path / "exports" / "tiny-prod"
+    assert r.status_code == 200 and r.json()["path"] == str(out) and (out / "model.safetensors").is_file()
+    assert json.loads((out / "temper.json").read_text())["aliases"] == ["canary"]
+    assert clients["viewer"].get("/api/registry/aliases").json()[0]["name"] == "canary"
+    assert EvalRun.objects.count() == 1
+
+
+def test_openapi_documents_the_registry(world, clients):
+    doc = clients["viewer"].get("/api/openapi.json").json()
+    paths = set(doc["paths"])
+    assert {"/api/registry/versions", "/api/registry/compare", "/api/registry/aliases/{name}",
+            "/api/registry/aliases/{name}/rollback", "/api/registry/versions/{version_id}/export"} <= paths
+
+
+def test_auto_evaluate_suites_queue_an_evaluation_of_every_new_version(world, monkeypatch, django_capture_on_commit_callbacks, tmp_path, settings):
+    from controlplane.registry import services
+    from controlplane.registry.models import ModelVersion
+    from controlplane.runs.models import Checkpoint
+
+    settings.VAR_DIR = tmp_path
+    sent = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: sent.append((name, args)))
+    admin = factories.actor(world.users["admin"])
+    services.suite_save(actor=admin, data={"slug": "auto", "team": "acme", "auto_evaluate": True, "items": [{"domain": "addition"}]})
+    services.suite_save(actor=admin, data={"slug": "manual", "team": "acme", "items": [{"domain": "addition"}]})
+    run = factories.run(world.team, base_model="/models/tiny")
+    with django_capture_on_commit_callbacks(execute=True):
+        Checkpoint.objects.create(run=run, step=5, path=str(tmp_path / "missing"))
+    v = ModelVersion.objects.get(run=run, step=5)
+    evals = EvalRun.objects.filter(suite_version__suite__slug="auto")
+    assert {e.version.name for e in evals} == {"tiny", v.name}, "the base and the new version"
+    assert not EvalRun.objects.filter(suite_version__suite__slug="manual").exists()
+    assert sorted(sent) == sorted(("temper.eval.run", (e.pk,)) for e in evals)
+    # A checkpoint saved again (after a resume) refreshes its version without a second evaluation.
+    with django_capture_on_commit_callbacks(execute=True):
+        Checkpoint.objects.filter(run=run, step=5).get().save()
+    assert evals.count() == 2

