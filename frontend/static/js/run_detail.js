@@ -63,6 +63,7 @@
   const CHARTS = {
     "chart-reward": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `reward/${d}`), label: (k) => k.slice(7), yrange: [0, 1.05] },
     "chart-pass": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `pass_rate/${d}`), label: (k) => k.slice(10), yrange: [0, 1.05] },
+    "chart-eval": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `eval/reward/${d}`), label: (k) => k.slice(12), yrange: [0, 1.05], markers: true },
     "chart-outcomes": { keys: () => page.outcomes.map((o) => `outcome/${outcomeDomain}/${o}`), label: (k) => k.split("/").pop(), stacked: true },
     "chart-throughput": { keys: () => RUN_KEYS.throughput, label: (k) => k.split("/").pop() },
     "chart-stages": { keys: () => RUN_KEYS.stages, label: (k) => k.split("/").pop() },
@@ -124,6 +125,11 @@
       if (smoothing > 0) {
         out.push({ x, y: s.last, customdata: s.step, meta: key, type: "scatter", mode: "lines", name: name + " (raw)", showlegend: false,
           line: { width: 1, color }, opacity: 0.25, yaxis, legendgroup: key, hovertemplate: `${name} raw: %{y}<br>step %{customdata}<extra></extra>` });
+      }
+      if (spec.markers) { // evaluations are few and already averaged over a held-out set: no smoothing
+        out.push({ x, y: s.last, customdata: s.step, type: "scatter", mode: "lines+markers", name, line: { width: 2, color },
+          hovertemplate: `${name} held-out: %{y:.4g}<br>step %{customdata}<extra></extra>` });
+        return;
       }
       out.push({ x, y: ema(s.last, smoothing), customdata: s.step, meta: key, type: "scatter", mode: "lines", name,
         line: { width: 2, color }, yaxis, legendgroup: key, hovertemplate: `${name}: %{y:.4g}<br>step %{customdata}<extra></extra>` });
@@ -335,13 +341,13 @@
   function renderToggles() {
     const all = el("button", { type: "button", class: "link", text: visible.size === domains.length ? "none" : "all", onclick: () => {
       if (visible.size === domains.length) visible.clear(); else domains.forEach((d) => visible.add(d));
-      renderToggles(); redrawAll(["chart-reward", "chart-pass"]);
+      renderToggles(); redrawAll(["chart-reward", "chart-pass", "chart-eval"]);
     } });
     toggles.replaceChildren(el("span", { class: "muted", text: `domains (${visible.size}/${domains.length}): ` }), all,
       ...domains.map((d) => {
         const box = el("input", { type: "checkbox", "data-testid": `toggle-${d}` });
         box.checked = visible.has(d);
-        box.addEventListener("change", () => { box.checked ? visible.add(d) : visible.delete(d); renderToggles(); redrawAll(["chart-reward", "chart-pass"]); });
+        box.addEventListener("change", () => { box.checked ? visible.add(d) : visible.delete(d); renderToggles(); redrawAll(["chart-reward", "chart-pass", "chart-eval"]); });
         return el("label", { class: "inline toggle" }, box, " " + d);
       }));
   }
@@ -380,6 +386,7 @@
     await Promise.all([
       fetchSeries({ prefix: "reward/" }),
       fetchSeries({ prefix: "pass_rate/" }),
+      fetchSeries({ prefix: "eval/reward/" }),
       outcomeDomain ? fetchSeries({ prefix: `outcome/${outcomeDomain}/` }) : null,
       fetchSeries({ key: Object.values(RUN_KEYS).flat().join(",") }),
     ]);
