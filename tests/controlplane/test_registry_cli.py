@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import yaml
@@ -87,3 +88,27 @@ def test_cli_gate_refusal_names_the_regressing_domain(setup):
         cli("alias", "production", f"tiny@{run.id}/2", "--override")
     assert "-> tiny@" in cli("alias", "production", f"tiny@{run.id}/2", "--override", "--reason", "accepted")
     assert AuditLog.objects.filter(action="alias.override", after__reason="accepted").exists()
+
+
+def test_temper_registry_is_the_registry_command(setup):
+    """``manage.py temper registry ...`` runs ``manage.py registry ...`` as the same user, options
+    after the action included."""
+    run, suite, tmp_path = setup
+
+    def temper(*args, user="acme-member"):
+        out = io.StringIO()
+        call_command("temper", "--user", user, "registry", *args, stdout=out)
+        return out.getvalue()
+
+    assert f"tiny@{run.id}/2" in temper("versions", "--run", str(run.id))
+    assert "suite smoke is at v1" in temper("suite-save", str(suite))
+    for step in (1, 2):
+        assert "completed" in temper("evaluate", f"tiny@{run.id}/{step}", "--suite", "smoke", "--here")
+    out = json.loads(temper("compare", f"tiny@{run.id}/1", f"tiny@{run.id}/2", "--json"))
+    assert out["suite"] == "smoke" and [r["domain"] for r in out["rows"]] == ["builtin-reversal"]
+    assert f"tiny:candidate -> tiny@{run.id}/2" in temper("alias", "candidate", f"tiny@{run.id}/2")
+    assert AuditLog.objects.get(action="alias.move").actor.username == "acme-member"  # acted as --user
+    with pytest.raises(CommandError, match="model version .tiny@999/1. not found"):
+        temper("show", "tiny@999/1")
+    with pytest.raises(CommandError, match="required"):
+        temper()

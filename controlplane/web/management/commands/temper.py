@@ -5,6 +5,7 @@ API, so permissions, validation and the audit log are the same.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import yaml
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts import selectors as account_selectors
@@ -45,7 +47,7 @@ def _parse_value(raw: str):
 
 
 class Command(BaseCommand):
-    help = "Temper's command-line interface: teams, domains, runs, tokens, quotas and the audit log."
+    help = "Temper's command-line interface: teams, domains, runs, tokens, quotas, the audit log and the model registry."
 
     def add_arguments(self, parser):
         parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
@@ -85,6 +87,11 @@ class Command(BaseCommand):
 
         quota = sub.add_parser("quota", help="team quotas").add_subparsers(dest="action", required=True)
         p = quota.add_parser("set"); p.add_argument("team"); p.add_argument("--gpus", type=int); p.add_argument("--runs", type=int)
+
+        # Everything after "registry" is the registry command's own arguments (its --help included).
+        p = sub.add_parser("registry", add_help=False, help="the model registry: versions, eval suites, evaluations, "
+                           "comparison, aliases, rollback, export (temper registry --help)")
+        p.add_argument("registry_args", nargs=argparse.REMAINDER)
 
     # -- plumbing ---------------------------------------------------------------------------
     def _actor(self, username: str) -> Principal:
@@ -238,6 +245,11 @@ class Command(BaseCommand):
                     break
                 time.sleep(o["interval"])
         self.out(f"run {run.id} ended: {run.state}")
+
+    # -- the model registry -------------------------------------------------------------------
+    def do_registry(self, o):
+        """``temper registry ...`` is ``manage.py registry ...``, as the same user."""
+        call_command("registry", "--user", self.actor.user.username, *o["registry_args"], stdout=self.stdout, stderr=self.stderr)
 
     # -- tokens, audit, quotas ---------------------------------------------------------------
     def do_tokens_list(self, o):
