@@ -34,8 +34,14 @@ def schedule_tick() -> dict:
     return {"admit": decision.admit, "preempt": decision.preempt}
 
 
-@shared_task(name="temper.rollout.drive_run", queue="rollout", acks_late=True, soft_time_limit=None, time_limit=None,
-             ignore_result=True)
+DRIVE_TIME_LIMIT_S = 30 * 24 * 3600
+"""A driver owns its run until the run ends or parks: days, not the default limit of minutes (a
+limit of None falls back to ``CELERY_TASK_SOFT_TIME_LIMIT``, which would fail any run that lasts
+longer). A dead driver is caught by its lease, not by this limit."""
+
+
+@shared_task(name="temper.rollout.drive_run", queue="rollout", acks_late=True, soft_time_limit=DRIVE_TIME_LIMIT_S,
+             time_limit=DRIVE_TIME_LIMIT_S + 300, ignore_result=True)
 def drive_run(run_id: int) -> str:
     """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides)."""
     from workers.driver import drive

@@ -187,3 +187,12 @@ def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(se
     assert not after.exists(), "a quarantined domain was still sampled"
     assert steps_of(run) == [1, 2, 3, 4, 5]
 
+
+
+def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings):
+    """A run lasts longer than the default task limit (5 minutes); the driver's own limits say so
+    explicitly (a limit of None would fall back to the default and fail the run mid-training)."""
+    from workers.tasks import drive_run
+
+    assert drive_run.soft_time_limit >= 7 * 24 * 3600 > settings.CELERY_TASK_SOFT_TIME_LIMIT
+    assert drive_run.time_limit > drive_run.soft_time_limit
