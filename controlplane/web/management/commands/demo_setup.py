@@ -1,7 +1,9 @@
-"""Prepare the embedded-default demo: an admin, a team, the catalogue. Safe to run again."""
+"""Prepare the embedded-default demo: an admin, a team, the catalogue, an auto-evaluating eval
+suite and the demo run. Safe to run again."""
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -20,7 +22,31 @@ DEMO_CONFIG = {
     "optimizer": {"lr": 5e-4, "beta2": 0.99, "micro_batch_size": 128, "max_grad_norm": 1.0},
     "sft": {"steps": 250, "lr": 3e-3, "batch_size": 16},
     "checkpoint": {"every_steps": 20},
+    "eval": {"every_steps": 20},
 }
+
+DEMO_STEPS = 300
+"""GRPO steps of the demo run (after the SFT warm-up)."""
+
+DEMO_DOMAINS = {"builtin-addition": 2.0, "builtin-reversal": 1.0, "builtin-parity": 1.0}
+"""The demo run's domains and weights."""
+
+DEMO_SUITE = {
+    "slug": "demo-heldout",
+    "title": "held-out tasks of the demo's domains, sampled as the policy trains",
+    "auto_evaluate": True,
+    # Eight samples per task at the training temperature: each task's score is a pass rate, so the
+    # few held-out tasks a small domain has (14 of addition's 100) still tell a change apart.
+    "items": [
+        {"domain": "builtin-addition", "tasks": 32, "samples": 8, "temperature": 1.0, "k": [1, 8], "max_new_tokens": 4},
+        {"domain": "builtin-reversal", "tasks": 64, "samples": 8, "temperature": 1.0, "k": [1, 8], "max_new_tokens": 4},
+        # Level 0 (two bits) has no held-out task; six bits has a few.
+        {"domain": "builtin-parity", "tasks": 32, "level": 4, "samples": 8, "temperature": 1.0, "k": [1, 8],
+         "max_new_tokens": 4},
+    ],
+}
+"""Every checkpoint of the demo (and its base model) is evaluated on this suite as it is saved,
+so ``/registry/compare/?run=ID`` compares the run's first and last checkpoint."""
 
 
 class Command(BaseCommand):
@@ -53,26 +79,36 @@ class Command(BaseCommand):
         call_command("domains", "sync", stdout=self.stdout)
         if not opts["no_run"] and not Run.objects.filter(team=team).exists():
             run = self._demo_run(user, team)
-            self.stdout.write(f"demo run {run.id} queued: the tiny model learns addition, reversal and parity")
+            self.stdout.write(f"demo run {run.id} queued: the tiny model learns addition, reversal and parity; "
+                              f"its checkpoints are evaluated on the suite {DEMO_SUITE['slug']} "
+                              f"(compare them at /registry/compare/?run={run.id})")
         self.stdout.write(self.style.SUCCESS(f"demo admin: username {username}  password {password}"))
 
     def _demo_run(self, user, team):
-        """A tiny Llama built here (no hub), made a weak base by SFT, then GRPO on the built-ins."""
-        from controlplane.accounts.principal import Principal
-        from controlplane.runs.services import run_create, run_start
-        from trainer.models.tiny import build_tiny
-
         model_dir = settings.VAR_DIR / "models" / "tiny-demo"
         if not (model_dir / "config.json").exists():
+            from trainer.models.tiny import build_tiny
+
             build_tiny(model_dir)
-        actor = Principal.for_user(user)
-        run = run_create(actor=actor, data={
-            "team": team.slug,
-            "name": "demo: tiny model on the built-in domains",
-            "base_model": str(model_dir),
-            "domains": [{"slug": "builtin-addition", "weight": 2.0}, {"slug": "builtin-reversal", "weight": 1.0},
-                        {"slug": "builtin-parity", "weight": 1.0}],
-            "budget": {"steps": 300},
-            "config": DEMO_CONFIG,
-        })
-        return run_start(actor=actor, run=run)
+        return demo_run(user=user, team=team, model_dir=model_dir)
+
+
+def demo_run(*, user, team: Team, model_dir: Path, steps: int = DEMO_STEPS) -> Run:
+    """Save the demo's held-out suite (auto-evaluating), then create and start the demo run: a
+    tiny Llama built here (no hub), made a weak base by SFT, then GRPO on the built-in domains.
+    The suite comes first, so every checkpoint the run saves (and its base model) is evaluated."""
+    from controlplane.accounts.principal import Principal
+    from controlplane.registry.services import suite_save
+    from controlplane.runs.services import run_create, run_start
+
+    actor = Principal.for_user(user)
+    suite_save(actor=actor, data={**DEMO_SUITE, "team": team.slug})
+    run = run_create(actor=actor, data={
+        "team": team.slug,
+        "name": "demo: tiny model on the built-in domains",
+        "base_model": str(model_dir),
+        "domains": [{"slug": slug, "weight": weight} for slug, weight in DEMO_DOMAINS.items()],
+        "budget": {"steps": steps},
+        "config": DEMO_CONFIG,
+    })
+    return run_start(actor=actor, run=run)
