@@ -1,7 +1,9 @@
-"""`make demo`'s command brings the site up on the embedded default; login and the admin work."""
+"""`make demo`'s command brings the site up on the embedded default; login and the admin work, and
+the demo run's checkpoints are evaluated on an auto-evaluating held-out suite saved before it."""
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import signal
@@ -24,7 +26,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_demo_serves_login_and_admin_lists_domains(tmp_path):
+def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
     env["TEMPER_VAR_DIR"] = str(tmp_path / "var")
     port = _free_port()
@@ -50,6 +52,12 @@ def test_demo_serves_login_and_admin_lists_domains(tmp_path):
         admin = opener.open(url + "admin/domains/domain/", timeout=10).read().decode()
         for slug in ("builtin-addition", "builtin-reversal", "builtin-parity"):
             assert slug in admin
+        suites = {s["slug"]: s for s in json.loads(opener.open(url + "api/registry/suites", timeout=10).read())}
+        suite = suites["demo-heldout"]
+        assert suite["team"] == "demo" and suite["auto_evaluate"] is True and suite["version"] == 1
+        assert {i["domain"] for i in suite["items"]} == {"builtin-addition", "builtin-reversal", "builtin-parity"}
+        runs = json.loads(opener.open(url + "api/runs", timeout=10).read())["items"]
+        assert [r["name"] for r in runs] == ["demo: tiny model on the built-in domains"]
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(timeout=60)
