@@ -79,7 +79,7 @@ class Command(BaseCommand):
         call_command("domains", "sync", stdout=self.stdout)
         if not opts["no_run"] and not Run.objects.filter(team=team).exists():
             run = self._demo_run(user, team)
-            self.stdout.write(f"demo run {run.id} queued: the tiny model learns addition, reversal and parity; "
+            self.stdout.write(f"demo run {run.id} queued: the tiny model trains on addition, reversal and parity; "
                               f"its checkpoints are evaluated on the suite {DEMO_SUITE['slug']} "
                               f"(compare them at /registry/compare/?run={run.id})")
         self.stdout.write(self.style.SUCCESS(f"demo admin: username {username}  password {password}"))
