@@ -108,6 +108,9 @@ def test_temper_registry_is_the_registry_command(setup):
     assert out["suite"] == "smoke" and [r["domain"] for r in out["rows"]] == ["builtin-reversal"]
     assert f"tiny:candidate -> tiny@{run.id}/2" in temper("alias", "candidate", f"tiny@{run.id}/2")
     assert AuditLog.objects.get(action="alias.move").actor.username == "acme-member"  # acted as --user
+    # Options right after "registry" are the registry command's too.
+    assert f"tiny:canary -> tiny@{run.id}/1" in temper("--user", "acme-admin", "alias", "canary", f"tiny@{run.id}/1")
+    assert AuditLog.objects.filter(action="alias.move").latest("id").actor.username == "acme-admin"
     with pytest.raises(CommandError, match="model version .tiny@999/1. not found"):
         temper("show", "tiny@999/1")
     with pytest.raises(CommandError, match="required"):

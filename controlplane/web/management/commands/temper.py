@@ -88,9 +88,10 @@ class Command(BaseCommand):
         quota = sub.add_parser("quota", help="team quotas").add_subparsers(dest="action", required=True)
         p = quota.add_parser("set"); p.add_argument("team"); p.add_argument("--gpus", type=int); p.add_argument("--runs", type=int)
 
-        # Everything after "registry" is the registry command's own arguments (its --help included).
-        p = sub.add_parser("registry", add_help=False, help="the model registry: versions, eval suites, evaluations, "
-                           "comparison, aliases, rollback, export (temper registry --help)")
+        # Everything after "registry" is the registry command's own arguments, its --help included:
+        # this parser has no options (no prefix character it would recognise), so none is taken as its.
+        p = sub.add_parser("registry", add_help=False, prefix_chars="\x00", help="the model registry: versions, eval "
+                           "suites, evaluations, comparison, aliases, rollback, export (temper registry --help)")
         p.add_argument("registry_args", nargs=argparse.REMAINDER)
 
     # -- plumbing ---------------------------------------------------------------------------
