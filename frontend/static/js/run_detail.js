@@ -375,7 +375,16 @@
   // ------------------------------------------------------------------ loading and the socket
   async function fetchSeries(params) {
     const q = new URLSearchParams(params);
-    const resp = await api("GET", `/api/runs/${runId}/series?${q}`);
+    const prefetched = window.TemperPrefetch && params.prefix && window.TemperPrefetch[params.prefix];
+    let resp;
+    if (prefetched) { // started by the page's head, before plotly.min.js loaded; used once
+      delete window.TemperPrefetch[params.prefix];
+      const r = await prefetched;
+      if (!r.ok) throw { status: r.status, detail: r.statusText, errors: [] };
+      resp = await r.json();
+    } else {
+      resp = await api("GET", `/api/runs/${runId}/series?${q}`);
+    }
     load(resp);
     return resp;
   }
@@ -383,11 +392,12 @@
   async function reloadAll() {
     store.clear();
     cursor = null;
+    const show = (ids) => () => redrawAll(ids); // each chart is drawn as soon as its data is in
     await Promise.all([
-      fetchSeries({ prefix: "reward/" }),
-      fetchSeries({ prefix: "pass_rate/" }),
-      fetchSeries({ prefix: "eval/reward/" }),
-      outcomeDomain ? fetchSeries({ prefix: `outcome/${outcomeDomain}/` }) : null,
+      fetchSeries({ prefix: "reward/" }).then(show(["chart-reward"])),
+      fetchSeries({ prefix: "pass_rate/" }).then(show(["chart-pass"])),
+      fetchSeries({ prefix: "eval/reward/" }).then(show(["chart-eval"])),
+      outcomeDomain ? fetchSeries({ prefix: `outcome/${outcomeDomain}/` }).then(show(["chart-outcomes"])) : null,
       fetchSeries({ key: Object.values(RUN_KEYS).flat().join(",") }),
     ]);
     // Keys that have no points yet still get a series, so live points are kept from the start.
