@@ -75,6 +75,20 @@ def test_run_completes_with_per_domain_metrics(setup):
     assert latency.exists() and all(p.value >= 0 for p in latency)
 
 
+def test_with_staleness_each_step_records_the_policy_version_it_trained_on(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=4, staleness=1)
+    assert drive(run.id, worker="w1", send=_no_send) == "completed"
+    lag = dict(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").values_list("step", "value"))
+    version = dict(MetricPoint.objects.filter(run=run, key="batch/policy_version", domain="").values_list("step", "value"))
+    assert lag == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}  # never more than the run's staleness
+    assert version == {1: 0.0, 2: 0.0, 3: 1.0, 4: 2.0}
+    for key in ("pipeline/generate_busy_s", "pipeline/verify_busy_s", "pipeline/update_busy_s"):
+        assert steps_of(run, key) == [1, 2, 3, 4]
+    run.refresh_from_db()
+    assert run.inflight == {}  # cleared when the run finished, not rewritten by the lease thread
+
+
 def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=4)
