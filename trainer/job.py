@@ -614,7 +614,10 @@ class Job:
         job.step_count = state["step"]
         job.sft_steps_done = state["sft_steps_done"]
         job.engine_version = job.step_count  # the engine was built from the checkpoint's weights
-        for saved in rng["pending"]:
+        for i, saved in enumerate(rng["pending"]):
+            if isinstance(saved, list):  # saved before batches kept their version: the i-th batch
+                # ahead was queued i+1 steps before the checkpoint, behind that step's sync
+                saved = {"trajs": saved, "policy_version": max(0, job.step_count - config.rollout.staleness + i)}
             done: cf.Future = cf.Future()
             done.set_result(Batch(saved["trajs"], saved["policy_version"]))
             job.pending.append(done)

@@ -154,6 +154,7 @@ def test_resume_reproduces_the_next_batch(base_config, tmp_path, staleness):
     resumed.close()
     assert batch_signature(resumed_seen[0][2]) == batch_signature(straight[2][2])
     assert resumed_seen[0][1]["reward/builtin-addition"] == straight[2][1]["reward/builtin-addition"]
+    assert resumed_seen[0][1]["batch/policy_version"] == straight[2][1]["batch/policy_version"] == 2 - staleness
     for a, b in zip(job.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
 
