@@ -2,8 +2,11 @@
 
 The tiny model trains on single-digit addition; every completion is verified by a real sandbox
 execution that takes about 200 ms (the sandboxed code domain's cost), 8 executions at a time as
-a verify pool would. With staleness s, generation of step k+1.. k+s runs while step k is verified
-and applied. Last line: one JSON object with steps_per_hour (by staleness), speedup_1_vs_0 and
+a verify pool would (the sandbox pool's global and domain limits are set to ``--slots``). With
+staleness s, batches k+1 .. k+s are generated and verified while step k trains; with staleness 0
+each step generates, verifies and updates in turn. Besides the goals' figures it reports each
+stage's busy fraction (generate, verify, update) and the policy lag of the trained batches.
+Last line: one JSON object with steps_per_hour (by staleness), speedup_1_vs_0 and
 generator_idle (by staleness).
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--backend bwrap|docker]
@@ -31,6 +34,8 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64,
                         help="generation length: sets the generation cost against the fixed verification cost")
     args = parser.parse_args()
+    # The pool admits --slots executions at once (its default is 2 per CPU).
+    os.environ["TEMPER_SANDBOX_GLOBAL_LIMIT"] = os.environ["TEMPER_SANDBOX_DOMAIN_LIMIT"] = str(args.slots)
 
     import torch
 
@@ -63,18 +68,28 @@ def main() -> int:
                    "optimizer": {"lr": 5e-4}}, verify_batch=verify_batch)
         for _ in range(2):
             job.step()
-        idle, t0 = [], time.perf_counter()
+        busy = {stage: 0.0 for stage in ("generate", "verify", "update")}
+        lags, t0 = [], time.perf_counter()
         for _ in range(args.steps):
-            idle.append(job.step()["perf/generator_idle_frac"])
+            metrics = job.step()
+            lags.append(int(metrics["batch/policy_lag"]))
+            for stage in busy:
+                busy[stage] += metrics[f"pipeline/{stage}_busy_s"]
         elapsed = time.perf_counter() - t0
         job.close()
-        results[staleness] = {"steps_per_hour": round(3600 * args.steps / elapsed, 1), "generator_idle": round(sum(idle) / len(idle), 3)}
+        results[staleness] = {"steps_per_hour": round(3600 * args.steps / elapsed, 1),
+                              "generator_idle": round(1 - busy["generate"] / elapsed, 3),
+                              "busy_frac": {s: round(b / elapsed, 3) for s, b in busy.items()},
+                              "busy_s_per_step": {s: round(b / args.steps, 3) for s, b in busy.items()},
+                              "max_policy_lag": max(lags)}
         print(f"staleness {staleness}: {results[staleness]}", flush=True)
     out = {
         "steps_per_hour": {str(s): r["steps_per_hour"] for s, r in results.items()},
         "speedup_1_vs_0": round(results[1]["steps_per_hour"] / results[0]["steps_per_hour"], 3),
         "speedup_2_vs_0": round(results[2]["steps_per_hour"] / results[0]["steps_per_hour"], 3),
         "generator_idle": {str(s): r["generator_idle"] for s, r in results.items()},
+        "busy_frac": {str(s): r["busy_frac"] for s, r in results.items()},
+        "max_policy_lag": {str(s): r["max_policy_lag"] for s, r in results.items()},
         "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
         "max_new_tokens": args.max_new_tokens,
     }
