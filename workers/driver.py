@@ -65,7 +65,19 @@ class Quarantine:
 
 class InFlight:
     """What the driver waits on, shared by its threads: the step loop's phase and the items in
-    verification per domain (from any batch of the pipeline), with the time it last changed."""
+    verification per domain (from any batch of the pipeline), with the time it last changed.
+
+    >>> inflight = InFlight()
+    >>> inflight.set_phase("step")
+    >>> with inflight.verifying({"code": 3}):
+    ...     with inflight.verifying({"code": 1, "math": 2}):
+    ...         print(inflight.snapshot()[1]["phase"], inflight.snapshot()[1]["per_domain"])
+    ...     print(inflight.snapshot()[1]["per_domain"])
+    verify {'code': 4, 'math': 2}
+    {'code': 3}
+    >>> inflight.snapshot()[1]["phase"], inflight.snapshot()[1]["per_domain"]
+    ('step', {})
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
