@@ -201,3 +201,46 @@ def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(se
     assert not after.exists(), "a quarantined domain was still sampled"
     assert steps_of(run) == [1, 2, 3, 4, 5]
 
+
+
+def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup):
+    """A sandboxed domain's batches go to the verify queue from the Job's verify thread while the
+    driver's thread trains; every item comes back and each step stays within the staleness bound."""
+    import json
+    import threading
+
+    from controlplane.accounts.models import Team
+    from controlplane.domains.services import domain_upload_jsonl
+
+    actor, model = setup
+    team = Team.objects.get(slug="acme")
+    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
+    domain_upload_jsonl(actor=actor, team=team, jsonl=lines, data={
+        "slug": "remote-code", "title": "Remote", "kind": "code",
+        "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
+    run = run_create(actor=actor, data=factories.run_payload(["remote-code"], team="acme", base_model=model,
+                                                             budget={"steps": 3}, config=SMALL, staleness=1))
+    run.transition("queued"); run.transition("running"); run.save()
+    senders = set()
+
+    class Passed:
+        def __init__(self, n):
+            self.n = n
+
+        def get(self, **kw):
+            return [{"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}] * self.n
+
+        def revoke(self):
+            pass
+
+    def send(name, args):
+        senders.add(threading.current_thread().name)
+        return Passed(len(args[2]))
+
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    assert senders and all(name.startswith("verify") for name in senders)
+    passes = MetricPoint.objects.filter(run=run, key="outcome/remote-code/pass").order_by("step")
+    assert [p.value for p in passes] == [16.0, 16.0, 16.0]
+    lag = list(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").order_by("step").values_list("value", flat=True))
+    assert lag == [0.0, 1.0, 1.0]
+    assert list(MetricPoint.objects.filter(run=run, key="verify/remote-code/p50_s").values_list("value", flat=True)) == [0.01] * 3
