@@ -427,6 +427,8 @@ class Job:
         metrics["perf/completions_per_s"] = n_gen / step_s
         metrics["perf/tokens_per_s"] = (gen_tokens + metrics.get("perf/train_tokens", 0.0)) / step_s
         metrics["perf/gen_tokens_per_s"] = gen_tokens / max(metrics["pipeline/generate_busy_s"], 1e-9)
+        # The verify stage's rate while it works (completions verified per busy second).
+        metrics["perf/verifications_per_s"] = n_gen / max(metrics["pipeline/verify_busy_s"], 1e-9)
         metrics["perf/generator_idle_frac"] = metrics["pipeline/generate_idle_frac"]
         metrics["batch/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
         for slug, level in self.sampler.levels.items():

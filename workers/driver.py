@@ -307,7 +307,13 @@ def _inflight(run_id: int, worker: str, inflight: InFlight) -> int:
     """Say what the driver waits on (for "what is it waiting on" in the API and the run page),
     while this worker still drives the run."""
     version, snapshot = inflight.snapshot()
-    Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot)
+    if Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot):
+        try:  # the run page shows it at once; a missing channel layer never stops the driver
+            from controlplane.live.services import run_wake
+
+            run_wake(run_id=run_id)
+        except Exception:
+            pass
     return version
 
 
