@@ -65,13 +65,18 @@ def confusion_matrix(a: Sequence[float], b: Sequence[float], labels: Sequence[fl
     """
     x, y = _pair(a, b)
     w = _weights(sample_weight, x.size)
-    index = {float(v): i for i, v in enumerate(labels)}
-    k = len(labels)
+    lab = _arr(labels)
+    order = np.argsort(lab)
+    k = lab.size
     out = np.zeros((k, k))
-    for xi, yi, wi in zip(x, y, w):
-        if xi not in index or yi not in index:
-            raise ValueError(f"value {xi if xi not in index else yi} is not one of the labels {list(labels)}")
-        out[index[xi], index[yi]] += wi
+    if x.size == 0:
+        return out
+    ix = order[np.clip(np.searchsorted(lab[order], x), 0, k - 1)]
+    iy = order[np.clip(np.searchsorted(lab[order], y), 0, k - 1)]
+    bad = (lab[ix] != x) | (lab[iy] != y)
+    if np.any(bad):
+        raise ValueError(f"values {sorted(set(x[lab[ix] != x].tolist()) | set(y[lab[iy] != y].tolist()))} are not among the labels {lab.tolist()}")
+    np.add.at(out, (ix, iy), w)
     return out
 
 

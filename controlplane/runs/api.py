@@ -55,6 +55,14 @@ class RunOut(Schema):
 class RunDetailOut(RunOut):
     config: dict[str, Any]
     domains: list[RunDomainOut]
+    warnings: list[str] = []
+
+    @staticmethod
+    def resolve_warnings(obj) -> list[str]:
+        """E.g. a judge one of its domains uses is not calibrated."""
+        from controlplane.review.selectors import run_judge_warnings
+
+        return run_judge_warnings(obj)
 
     @staticmethod
     def resolve_domains(obj) -> list[dict]:

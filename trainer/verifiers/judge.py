@@ -197,6 +197,8 @@ def judge_stage(completion: str, task: Task, *, judge: str = "default", rubric: 
     details = {"found": score, "reason": result.reason[:2000], "judge_version": result.judge_version,
                "judge_score": score, "judge_raw": result.raw if result.raw is not None else score,
                "judge_format": result.format, "judge_attempts": result.attempts, "judge": judge, **result.extra}
+    if task.answer is not None:
+        details["judge_reference"] = (task.answer if isinstance(task.answer, str) else str(task.answer))[:4000]
     if graded:
         if score >= 1.0:
             return Verification(Outcome.PASS, 1.0, details)
