@@ -2,7 +2,7 @@
 re-scoring of proposed judge versions.
 
 Workers resolve a judge stage's ``judge`` name to the judge's active version (read from the
-database, cached briefly), and limit each judge's requests in flight across every worker with the
+database at the start of each batch, cached for a few seconds), and limit each judge's requests in flight across every worker with the
 same Redis sorted-set slots the sandbox quota uses (a process-local semaphore without Redis).
 """
 from __future__ import annotations
@@ -72,12 +72,17 @@ def shared_limit(name: str, limit: int, wait_s: float) -> Iterator[None]:
         raise JudgeError(str(exc).replace("sandbox slots of domain", "slots of judge")) from None
 
 
-def install() -> None:
-    """Make judge stages in this process find judges in the database, limited across workers."""
-    from trainer.verifiers.judge import set_judge_limiter, set_judge_resolver
+def install(spec: dict | None = None) -> None:
+    """Limit judges across workers, and install the active version of every judge ``spec``'s
+    stages name (resolved here, on the task's thread: stage threads never touch the database;
+    a judge that does not exist stays missing, so its stage reports judge_error)."""
+    from trainer.verifiers.judge import set_judge, set_judge_limiter
 
-    set_judge_resolver(resolve_judge)
     set_judge_limiter(shared_limit)
+    for stage in (spec or {}).get("stages", []):
+        if isinstance(stage, dict) and stage.get("type") == "judge":
+            name = str((stage.get("params") or {}).get("judge", "default"))
+            set_judge(name, resolve_judge(name))
 
 
 def shadow_run(config_id: int) -> dict:

@@ -63,7 +63,7 @@ def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | 
     from trainer.verifiers import compile_cascade, set_sandbox_executor
     from workers import judge, sandbox
 
-    judge.install()
+    judge.install(spec)
     set_sandbox_executor(limited_executor(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else sandbox.execute)
     cascade = compile_cascade(spec)
     out = []
