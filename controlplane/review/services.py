@@ -245,14 +245,15 @@ def judge_calibrate(*, actor: Principal, config: JudgeConfig) -> JudgeConfig:
 
 @transaction.atomic
 def judge_promote(*, actor: Principal, config: JudgeConfig) -> Judge:
-    """Make a version the one runs use; it must be (or now become) calibrated."""
+    """Make a version the one runs use; it must be (or now become) calibrated. Promoting the
+    active version marks it calibrated (the same check)."""
     _require_admin(actor, config.judge.team_id)
     judge = Judge.objects.select_for_update().get(pk=config.judge_id)
     config = JudgeConfig.objects.select_related("judge").get(pk=config.pk)
-    if judge.active_id == config.pk:
-        return judge
     if not config.is_calibrated:
         _calibrate(actor, config)
+    if judge.active_id == config.pk:
+        return judge
     before = judge.active.version if judge.active_id else None
     judge.previous, judge.active = judge.active, config
     judge.save(update_fields=["previous", "active", "updated_at"])

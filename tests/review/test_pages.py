@@ -8,7 +8,7 @@ import re
 import pytest
 from django.test import Client
 
-from controlplane.review.models import ReviewItem
+from controlplane.review.models import JudgeConfig, ReviewItem
 
 pytestmark = pytest.mark.django_db
 
@@ -77,18 +77,24 @@ def test_reviewer_labels_twenty_items_and_kappa_updates_then_admin_promotes(judg
     page = admin.get(f"/review/queues/{qid}/").content.decode()
     assert 'data-testid="promote"' in page and 'id="promote" data-testid="promote" disabled' in page  # JS enables it from the check
     check = admin.get("/api/judges/sim/versions/1/calibration").json()
-    judge_page = admin.get("/review/judges/sim/").content.decode()
-    button = re.search(r'<button[^>]*id="promote-v1"[^>]*>', judge_page).group(0)
-    # the judge is already active: promotion here means marking it calibrated, checked server-side
-    assert "disabled" in button
+
+    def v1_button():
+        return re.search(r'<button[^>]*id="promote-v1"[^>]*>', admin.get("/review/judges/sim/").content.decode()).group(0)
+
+    # v1 is active but not calibrated: its button marks it calibrated, enabled only above the threshold
     post(admin, "/api/judges/sim/threshold", {"threshold": 0.99})
-    assert post(admin, "/api/judges/sim/versions/1/calibrate").status_code == 409  # the server refuses
+    assert "disabled" in v1_button()
+    assert post(admin, "/api/judges/sim/versions/1/promote").status_code == 409  # the server refuses
+    assert post(admin, "/api/judges/sim/versions/1/calibrate").status_code == 409
     assert admin.get("/api/judges/sim/versions/1/calibration").json()["ok"] is False
     post(admin, "/api/judges/sim/threshold", {"threshold": round(check["kappa_lower"] - 0.01, 3)})
     assert admin.get("/api/judges/sim/versions/1/calibration").json()["ok"] is True
+    assert "disabled" not in v1_button()
+    assert post(admin, "/api/judges/sim/versions/1/promote").status_code == 200
+    assert JudgeConfig.objects.get(judge__slug="sim", version=1).is_calibrated
+    assert "disabled" in v1_button()  # active and calibrated: nothing left to do
     # a proposed v2 with its shadow scores: its promote button is enabled only once it clears the threshold
     post(admin, "/api/judges/sim/versions", {"params": {"similarity_cut": 0.7}})
-    from controlplane.review.models import JudgeConfig
     from workers.judge import shadow_run
 
     shadow_run(JudgeConfig.objects.get(judge__slug="sim", version=2).pk)

@@ -120,6 +120,7 @@
       current = item;
       $("item").hidden = !item;
       $("done").hidden = !!item;
+      if (document.activeElement === $("skip-reason")) $("skip-reason").blur();
       $("skip-form").hidden = true;
       if (!item) return;
       $("item-id").textContent = item.id;
@@ -221,7 +222,7 @@
       if (!btn || !initial.is_admin) return;
       try {
         const check = await api("GET", "/api/judges/" + initial.judge + "/versions/" + initial.version + "/calibration");
-        btn.disabled = !check.ok || check.active;
+        btn.disabled = !check.ok || (check.active && check.calibrated);
         $("promote-threshold").textContent = check.threshold;
         $("promote-status").textContent = check.active && check.calibrated ? "Active and calibrated." : check.reason + ".";
       } catch (e) {
