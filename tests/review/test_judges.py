@@ -148,3 +148,45 @@ def test_similarity_judge_on_the_shipped_minilm_weights():
 def test_unknown_judge_is_a_judge_error():
     v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "nobody"}}]}, "x", TASK)
     assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
+
+
+def test_local_judge_runs_a_locally_built_model(tmp_path):
+    """The local kind loads a causal LM from a directory and generates; a random tiny model's
+    answer does not parse, which is a judge_error (masked), not a fail."""
+    from trainer.models.tiny import build_tiny
+
+    path = str(build_tiny(tmp_path / "judge-model", layers=1))
+    spec = JudgeSpec("local", kind="local", model=path, rubric="{completion}", max_tokens=6, score_format="binary")
+    set_judge("local", build_judge(spec))
+    try:
+        v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "local"}}]}, "Paris", TASK)
+    finally:
+        set_judge("local", None)
+    assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
+    assert "unparseable binary answer" in v.details["error"]
+    missing = build_judge(JudgeSpec("nowhere", kind="local", model=str(tmp_path / "none")))
+    set_judge("nowhere", missing)
+    try:
+        assert run_cascade({"stages": [{"type": "judge", "params": {"judge": "nowhere"}}]}, "x", TASK).outcome is Outcome.JUDGE_ERROR
+    finally:
+        set_judge("nowhere", None)
+
+
+def test_judge_slots_are_shared_across_workers_through_redis(settings):
+    """The worker's limiter: one judge's slots live in Redis, so every judge worker shares them."""
+    from tests.services import require_redis
+    from trainer.verifiers.judge import JudgeError
+    from workers import judge as worker_judge
+
+    settings.REDIS_URL = require_redis()
+    settings.TEMPER_JUDGE_WAIT_S = 0.2
+    worker_judge._slots.clear()
+    try:
+        with worker_judge.shared_limit("slots-test", 1, 5.0):
+            with pytest.raises(JudgeError, match="busy|slots of judge"):
+                with worker_judge.shared_limit("slots-test", 1, 5.0):
+                    pass
+        with worker_judge.shared_limit("slots-test", 1, 5.0):  # released
+            pass
+    finally:
+        worker_judge._slots.clear()
