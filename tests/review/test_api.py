@@ -236,3 +236,24 @@ def test_calibration_promotion_shadow_and_rollback(judged):
     assert back.status_code == 200 and back.json()["active_version"] == 1
     actions = set(AuditLog.objects.filter(object_type="review.judge").values_list("action", flat=True))
     assert {"judge.create", "judge.threshold", "judge.calibrate", "judge.version", "judge.shadow", "judge.promote", "judge.rollback"} <= actions
+
+
+def test_queue_and_judge_lists_take_a_constant_number_of_queries(judged, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    w = judged
+    admin = client_for(w.users["admin"])
+
+    def count(path):
+        with CaptureQueriesContext(connection) as ctx:
+            assert admin.get(path).status_code == 200
+        return len(ctx.captured_queries)
+
+    post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "q0", "size": 3})
+    one = count("/api/review/queues"), count("/api/judges")
+    for i in range(1, 4):
+        post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": f"q{i}", "size": 3})
+    assert (count("/api/review/queues"), count("/api/judges")) == one
+    with django_assert_max_num_queries(12):
+        admin.get("/api/review/queues")
