@@ -40,3 +40,16 @@ def test_cli_queue_labels_stats_versions_and_rollback(judged):
         run("--user", "acme-admin", "judges", "rollback", "sim")
     assert "threshold 0.3" in run("--user", "acme-admin", "judges", "threshold", "sim", "0.3")
     assert AuditLog.objects.filter(action__in=["judge.version", "judge.threshold", "review_queue.create"]).count() == 3
+
+
+def test_demo_setup_makes_a_judge_and_a_judged_domain_once(world):
+    from controlplane.domains.models import Domain
+    from controlplane.review.models import Judge
+
+    out = run("--user", "acme-admin", "demo", "setup", "acme")
+    assert "acme-similarity" in out and "capitals-judged" in out
+    run("--user", "acme-admin", "demo", "setup", "acme")  # idempotent
+    assert Judge.objects.filter(slug="acme-similarity").count() == 1
+    domain = Domain.objects.get(slug="capitals-judged")
+    assert domain.team.slug == "acme" and domain.verifier["stages"][0]["params"]["judge"] == "acme-similarity"
+    assert len(domain.task_source["tasks"]) == 24

