@@ -160,6 +160,18 @@ def queue_progress(queue: ReviewQueue, user=None) -> dict[str, Any]:
     return out
 
 
+def queue_progress_many(queues: list[ReviewQueue]) -> list[dict[str, int]]:
+    """Items and complete items of many queues in one query."""
+    per_item = (ReviewItem.objects.filter(queue__in=queues)
+                .annotate(n=Count("labels", filter=Q(labels__skipped=False))).values_list("queue_id", "n"))
+    out = {q.pk: {"items": 0, "complete": 0} for q in queues}
+    need = {q.pk: q.reviewers_per_item for q in queues}
+    for queue_id, n in per_item:
+        out[queue_id]["items"] += 1
+        out[queue_id]["complete"] += int(n >= need[queue_id])
+    return [out[q.pk] for q in queues]
+
+
 def judge_stages(snapshot: dict) -> list[str]:
     """Judge slugs named by a domain version's verifier cascade."""
     stages = ((snapshot or {}).get("verifier") or {}).get("stages") or []

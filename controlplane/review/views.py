@@ -18,8 +18,8 @@ from controlplane.review import selectors, services
 @login_required
 def index(request: HttpRequest) -> HttpResponse:
     actor = Principal.for_user(request.user)
-    queues = selectors.queue_list(actor=actor).order_by("-created_at")[:200]
-    rows = [(q, selectors.queue_progress(q)) for q in queues]
+    queues = list(selectors.queue_list(actor=actor).order_by("-created_at")[:200])
+    rows = list(zip(queues, selectors.queue_progress_many(queues)))
     judges = selectors.judge_list(actor=actor)
     return render(request, "review/index.html", {"rows": rows, "judges": judges})
 

@@ -40,6 +40,18 @@ def test_index_lists_queues_and_judges(judged):
     assert 'data-testid="nav-review"' in html
     assert client_for(w.other_users["admin"]).get("/review/").content.decode().count("queue-link-") == 0
     assert Client().get("/review/").status_code == 302  # sign in first
+    # the list page's queries do not grow with the number of queues
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    viewer = client_for(w.users["viewer"])
+    with CaptureQueriesContext(connection) as one:
+        viewer.get("/review/")
+    for i in range(3):
+        post(client_for(w.users["admin"]), "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": f"more{i}", "size": 2})
+    with CaptureQueriesContext(connection) as four:
+        html = viewer.get("/review/").content.decode()
+    assert len(four.captured_queries) == len(one.captured_queries) and html.count("queue-link-") == 4
 
 
 def test_queue_page_has_the_labeller_shortcuts_and_stats(judged):
