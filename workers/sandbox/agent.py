@@ -71,8 +71,29 @@ def reap_all(block):
         if pid == 0:
             return
 
+libc = ctypes.CDLL(None, use_errno=True)
+
+def wipe_ipc():
+    """Remove System V IPC objects a job left (they outlive processes in the IPC namespace)."""
+    for table, rm in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
+        try:
+            lines = open("/proc/sysvipc/" + table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            ident = int(line.split()[1])
+            if table == "sem":
+                rm(ident, 0, 0)  # IPC_RMID
+            else:
+                rm(ident, 0, None)
+
 def wipe():
-    for top in ("/work", "/tmp", "/dev/shm"):
+    wipe_ipc()
+    for top, mode in (("/work", 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):
+        try:
+            os.chmod(top, mode)  # a job may have made the directory unusable for the next one
+        except OSError:
+            pass  # not ours (docker's tmpfs belongs to root): the job could not chmod it either
         try:
             entries = os.listdir(top)
         except OSError:
@@ -113,6 +134,7 @@ def run_job(job):
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_data else (os.open("/dev/null", os.O_RDONLY), -1)
     lim = job["limits"]
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     pid = os.fork()
     if pid == 0:
         try:
@@ -125,6 +147,8 @@ def run_job(job):
                              (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
                              (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
                 resource.setrlimit(res, val)
+            if lim.get("as"):  # no memory cgroup: address-space limit as the coarser backstop
+                resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.chdir("/work")
             os.execvpe(job["command"][0], job["command"], job["env"])
@@ -193,7 +217,9 @@ def run_job(job):
     if status is None:
         _, status = os.waitpid(pid, 0)
     reap_all(True)
-    result = {"killed": killed}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
+    result = {"killed": killed, "rusage": [cpu, usage.ru_maxrss * 1024]}
     if os.WIFSIGNALED(status):
         result["signal"] = os.WTERMSIG(status)
     else:
