@@ -253,10 +253,13 @@ class WarmBwrapBackend:
                 self._all.discard(sb)
                 self._free_uids.append(sb.uid)
 
+    def _missing(self, key: tuple) -> int:
+        """Warm sandboxes this key lacks (idle, busy or resetting ones count: busy ones come back)."""
+        with self._lock:
+            return self.config.warm_per_domain - sum(sb.key == key and not sb.retiring for sb in self._all)
+
     def _top_up(self, key: tuple) -> None:
-        with self._lock:  # sandboxes of this key, idle, busy or resetting: busy ones come back
-            missing = self.config.warm_per_domain - sum(sb.key == key and not sb.retiring for sb in self._all)
-        for _ in range(max(0, missing)):
+        for _ in range(max(0, self._missing(key))):
             if self._closed:
                 return
             try:
@@ -293,7 +296,8 @@ class WarmBwrapBackend:
                         break
         if sb is None:
             sb = self._create(key)
-        self._submit(self._top_up, key)
+        if self._missing(key) > 0:  # only then: a background wake-up per job costs CPU on the clock
+            self._submit(self._top_up, key)
         return sb
 
     def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits,
