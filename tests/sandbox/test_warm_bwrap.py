@@ -139,6 +139,40 @@ def test_previous_jobs_sysv_ipc_objects_are_gone(pool):
     assert v.stdout == b"shm 0\nsem 0\nmsg 0\n", v
 
 
+def test_previous_jobs_keys_are_gone(pool):
+    token = "temper-key-" + secrets.token_hex(6)
+    adder = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for ring in (-4, -5, -3):\n"  # user, user session, session keyring
+        f"    print(libc.syscall(248, b'user', b'{token}-%d' % -ring, b'secret', 6, ring) > 0)\n"  # add_key
+        "print(open('/proc/keys').read())\n"
+    )
+    v = run(pool, adder)
+    assert v.status == "ok", v
+    assert token.encode() in v.stdout, v.stdout  # the keys were really added
+    first = sandbox_of(pool)
+    v = run(pool, "print(open('/proc/keys').read())")
+    assert sandbox_of(pool) is first
+    assert v.status == "ok", v
+    assert token.encode() not in v.stdout, v.stdout
+
+
+def test_keys_in_a_jobs_own_session_keyring_are_gone(pool):
+    token = "temper-own-" + secrets.token_hex(6)
+    adder = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.syscall(250, 1, None) > 0)\n"  # KEYCTL_JOIN_SESSION_KEYRING: a new anonymous one
+        f"print(libc.syscall(248, b'user', b'{token}', b'secret', 6, -3) > 0)\n"
+    )
+    v = run(pool, adder)
+    assert v.status == "ok" and v.stdout == b"True\nTrue\n", v
+    v = run(pool, "print(open('/proc/keys').read())")
+    assert v.status == "ok", v
+    assert token.encode() not in v.stdout, v.stdout  # collected before reuse, or the sandbox retired
+
+
 def test_job_cannot_kill_or_read_the_agent(pool):
     program = (
         "import os, signal\n"
