@@ -78,7 +78,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
     can_control = actor.can(run.team_id, "run.control")
     first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
+    from controlplane.review.selectors import run_judge_warnings
+
     return render(request, "runs/detail.html", {
+        "warnings": run_judge_warnings(run),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
