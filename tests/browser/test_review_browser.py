@@ -35,7 +35,8 @@ def judged_queue(server):
 
     worker_judge._cache.clear()
     team = factories.team("acme")
-    admin, reviewer = _user(team, "admin", "ada"), _user(team, "reviewer", "rita")
+    admin = _user(team, "admin", "ada")
+    _user(team, "reviewer", "rita")
     member = factories.member(team, "member", "mo")
     services.judge_create(actor=factories.actor(admin), data={
         "team": "acme", "slug": "sim", "title": "Similarity to the reference", "kind": "similarity",

@@ -18,7 +18,6 @@ def run(*args) -> str:
 
 
 def test_cli_queue_labels_stats_versions_and_rollback(judged):
-    w = judged
     assert "sim" in run("--user", "acme-viewer", "judges", "list")
     out = run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=cli", "strategy=uniform", "size=6")
     assert "6 items sampled" in out

@@ -3,7 +3,6 @@ driver's fan-out, and shadow re-scoring of a proposed version, against PostgreSQ
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from django.db import connection
@@ -14,7 +13,7 @@ from controlplane.review import services
 from controlplane.review.models import JudgeConfig, ReviewItem, ShadowScore
 from tests import factories
 from tests.review.conftest import SIM_VERIFIER, judged_samples, record_judged_run
-from tests.services import require_postgres, require_redis, start_celery_worker, worker_env
+from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 from workers.verify import make_verify_batch
 
 
@@ -28,15 +27,6 @@ def judge_worker(transactional_db, tmp_path):
     proc.terminate()
     proc.wait(timeout=60)
 
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.mark.slow

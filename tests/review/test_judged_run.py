@@ -4,7 +4,6 @@ recorded trajectory carries the judge version and the verifier version; the run 
 the judge is not calibrated."""
 from __future__ import annotations
 
-import time
 
 import pytest
 from django.core.management import call_command
@@ -14,17 +13,8 @@ from django.test import Client
 from controlplane.runs.models import MetricPoint, Run, Trajectory
 from controlplane.runs.services import run_create, run_start
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_worker, worker_env
+from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture
