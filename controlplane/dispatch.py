@@ -19,6 +19,8 @@ TASK_QUEUES = {
     "temper.rollout.drive_run": "rollout",
     "temper.verify.batch": "verify",
     "temper.eval.run": "eval",
+    "temper.judge.batch": "judge",
+    "temper.judge.shadow": "judge",
 }
 
 

@@ -19,4 +19,5 @@ urlpatterns = [
     path("registry/", include("controlplane.registry.urls")),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("review/", include("controlplane.review.urls")),
 ]

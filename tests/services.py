@@ -87,3 +87,19 @@ def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int =
 
     threading.Thread(target=pump, daemon=True).start()
     return proc
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """Poll a condition the system under test makes true (a run reaching a state); its value.
+
+    The poll period is not a stand-in for synchronisation: the test waits for the state itself,
+    with ``timeout`` only as a bound that says what never happened."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -9,7 +9,7 @@ import pytest
 
 PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments"]
 MODULES = [
-    "trainer.outcomes", "trainer.tasks.builtin", "controlplane.common.validation", "controlplane.domains.selectors",
+    "trainer.outcomes", "trainer.pipeline", "trainer.tasks.builtin", "controlplane.common.validation", "controlplane.domains.selectors",
     "controlplane.runs.driving", "workers.driver", "workers.verify",
 ]
 

@@ -212,14 +212,20 @@ def evaluate_job(job, specs: Sequence[EvalSpec] | None = None) -> tuple[dict[str
     exactly the batches it would have trained on without it.
     """
     specs = list(specs) if specs is not None else run_specs(job)
-    if job.executor is not None:  # overlap: wait for generation ahead, then bring the engine's copy up to date
-        job.executor.submit(job.engine.sync_weights, job.model).result()
-    saved = job.engine.state_dict()  # after the batches generated ahead, which advance the RNG
-    try:
-        results = evaluate(job.engine, job.tokenizer, specs, domains=job.domains, verify_batch=job.verify_batch,
-                           max_prompt_tokens=job.config.tokenizer.max_prompt_tokens)
-    finally:
-        job.engine.load_state_dict(saved)
+
+    def run() -> list[DomainResult]:
+        saved = job.engine.state_dict()  # after the batches generated ahead, which advance the RNG
+        try:
+            return evaluate(job.engine, job.tokenizer, specs, domains=job.domains, verify_batch=job.verify_batch,
+                            max_prompt_tokens=job.config.tokenizer.max_prompt_tokens)
+        finally:
+            job.engine.load_state_dict(saved)
+
+    if job.rollout_thread is None:
+        results = run()
+    else:  # the engine belongs to the pipeline's rollout thread: evaluate there, after what is queued,
+        job._sync_now()  # with the engine holding the current policy
+        results = job.rollout_thread.submit(run).result()
     return eval_metrics(results), results
 
 

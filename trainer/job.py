@@ -9,6 +9,10 @@
 ``verify_batch(list[(completion, Task)]) -> list[Verification]`` may be injected (the run driver
 fans verification out to worker queues); by default each domain's ``verify`` runs inline.
 Callbacks get ``(step, metrics, samples)``; ``samples`` are plain dicts of sampled trajectories.
+
+With ``rollout.staleness = s > 0`` the next ``s`` batches are generated and verified in the
+background while the current one trains (see :mod:`trainer.pipeline`); with ``s = 0`` each step
+generates, verifies and updates in turn.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from trainer.episodes import Trajectory, multi_turn, single_turn
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import make_backend
 from trainer.outcomes import Outcome, Verification
+from trainer.pipeline import Batch, StageClock, engine_chunks
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
@@ -128,9 +133,18 @@ class Job:
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.step_count = 0
         self.sft_steps_done = 0
-        self.executor = cf.ThreadPoolExecutor(1, "rollout") if asynchronous else None
+        # Overlap: one thread generates (and applies weight syncs in order), one verifies.
+        self.rollout_thread = cf.ThreadPoolExecutor(1, "rollout") if asynchronous else None
+        self.verify_thread = cf.ThreadPoolExecutor(1, "verify") if asynchronous else None
         self.pending: list[cf.Future] = []
-        self.gen_busy_s = 0.0
+        """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``staleness``."""
+        self.engine_version = 0
+        """Policy updates reflected in the rollout engine's weights (rollout thread's view)."""
+        self.clocks = {stage: StageClock() for stage in ("generate", "verify", "update")}
+        self._window_start: float | None = None
+        self._busy_at_window_start: dict[str, float] = {}
+        self.last_generated: list[Trajectory] = []
+        """Every trajectory the last step generated and verified (refills and dropped groups too)."""
 
     @staticmethod
     def _resolve_domains(cfg: TrainerConfig) -> dict[str, registry.DomainSpec]:
@@ -143,7 +157,10 @@ class Job:
     # -- generation ------------------------------------------------------------------------
     def _generate(self, requests: list[tuple[Task, int, int]]) -> list[Trajectory]:
         """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env."""
-        t0 = time.perf_counter()
+        with self.clocks["generate"].running():
+            return self._generate_untimed(requests)
+
+    def _generate_untimed(self, requests: list[tuple[Task, int, int]]) -> list[Trajectory]:
         cfg = self.config
         single = [r for r in requests if self.domains[r[0].domain].environment is None]
         multi = [r for r in requests if self.domains[r[0].domain].environment is not None]
@@ -158,68 +175,113 @@ class Job:
                                 self.domains[slug].environment, max_turns=cfg.rollout.max_turns,
                                 max_episode_tokens=cfg.rollout.max_episode_tokens,
                                 max_prompt_tokens=cfg.tokenizer.max_prompt_tokens)
-        self.gen_busy_s += time.perf_counter() - t0
         return trajs
 
     def _draw_requests(self, k: int, first_group: int = 0) -> list[tuple[Task, int, int]]:
         return [(task, n, first_group + i) for i, (task, n) in enumerate(self.sampler.draw(k))]
 
-    def _next_generated(self) -> list[Trajectory]:
-        """The next batch: generated now (synchronous) or taken from the overlap pipeline."""
-        k = self.config.rollout.prompts_per_step
-        if self.executor is None:
-            return self._generate(self._draw_requests(k))
-        while len(self.pending) < self.config.rollout.staleness + 1:
-            self.pending.append(self.executor.submit(self._generate, self._draw_requests(k)))
-        return self.pending.pop(0).result()
+    def _produce(self, requests: list[tuple[Task, int, int]]) -> Batch:
+        """On the rollout thread: generate a batch chunk by chunk, each chunk going to the verify
+        thread as soon as it is generated (its verification overlaps the next chunk's generation,
+        the next batch's, and the caller's update)."""
+        batch = Batch([], policy_version=self.engine_version)
+        for chunk in engine_chunks(requests, self.config.rollout.batch_size):
+            trajs = self._generate(chunk)
+            batch.trajs += trajs
+            batch.checks.append(self.verify_thread.submit(self._verify, trajs))
+        return batch
 
-    def _refill(self, k: int, first_group: int) -> list[Trajectory]:
+    def _submit(self, requests: list[tuple[Task, int, int]]) -> cf.Future:
+        """Queue a batch on the rollout thread (behind every sync queued before it)."""
+        return self.rollout_thread.submit(self._produce, requests)
+
+    @staticmethod
+    def _ready(future: cf.Future, metrics: dict | None = None) -> Batch:
+        """Wait for a queued batch to be generated, then verified; time each wait."""
+        t0 = time.perf_counter()
+        batch = future.result()
+        t1 = time.perf_counter()
+        for check in batch.checks:
+            check.result()
+        batch.checks = []
+        if metrics is not None:
+            metrics["stage/generate_s"] += t1 - t0
+            metrics["stage/verify_s"] += time.perf_counter() - t1
+        return batch
+
+    def _in_turn(self, requests: list[tuple[Task, int, int]], metrics: dict) -> Batch:
+        """Synchronous: generate the whole batch with the current weights, then verify it."""
+        t0 = time.perf_counter()
+        batch = Batch(self._generate(requests), policy_version=self.step_count)
+        t1 = time.perf_counter()
+        self._verify(batch.trajs)
+        metrics["stage/generate_s"] += t1 - t0
+        metrics["stage/verify_s"] += time.perf_counter() - t1
+        return batch
+
+    def _next_batch(self, metrics: dict) -> Batch:
+        """This step's verified batch: produced now (synchronous) or taken from the pipeline,
+        after queueing the batches that may be generated ahead (``staleness`` of them)."""
+        k = self.config.rollout.prompts_per_step
+        if self.rollout_thread is None:
+            return self._in_turn(self._draw_requests(k), metrics)
+        while len(self.pending) < self.config.rollout.staleness + 1:
+            self.pending.append(self._submit(self._draw_requests(k)))
+        return self._ready(self.pending.pop(0), metrics)
+
+    def _refill(self, k: int, first_group: int, metrics: dict) -> Batch:
         requests = self._draw_requests(k, first_group)
-        if self.executor is None:
-            return self._generate(requests)
-        return self.executor.submit(self._generate, requests).result()
+        if self.rollout_thread is None:
+            return self._in_turn(requests, metrics)
+        return self._ready(self._submit(requests), metrics)
 
     # -- verification ----------------------------------------------------------------------
     def _verify(self, trajs: list[Trajectory]) -> None:
         todo = [t for t in trajs if t.verification is None]
         if todo:
-            results = self.verify_batch([(t.completion, t.task) for t in todo])
+            with self.clocks["verify"].running():
+                results = self.verify_batch([(t.completion, t.task) for t in todo])
             for t, v in zip(todo, results):
                 t.verification = v
 
     def _collect(self, metrics: dict) -> list[Trajectory]:
         """A verified batch; with dynamic sampling, flat groups are dropped and refilled."""
         alg, k = self.config.algorithm, self.config.rollout.prompts_per_step
-        t0 = time.perf_counter()
-        trajs = self._next_generated()
-        metrics["stage/generate_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        self._verify(trajs)
-        metrics["stage/verify_s"] = time.perf_counter() - t0
+        metrics["stage/generate_s"] = metrics["stage/verify_s"] = 0.0
+        batch = self._next_batch(metrics)
+        self._check_staleness(batch, metrics)
+        trajs = batch.trajs
         self._update_sampler(trajs)
         metrics["batch/groups_generated"] = len({t.group for t in trajs})
-        self._all_generated = list(trajs)
+        self.last_generated = list(trajs)
         if not alg.dynamic_sampling:
             return trajs
         kept, refills, dropped = self._drop_flat(trajs), 0, 0
         dropped += len({t.group for t in trajs}) - len({t.group for t in kept})
         while len({t.group for t in kept}) < k and refills < alg.max_refills:
             refills += 1
-            t0 = time.perf_counter()
-            more = self._refill(k - len({t.group for t in kept}), first_group=refills * k * 2)
-            metrics["stage/generate_s"] += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            self._verify(more)
-            metrics["stage/verify_s"] += time.perf_counter() - t0
-            self._update_sampler(more)
-            self._all_generated += more
-            good = self._drop_flat(more)
-            dropped += len({t.group for t in more}) - len({t.group for t in good})
+            more = self._refill(k - len({t.group for t in kept}), refills * k * 2, metrics)
+            self._check_staleness(more, metrics)
+            self._update_sampler(more.trajs)
+            self.last_generated += more.trajs
+            good = self._drop_flat(more.trajs)
+            dropped += len({t.group for t in more.trajs}) - len({t.group for t in good})
             kept += good
         keep_groups = list(dict.fromkeys(t.group for t in kept))[:k]
         metrics["batch/refills"] = refills
         metrics["batch/dropped_groups"] = dropped
         return [t for t in kept if t.group in set(keep_groups)]
+
+    def _check_staleness(self, batch: Batch, metrics: dict) -> None:
+        """Record the policy version a batch was generated with; refuse one older than allowed."""
+        lag = self.step_count - batch.policy_version
+        if not 0 <= lag <= self.config.rollout.staleness:
+            raise RuntimeError(f"batch generated by policy version {batch.policy_version} reached "
+                               f"update {self.step_count + 1}: staleness {lag} is outside "
+                               f"0..{self.config.rollout.staleness}")
+        if "batch/policy_version" not in metrics:  # the step's first batch is its oldest
+            metrics["batch/policy_version"] = float(batch.policy_version)
+            metrics["batch/policy_lag"] = float(lag)
 
     @staticmethod
     def _drop_flat(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -244,7 +306,7 @@ class Job:
         totals = defaultdict(float)
         if not valid_idx or (alg.kl_coef == 0 and not any(adv[i] != 0 for i in valid_idx)):
             # no learning signal at all: report entropy, take no optimizer step
-            metrics.update(self._inspect(self._all_generated))
+            metrics.update(self._inspect(self.last_generated))
             metrics["batch/skipped_update"] = 1.0
             return
         minibatches = [valid_idx[i::alg.updates_per_batch] for i in range(alg.updates_per_batch)]
@@ -317,39 +379,57 @@ class Job:
         return {"policy/entropy": sums["entropy"] / tok, "mismatch/logprob_abs": sums["abs"] / tok,
                 "mismatch/kl": sums["kl"] / tok}
 
-    def _sync(self) -> float:
-        """Make the rollout engine current. With overlap, the sync is queued behind generation."""
-        if self.executor is None:
-            return self.engine.sync_weights(self.model)
+    def _sync(self, version: int) -> float:
+        """Make the rollout engine hold the policy after ``version`` updates. With overlap, a
+        snapshot is synced on the rollout thread behind the generations queued before it."""
+        if self.rollout_thread is None:
+            seconds = self.engine.sync_weights(self.model)
+            self.engine_version = version
+            return seconds
         snapshot = [p.detach().clone() for p in self.model.parameters()]
-        holder = _ParamsView(snapshot)
-        self.executor.submit(self.engine.sync_weights, holder)
+        self.rollout_thread.submit(self._sync_engine, _ParamsView(snapshot), version)
         return 0.0
+
+    def _sync_engine(self, weights, version: int) -> None:
+        self.engine.sync_weights(weights)
+        self.engine_version = version
+
+    def _sync_now(self) -> None:
+        """The engine takes the current weights now (after whatever is queued ahead of it)."""
+        if self.rollout_thread is None:
+            self._sync(self.step_count)
+        else:
+            self.rollout_thread.submit(self._sync_engine, self.model, self.step_count).result()
 
     # -- one step --------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
         """Run one RL step; returns its metrics (also passed to every callback)."""
         t_step = time.perf_counter()
-        busy0 = self.gen_busy_s
+        if self._window_start is None:
+            self._window_start = t_step
         metrics: dict[str, float] = {}
         trajs = self._collect(metrics)
         rewards, groups, valid = rewards_of(trajs)
         alg = self.config.algorithm
         adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
-        t0 = time.perf_counter()
-        self._update(trajs, adv, metrics)
-        metrics["stage/update_s"] = time.perf_counter() - t0
-        metrics["stage/sync_s"] = self._sync()
+        with self.clocks["update"].running():
+            t0 = time.perf_counter()
+            self._update(trajs, adv, metrics)
+            metrics["stage/update_s"] = time.perf_counter() - t0
+            metrics["stage/sync_s"] = self._sync(self.step_count + 1)
         self.step_count += 1
         step_s = time.perf_counter() - t_step
         metrics["stage/step_s"] = step_s
-        metrics.update(outcome_metrics(self._all_generated))
-        n_gen = len(self._all_generated)
-        gen_tokens = sum(sum(t.loss_mask) for t in self._all_generated)
+        metrics.update(self._stage_metrics())
+        metrics.update(outcome_metrics(self.last_generated))
+        n_gen = len(self.last_generated)
+        gen_tokens = sum(sum(t.loss_mask) for t in self.last_generated)
         metrics["perf/completions_per_s"] = n_gen / step_s
         metrics["perf/tokens_per_s"] = (gen_tokens + metrics.get("perf/train_tokens", 0.0)) / step_s
-        metrics["perf/gen_tokens_per_s"] = gen_tokens / max(metrics["stage/generate_s"], 1e-9)
-        metrics["perf/generator_idle_frac"] = max(0.0, 1.0 - (self.gen_busy_s - busy0) / step_s)
+        metrics["perf/gen_tokens_per_s"] = gen_tokens / max(metrics["pipeline/generate_busy_s"], 1e-9)
+        # The verify stage's rate while it works (completions verified per busy second).
+        metrics["perf/verifications_per_s"] = n_gen / max(metrics["pipeline/verify_busy_s"], 1e-9)
+        metrics["perf/generator_idle_frac"] = metrics["pipeline/generate_idle_frac"]
         metrics["batch/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
         for slug, level in self.sampler.levels.items():
             metrics[f"sampler/level/{slug}"] = float(level)
@@ -357,6 +437,26 @@ class Job:
         for cb in self.callbacks:
             cb(self.step_count, metrics, samples)
         return metrics
+
+    def _stage_metrics(self) -> dict[str, float]:
+        """Busy seconds and idle fraction of each stage since the previous step ended.
+
+        Windows tile the job's time from its first step on, so the time between steps (the
+        caller's bookkeeping) counts too: work the pipeline does then is busy, waiting is idle.
+        """
+        now = time.perf_counter()
+        window = max(now - self._window_start, 1e-9)
+        previous = self._busy_at_window_start
+        out = {"pipeline/window_s": window}
+        for stage, clock in self.clocks.items():
+            busy = clock.busy_s(now)
+            spent = min(max(busy - previous.get(stage, 0.0), 0.0), window)
+            out[f"pipeline/{stage}_busy_s"] = spent
+            out[f"pipeline/{stage}_idle_frac"] = 1.0 - spent / window
+            previous[stage] = busy
+        self._busy_at_window_start = previous
+        self._window_start = now
+        return out
 
     def _samples(self, trajs: list[Trajectory], adv: torch.Tensor) -> list[dict]:
         """Up to ``samples_per_step`` trajectories, spread over groups, as plain dicts."""
@@ -391,19 +491,26 @@ class Job:
             losses.append(loss)
             if callback:
                 callback(self.sft_steps_done, loss)
-        self.engine.sync_weights(self.model)
+        self._sync_now()
         return losses
 
     def evaluate(self, tasks: list[Task], *, greedy: bool = True, n: int = 1) -> dict[str, float]:
         """Mean reward of ``n`` completions per task (greedy by default); engine RNG is untouched."""
         params = replace(self.params, temperature=0.0 if greedy else self.params.temperature)
-        saved = self.engine.state_dict()
-        if self.executor is not None:
-            self.executor.submit(self.engine.sync_weights, self.model).result()
-        trajs = single_turn(self.engine, self.tokenizer, [(t, n, i) for i, t in enumerate(tasks)],
-                            params, max_prompt_tokens=self.config.tokenizer.max_prompt_tokens)
-        self.engine.load_state_dict(saved)
-        self._verify(trajs)
+        def greedy_pass() -> list[Trajectory]:
+            saved = self.engine.state_dict()
+            out = single_turn(self.engine, self.tokenizer, [(t, n, i) for i, t in enumerate(tasks)],
+                              params, max_prompt_tokens=self.config.tokenizer.max_prompt_tokens)
+            self.engine.load_state_dict(saved)
+            return out
+
+        if self.rollout_thread is None:
+            trajs = greedy_pass()
+            self._verify(trajs)
+        else:  # the current weights, on the pipeline's own threads (after what is queued)
+            self._sync_now()
+            trajs = self.rollout_thread.submit(greedy_pass).result()
+            self.verify_thread.submit(self._verify, trajs).result()
         rewards = [t.verification.reward for t in trajs if t.verification.reward is not None]
         return {"reward": sum(rewards) / max(len(rewards), 1),
                 "exact": sum(t.verification.outcome is Outcome.PASS for t in trajs) / len(trajs)}
@@ -440,8 +547,9 @@ class Job:
         return metrics
 
     def close(self) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=True)
+        for thread in (self.rollout_thread, self.verify_thread):  # batches queued ahead are dropped
+            if thread is not None:
+                thread.shutdown(wait=True, cancel_futures=True)
         close = getattr(self.engine, "close", None)
         if close:
             close()
@@ -450,14 +558,15 @@ class Job:
     def save_checkpoint(self, directory: str | os.PathLike) -> Path:
         """Model, tokenizer, optimizer, sampler state, RNGs, config and step in one directory.
 
-        Batches already generated ahead (overlap) are saved too, so a resumed job trains on
-        exactly what this one would have.
+        Batches already generated ahead (overlap) are saved too, verified and with their policy
+        versions, so a resumed job trains on exactly what this one would have.
         """
         path = Path(directory)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        pending = [f.result() for f in self.pending]
+        pending = [{"trajs": b.trajs, "policy_version": b.policy_version}
+                   for b in (self._ready(f) for f in self.pending)]
         self.model.save_pretrained(tmp / "model")
         self.tokenizer.save_pretrained(tmp / "model")
         torch.save({"backend": self.backend.state_dict(),
@@ -506,9 +615,13 @@ class Job:
         job.sampler.load_state_dict(state["sampler"])
         job.step_count = state["step"]
         job.sft_steps_done = state["sft_steps_done"]
-        for batch in rng["pending"]:
+        job.engine_version = job.step_count  # the engine was built from the checkpoint's weights
+        for i, saved in enumerate(rng["pending"]):
+            if isinstance(saved, list):  # saved before batches kept their version: the i-th batch
+                # ahead was queued i+1 steps before the checkpoint, behind that step's sync
+                saved = {"trajs": saved, "policy_version": max(0, job.step_count - config.rollout.staleness + i)}
             done: cf.Future = cf.Future()
-            done.set_result(batch)
+            done.set_result(Batch(saved["trajs"], saved["policy_version"]))
             job.pending.append(done)
         return job
 

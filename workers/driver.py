@@ -4,6 +4,10 @@ It holds the run's lease (renewed every step), builds the trainer's Job from the
 config and domain versions (resuming from the last checkpoint when there is one), writes each
 step's metrics and sampled trajectories idempotently, checkpoints every ``checkpoint.every_steps``
 steps, and at each step boundary obeys pause, cancel, preemption and domain-weight changes.
+
+With a staleness bound above 0 the Job verifies upcoming batches on its own thread while the
+current one trains, so the ``verify_batch`` given to it touches no database: what is in flight
+is kept in memory (:class:`InFlight`) and written by the driver's threads.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import socket
 import threading
 import time
 import traceback
+from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -56,6 +62,60 @@ class Quarantine:
                 self.quarantined.add(slug)
                 new.append((slug, bad, seen))
         return new
+
+
+class InFlight:
+    """What the driver waits on, shared by its threads: the step loop's phase and the items in
+    verification per domain (from any batch of the pipeline), with the time it last changed.
+
+    >>> inflight = InFlight()
+    >>> inflight.set_phase("step")
+    >>> with inflight.verifying({"code": 3}):
+    ...     with inflight.verifying({"code": 1, "math": 2}):
+    ...         print(inflight.snapshot()[1]["phase"], inflight.snapshot()[1]["per_domain"])
+    ...     print(inflight.snapshot()[1]["per_domain"])
+    verify {'code': 4, 'math': 2}
+    {'code': 3}
+    >>> inflight.snapshot()[1]["phase"], inflight.snapshot()[1]["per_domain"]
+    ('step', {})
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._phase = "starting"
+        self._verifying: Counter[str] = Counter()
+        self._since = time.time()
+        self.version = 0
+
+    def set_phase(self, phase: str) -> None:
+        with self._lock:
+            self._phase, self._since = phase, time.time()
+            self.version += 1
+
+    @contextmanager
+    def verifying(self, per_domain: dict[str, int]):
+        with self._lock:
+            self._verifying.update(per_domain)
+            self._since = time.time()
+            self.version += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._verifying.subtract(per_domain)
+                self._verifying = +self._verifying  # drop the zeros
+                self._since = time.time()
+                self.version += 1
+
+    def snapshot(self) -> tuple[int, dict]:
+        """``(version, {"phase", "since", "per_domain"})``; phase is ``verify`` while items are
+        being verified, else the step loop's."""
+        from datetime import datetime, timezone
+
+        with self._lock:
+            phase = "verify" if self._verifying else self._phase
+            return self.version, {"phase": phase, "since": datetime.fromtimestamp(self._since, timezone.utc).isoformat(),
+                                  "per_domain": dict(self._verifying)}
 
 
 def checkpoint_root(run_id: int) -> Path:
@@ -151,21 +211,12 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name]))
     verify_remote, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send,
                                                 deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
-    latencies: dict[str, list[float]] = {}
+    inflight = InFlight()
 
     def verify_batch(items):
-        """Verify, and keep each domain's verification latencies for the step's statistics."""
-        per_domain: dict[str, int] = {}
-        for _, task in items:
-            per_domain[task.domain] = per_domain.get(task.domain, 0) + 1
-        _inflight(run.id, "verify", per_domain)
-        out = verify_remote(items)
-        _inflight(run.id, "update", {})
-        for (_, task), v in zip(items, out):
-            seconds = v.details.get("verify_s")
-            if isinstance(seconds, (int, float)):
-                latencies.setdefault(task.domain, []).append(float(seconds))
-        return out
+        """Verify (on the Job's verify thread when it overlaps), counting the items in flight."""
+        with inflight.verifying(Counter(task.domain for _, task in items)):
+            return verify_remote(items)
 
     collected: dict = {}
 
@@ -174,7 +225,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
 
     job = None
     stop_renewing = threading.Event()
-    threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing), name=f"lease-run-{run.id}", daemon=True).start()
+    threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing, inflight), name=f"lease-run-{run.id}", daemon=True).start()
     try:
         register_data_domains(domains)
         ckpt = driving.latest_checkpoint(run)
@@ -209,10 +260,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 driving.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
             weights = _apply_weights(job, run, weights, caps, quarantine.quarantined)
-            latencies.clear()
-            _inflight(run.id, "generate", {})
+            inflight.set_phase("step")
+            _inflight(run.id, worker, inflight)
             metrics = job.step()
-            metrics.update(latency_metrics(latencies))
+            metrics.update(latency_metrics(step_latencies(job.last_generated)))
             for slug, bad, seen in quarantine.observe(metrics, list(weights)):
                 RunEvent.objects.create(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
@@ -252,25 +303,53 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             job.close()
 
 
-def _inflight(run_id: int, phase: str, per_domain: dict[str, int]) -> None:
-    """Say what the driver waits on (for "what is it waiting on" in the API and the run page)."""
-    from django.utils import timezone
+def _inflight(run_id: int, worker: str, inflight: InFlight) -> int:
+    """Say what the driver waits on (for "what is it waiting on" in the API and the run page),
+    while this worker still drives the run."""
+    version, snapshot = inflight.snapshot()
+    if Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot):
+        try:  # the run page shows it at once; a missing channel layer never stops the driver
+            from controlplane.live.services import run_wake
 
-    Run.objects.filter(pk=run_id).update(inflight={"phase": phase, "since": timezone.now().isoformat(), "per_domain": per_domain})
+            run_wake(run_id=run_id)
+        except Exception:
+            pass
+    return version
 
 
-def _renew_lease(run_id: int, worker: str, stop: threading.Event) -> None:
-    """Keep the lease fresh while a long step runs; stops when told or when the lease is gone."""
+INFLIGHT_EVERY_S = 1.0
+"""How often the lease thread writes what is in flight, when it changed."""
+
+
+def _renew_lease(run_id: int, worker: str, stop: threading.Event, inflight: InFlight | None = None) -> None:
+    """Keep the lease fresh while a long step runs, and what is in flight written while the
+    step's threads verify; stops when told or when the lease is gone."""
     from django.db import close_old_connections
 
-    while not stop.wait(driving.lease_s() / 4):
+    renewed = time.monotonic()
+    written = -1
+    while not stop.wait(min(INFLIGHT_EVERY_S, driving.lease_s() / 4)):
         try:
-            if not driving.run_renew(run_id=run_id, worker=worker):
-                return
+            if inflight is not None and inflight.version != written:
+                written = _inflight(run_id, worker, inflight)
+            if time.monotonic() - renewed >= driving.lease_s() / 4:
+                renewed = time.monotonic()
+                if not driving.run_renew(run_id=run_id, worker=worker):
+                    return
         except Exception:  # noqa: BLE001 - a missed renewal is retried; the step loop also renews
             log.warning("lease renewal failed for run %s", run_id, exc_info=True)
         finally:
             close_old_connections()
+
+
+def step_latencies(trajs) -> dict[str, list[float]]:
+    """Each domain's verification latencies (``details["verify_s"]``) over a step's trajectories."""
+    out: dict[str, list[float]] = {}
+    for t in trajs:
+        seconds = t.verification.details.get("verify_s") if t.verification is not None else None
+        if isinstance(seconds, (int, float)):
+            out.setdefault(t.task.domain, []).append(float(seconds))
+    return out
 
 
 def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:

@@ -17,7 +17,7 @@ from trainer.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
-REMOTE_STAGES = {"code_tests": "temper.verify.batch", "judge": "temper.verify.batch"}
+REMOTE_STAGES = {"code_tests": "temper.verify.batch", "judge": "temper.judge.batch"}
 BATCH_SIZE = 16
 MAX_ATTEMPTS = 3
 
@@ -25,6 +25,12 @@ MAX_ATTEMPTS = 3
 def needs_worker(spec: dict) -> bool:
     """Whether a cascade has a stage that runs on the verify (or judge) queue."""
     return any(stage.get("type") in REMOTE_STAGES for stage in spec.get("stages", []))
+
+
+def batch_task(spec: dict) -> str:
+    """The task a cascade's batches go to: the judge queue when it has a judge stage."""
+    names = {REMOTE_STAGES[s.get("type")] for s in spec.get("stages", []) if s.get("type") in REMOTE_STAGES}
+    return "temper.judge.batch" if "temper.judge.batch" in names else "temper.verify.batch"
 
 
 def task_to_dict(task: Task) -> dict[str, Any]:
@@ -55,8 +61,9 @@ def limited_executor(max_concurrent: int, wait_s: float = 60.0):
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:
     """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
     from trainer.verifiers import compile_cascade, set_sandbox_executor
-    from workers import sandbox
+    from workers import judge, sandbox
 
+    judge.install(spec)
     set_sandbox_executor(limited_executor(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else sandbox.execute)
     cascade = compile_cascade(spec)
     out = []
@@ -119,6 +126,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
 
     compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
+    task_names = {slug: batch_task(cascades[slug]) for slug in remote}
     worst = max(timeouts.values(), default=10.0)
     gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else (lambda n: 30.0 + 2.0 * n * worst))
 
@@ -133,14 +141,17 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                 out[i] = compiled[task.domain](completion, task)
             except Exception as exc:  # noqa: BLE001
                 out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]})
-        batches, index = [], []
+        batches: dict[str, list[tuple]] = {}
+        index: dict[str, list[list[int]]] = {}
         for slug, idxs in by_domain.items():
+            name = task_names[slug]
             for start in range(0, len(idxs), BATCH_SIZE):
                 chunk = idxs[start:start + BATCH_SIZE]
                 payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]
-                batches.append((slug, versions[slug], payload))
-                index.append(chunk)
-        for chunk, result in zip(index, gatherer.run("temper.verify.batch", batches)):
+                batches.setdefault(name, []).append((slug, versions[slug], payload))
+                index.setdefault(name, []).append(chunk)
+        gathered = [(chunk, result) for name in batches for chunk, result in zip(index[name], gatherer.run(name, batches[name]))]
+        for chunk, result in gathered:
             for j, i in enumerate(chunk):
                 if result is None or j >= len(result):
                     out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts"})

@@ -1,10 +1,11 @@
 """API: validate, create, control and read runs, with their metrics after a cursor."""
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Optional
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
@@ -54,6 +55,14 @@ class RunOut(Schema):
 class RunDetailOut(RunOut):
     config: dict[str, Any]
     domains: list[RunDomainOut]
+    warnings: list[str] = []
+
+    @staticmethod
+    def resolve_warnings(obj) -> list[str]:
+        """E.g. a judge one of its domains uses is not calibrated."""
+        from controlplane.review.selectors import run_judge_warnings
+
+        return run_judge_warnings(obj)
 
     @staticmethod
     def resolve_domains(obj) -> list[dict]:
@@ -271,4 +280,7 @@ def run_series(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), k
         wanted += [k for k in series.run_keys(run=run) if k.startswith(prefix)]
         if not wanted:
             return {"width": 1, "lo": lo or 0, "hi": hi or 0, "cursor": series.series_cursor(run=run), "series": {}}
-    return series.series(run=run, keys=wanted, lo=lo, hi=hi, max_points=max_points)
+    view = series.series(run=run, keys=wanted, lo=lo, hi=hi, max_points=max_points)
+    # Built by series() to the schema above, with plain ints and floats; a long view is hundreds of
+    # thousands of numbers, which are written out directly rather than validated one by one.
+    return HttpResponse(json.dumps(view, separators=(",", ":")), content_type="application/json")

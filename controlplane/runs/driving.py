@@ -123,6 +123,7 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
             outcome=s["outcome"] if s["outcome"] in OUTCOME_VALUES else "sandbox_error",
             details={k: v for k, v in s.items() if k not in ("domain", "task_id", "prompt", "completion", "reward", "outcome")},
             verifier_version=verifier_versions.get(s["domain"]),
+            judge_version=judge_config_id(s),
         )
         for s in samples
     ])
@@ -132,6 +133,16 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     locked.save(update_fields=["current_step", "tokens_used", "driver_seen_at", "updated_at"])
     wake_on_commit(run)
     return len(points)
+
+
+def judge_config_id(sample: dict) -> int | None:
+    """The judge version (review JudgeConfig id) that produced a sample's reward, if a judge did.
+
+    >>> judge_config_id({"details": {"judge_config_id": 7}}), judge_config_id({"details": {}})
+    (7, None)
+    """
+    value = (sample.get("details") or {}).get("judge_config_id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @transaction.atomic

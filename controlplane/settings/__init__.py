@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "controlplane.registry",
     "controlplane.web",
     "controlplane.live",
+    "controlplane.review",
 ]
 
 MIDDLEWARE = [
@@ -152,3 +153,4 @@ LOGGING = {
 from controlplane.settings.celery import *  # noqa: E402,F401,F403
 from controlplane.settings.channels import *  # noqa: E402,F401,F403
 from controlplane.settings.sandbox import *  # noqa: E402,F401,F403
+from controlplane.settings.review import *  # noqa: E402,F401,F403

@@ -4,6 +4,7 @@ refuses what a role may not do whether or not the page showed the control."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
@@ -20,6 +21,9 @@ from controlplane.runs import selectors as run_selectors
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
 from controlplane.web.context import current_team
+
+VISIBLE_AT_FIRST = 12
+"""Domains drawn when the run page opens (the others are one click away in the toolbar)."""
 
 
 @login_required
@@ -73,8 +77,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         raise Http404(f"run {run_id} not found")
     domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
     can_control = actor.can(run.team_id, "run.control")
+    first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
+    from controlplane.review.selectors import run_judge_warnings
+
     return render(request, "runs/detail.html", {
+        "warnings": run_judge_warnings(run),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
+        "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,
                     "budget_steps": run.budget_steps, "team": run.team.slug},
@@ -82,6 +91,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "weights": {rd.domain.slug: rd.weight for rd in run.run_domains.select_related("domain")},
             "can_control": can_control,
             "outcomes": pages.OUTCOME_ORDER,
+            "visible_at_first": VISIBLE_AT_FIRST,
         },
     })
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 
 import pytest
 from django.core.management import call_command
@@ -25,6 +24,7 @@ from controlplane.runs.models import Run
 from controlplane.web.management.commands.demo_setup import DEMO_CONFIG, DEMO_DOMAINS, DEMO_STEPS, DEMO_SUITE, demo_run
 from tests import factories
 from tests.browser.conftest import screenshot
+from tests.services import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
 
@@ -35,15 +35,12 @@ worker process."""
 LEARNED = "builtin-addition"
 
 
-def wait_for(predicate, timeout: float, what: str, log=None):
-    """Poll a state the system under test reaches (a run ending, evaluations finishing)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f"; worker log:\n{log()}" if log else ""))
+def wait_with_log(predicate, timeout: float, what: str, log):
+    """:func:`tests.services.wait_for`, with the worker's log when the state never comes."""
+    try:
+        return wait_for(predicate, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; worker log:\n{log()}") from None
 
 
 def _number(value: str | None) -> float:
@@ -83,8 +80,8 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     run = demo_run(user=alice, team=team, model_dir=model, steps=STEPS)
     every = DEMO_CONFIG["checkpoint"]["every_steps"]
 
-    final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed", "cancelled"]).first(),
-                     660, "the demo run to end", worker_log)
+    final = wait_with_log(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed", "cancelled"]).first(),
+                          660, "the demo run to end", worker_log)
     assert final.state == "completed", final.error
     versions = list(ModelVersion.objects.filter(run=run).order_by("step"))
     assert [v.step for v in versions] == list(range(every, STEPS + 1, every))
@@ -93,8 +90,8 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     # Every version, the base model's too, was queued for the suite as it was registered.
     evals = EvalRun.objects.filter(version__in=[base, *versions], suite_version__suite__slug=DEMO_SUITE["slug"])
     assert evals.count() == len(versions) + 1
-    wait_for(lambda: not evals.exclude(state__in=[EvalState.COMPLETED, EvalState.FAILED]).exists(), 300,
-             "the checkpoints' evaluations", worker_log)
+    wait_with_log(lambda: not evals.exclude(state__in=[EvalState.COMPLETED, EvalState.FAILED]).exists(), 180,
+                  "the checkpoints' evaluations", worker_log)
     assert not evals.filter(state=EvalState.FAILED).exists(), [e.error for e in evals.filter(state=EvalState.FAILED)]
 
     page = server.page(browser, "registry")

@@ -149,3 +149,14 @@ def test_events_reach_the_page_data_via_api(client, world):
     client.force_login(world.users["viewer"])
     items = client.get(f"/api/runs/{run.id}/events").json()["items"]
     assert [e["kind"] for e in items] == ["weights"]
+
+
+def test_run_page_warns_about_an_unconfigured_or_uncalibrated_judge(client, world):
+    judged = factories.domain("judged-dom", kind="text", verifier={
+        "stages": [{"type": "judge", "params": {"judge": "nobody", "threshold": 0.5}, "timeout_s": 30}]})
+    run = factories.run(world.team, domains=[judged])
+    plain = factories.run(world.team, domains=[world.domain])
+    client.force_login(world.users["viewer"])
+    body = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-testid="run-warning"' in body and "judge &#x27;nobody&#x27;" in body
+    assert 'data-testid="run-warning"' not in client.get(f"/runs/{plain.id}/").content.decode()

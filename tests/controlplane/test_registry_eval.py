@@ -2,7 +2,6 @@
 greedy evaluation again gives identical results (PostgreSQL, Redis and a real eval worker)."""
 from __future__ import annotations
 
-import time
 
 import pytest
 from django.core.management import call_command
@@ -11,7 +10,7 @@ from django.db import connection
 from controlplane.registry import services
 from controlplane.registry.models import EvalRun
 from tests import factories
-from tests.services import require, require_postgres, require_redis, start_celery_worker, worker_env
+from tests.services import require, require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 
 DOMAINS = ["builtin-reversal", "builtin-addition", "tool-calculator-kv", "code-humaneval"]
 ITEMS = [
@@ -21,15 +20,6 @@ ITEMS = [
     {"domain": "code-humaneval", "layer": "end_to_end", "tasks": 2, "max_new_tokens": 16},
 ]
 
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture

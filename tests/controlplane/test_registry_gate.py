@@ -128,7 +128,7 @@ def test_alias_api_refuses_with_the_gate_then_admin_overrides(reg):
     assert r.status_code == 200 and r.json()["version"] == "tiny@1/10"
     history = member.get("/api/registry/aliases/production/history?base=tiny").json()
     assert [h["kind"] for h in history] == ["rollback", "override", "move"]
-    cmp = member.get(f"/api/registry/compare?versions=tiny@1/10,tiny@1/20").json()
+    cmp = member.get("/api/registry/compare?versions=tiny@1/10,tiny@1/20").json()
     assert cmp["rows"][0]["cells"][1]["regression"] is True
     # Another team sees none of it.
     other = Client()

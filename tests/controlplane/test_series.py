@@ -57,6 +57,8 @@ def test_view_widths_and_spike_survives(world):
     s = whole["series"]["reward/x"]
     assert len(s["step"]) == len(range(0, 20_000, 256)) <= series.MAX_POINTS
     assert max(s["max"]) == 100.0 and min(s["min"]) == 0.5  # the one-step spike is a bucket's max
+    last = MetricPoint.objects.get(run=run, step=19_999)
+    assert s["step"][-1] == 19_999 and abs(s["time"][-1] - last.time.timestamp() * 1000) <= 1
     zoom = series.series(run=run, keys=["reward/x"], lo=12_000, hi=12_500)
     assert zoom["width"] == 1 and zoom["series"]["reward/x"]["step"] == list(range(12_000, 12_501))
     assert zoom["series"]["reward/x"]["max"][345] == 100.0
@@ -70,6 +72,8 @@ def test_raw_view_stops_at_the_cursor(world):
     view = series.series(run=run, keys=["reward/x"])
     assert view["cursor"] == MetricPoint.objects.filter(run=run).latest("id").id
     assert view["series"]["reward/x"]["step"] == list(range(10))
+    times = [round(p.time.timestamp() * 1000) for p in MetricPoint.objects.filter(run=run).order_by("step")]
+    assert all(abs(a - b) <= 1 for a, b in zip(view["series"]["reward/x"]["time"], times, strict=True))
 
 
 def test_record_step_rolls_up_and_rewind_refolds(world):

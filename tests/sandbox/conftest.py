@@ -10,21 +10,21 @@ if ROOT not in sys.path:  # the repository root, so `workers` imports without an
 
 import pytest  # noqa: E402
 
-from sandbox_helpers import bwrap_ready, docker_ready, require, wait_no_sandbox_processes  # noqa: E402,F401
+from sandbox_helpers import live_pool_cgroups, ready, require, wait_no_sandbox_processes  # noqa: E402,F401
 from workers.sandbox import PoolConfig, close_runtimes, get_runtime  # noqa: E402
 from workers.sandbox import cgroups  # noqa: E402
 
 
-@pytest.fixture(scope="session", params=["bwrap", "docker"])
+@pytest.fixture(scope="session", params=["bwrap", "bwrap-cold", "docker"])
 def backend(request):
-    """Each backend's process-wide pool, created once; skipped (or failed in CI) when missing."""
+    """Each backend's process-wide pool, created once; skipped (or failed in CI) when missing.
+    `bwrap` is the warm pooled path `execute` uses by default; `bwrap-cold` fresh namespaces per job."""
     name = request.param
-    ok, reason = bwrap_ready() if name == "bwrap" else docker_ready()
+    ok, reason = ready(name)
     require(ok, reason)
-    pool = get_runtime(name, PoolConfig(global_limit=4, domain_limit=4, warm_per_domain=1, max_uses=50))
+    get_runtime(name, PoolConfig(global_limit=4, domain_limit=4, warm_per_domain=1, max_uses=50))
     yield name
-    if name == "docker":
-        close_runtimes_for(name)
+    close_runtimes_for(name)
 
 
 def close_runtimes_for(name: str) -> None:
@@ -36,9 +36,10 @@ def close_runtimes_for(name: str) -> None:
 
 
 def settle(name: str) -> None:
-    """Let the docker pool finish its background resets before checking the host."""
-    if name == "docker":
-        get_runtime("docker").backend.wait_idle(60)
+    """Let a pooled backend finish its background resets before checking the host."""
+    backend = get_runtime(name).backend
+    if hasattr(backend, "wait_idle"):
+        backend.wait_idle(60)
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def clean(backend):
     settle(backend)
     leftovers = wait_no_sandbox_processes()
     assert not leftovers, f"sandbox processes left behind: {leftovers}"
-    assert cgroups.leftover_cgroups(only_dead_owners=False) == [], "execution cgroups left behind"
+    left = [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if d not in live_pool_cgroups()]
+    assert left == [], "execution cgroups left behind"
 
 
 def pytest_sessionfinish(session, exitstatus):

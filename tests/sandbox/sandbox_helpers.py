@@ -9,6 +9,7 @@ import pytest  # noqa: F401
 
 from workers.sandbox import Limits
 from workers.sandbox.bwrap_backend import SLOT_UID_BASE
+from workers.sandbox.bwrap_pool import WARM_UID_BASE
 from workers.sandbox.docker_backend import JOB_UID_BASE
 
 REQUIRE = os.environ.get("TEMPER_REQUIRE_SERVICES") == "1"
@@ -37,6 +38,11 @@ def docker_ready() -> tuple[bool, str]:
         return False, f"Docker engine or sandbox image unavailable: {e}"
 
 
+def ready(name: str) -> tuple[bool, str]:
+    """(ok, reason) for a backend name (bwrap, bwrap-cold, docker)."""
+    return docker_ready() if name == "docker" else bwrap_ready()
+
+
 def bwrap_ready() -> tuple[bool, str]:
     return (shutil.which("bwrap") is not None, "bubblewrap is not installed")
 
@@ -46,11 +52,30 @@ SMALL = Limits(cpu_s=2, wall_s=4, memory_mb=256, pids=48, output_bytes=256 << 10
 
 
 def _live_agents() -> set[int]:
-    """Pids of the agents (container pid 1) of this process's docker pool: they belong there."""
+    """Pids of the agents (container pid 1, warm bwrap sandbox pid 1 and its bwrap) of this
+    process's pools: they belong there."""
     from workers import sandbox
 
-    pool = sandbox._runtimes.get("docker")
-    return pool.backend.agent_pids() if pool is not None else set()
+    pids: set[int] = set()
+    for pool in list(sandbox._runtimes.values()) + list(EXTRA_POOLS):
+        if hasattr(pool.backend, "agent_pids"):
+            pids |= pool.backend.agent_pids()
+    return pids
+
+
+def live_pool_cgroups() -> set[Path]:
+    """Cgroup directories held by live warm bwrap sandboxes of this process's pools."""
+    from workers import sandbox
+
+    dirs: set[Path] = set()
+    for pool in list(sandbox._runtimes.values()) + list(EXTRA_POOLS):
+        if hasattr(pool.backend, "cgroup_dirs"):
+            dirs |= pool.backend.cgroup_dirs()
+    return dirs
+
+
+EXTRA_POOLS: list = []
+"""Pools tests create outside get_runtime (their sandboxes are expected to be alive)."""
 
 
 def sandbox_uids() -> dict[int, list[str]]:
@@ -64,7 +89,7 @@ def sandbox_uids() -> dict[int, list[str]]:
         try:
             uid_line = next(l for l in (d / "status").read_text().splitlines() if l.startswith("Uid:"))
             uid = int(uid_line.split()[1])
-            if SLOT_UID_BASE <= uid < SLOT_UID_BASE + 100_000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
+            if SLOT_UID_BASE <= uid < WARM_UID_BASE + 100_000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.setdefault(uid, []).append(f"{d.name}: {cmd}")
         except (OSError, StopIteration):

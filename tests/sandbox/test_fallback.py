@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_helpers import bwrap_ready, require
-from workers.sandbox import Limits, bwrap, cgroups
+from sandbox_helpers import EXTRA_POOLS, bwrap_ready, require
+from workers.sandbox import Limits, PoolConfig, SandboxPool, bwrap, cgroups
+from workers.sandbox.bwrap_pool import WarmBwrapBackend
 from workers.sandbox.bwrap_backend import SLOT_UID_BASE
 
 
@@ -19,12 +20,27 @@ LIMITS = Limits(cpu_s=1, wall_s=10, memory_mb=128, pids=32)
 """Wall time well above CPU time: a loaded machine may need seconds to give 1 s of CPU."""
 
 
+@pytest.fixture(params=["cold", "warm"])
+def runner(request, no_cgroups):
+    """Runs one job on the cold path (bwrap.run) or through a warm sandbox pool, both without cgroups."""
+    if request.param == "cold":
+        yield lambda files, command: bwrap.run(bwrap.BwrapSlot(SLOT_UID_BASE + 99_999, "fallback"), files, command, LIMITS, None)
+        return
+    pool = SandboxPool(WarmBwrapBackend(PoolConfig(warm_per_domain=1)), PoolConfig(warm_per_domain=1))
+    EXTRA_POOLS.append(pool)
+    try:
+        yield lambda files, command: pool.execute(files, command, LIMITS, domain="fallback")
+    finally:
+        EXTRA_POOLS.remove(pool)
+        pool.close()
+
+
 @pytest.mark.parametrize("program, status", [
     ("print('fine')", "ok"),
     ("x = bytearray(300 << 20)", "memory_limit"),
     ("while True:\n    pass", "timeout_cpu"),
     ("import time\ntime.sleep(1000)", "timeout_wall"),
 ])
-def test_rlimits_alone(no_cgroups, program, status):
-    v = bwrap.run(bwrap.BwrapSlot(SLOT_UID_BASE + 99_999, "fallback"), {"a.py": program}, ["python3", "a.py"], LIMITS, None)
+def test_rlimits_alone(runner, program, status):
+    v = runner({"a.py": program}, ["python3", "a.py"])
     assert v.status == status, v

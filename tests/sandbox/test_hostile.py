@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import marshal
-import os
 import secrets
 from pathlib import Path
 

@@ -48,11 +48,11 @@ def _containers_of(pid: int) -> list:
     return client.containers.list(all=True, filters={"label": f"temper.worker_pid={pid}"})
 
 
-@pytest.mark.parametrize("name", ["bwrap", "docker"])
+@pytest.mark.parametrize("name", ["bwrap", "bwrap-cold", "docker"])
 def test_sigkill_mid_batch_then_reap_leaves_nothing(name, tmp_path):
-    from sandbox_helpers import bwrap_ready, docker_ready, require
+    from sandbox_helpers import ready, require
 
-    ok, reason = bwrap_ready() if name == "bwrap" else docker_ready()
+    ok, reason = ready(name)
     require(ok, reason)
     token = f"reaptoken{os.getpid()}{name}{int(time.time() * 1000)}"
     script = tmp_path / "worker.py"

@@ -82,7 +82,9 @@ def test_thread_stage_hanging_is_timeout():
     set_judge("hanging", lambda request: release.wait() and None)
     try:
         v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "hanging"}, "timeout_s": 0.3}]}, "x", Task("t", "1", "q"))
-        assert v.outcome is Outcome.TIMEOUT
+        # A judge that times out is the judge's failure: judge_error, masked, never a reward of 0.
+        assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
+        assert v.details["stage_outcome"] == "timeout"
     finally:
         release.set()
         set_judge("hanging", None)

@@ -75,6 +75,20 @@ def test_run_completes_with_per_domain_metrics(setup):
     assert latency.exists() and all(p.value >= 0 for p in latency)
 
 
+def test_with_staleness_each_step_records_the_policy_version_it_trained_on(setup):
+    actor, model = setup
+    run = _running_run(actor, model, steps=4, staleness=1)
+    assert drive(run.id, worker="w1", send=_no_send) == "completed"
+    lag = dict(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").values_list("step", "value"))
+    version = dict(MetricPoint.objects.filter(run=run, key="batch/policy_version", domain="").values_list("step", "value"))
+    assert lag == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}  # never more than the run's staleness
+    assert version == {1: 0.0, 2: 0.0, 3: 1.0, 4: 2.0}
+    for key in ("pipeline/generate_busy_s", "pipeline/verify_busy_s", "pipeline/update_busy_s"):
+        assert steps_of(run, key) == [1, 2, 3, 4]
+    run.refresh_from_db()
+    assert run.inflight == {}  # cleared when the run finished, not rewritten by the lease thread
+
+
 def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=4)
@@ -187,6 +201,49 @@ def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(se
     assert not after.exists(), "a quarantined domain was still sampled"
     assert steps_of(run) == [1, 2, 3, 4, 5]
 
+
+
+def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup):
+    """A sandboxed domain's batches go to the verify queue from the Job's verify thread while the
+    driver's thread trains; every item comes back and each step stays within the staleness bound."""
+    import json
+    import threading
+
+    from controlplane.accounts.models import Team
+    from controlplane.domains.services import domain_upload_jsonl
+
+    actor, model = setup
+    team = Team.objects.get(slug="acme")
+    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
+    domain_upload_jsonl(actor=actor, team=team, jsonl=lines, data={
+        "slug": "remote-code", "title": "Remote", "kind": "code",
+        "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
+    run = run_create(actor=actor, data=factories.run_payload(["remote-code"], team="acme", base_model=model,
+                                                             budget={"steps": 3}, config=SMALL, staleness=1))
+    run.transition("queued"); run.transition("running"); run.save()
+    senders = set()
+
+    class Passed:
+        def __init__(self, n):
+            self.n = n
+
+        def get(self, **kw):
+            return [{"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}] * self.n
+
+        def revoke(self):
+            pass
+
+    def send(name, args):
+        senders.add(threading.current_thread().name)
+        return Passed(len(args[2]))
+
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    assert senders and all(name.startswith("verify") for name in senders)
+    passes = MetricPoint.objects.filter(run=run, key="outcome/remote-code/pass").order_by("step")
+    assert [p.value for p in passes] == [16.0, 16.0, 16.0]
+    lag = list(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").order_by("step").values_list("value", flat=True))
+    assert lag == [0.0, 1.0, 1.0]
+    assert list(MetricPoint.objects.filter(run=run, key="verify/remote-code/p50_s").values_list("value", flat=True)) == [0.01] * 3
 
 
 def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings):

@@ -6,7 +6,6 @@ verification fanned out to the verify queue, and it completes with every step's 
 """
 from __future__ import annotations
 
-import time
 
 import pytest
 from django.core.management import call_command
@@ -15,20 +14,10 @@ from django.db import connection
 from controlplane.runs.models import MetricPoint, Run
 from controlplane.runs.services import run_create, run_start
 from tests import factories
-from tests.services import require, require_postgres, require_redis, start_celery_worker, worker_env
+from tests.services import require, require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 
 DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity", "code-humaneval"]
 
-
-def wait_for(predicate, timeout: float, what: str):
-    """Poll a condition the system under test makes true (a run reaching a state)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture

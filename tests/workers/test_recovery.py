@@ -15,8 +15,7 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_worker, worker_env
-from tests.workers.test_e2e import wait_for
+from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 
 LEASE_S = 6
 

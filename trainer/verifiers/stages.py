@@ -121,7 +121,8 @@ for _stage in [
     }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0),
     StageType("judge", _V + "judge:judge_stage", params_schema({
         "judge": {"type": "string"}, "rubric": {"type": "string"}, "threshold": {"type": "number", "minimum": 0, "maximum": 1},
-    }), "A model judge grades the completion (interface only until the calibration issue).", 4, isolation="thread", default_timeout_s=120.0),
+        "graded": {"type": "boolean"},
+    }), "A model judge grades the completion against a rubric (HTTP endpoint, local model or embedding similarity).", 4, isolation="thread", default_timeout_s=120.0),
 ]:
     register_stage(_stage)
 

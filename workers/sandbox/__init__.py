@@ -34,14 +34,18 @@ def default_backend() -> str:
 
     name = os.environ.get("TEMPER_SANDBOX_BACKEND", "").strip().lower()
     if name:
-        if name not in ("bwrap", "docker"):
-            raise ValueError(f"TEMPER_SANDBOX_BACKEND={name!r}: expected bwrap or docker")
+        if name not in ("bwrap", "bwrap-cold", "docker"):
+            raise ValueError(f"TEMPER_SANDBOX_BACKEND={name!r}: expected bwrap, bwrap-cold or docker")
         return name
     return "bwrap" if bwrap.available() else "docker"
 
 
 def _make_backend(name: str, config: PoolConfig):
-    if name == "bwrap":
+    if name == "bwrap" and config.bwrap_warm:
+        from .bwrap_pool import WarmBwrapBackend
+
+        return WarmBwrapBackend(config)
+    if name in ("bwrap", "bwrap-cold"):
         from .bwrap_backend import BwrapBackend
 
         return BwrapBackend(slots=config.global_limit)
@@ -49,7 +53,7 @@ def _make_backend(name: str, config: PoolConfig):
         from .docker_backend import DockerBackend
 
         return DockerBackend(config)
-    raise ValueError(f"unknown sandbox backend {name!r}: expected bwrap or docker")
+    raise ValueError(f"unknown sandbox backend {name!r}: expected bwrap, bwrap-cold or docker")
 
 
 def get_runtime(backend: str | None = None, config: PoolConfig | None = None) -> SandboxPool:

@@ -8,6 +8,10 @@ marks itself non-dumpable (so the job, which runs as the same unprivileged uid, 
 ptrace it nor read /proc/1/*), reaps every orphan as an init must, and ends each job with
 `kill(-1, SIGKILL)`, which reaches every process in the container except itself.
 
+The same agent is pid 1 of each warm bwrap sandbox (bwrap_pool.py, bwrap `--as-pid-1`). After
+each job it also removes System V IPC objects and clears the shared kernel keyrings (both outlive
+processes) and restores the modes of /work, /tmp and /dev/shm before reporting ready.
+
 Protocol (big-endian): host -> agent frames `type(1) length(4) payload`: b"J" job (JSON), b"K"
 kill the running job. Agent -> host frames: 1 stdout bytes, 2 stderr bytes, 3 result (JSON),
 4 ready (after start and after each job's cleanup), 5 agent error text.
@@ -71,8 +75,58 @@ def reap_all(block):
         if pid == 0:
             return
 
+libc = ctypes.CDLL(None, use_errno=True)
+
+def wipe_ipc():
+    """Remove System V IPC objects a job left (they outlive processes in the IPC namespace)."""
+    for table, rm in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
+        try:
+            lines = open("/proc/sysvipc/" + table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            ident = int(line.split()[1])
+            if table == "sem":
+                rm(ident, 0, 0)  # IPC_RMID
+            else:
+                rm(ident, 0, None)
+
+KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+
+def keyctl(*args):
+    """keyctl(2) by syscall number (glibc has no wrapper); -1 where unknown or refused."""
+    return libc.syscall(KEYCTL, *args) if KEYCTL else -1
+
+def key_serials():
+    """Serials of the keys this uid can see (/proc/keys), or None where it is not readable."""
+    try:
+        return {line.split()[0] for line in open("/proc/keys").read().splitlines() if line.strip()}
+    except OSError:
+        return None
+
+def wipe_keys():
+    """Clear the keyrings a job shares with the agent (session, user, user-session: keys outlive
+    processes), then wait for the kernel to collect keyrings a job created for itself; if they
+    stay visible, exit, so that the host retires this sandbox rather than reuse it."""
+    for ring in (-3, -4, -5):  # KEY_SPEC_SESSION_KEYRING, _USER_KEYRING, _USER_SESSION_KEYRING
+        keyctl(7, ring)  # KEYCTL_CLEAR
+    if BASE_KEYS is None:
+        return
+    end = time.monotonic() + 2.0
+    while not key_serials() <= BASE_KEYS:
+        if time.monotonic() > end:
+            os.write(2, b"temper agent: a job's keys were not collected; retiring\n")
+            os._exit(3)
+        time.sleep(0.01)
+
 def wipe():
-    for top in ("/work", "/tmp", "/dev/shm"):
+    wipe_ipc()
+    wipe_keys()
+    for top, mode in (("/work", 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):
+        try:
+            os.chmod(top, mode)  # a job may have made the directory unusable for the next one
+        except OSError:
+            pass  # not ours (docker's tmpfs belongs to root): the job could not chmod it either
         try:
             entries = os.listdir(top)
         except OSError:
@@ -113,6 +167,7 @@ def run_job(job):
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_data else (os.open("/dev/null", os.O_RDONLY), -1)
     lim = job["limits"]
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     pid = os.fork()
     if pid == 0:
         try:
@@ -125,6 +180,8 @@ def run_job(job):
                              (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
                              (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
                 resource.setrlimit(res, val)
+            if lim.get("as"):  # no memory cgroup: address-space limit as the coarser backstop
+                resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.chdir("/work")
             os.execvpe(job["command"][0], job["command"], job["env"])
@@ -193,7 +250,9 @@ def run_job(job):
     if status is None:
         _, status = os.waitpid(pid, 0)
     reap_all(True)
-    result = {"killed": killed}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
+    result = {"killed": killed, "rusage": [cpu, usage.ru_maxrss * 1024]}
     if os.WIFSIGNALED(status):
         result["signal"] = os.WTERMSIG(status)
     else:
@@ -201,6 +260,9 @@ def run_job(job):
     send(3, json.dumps(result).encode())
 
 os.chdir("/work")
+for ring in (-3, -4, -5):
+    keyctl(0, ring, 1)  # KEYCTL_GET_KEYRING_ID, create: the keyrings every job shares exist now
+BASE_KEYS = key_serials()
 send(4, b"ready")
 while True:
     for kind, payload in read_frames(True):

@@ -71,14 +71,19 @@ def _root_binds() -> list[str]:
     return args
 
 
-def bwrap_args(limits: Limits, files: dict[str, bytes], fds: list[int], status_fd: int, privileged: bool) -> list[str]:
-    """The bwrap command line (without the command) for one execution."""
+def bwrap_args(limits: Limits, files: dict[str, bytes], fds: list[int], status_fd: int | None, privileged: bool,
+               as_pid_1: bool = False) -> list[str]:
+    """The bwrap command line (without the command) for one execution, or (as_pid_1) for a warm
+    sandbox whose command, the agent, is the pid namespace's init."""
     tmpfs = str(limits.tmpfs_mb << 20)
     args = [
         "bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
-        "--die-with-parent", "--new-session", "--hostname", "sandbox",
-        "--json-status-fd", str(status_fd), "--clearenv",
+        "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
     ]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
+    if as_pid_1:
+        args.append("--as-pid-1")
     for k, v in ENV_ALLOW.items():
         args += ["--setenv", k, v]
     if privileged:
@@ -98,7 +103,9 @@ def bwrap_args(limits: Limits, files: dict[str, bytes], fds: list[int], status_f
                 args += ["--dir", f"{WORK_DIR}/{sub}"]
         mode = "0755" if content.startswith(b"#!") else "0644"
         args += ["--perms", mode, "--file", str(fd), f"{WORK_DIR}/{name}"]
-    args += ["--chdir", WORK_DIR, "--"]
+    # bwrap's own root and /dev are writable tmpfs mounts: make them read-only, so that only
+    # the size-capped /work, /tmp and /dev/shm (wiped between jobs of a warm sandbox) are writable
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK_DIR, "--"]
     return args
 
 

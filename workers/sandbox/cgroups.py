@@ -171,6 +171,28 @@ class JobCgroup:
             self.remove()
             raise
 
+    def memory_current(self) -> int:
+        """Memory charged to the cgroup now, in bytes."""
+        if self.layout.version == 2:
+            return _read_int(self.dirs["unified"] / "memory.current")
+        return _read_int(self.dirs["memory"] / "memory.usage_in_bytes")
+
+    def set_memory_limit(self, memory_bytes: int) -> None:
+        """Change the memory (and memory+swap) limit."""
+        if self.layout.version == 2:
+            (self.dirs["unified"] / "memory.max").write_text(str(memory_bytes))
+            return
+        m = self.dirs["memory"]
+        old = _read_int(m / "memory.limit_in_bytes")
+        # v1 refuses memory > memsw and memsw < memory: order the two writes accordingly
+        order = ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"] if memory_bytes > old else \
+            ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+        for name in order:
+            if name == "memory.limit_in_bytes":
+                (m / name).write_text(str(memory_bytes))
+            else:
+                _write_optional(m / name, str(memory_bytes))
+
     def procs_files(self) -> list[str]:
         """cgroup.procs files the sandbox's first process writes `0` into to join."""
         return [str(d / "cgroup.procs") for d in self.dirs.values()]

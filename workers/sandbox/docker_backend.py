@@ -13,10 +13,7 @@ worker, lease expiry) let `reap_containers` remove whatever a dead worker left b
 """
 from __future__ import annotations
 
-import base64
 import itertools
-import json
-import math
 import os
 import select
 import socket
@@ -25,14 +22,13 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import cgroups
 from .agent import AGENT_SOURCE
-from .bwrap import ENV_ALLOW
+from .agent_host import run_agent_job
 from .image import IMAGE
-from .outcome import Capture, check_command, check_files, classify
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
 
@@ -42,8 +38,6 @@ JOB_UID_BASE = 200000
 """Each container runs as its own uid JOB_UID_BASE + n, so per-user rlimits never collide."""
 READY_TIMEOUT_S = 30.0
 """Longest wait for a new container's agent to report ready."""
-GRACE_S = 10.0
-"""How long past the wall limit the host waits for the agent's result before giving up on it."""
 
 _worker_start = None
 
@@ -438,63 +432,8 @@ class DockerBackend:
     # ---- one job -------------------------------------------------------------------------
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
             stdin: bytes | None) -> Verdict:
-        enc = check_files(files)
-        command = check_command(command)
         cont.uses += 1
-        job = {
-            "files": {n: base64.b64encode(c).decode("ascii") for n, c in enc.items()},
-            "stdin": base64.b64encode(stdin).decode("ascii") if stdin else None,
-            "command": command, "env": ENV_ALLOW,
-            "limits": {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
-                       "nofile": limits.open_files, "nproc": limits.pids + 4, "wall": limits.wall_s},
-        }
-        cg = cont.cgroup
-        if cg is not None:
-            cg.reset_peak()
-            cpu0, oom0 = cg.cpu_s(), cg.oom_events()
-        out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
-        t0 = time.monotonic()
-        cont.stream.send(b"J", json.dumps(job).encode())
-        killed_for = None
-        result = None
-        while result is None:
-            now = time.monotonic()
-            if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
-                killed_for = "cpu"
-                cont.stream.send(b"K", b"cpu")
-            if now > t0 + limits.wall_s + GRACE_S:
-                raise SandboxError("sandbox agent gave no result in time")
-            frame = cont.stream.next_frame(0.05)
-            while frame is not None:
-                kind, payload = frame
-                if kind in (1, 2):
-                    target = out if kind == 1 else err
-                    if target.feed(payload) and killed_for is None:
-                        killed_for = "output"
-                        cont.stream.send(b"K", b"output")
-                elif kind == 3:
-                    result = json.loads(payload)
-                    break
-                elif kind == 5:
-                    raise SandboxError("sandbox agent failed: " + payload.decode("utf-8", "replace"))
-                frame = cont.stream.next_frame(0)
-            if result is None and cont.stream.eof:
-                raise SandboxError("sandbox agent exited: "
-                                   + bytes(cont.stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
-        wall = time.monotonic() - t0
-        cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
-        peak = cg.peak_memory() if cg is not None else 0
-        oom = (cg.oom_events() - oom0) if cg is not None else 0
-        if killed_for is None and result.get("killed"):
-            killed_for = "wall" if result["killed"] == "wall" else result["killed"]
-        exit_code, sig = result.get("exit_code"), result.get("signal")
-        verdict = Verdict(status="sandbox_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
-                          peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
-                          stdout_truncated=out.truncated, stderr_truncated=err.truncated,
-                          stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend="docker")
-        verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
-                                                 oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
-        return verdict
+        return run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker")
 
 
 def _key(domain: str, limits: Limits) -> tuple:

@@ -26,9 +26,11 @@ class PoolConfig:
     retries: int = 2
     """Extra attempts, each on a fresh slot, after an infrastructure failure."""
     warm_per_domain: int = 2
-    """Containers kept started and idle per domain (docker backend)."""
+    """Containers / warm bwrap sandboxes kept started and idle per domain."""
     max_uses: int = 100
-    """Jobs a container serves before it is retired (docker backend)."""
+    """Jobs a container or warm bwrap sandbox serves before it is retired."""
+    bwrap_warm: int = 1
+    """1: bwrap runs jobs in warm pooled sandboxes; 0: fresh namespaces per job (cold)."""
     container_cpus: float = 1.0
     """CPUs one container (one job at a time) may use (docker backend)."""
     lease_s: float = 600.0

@@ -26,7 +26,7 @@
   let eventCursor = 0;
   let xAxis = "step";
   let smoothing = 0.6;
-  const visible = new Set(domains.slice(0, 12));
+  const visible = new Set(domains.slice(0, page.visible_at_first));
   let outcomeDomain = domains[0] || "";
   const zoom = {};         // chart id -> {lo, hi, series} while zoomed
   const dirty = new Set();
@@ -39,19 +39,33 @@
     return s;
   }
 
-  function load(resp) {
+  let following = false;      // the socket is open: later loads leave its cursor alone
+  const fetching = new Map(); // key -> live points that arrived while its series was being fetched
+
+  // A fetched series replaces what the page had for its keys; points that came over the socket
+  // while it was in flight are added after it (those it already holds are skipped).
+  function load(resp, keys) {
     for (const [key, v] of Object.entries(resp.series)) {
       store.set(key, { step: v.step, time: v.time, min: v.min, max: v.max, last: v.last });
     }
-    cursor = cursor === null ? resp.cursor : Math.min(cursor, resp.cursor);
+    for (const key of keys) {
+      series(key);
+      const early = fetching.get(key) || [];
+      fetching.delete(key);
+      append(early);
+    }
+    if (!following) cursor = cursor === null ? resp.cursor : Math.min(cursor, resp.cursor);
   }
 
   // Points after the cursor; a point at or before a series' last step is already there (a bucket
-  // read a moment after the cursor may hold it), so nothing is drawn twice.
+  // read a moment after the cursor may hold it), so nothing is drawn twice. Points of series the
+  // page has not loaded are dropped (a later fetch reads them from the database), unless that
+  // fetch is in flight.
   function append(points) {
-    for (const [, step, , key, value, timeMs] of points) {
+    for (const point of points) {
+      const [, step, , key, value, timeMs] = point;
       const s = store.get(key);
-      if (!s) continue;
+      if (!s) { fetching.get(key)?.push(point); continue; }
       const n = s.step.length;
       if (n && step <= s.step[n - 1]) continue;
       s.step.push(step); s.time.push(timeMs); s.min.push(value); s.max.push(value); s.last.push(value);
@@ -341,13 +355,13 @@
   function renderToggles() {
     const all = el("button", { type: "button", class: "link", text: visible.size === domains.length ? "none" : "all", onclick: () => {
       if (visible.size === domains.length) visible.clear(); else domains.forEach((d) => visible.add(d));
-      renderToggles(); redrawAll(["chart-reward", "chart-pass", "chart-eval"]);
+      renderToggles(); showDomains();
     } });
     toggles.replaceChildren(el("span", { class: "muted", text: `domains (${visible.size}/${domains.length}): ` }), all,
       ...domains.map((d) => {
         const box = el("input", { type: "checkbox", "data-testid": `toggle-${d}` });
         box.checked = visible.has(d);
-        box.addEventListener("change", () => { box.checked ? visible.add(d) : visible.delete(d); renderToggles(); redrawAll(["chart-reward", "chart-pass", "chart-eval"]); });
+        box.addEventListener("change", () => { box.checked ? visible.add(d) : visible.delete(d); renderToggles(); showDomains(); });
         return el("label", { class: "inline toggle" }, box, " " + d);
       }));
   }
@@ -355,9 +369,15 @@
   domains.forEach((d) => outcomeSelect.append(el("option", { value: d, text: d })));
   outcomeSelect.addEventListener("change", async () => {
     outcomeDomain = outcomeSelect.value;
-    await fetchSeries({ prefix: `outcome/${outcomeDomain}/` });
+    await fetchMissing(CHARTS["chart-outcomes"].keys());
     redrawAll(["chart-outcomes"]);
   });
+
+  const PER_DOMAIN = ["chart-reward", "chart-pass", "chart-eval"];
+  async function showDomains() {
+    await fetchMissing(PER_DOMAIN.flatMap((id) => CHARTS[id].keys()));
+    redrawAll(PER_DOMAIN);
+  }
   document.getElementById("x-axis").addEventListener("change", (e) => {
     xAxis = e.target.value;
     Object.keys(zoom).forEach((k) => delete zoom[k]);
@@ -373,26 +393,39 @@
   function redrawAll(ids) { chartsOfKey = null; ids.forEach((id) => dirty.add(id)); scheduleDraw(); }
 
   // ------------------------------------------------------------------ loading and the socket
-  async function fetchSeries(params) {
-    const q = new URLSearchParams(params);
-    const resp = await api("GET", `/api/runs/${runId}/series?${q}`);
-    load(resp);
+  async function fetchSeries(keys, prefetched) {
+    if (!keys.length) return null;
+    keys.forEach((k) => fetching.set(k, []));
+    let resp;
+    if (prefetched) { // started by the page's head, before plotly.min.js loaded
+      const r = await prefetched;
+      if (!r.ok) throw { status: r.status, detail: r.statusText, errors: [] };
+      resp = await r.json();
+    } else {
+      resp = await api("GET", `/api/runs/${runId}/series?${new URLSearchParams({ key: keys.join(",") })}`);
+    }
+    load(resp, keys);
     return resp;
   }
 
+  function fetchMissing(keys) {
+    return fetchSeries(keys.filter((k) => !store.has(k) && !fetching.has(k)));
+  }
+
+  // What the page shows first: the visible domains' series, the chosen domain's outcomes and the
+  // run-wide charts. Each chart is drawn as soon as its data is in.
   async function reloadAll() {
     store.clear();
-    cursor = null;
+    const show = (ids) => () => redrawAll(ids);
+    const prefetched = window.TemperPrefetch && window.TemperPrefetch.reward;
+    if (window.TemperPrefetch) delete window.TemperPrefetch.reward;
     await Promise.all([
-      fetchSeries({ prefix: "reward/" }),
-      fetchSeries({ prefix: "pass_rate/" }),
-      fetchSeries({ prefix: "eval/reward/" }),
-      outcomeDomain ? fetchSeries({ prefix: `outcome/${outcomeDomain}/` }) : null,
-      fetchSeries({ key: Object.values(RUN_KEYS).flat().join(",") }),
+      fetchSeries(CHARTS["chart-reward"].keys(), prefetched).then(show(["chart-reward"])),
+      fetchSeries(CHARTS["chart-pass"].keys()).then(show(["chart-pass"])),
+      fetchSeries(CHARTS["chart-eval"].keys()).then(show(["chart-eval"])),
+      outcomeDomain ? fetchSeries(CHARTS["chart-outcomes"].keys()).then(show(["chart-outcomes"])) : null,
+      fetchSeries(Object.values(RUN_KEYS).flat()),
     ]);
-    // Keys that have no points yet still get a series, so live points are kept from the start.
-    for (const id of Object.keys(CHARTS)) CHARTS[id].keys().forEach((k) => series(k));
-    domains.forEach((d) => page.outcomes.forEach((o) => { if (d === outcomeDomain) series(`outcome/${d}/${o}`); }));
     redrawAll(Object.keys(CHARTS));
   }
 
@@ -401,6 +434,7 @@
   const badge = document.getElementById("live-state");
   reloadAll().then(() => {
     window.TemperLive.ready = true;
+    following = true;
     Temper.liveSocket(`/ws/runs/${runId}/`, {
       hello: () => ({ cursor, event_cursor: eventCursor }),
       onMessage(m) {

@@ -1,0 +1,354 @@
+"""API: judges and their versions, calibration and promotion, review queues and labels."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional
+
+from django.http import HttpRequest
+from ninja import Path, Query, Router, Schema, Status
+from ninja.pagination import paginate
+
+from controlplane.accounts.selectors import team_get
+from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
+from controlplane.common.errors import InvalidInput
+from controlplane.review import selectors, services
+
+router = Router(tags=["review"])
+
+VERSION = Path(..., ge=1, le=2**31 - 1)
+
+
+class JudgeVersionOut(Schema):
+    version: int
+    kind: str
+    model: str
+    rubric: str
+    score_format: str
+    endpoint: str
+    api_key_env: str
+    params: dict[str, Any]
+    note: str
+    created_at: datetime
+    created_by: Optional[str] = None
+    calibrated: bool
+    calibrated_at: Optional[datetime] = None
+    calibration: dict[str, Any]
+
+    @staticmethod
+    def resolve_created_by(obj) -> Optional[str]:
+        return obj.created_by.username if obj.created_by_id else None
+
+    @staticmethod
+    def resolve_calibrated(obj) -> bool:
+        return obj.is_calibrated
+
+
+class JudgeOut(Schema):
+    slug: str
+    title: str
+    team: str
+    threshold: float
+    active_version: Optional[int] = None
+    previous_version: Optional[int] = None
+    active_calibrated: bool
+    updated_at: datetime
+
+    @staticmethod
+    def resolve_team(obj) -> str:
+        return obj.team.slug
+
+    @staticmethod
+    def resolve_active_version(obj) -> Optional[int]:
+        return obj.active.version if obj.active_id else None
+
+    @staticmethod
+    def resolve_previous_version(obj) -> Optional[int]:
+        return obj.previous.version if obj.previous_id else None
+
+    @staticmethod
+    def resolve_active_calibrated(obj) -> bool:
+        return bool(obj.active_id and obj.active.is_calibrated)
+
+
+class JudgeDetailOut(JudgeOut):
+    versions: list[JudgeVersionOut]
+
+    @staticmethod
+    def resolve_versions(obj) -> list:
+        return list(obj.versions.select_related("created_by").order_by("-version"))
+
+
+class ThresholdIn(Schema):
+    threshold: float
+
+
+class CalibrationCheckOut(Schema):
+    version: int
+    ok: bool
+    kappa_lower: Optional[float] = None
+    threshold: float
+    n: int
+    reason: str
+    calibrated: bool
+    active: bool
+    report: dict[str, Any]
+
+
+class ShadowOut(Schema):
+    version: int
+    queued_items: int
+
+
+class QueueOut(Schema):
+    id: int
+    name: str
+    team: str
+    domain: str
+    judge: str
+    version: int
+    score_format: str
+    strategy: str
+    params: dict[str, Any]
+    reviewers_per_item: int
+    blind: bool
+    reservation_s: int
+    population: int
+    created_at: datetime
+
+    @staticmethod
+    def resolve_team(obj) -> str:
+        return obj.team.slug
+
+    @staticmethod
+    def resolve_domain(obj) -> str:
+        return obj.domain.slug
+
+    @staticmethod
+    def resolve_judge(obj) -> str:
+        return obj.judge_config.judge.slug
+
+    @staticmethod
+    def resolve_version(obj) -> int:
+        return obj.judge_config.version
+
+    @staticmethod
+    def resolve_score_format(obj) -> str:
+        return obj.judge_config.score_format
+
+
+class QueueDetailOut(QueueOut):
+    progress: dict[str, Any]
+
+
+class ItemOut(Schema):
+    """An item as a reviewer sees it: in a blind queue the judge's score is left out until they submit."""
+
+    id: int
+    queue: int
+    task_id: str
+    prompt: str
+    completion: str
+    reference: str
+    score_format: str
+    position: int
+    judge_score: Optional[float] = None
+    judge_raw: Optional[float] = None
+    expires_at: Optional[datetime] = None
+
+
+class NextOut(Schema):
+    item: Optional[ItemOut] = None
+    progress: dict[str, Any]
+
+
+class LabelIn(Schema):
+    value: float
+    seconds: Optional[float] = None
+
+
+class SkipIn(Schema):
+    reason: str
+
+
+class LabelOut(Schema):
+    item: int
+    value: Optional[float] = None
+    skipped: bool
+    judge_score: float
+    judge_raw: float
+    agrees: Optional[bool] = None
+    stats: dict[str, Any]
+    progress: dict[str, Any]
+
+
+def _item_out(item, *, reveal: bool, expires_at=None) -> dict:
+    fmt = item.queue.judge_config.score_format
+    return {"id": item.pk, "queue": item.queue_id, "task_id": item.task_id, "prompt": item.prompt, "completion": item.completion,
+            "reference": item.reference, "score_format": fmt, "position": item.position,
+            "judge_score": item.judge_score if reveal else None, "judge_raw": item.judge_raw if reveal else None,
+            "expires_at": expires_at}
+
+
+JUDGE_CREATE_DOC = body_doc(services.JUDGE_CREATE_SCHEMA)
+JUDGE_VERSION_DOC = body_doc(services.JUDGE_VERSION_SCHEMA)
+QUEUE_DOC = body_doc({**services.QUEUE_SCHEMA, "properties": {**services.QUEUE_SCHEMA["properties"], "team": {"type": "string"}}})
+
+
+# ----------------------------------------------------------------------------- judges
+@router.get("/judges", response={200: list[JudgeOut], **ERRORS})
+@paginate
+def judge_list(request: HttpRequest):
+    return selectors.judge_list(actor=request.auth)
+
+
+@router.post("/judges", response={201: JudgeDetailOut, **ERRORS}, openapi_extra=JUDGE_CREATE_DOC)
+def judge_create(request: HttpRequest):
+    """Create a judge with its first version (active, not yet calibrated)."""
+    return Status(201, services.judge_create(actor=request.auth, data=json_object(request)))
+
+
+@router.get("/judges/{slug}", response={200: JudgeDetailOut, **ERRORS})
+def judge_detail(request: HttpRequest, slug: str):
+    return selectors.judge_get(actor=request.auth, slug=slug)
+
+
+@router.post("/judges/{slug}/versions", response={201: JudgeVersionOut, **ERRORS}, openapi_extra=JUDGE_VERSION_DOC)
+def judge_version_create(request: HttpRequest, slug: str):
+    """Edit the judge: makes a new immutable version (proposed; promote it to use it)."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return Status(201, services.judge_version_create(actor=request.auth, judge=judge, changes=json_object(request)))
+
+
+@router.post("/judges/{slug}/threshold", response={200: JudgeOut, **ERRORS})
+def judge_threshold(request: HttpRequest, slug: str, payload: ThresholdIn):
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return services.judge_set_threshold(actor=request.auth, judge=judge, threshold=payload.threshold)
+
+
+def _check_out(judge, config) -> dict:
+    check = services.calibration_check(config)
+    return {"version": config.version, "calibrated": config.is_calibrated, "active": judge.active_id == config.pk, **check}
+
+
+@router.get("/judges/{slug}/versions/{version}/calibration", response={200: CalibrationCheckOut, **ERRORS})
+def judge_calibration(request: HttpRequest, slug: str, version: int = VERSION):
+    """Statistics of a version against human labels, and whether it may be marked calibrated."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return _check_out(judge, selectors.config_get(judge=judge, version=version))
+
+
+@router.post("/judges/{slug}/versions/{version}/calibrate", response={200: JudgeVersionOut, **ERRORS})
+def judge_calibrate(request: HttpRequest, slug: str, version: int = VERSION):
+    """Mark calibrated; 409 unless the lower bound of kappa's 95% interval reaches the threshold."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return services.judge_calibrate(actor=request.auth, config=selectors.config_get(judge=judge, version=version))
+
+
+@router.post("/judges/{slug}/versions/{version}/shadow", response={202: ShadowOut, **ERRORS})
+def judge_shadow(request: HttpRequest, slug: str, version: int = VERSION):
+    """Re-score the labelled items of the judge's other versions with this version (judge queue)."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    config = selectors.config_get(judge=judge, version=version)
+    return Status(202, {"version": version, "queued_items": services.judge_shadow_start(actor=request.auth, config=config)})
+
+
+@router.post("/judges/{slug}/versions/{version}/promote", response={200: JudgeOut, **ERRORS})
+def judge_promote(request: HttpRequest, slug: str, version: int = VERSION):
+    """Make this version the one runs use (it must clear the calibration threshold)."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return services.judge_promote(actor=request.auth, config=selectors.config_get(judge=judge, version=version))
+
+
+@router.post("/judges/{slug}/rollback", response={200: JudgeOut, **ERRORS})
+def judge_rollback(request: HttpRequest, slug: str):
+    """Return to the version that was active before the last promotion."""
+    return services.judge_rollback(actor=request.auth, judge=selectors.judge_get(actor=request.auth, slug=slug))
+
+
+@router.get("/judges/{slug}/compare", response={200: dict[str, Any], **ERRORS})
+def judge_compare(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=2**31 - 1), b: int = Query(..., ge=1, le=2**31 - 1)):
+    """Two versions side by side on the labelled items both have scored (own or shadow)."""
+    judge = selectors.judge_get(actor=request.auth, slug=slug)
+    return selectors.compare(judge=judge, a=selectors.config_get(judge=judge, version=a), b=selectors.config_get(judge=judge, version=b))
+
+
+# ----------------------------------------------------------------------------- queues and labels
+@router.get("/review/queues", response={200: list[QueueOut], **ERRORS})
+@paginate
+def queue_list(request: HttpRequest, domain: str = "", judge: str = ""):
+    return selectors.queue_list(actor=request.auth, domain=domain, judge=judge)
+
+
+@router.post("/review/queues", response={201: QueueDetailOut, **ERRORS}, openapi_extra=QUEUE_DOC)
+def queue_create(request: HttpRequest):
+    """Sample judged trajectories of a domain and judge version into a review queue."""
+    data = json_object(request)
+    team_slug = data.pop("team", None)
+    if not isinstance(team_slug, str) or not team_slug:
+        raise InvalidInput.one("team", "required")
+    team = team_get(actor=request.auth, slug=team_slug)
+    queue = services.queue_create(actor=request.auth, team=team, data=data)
+    queue.progress = selectors.queue_progress(queue)
+    return Status(201, queue)
+
+
+@router.get("/review/queues/{queue_id}", response={200: QueueDetailOut, **ERRORS})
+def queue_detail(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)):
+    queue = selectors.queue_get(actor=request.auth, queue_id=queue_id)
+    queue.progress = selectors.queue_progress(queue, request.auth.user)
+    return queue
+
+
+@router.get("/review/queues/{queue_id}/stats", response={200: dict[str, Any], **ERRORS})
+def queue_stats(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Agreement of the queue's judge version with its reviewers: point values, bootstrap 95%
+    intervals, inverse-propensity-weighted estimates, confusion matrix, reliability diagram."""
+    return selectors.queue_report(selectors.queue_get(actor=request.auth, queue_id=queue_id))
+
+
+@router.post("/review/queues/{queue_id}/next", response={200: NextOut, **ERRORS})
+def queue_next(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Reserve the next item for you (blind: without the judge's score)."""
+    queue = selectors.queue_get(actor=request.auth, queue_id=queue_id)
+    item = services.queue_next(actor=request.auth, queue=queue)
+    out = None
+    if item is not None:
+        from controlplane.review.models import Reservation
+
+        res = Reservation.objects.filter(item=item, reviewer=request.auth.user).first()
+        out = _item_out(item, reveal=not queue.blind, expires_at=res.expires_at if res else None)
+    return {"item": out, "progress": selectors.queue_progress(queue, request.auth.user)}
+
+
+def _label_out(request, label) -> dict:
+    item = label.item
+    queue = item.queue
+    report = selectors.queue_report(queue)
+    agrees = None
+    if label.value is not None:
+        from controlplane.review.stats import categories
+
+        fmt = queue.judge_config.score_format
+        j, _ = categories([item.judge_raw], fmt)
+        h, _ = categories([label.value], "binary" if fmt == "unit" else fmt)
+        agrees = bool(j[0] == h[0])
+    return {"item": item.pk, "value": label.value, "skipped": label.skipped, "judge_score": item.judge_score,
+            "judge_raw": item.judge_raw, "agrees": agrees, "stats": report,
+            "progress": selectors.queue_progress(queue, request.auth.user)}
+
+
+@router.post("/review/items/{item_id}/label", response={201: LabelOut, **ERRORS})
+def item_label(request: HttpRequest, payload: LabelIn, item_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Submit your label (pass/fail as 1/0, or 1-5); the answer reveals the judge's score and the
+    updated statistics."""
+    item = selectors.item_get(actor=request.auth, item_id=item_id)
+    value: Any = int(payload.value) if float(payload.value).is_integer() else payload.value
+    label = services.label_submit(actor=request.auth, item=item, value=value, seconds=payload.seconds)
+    return Status(201, _label_out(request, label))
+
+
+@router.post("/review/items/{item_id}/skip", response={201: LabelOut, **ERRORS})
+def item_skip(request: HttpRequest, payload: SkipIn, item_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Skip an item, with a reason (it goes to another reviewer)."""
+    item = selectors.item_get(actor=request.auth, item_id=item_id)
+    return Status(201, _label_out(request, services.label_skip(actor=request.auth, item=item, reason=payload.reason)))

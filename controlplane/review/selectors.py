@@ -1,0 +1,192 @@
+"""Reads for judges, queues, items and their agreement statistics, filtered to the actor's teams."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import NotFound
+from controlplane.review import stats
+from controlplane.review.models import Judge, JudgeConfig, Label, ReviewItem, ReviewQueue, ShadowScore
+
+N_BOOT = 1000
+
+
+def judge_list(*, actor: Principal) -> QuerySet[Judge]:
+    qs = Judge.objects.select_related("team", "active", "previous")
+    return qs if actor.platform_admin else qs.filter(team_id__in=actor.team_ids)
+
+
+def judge_get(*, actor: Principal, slug: str) -> Judge:
+    judge = judge_list(actor=actor).filter(slug=slug).first()
+    if judge is None:
+        raise NotFound(f"judge {slug!r} not found")
+    return judge
+
+
+def config_get(*, judge: Judge, version: int) -> JudgeConfig:
+    config = judge.versions.select_related("judge").filter(version=version).first()
+    if config is None:
+        raise NotFound(f"judge {judge.slug!r} has no version {version}")
+    return config
+
+
+def queue_list(*, actor: Principal, domain: str = "", judge: str = "") -> QuerySet[ReviewQueue]:
+    qs = ReviewQueue.objects.filter(team_id__in=actor.team_ids).select_related("team", "domain", "judge_config__judge")
+    if domain:
+        qs = qs.filter(domain__slug=domain)
+    if judge:
+        qs = qs.filter(judge_config__judge__slug=judge)
+    return qs.annotate(n_items=Count("items", distinct=True))
+
+
+def queue_get(*, actor: Principal, queue_id: int) -> ReviewQueue:
+    queue = ReviewQueue.objects.filter(pk=queue_id, team_id__in=actor.team_ids).select_related("team", "domain", "judge_config__judge").first()
+    if queue is None:
+        raise NotFound(f"review queue {queue_id} not found")
+    return queue
+
+
+def item_get(*, actor: Principal, item_id: int) -> ReviewItem:
+    item = ReviewItem.objects.filter(pk=item_id, queue__team_id__in=actor.team_ids).select_related("queue__judge_config__judge").first()
+    if item is None:
+        raise NotFound(f"review item {item_id} not found")
+    return item
+
+
+def consensus(values: list[float], fmt: str) -> float:
+    """One human value per item: majority for pass/fail (ties pass), rounded mean for 1-5.
+
+    >>> consensus([1, 0, 1], "binary"), consensus([0, 1], "binary"), consensus([3, 4], "ordinal")
+    (1.0, 1.0, 4.0)
+    """
+    mean = sum(values) / len(values)
+    return float(math.floor(mean + 0.5)) if fmt == "ordinal" else float(mean >= 0.5)
+
+
+def _rows(items: Iterable[ReviewItem], judge_raw: dict[int, float], fmt: str) -> dict[str, Any]:
+    """Arrays for the statistics from items with prefetched ``done`` labels."""
+    judge, human, propensity, per_item = [], [], [], []
+    reviewers: dict[int, int] = {}
+    for item in items:
+        labels = [lab for lab in item.done if not lab.skipped]
+        if not labels or item.pk not in judge_raw:
+            continue
+        judge.append(judge_raw[item.pk])
+        human.append(consensus([lab.value for lab in labels], fmt))
+        propensity.append(item.propensity)
+        per_item.append({lab.reviewer_id: lab.value for lab in labels})
+        for lab in labels:
+            reviewers.setdefault(lab.reviewer_id, len(reviewers))
+    table = None
+    if len(reviewers) > 1 and any(len(p) > 1 for p in per_item):
+        table = [[p.get(r, math.nan) for p in per_item] for r in reviewers]
+    return {"judge": judge, "human": human, "propensity": propensity, "table": table}
+
+
+def _labelled(qs: QuerySet[ReviewItem]) -> QuerySet[ReviewItem]:
+    return qs.prefetch_related(Prefetch("labels", queryset=Label.objects.filter(skipped=False), to_attr="done"))
+
+
+def _report(rows: dict[str, Any], fmt: str, seed: int = 0) -> dict[str, Any]:
+    return stats.agreement_report(rows["judge"], rows["human"], fmt=fmt, propensity=rows["propensity"] or None,
+                                  n_boot=N_BOOT, seed=seed, reviewer_table=rows["table"])
+
+
+def queue_report(queue: ReviewQueue) -> dict[str, Any]:
+    """Agreement of the queue's judge version with its reviewers on the queue's items."""
+    items = list(_labelled(queue.items.all()))
+    rows = _rows(items, {i.pk: i.judge_raw for i in items}, queue.judge_config.score_format)
+    return _report(rows, queue.judge_config.score_format)
+
+
+def config_scores(config: JudgeConfig) -> tuple[list[ReviewItem], dict[int, float]]:
+    """Labelled items with ``config``'s score on each: its own queues' items, then its shadow
+    scores on other versions' items."""
+    own = list(_labelled(ReviewItem.objects.filter(queue__judge_config=config, labels__skipped=False).distinct()))
+    raw = {i.pk: i.judge_raw for i in own}
+    shadow = ShadowScore.objects.filter(judge_config=config, raw__isnull=False).values_list("item_id", "raw")
+    shadow_raw = {item_id: r for item_id, r in shadow if item_id not in raw}
+    extra = list(_labelled(ReviewItem.objects.filter(pk__in=list(shadow_raw))))
+    raw.update(shadow_raw)
+    return own + extra, raw
+
+
+def config_report(config: JudgeConfig) -> dict[str, Any]:
+    items, raw = config_scores(config)
+    return _report(_rows(items, raw, config.score_format), config.score_format)
+
+
+def compare(*, judge: Judge, a: JudgeConfig, b: JudgeConfig) -> dict[str, Any]:
+    """Side by side on the labelled items both versions scored (own or shadow)."""
+    items_a, raw_a = config_scores(a)
+    items_b, raw_b = config_scores(b)
+    common = sorted(set(raw_a) & set(raw_b))
+    by_id = {i.pk: i for i in items_a + items_b}
+    items = [by_id[pk] for pk in common]
+    out: dict[str, Any] = {"judge": judge.slug, "n_common": len(common), "versions": []}
+    for config, raw in ((a, raw_a), (b, raw_b)):
+        if config.score_format != a.score_format:
+            fmt = config.score_format
+        else:
+            fmt = a.score_format
+        report = _report(_rows(items, raw, fmt), fmt)
+        out["versions"].append({"version": config.version, "calibrated": config.is_calibrated,
+                                "active": judge.active_id == config.pk, "report": report})
+    changed = []
+    for item in items[:200]:
+        if raw_a[item.pk] != raw_b[item.pk]:
+            changed.append({"item": item.pk, "a": raw_a[item.pk], "b": raw_b[item.pk],
+                            "human": consensus([lab.value for lab in item.done], a.score_format)})
+    out["changed_items"] = changed
+    return out
+
+
+def shadow_summary(config: JudgeConfig) -> dict[str, int]:
+    qs = ShadowScore.objects.filter(judge_config=config)
+    return {"scored": qs.filter(raw__isnull=False).count(), "errors": qs.filter(raw__isnull=True).count()}
+
+
+def queue_progress(queue: ReviewQueue, user=None) -> dict[str, Any]:
+    items = queue.items.annotate(n=Count("labels", filter=Q(labels__skipped=False)))
+    total = items.count()
+    done = items.filter(n__gte=queue.reviewers_per_item).count()
+    out = {"items": total, "complete": done, "labels": Label.objects.filter(item__queue=queue, skipped=False).count(),
+           "skipped": Label.objects.filter(item__queue=queue, skipped=True).count()}
+    if user is not None:
+        out["mine"] = Label.objects.filter(item__queue=queue, reviewer=user).count()
+    return out
+
+
+def queue_progress_many(queues: list[ReviewQueue]) -> list[dict[str, int]]:
+    """Items and complete items of many queues in one query."""
+    per_item = (ReviewItem.objects.filter(queue__in=queues)
+                .annotate(n=Count("labels", filter=Q(labels__skipped=False))).values_list("queue_id", "n"))
+    out = {q.pk: {"items": 0, "complete": 0} for q in queues}
+    need = {q.pk: q.reviewers_per_item for q in queues}
+    for queue_id, n in per_item:
+        out[queue_id]["items"] += 1
+        out[queue_id]["complete"] += int(n >= need[queue_id])
+    return [out[q.pk] for q in queues]
+
+
+def judge_stages(snapshot: dict) -> list[str]:
+    """Judge slugs named by a domain version's verifier cascade."""
+    stages = ((snapshot or {}).get("verifier") or {}).get("stages") or []
+    return [str((s.get("params") or {}).get("judge", "default")) for s in stages if isinstance(s, dict) and s.get("type") == "judge"]
+
+
+def run_judge_warnings(run) -> list[str]:
+    """Warnings for a run's page: a judge its domains use that is missing or not calibrated."""
+    warnings = []
+    for rd in run.run_domains.select_related("domain", "domain_version"):
+        for slug in judge_stages(rd.domain_version.snapshot):
+            judge = Judge.objects.select_related("active").filter(slug=slug).first()
+            if judge is None or judge.active is None:
+                warnings.append(f"domain {rd.domain.slug} uses judge {slug!r}, which is not configured: its verifications are judge errors")
+            elif not judge.active.is_calibrated:
+                warnings.append(f"domain {rd.domain.slug} uses judge {slug} v{judge.active.version}, which is not calibrated: "
+                                f"its rewards have not been checked against human labels")
+    return warnings

@@ -1,0 +1,526 @@
+"""Writes for judges, their versions and calibration, review queues and labels. All audited.
+
+Permissions: a judge belongs to a team; its admins create and edit it, set its threshold,
+calibrate, promote and roll back versions and create review queues. Reviewers (and admins) label.
+"""
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.accounts.models import Team
+from controlplane.accounts.principal import Principal
+from controlplane.accounts.services import audit_record
+from controlplane.common.errors import Conflict, FieldError, InvalidInput, NotFound
+from controlplane.common.validation import schema_errors
+from controlplane.domains.models import Domain
+from controlplane.review import sampling
+from controlplane.review.models import (
+    CONFIG_FIELDS, Judge, JudgeConfig, Label, Reservation, ReviewItem, ReviewQueue, ShadowScore, Strategy,
+)
+from controlplane.runs.models import Trajectory
+
+SLUG = r"^[a-z0-9][a-z0-9_-]*$"
+JUDGE_PARAMS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+        "retries": {"type": "integer", "minimum": 0, "maximum": 10},
+        "backoff_s": {"type": "number", "minimum": 0, "maximum": 60},
+        "max_concurrent": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8192},
+        "similarity_cut": {"type": "number", "minimum": -1, "maximum": 1},
+    },
+}
+VERSION_PROPERTIES = {
+    "kind": {"type": "string", "enum": ["http", "local", "similarity"]},
+    "model": {"type": "string", "maxLength": 500},
+    "rubric": {"type": "string", "maxLength": 20000},
+    "score_format": {"type": "string", "enum": ["binary", "ordinal", "unit"]},
+    "endpoint": {"type": "string", "maxLength": 100},
+    "api_key_env": {"type": "string", "pattern": r"^([A-Z_][A-Z0-9_]*)?$", "maxLength": 100},
+    "params": JUDGE_PARAMS_SCHEMA,
+}
+JUDGE_CREATE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["team", "slug", "title", "kind", "score_format"],
+    "properties": {
+        "team": {"type": "string", "minLength": 1},
+        "slug": {"type": "string", "pattern": SLUG, "maxLength": 100},
+        "title": {"type": "string", "minLength": 1, "maxLength": 200},
+        "threshold": {"type": "number", "minimum": -1, "maximum": 1},
+        "note": {"type": "string", "maxLength": 200},
+        **VERSION_PROPERTIES,
+    },
+}
+JUDGE_VERSION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "properties": {**VERSION_PROPERTIES, "note": {"type": "string", "maxLength": 200}},
+}
+QUEUE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["domain", "judge", "name"],
+    "properties": {
+        "domain": {"type": "string", "minLength": 1},
+        "judge": {"type": "string", "minLength": 1},
+        "version": {"type": "integer", "minimum": 1},
+        "name": {"type": "string", "minLength": 1, "maxLength": 100},
+        "strategy": {"type": "string", "enum": [s.value for s in Strategy]},
+        "size": {"type": "integer", "minimum": 1, "maximum": 10000},
+        "seed": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+        "reviewers_per_item": {"type": "integer", "minimum": 1, "maximum": 10},
+        "blind": {"type": "boolean"},
+        "reservation_s": {"type": "integer", "minimum": 10, "maximum": 86400},
+        "compare_to": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "maxProperties": 1,
+            "properties": {"rule": {"type": "object"}, "judge_version": {"type": "integer", "minimum": 1}},
+        },
+    },
+}
+MAX_POPULATION = 20000
+INFRA_OUTCOMES = ("sandbox_error", "judge_error")
+
+
+# ----------------------------------------------------------------------------- judges
+def endpoint_url(name: str) -> str:
+    return settings.TEMPER_JUDGE_ENDPOINTS.get(name, "") if name else ""
+
+
+def _version_errors(data: dict, *, kind: str, prefix: str = "") -> list[FieldError]:
+    errors = []
+    endpoint = data.get("endpoint", "")
+    if kind == "http":
+        if not endpoint:
+            errors.append(FieldError(f"{prefix}endpoint", "required for an http judge: a name from TEMPER_JUDGE_ENDPOINTS"))
+        elif endpoint not in settings.TEMPER_JUDGE_ENDPOINTS:
+            known = ", ".join(sorted(settings.TEMPER_JUDGE_ENDPOINTS)) or "none configured"
+            errors.append(FieldError(f"{prefix}endpoint", f"unknown endpoint {endpoint!r}; known: {known}"))
+    if kind == "local" and not data.get("model"):
+        errors.append(FieldError(f"{prefix}model", "required for a local judge: a model directory"))
+    return errors
+
+
+def _require_admin(actor: Principal, team_id: int, what: str = "judge") -> None:
+    if not actor.platform_admin:
+        actor.require(team_id, "team.admin", what)
+
+
+def judge_spec(config: JudgeConfig):
+    """The trainer's JudgeSpec for a version (endpoint URL from settings, key name only)."""
+    from trainer.verifiers.judge import JudgeSpec
+
+    params = dict(config.params or {})
+    return JudgeSpec(
+        name=config.judge.slug, kind=config.kind, model=config.model, rubric=config.rubric,
+        score_format=config.score_format, endpoint_url=endpoint_url(config.endpoint), api_key_env=config.api_key_env,
+        version=config.version, config_id=config.pk, **params,
+    )
+
+
+@transaction.atomic
+def judge_create(*, actor: Principal, data: dict) -> Judge:
+    from controlplane.accounts.selectors import team_get
+
+    errors = schema_errors(data, JUDGE_CREATE_SCHEMA)
+    if errors:
+        raise InvalidInput(errors)
+    team = team_get(actor=actor, slug=data["team"])
+    _require_admin(actor, team.id)
+    errors = _version_errors(data, kind=data["kind"])
+    if Judge.objects.filter(slug=data["slug"]).exists():
+        errors.append(FieldError("slug", f"a judge named {data['slug']!r} exists already"))
+    if errors:
+        raise InvalidInput(errors)
+    judge = Judge(team=team, slug=data["slug"], title=data["title"], threshold=data.get("threshold", 0.6))
+    judge.full_clean()
+    judge.save()
+    config = JudgeConfig(judge=judge, version=1, created_by=actor.user, note=data.get("note", "created")[:200],
+                         **{k: data.get(k, "" if k != "params" else {}) for k in CONFIG_FIELDS})
+    config.full_clean()
+    config.save()
+    judge.active = config
+    judge.save(update_fields=["active", "updated_at"])
+    audit_record(actor=actor, obj=judge, action="judge.create", after={"version": 1, **config.content(), "threshold": judge.threshold})
+    return judge
+
+
+@transaction.atomic
+def judge_version_create(*, actor: Principal, judge: Judge, changes: dict) -> JudgeConfig:
+    """Edit a judge: a new immutable version (proposed, not active) from the latest plus
+    ``changes``; nothing is made when nothing changed."""
+    _require_admin(actor, judge.team_id)
+    errors = schema_errors(changes, JUDGE_VERSION_SCHEMA)
+    if errors:
+        raise InvalidInput(errors)
+    judge = Judge.objects.select_for_update().get(pk=judge.pk)
+    latest = judge.versions.order_by("-version").first()
+    content = {**latest.content(), **{k: v for k, v in changes.items() if k != "note"}}
+    errors = _version_errors(content, kind=content["kind"])
+    if errors:
+        raise InvalidInput(errors)
+    if content == latest.content():
+        return latest
+    config = JudgeConfig(judge=judge, version=latest.version + 1, created_by=actor.user, **content,
+                         note=(changes.get("note") or "changed " + ", ".join(sorted(k for k in content if content[k] != latest.content()[k])))[:200])
+    config.full_clean()
+    config.save()
+    changed = sorted(k for k in CONFIG_FIELDS if content[k] != latest.content()[k])
+    audit_record(actor=actor, obj=judge, action="judge.version", before={k: latest.content()[k] for k in changed} | {"version": latest.version},
+                 after={k: content[k] for k in changed} | {"version": config.version})
+    return config
+
+
+@transaction.atomic
+def judge_set_threshold(*, actor: Principal, judge: Judge, threshold: Any) -> Judge:
+    _require_admin(actor, judge.team_id)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1 <= threshold <= 1:
+        raise InvalidInput.one("threshold", "must be a number from -1 to 1 (a kappa)")
+    before = judge.threshold
+    judge.threshold = float(threshold)
+    judge.save(update_fields=["threshold", "updated_at"])
+    audit_record(actor=actor, obj=judge, action="judge.threshold", before={"threshold": before}, after={"threshold": judge.threshold})
+    return judge
+
+
+def calibration_check(config: JudgeConfig) -> dict:
+    """Whether ``config`` may be marked calibrated: kappa's interval lower bound (on its own
+    labelled items and its shadow scores) against the judge's threshold."""
+    from controlplane.review.selectors import config_report
+
+    report = config_report(config)
+    lower = report["metrics"]["kappa"]["ci"][0] if report["n"] else None
+    threshold = config.judge.threshold
+    ok = lower is not None and lower >= threshold
+    if report["n"] == 0:
+        reason = "no labelled items yet"
+    elif lower is None:
+        reason = "kappa is undefined on the labelled items"
+    elif ok:
+        reason = f"kappa's lower bound {lower:.3f} clears the threshold {threshold:.3f}"
+    else:
+        reason = f"kappa's lower bound {lower:.3f} is below the threshold {threshold:.3f}"
+    return {"ok": ok, "kappa_lower": lower, "threshold": threshold, "n": report["n"], "reason": reason, "report": report}
+
+
+def _calibrate(actor: Principal, config: JudgeConfig) -> JudgeConfig:
+    check = calibration_check(config)
+    if not check["ok"]:
+        raise Conflict(f"{config} cannot be marked calibrated: {check['reason']}")
+    config.calibrated_at = timezone.now()
+    config.calibrated_by = actor.user
+    report = check["report"]
+    config.calibration = {"n": report["n"], "kappa": report["metrics"]["kappa"], "threshold": check["threshold"],
+                          "accuracy": report["metrics"]["accuracy"], "warnings": report["warnings"]}
+    config.save(update_fields=["calibrated_at", "calibrated_by", "calibration"])
+    audit_record(actor=actor, obj=config.judge, action="judge.calibrate", after={"version": config.version, **config.calibration})
+    return config
+
+
+@transaction.atomic
+def judge_calibrate(*, actor: Principal, config: JudgeConfig) -> JudgeConfig:
+    """Mark a version calibrated; refused (409) unless kappa's lower bound clears the threshold."""
+    _require_admin(actor, config.judge.team_id)
+    config = JudgeConfig.objects.select_for_update().select_related("judge").get(pk=config.pk)
+    if config.is_calibrated:
+        return config
+    return _calibrate(actor, config)
+
+
+@transaction.atomic
+def judge_promote(*, actor: Principal, config: JudgeConfig) -> Judge:
+    """Make a version the one runs use; it must be (or now become) calibrated. Promoting the
+    active version marks it calibrated (the same check)."""
+    _require_admin(actor, config.judge.team_id)
+    judge = Judge.objects.select_for_update().get(pk=config.judge_id)
+    config = JudgeConfig.objects.select_related("judge").get(pk=config.pk)
+    if not config.is_calibrated:
+        _calibrate(actor, config)
+    if judge.active_id == config.pk:
+        return judge
+    before = judge.active.version if judge.active_id else None
+    judge.previous, judge.active = judge.active, config
+    judge.save(update_fields=["previous", "active", "updated_at"])
+    audit_record(actor=actor, obj=judge, action="judge.promote", before={"active": before}, after={"active": config.version})
+    return judge
+
+
+@transaction.atomic
+def judge_rollback(*, actor: Principal, judge: Judge) -> Judge:
+    """Return to the version active before the last promotion (one action; audited)."""
+    _require_admin(actor, judge.team_id)
+    judge = Judge.objects.select_for_update().get(pk=judge.pk)
+    if judge.previous_id is None:
+        raise Conflict(f"judge {judge.slug!r} has no previous version to roll back to")
+    before = judge.active.version if judge.active_id else None
+    judge.active, judge.previous = judge.previous, judge.active
+    judge.save(update_fields=["previous", "active", "updated_at"])
+    audit_record(actor=actor, obj=judge, action="judge.rollback", before={"active": before}, after={"active": judge.active.version})
+    return judge
+
+
+@transaction.atomic
+def judge_shadow_start(*, actor: Principal, config: JudgeConfig) -> int:
+    """Queue shadow re-scoring of ``config`` on every labelled item of its judge (judge queue).
+    Returns how many items will be scored."""
+    _require_admin(actor, config.judge.team_id)
+    n = shadow_candidates(config).count()
+    audit_record(actor=actor, obj=config.judge, action="judge.shadow", after={"version": config.version, "items": n})
+    dispatch.send_on_commit("temper.judge.shadow", config.pk)
+    return n
+
+
+def shadow_candidates(config: JudgeConfig):
+    """Labelled items of the judge's other versions that ``config`` has not scored yet."""
+    return (ReviewItem.objects.filter(queue__judge_config__judge_id=config.judge_id, labels__skipped=False)
+            .exclude(queue__judge_config=config).exclude(shadow_scores__judge_config=config).distinct())
+
+
+def shadow_record(*, config: JudgeConfig, item: ReviewItem, verification: dict) -> ShadowScore:
+    """Store one shadow score (a worker calls this; safe to run twice)."""
+    details = verification.get("details") or {}
+    ok = verification["outcome"] not in INFRA_OUTCOMES and "judge_score" in details
+    shadow, _ = ShadowScore.objects.update_or_create(item=item, judge_config=config, defaults={
+        "score": details.get("judge_score") if ok else None, "raw": details.get("judge_raw") if ok else None,
+        "outcome": verification["outcome"], "error": str(details.get("error", ""))[:2000],
+    })
+    return shadow
+
+
+# ----------------------------------------------------------------------------- queues
+def _judged(trajectory: Trajectory) -> dict | None:
+    details = (trajectory.details or {}).get("details") or {}
+    if "judge_score" not in details:
+        return None
+    return details
+
+
+def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[str]) -> list[float | None]:
+    """Another judge version's scores (0-1) on the population, computed here."""
+    from trainer.verifiers.judge import JudgeRequest
+    from trainer.verifiers.judges import build_judge
+
+    judge = build_judge(judge_spec(config))
+    out: list[float | None] = []
+    for t, ref in zip(rows, references):
+        try:
+            out.append(float(judge(JudgeRequest(t.prompt, t.completion, ref or None)).score))
+        except Exception:  # noqa: BLE001 - an unscored item keeps the floor weight
+            out.append(None)
+    return out
+
+
+def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str]) -> list[float | None]:
+    from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
+    from trainer.tasks.base import Task
+    from trainer.verifiers import compile_cascade
+
+    cascade = compile_cascade(spec)
+    out: list[float | None] = []
+    for t, ref in zip(rows, references):
+        v = cascade(t.completion, Task(t.domain, t.task_id or str(t.pk), t.prompt, answer=ref or None), isolation="inline")
+        out.append(None if v.outcome in INFRASTRUCTURE_OUTCOMES else float(v.score))
+    return out
+
+
+def _rule_errors(spec: Any) -> list[FieldError]:
+    from trainer.verifiers import validate_cascade
+
+    errors = [FieldError(p.replace("verifier", "compare_to.rule", 1), m) for p, m in validate_cascade(spec)]
+    if not errors and any(s.get("type") in ("judge", "code_tests", "environment") for s in spec["stages"]):
+        errors.append(FieldError("compare_to.rule", "a rule verifier runs cheap stages only (no judge, sandbox or environment)"))
+    return errors
+
+
+@transaction.atomic
+def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
+    """Sample a review queue of judged trajectories of one domain and judge version."""
+    errors = schema_errors(data, QUEUE_SCHEMA)
+    if errors:
+        raise InvalidInput(errors)
+    _require_admin(actor, team.id, "team")
+    domain = Domain.objects.filter(slug=data["domain"]).filter(Q(team__isnull=True) | Q(team=team)).first()
+    judge = Judge.objects.filter(slug=data["judge"], team=team).first()
+    errors = []
+    if domain is None:
+        errors.append(FieldError("domain", f"no domain {data['domain']!r}"))
+    if judge is None:
+        errors.append(FieldError("judge", f"no judge {data['judge']!r} in team {team.slug}"))
+    if errors:
+        raise InvalidInput(errors)
+    config = judge.versions.filter(version=data["version"]).first() if "version" in data else judge.active
+    if config is None:
+        raise InvalidInput.one("version", f"judge {judge.slug!r} has no such version")
+    strategy = data.get("strategy", "uniform")
+    compare_to = data.get("compare_to") or {}
+    if strategy == "disagreement" and not compare_to:
+        raise InvalidInput.one("compare_to", "required for disagreement sampling: {\"rule\": cascade} or {\"judge_version\": N}")
+    other = None
+    if "rule" in compare_to:
+        errors = _rule_errors(compare_to["rule"])
+        if errors:
+            raise InvalidInput(errors)
+    elif "judge_version" in compare_to:
+        other = judge.versions.filter(version=compare_to["judge_version"]).first()
+        if other is None or other.pk == config.pk:
+            raise InvalidInput.one("compare_to.judge_version", "must be another version of the same judge")
+    if ReviewQueue.objects.filter(domain=domain, judge_config=config, name=data["name"]).exists():
+        raise InvalidInput.one("name", f"a queue named {data['name']!r} exists for {domain.slug} and {config}")
+
+    rows = [t for t in Trajectory.objects.filter(run__team=team, domain=domain.slug, judge_version=config.pk)
+            .exclude(outcome__in=INFRA_OUTCOMES).order_by("id")[:MAX_POPULATION] if _judged(t) is not None]
+    details = [_judged(t) for t in rows]
+    references = [str(d.get("judge_reference", "") or "") for d in details]
+    scores = np.asarray([float(d["judge_score"]) for d in details])
+    raws = [float(d.get("judge_raw", d["judge_score"])) for d in details]
+    compare: list[float | None] = [None] * len(rows)
+    if rows and "rule" in compare_to:
+        compare = _score_with_rule(compare_to["rule"], rows, references)
+    elif rows and other is not None:
+        compare = _score_with(other, rows, references)
+
+    size = int(data.get("size", 50))
+    seed = int(data.get("seed", 0))
+    rng = np.random.default_rng(seed)
+    fmt = config.score_format
+    strata = sampling.score_strata(scores, fmt) if rows else []
+    if strategy == "uniform":
+        draws = sampling.sample_uniform(len(rows), size, rng)
+    elif strategy == "stratified":
+        draws = sampling.sample_stratified(strata, size, rng)
+    elif strategy == "disagreement":
+        diffs = np.asarray([abs(s - c) if c is not None else 0.0 for s, c in zip(scores, compare)])
+        draws = sampling.sample_poisson(sampling.FLOOR + diffs, size, rng) if rows else []
+    else:
+        threshold = float(data.get("threshold", 0.5))
+        draws = sampling.sample_poisson(sampling.low_confidence_weights(sampling.confidence_of(scores, threshold)), size, rng) if rows else []
+
+    queue = ReviewQueue(
+        team=team, domain=domain, judge_config=config, name=data["name"], strategy=strategy,
+        params={"size": size, "seed": seed, "compare_to": compare_to}, population=len(rows),
+        reviewers_per_item=data.get("reviewers_per_item", 1), blind=data.get("blind", True),
+        reservation_s=data.get("reservation_s", 600), created_by=actor.user,
+    )
+    queue.full_clean()
+    queue.save()
+    order = rng.permutation(len(draws)) if draws else []
+    ReviewItem.objects.bulk_create([
+        ReviewItem(queue=queue, trajectory=rows[d.index], task_id=rows[d.index].task_id, prompt=rows[d.index].prompt,
+                   completion=rows[d.index].completion, reference=references[d.index], judge_score=float(scores[d.index]),
+                   judge_raw=raws[d.index], compare_score=compare[d.index], stratum=d.stratum or strata[d.index],
+                   propensity=d.propensity, position=int(pos))
+        for d, pos in zip(draws, order)
+    ])
+    audit_record(actor=actor, obj=queue, action="review_queue.create", team=team,
+                 after={"domain": domain.slug, "judge": str(config), "strategy": strategy, "items": len(draws), "population": len(rows)})
+    return queue
+
+
+def _open_items(queue: ReviewQueue, now):
+    """Items that still need labels: fewer labels plus live reservations than the queue wants."""
+    return (queue.items.annotate(
+        n_labels=Count("labels", filter=Q(labels__skipped=False), distinct=True),
+        n_held=Count("reservations", filter=Q(reservations__expires_at__gt=now), distinct=True),
+    ).filter(n_labels__lt=queue.reviewers_per_item))
+
+
+@transaction.atomic
+def queue_next(*, actor: Principal, queue: ReviewQueue) -> ReviewItem | None:
+    """Reserve the next item for the actor (their live reservation first); None when done."""
+    actor.require(queue.team_id, "label", "review queue")
+    now = timezone.now()
+    user = actor.user
+    held = Reservation.objects.filter(item__queue=queue, reviewer=user, expires_at__gt=now).exclude(item__labels__reviewer=user).select_related("item").first()
+    expires = now + timedelta(seconds=queue.reservation_s)
+    if held is not None:
+        Reservation.objects.filter(pk=held.pk).update(expires_at=expires)
+        return held.item
+    candidates = (_open_items(queue, now).exclude(labels__reviewer=user)
+                  .filter(Q(n_labels__lt=queue.reviewers_per_item)).order_by("position", "id"))
+    for item in candidates[:50]:
+        if item.n_labels + item.n_held >= queue.reviewers_per_item:
+            continue
+        locked = ReviewItem.objects.select_for_update(skip_locked=True).filter(pk=item.pk).first()
+        if locked is None:
+            continue
+        Reservation.objects.filter(item=locked, expires_at__lte=now).delete()
+        live = Reservation.objects.filter(item=locked, expires_at__gt=now).exclude(reviewer=user).count()
+        labelled = locked.labels.filter(skipped=False).count()
+        if live + labelled >= queue.reviewers_per_item:
+            continue
+        Reservation.objects.update_or_create(item=locked, reviewer=user, defaults={"expires_at": expires})
+        return locked
+    return None
+
+
+def _check_value(value: Any, fmt: str) -> float:
+    if fmt == "ordinal":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in (1, 2, 3, 4, 5):
+            raise InvalidInput.one("value", "must be an integer from 1 to 5")
+    elif isinstance(value, bool) or value not in (0, 1):
+        raise InvalidInput.one("value", "must be 1 (pass) or 0 (fail)")
+    return float(value)
+
+
+def _take_reservation(actor: Principal, item: ReviewItem) -> Reservation | None:
+    """The actor's reservation of the item (even an expired one, if nobody took the item since),
+    or a new claim when the item still has room; Conflict when it is full or already labelled."""
+    item = ReviewItem.objects.select_for_update().select_related("queue").get(pk=item.pk)
+    if Label.objects.filter(item=item, reviewer=actor.user).exists():
+        raise Conflict(f"you have already labelled or skipped item {item.pk}")
+    now = timezone.now()
+    mine = Reservation.objects.filter(item=item, reviewer=actor.user).first()
+    others = Reservation.objects.filter(item=item, expires_at__gt=now).exclude(reviewer=actor.user).count()
+    labelled = item.labels.filter(skipped=False).count()
+    if labelled >= item.queue.reviewers_per_item or (mine is None and labelled + others >= item.queue.reviewers_per_item):
+        raise Conflict(f"item {item.pk} has all the reviewers it needs; take the next one")
+    return mine
+
+
+@transaction.atomic
+def label_submit(*, actor: Principal, item: ReviewItem, value: Any, seconds: float | None = None) -> Label:
+    """Record a reviewer's label; the judge's score may be shown only after this."""
+    queue = item.queue
+    actor.require(queue.team_id, "label", "review item")
+    value = _check_value(value, queue.judge_config.score_format)
+    mine = _take_reservation(actor, item)
+    if seconds is None and mine is not None:
+        seconds = max(0.0, (timezone.now() - mine.created_at).total_seconds())
+    try:
+        with transaction.atomic():
+            label = Label.objects.create(item=item, reviewer=actor.user, value=value, seconds=seconds)
+    except IntegrityError:
+        raise Conflict(f"you have already labelled item {item.pk}") from None
+    Reservation.objects.filter(item=item, reviewer=actor.user).delete()
+    return label
+
+
+@transaction.atomic
+def label_skip(*, actor: Principal, item: ReviewItem, reason: Any) -> Label:
+    actor.require(item.queue.team_id, "label", "review item")
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput.one("reason", "required: say why you skip the item")
+    _take_reservation(actor, item)
+    label = Label.objects.create(item=item, reviewer=actor.user, skipped=True, skip_reason=reason.strip()[:500])
+    Reservation.objects.filter(item=item, reviewer=actor.user).delete()
+    return label
+
+
+def finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None

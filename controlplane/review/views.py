@@ -1,0 +1,64 @@
+"""Server-rendered review pages: the queues, the labelling page and a judge's calibration page.
+
+The pages render the state; frontend/static/js/review.js drives labelling (keyboard shortcuts)
+and the admin actions through the REST API, so the server's rules (blind scores, reservations,
+the calibration threshold) are the API's.
+"""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from controlplane.accounts.principal import Principal
+from controlplane.common.errors import NotFound
+from controlplane.review import selectors, services
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    actor = Principal.for_user(request.user)
+    queues = list(selectors.queue_list(actor=actor).order_by("-created_at")[:200])
+    rows = list(zip(queues, selectors.queue_progress_many(queues)))
+    judges = selectors.judge_list(actor=actor)
+    return render(request, "review/index.html", {"rows": rows, "judges": judges})
+
+
+@login_required
+def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
+    actor = Principal.for_user(request.user)
+    try:
+        queue = selectors.queue_get(actor=actor, queue_id=queue_id)
+    except NotFound:
+        raise Http404("review queue not found") from None
+    can_label = actor.can(queue.team_id, "label")
+    is_admin = actor.platform_admin or actor.can(queue.team_id, "team.admin")
+    report = selectors.queue_report(queue)
+    return render(request, "review/queue.html", {
+        "queue": queue, "config": queue.judge_config, "judge": queue.judge_config.judge, "can_label": can_label,
+        "progress": selectors.queue_progress(queue, request.user), "report": report,
+        "is_admin": is_admin,
+        "initial": {"queue": queue.pk, "format": queue.judge_config.score_format, "blind": queue.blind, "stats": report,
+                    "can_label": can_label, "is_admin": is_admin, "judge": queue.judge_config.judge.slug,
+                    "version": queue.judge_config.version, "active": queue.judge_config.judge.active_id == queue.judge_config.pk},
+    })
+
+
+@login_required
+def judge_page(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Principal.for_user(request.user)
+    try:
+        judge = selectors.judge_get(actor=actor, slug=slug)
+    except NotFound:
+        raise Http404("judge not found") from None
+    is_admin = actor.platform_admin or actor.can(judge.team_id, "team.admin")
+    versions = []
+    for config in judge.versions.order_by("-version"):
+        check = services.calibration_check(config)
+        versions.append({"config": config, "check": check, "report": check["report"], "shadow": selectors.shadow_summary(config),
+                         "active": judge.active_id == config.pk, "kappa": check["report"]["metrics"]["kappa"]})
+    return render(request, "review/judge.html", {
+        "judge": judge, "versions": versions, "is_admin": is_admin,
+        "queues": selectors.queue_list(actor=actor, judge=judge.slug).order_by("-created_at")[:50],
+        "initial": {"judge": judge.slug, "is_admin": is_admin},
+    })

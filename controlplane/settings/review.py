@@ -1,0 +1,21 @@
+"""Review and judge settings: where the OpenAI-compatible judge endpoints are.
+
+TEMPER_JUDGE_ENDPOINTS is a JSON object of endpoint name -> base URL, e.g.
+``{"vllm": "http://vllm:8000/v1"}``. Judge versions name an endpoint, never a URL or a key; the
+key is read by the worker from the environment variable the version names.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+try:
+    TEMPER_JUDGE_ENDPOINTS: dict[str, str] = json.loads(os.environ.get("TEMPER_JUDGE_ENDPOINTS", "") or "{}")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TEMPER_JUDGE_ENDPOINTS: not a JSON object: {exc}") from None
+if not isinstance(TEMPER_JUDGE_ENDPOINTS, dict) or not all(isinstance(v, str) for v in TEMPER_JUDGE_ENDPOINTS.values()):
+    raise ImproperlyConfigured("TEMPER_JUDGE_ENDPOINTS: must be a JSON object of name -> URL")
+TEMPER_JUDGE_WAIT_S = float(os.environ.get("TEMPER_JUDGE_WAIT_S", 60))
+"""How long a judge call waits for one of its judge's concurrency slots before it is a judge_error."""

@@ -1,0 +1,313 @@
+/* Review pages: keyboard labelling of a queue, live agreement statistics, judge admin actions.
+ *
+ * Everything goes through the REST API (/api/review/..., /api/judges/...), so the server's rules
+ * hold: blind scores until submit, reservations, and the calibration threshold on promote.
+ *
+ * Keyboard shortcuts on a queue page:
+ *   p or 1 = pass, f or 0 = fail (pass/fail and 0-1 judges);  1-5 = score (ordinal judges)
+ *   s = skip (type a reason, Enter confirms, Esc cancels);     n = reload the next item
+ */
+(function () {
+  "use strict";
+
+  const initialEl = document.getElementById("review-initial");
+  const initial = initialEl ? JSON.parse(initialEl.textContent) : {};
+
+  function csrf() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    if (input) return input.value;
+    const m = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
+    return m ? decodeURIComponent(m[1]) : "";
+  }
+
+  async function api(method, path, body) {
+    const resp = await fetch(path, {
+      method,
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await resp.json(); } catch (e) { data = null; }
+    if (!resp.ok) {
+      const detail = data && data.detail ? data.detail : resp.statusText;
+      const fields = data && data.errors && data.errors.length
+        ? ": " + data.errors.map((e) => (e.path ? e.path + " " : "") + e.message).join("; ") : "";
+      const err = new Error(detail + fields);
+      err.status = resp.status;
+      throw err;
+    }
+    return data;
+  }
+
+  const $ = (id) => document.getElementById(id);
+
+  function showMessage(text) {
+    const el = $("message");
+    if (!el) return;
+    el.textContent = text || "";
+    el.hidden = !text;
+  }
+
+  function fmt(x) {
+    return x === null || x === undefined ? "–" : Number(x).toFixed(3);
+  }
+
+  function flash(el) {
+    if (!el) return;
+    el.classList.remove("flash");
+    void el.offsetWidth; // restart the animation
+    el.classList.add("flash");
+  }
+
+  // ------------------------------------------------------------------ statistics panel
+  function renderStats(stats) {
+    if (!stats || !$("stats")) return;
+    $("stat-n").textContent = stats.n;
+    for (const [name, m] of Object.entries(stats.metrics || {})) {
+      const set = (id, text) => { const el = $(id); if (el && el.textContent !== text) { el.textContent = text; flash(el); } };
+      set("stat-" + name, fmt(m.value));
+      set("stat-" + name + "-ci", m.ci[0] === null ? "–" : "[" + fmt(m.ci[0]) + ", " + fmt(m.ci[1]) + "]");
+      set("stat-" + name + "-ipw", fmt(m.ipw));
+      set("stat-" + name + "-ipw-ci", m.ipw_ci[0] === null ? "–" : "[" + fmt(m.ipw_ci[0]) + ", " + fmt(m.ipw_ci[1]) + "]");
+    }
+    const alpha = $("stat-alpha");
+    if (alpha) alpha.textContent = stats.krippendorff_alpha === null ? "– (needs two reviewers on an item)" : fmt(stats.krippendorff_alpha);
+    const warnings = $("stat-warnings");
+    if (warnings) {
+      warnings.replaceChildren(...(stats.warnings || []).map((w) => { const li = document.createElement("li"); li.textContent = w; return li; }));
+    }
+    const conf = $("confusion");
+    if (conf && stats.confusion) {
+      const labels = stats.confusion.labels;
+      const rows = [["judge \\ human", ...labels.map(String)]].concat(
+        (stats.confusion.matrix || []).map((row, i) => [String(labels[i]), ...row.map((v) => String(Math.round(v * 100) / 100))]));
+      conf.replaceChildren(...rows.map((cells, r) => {
+        const tr = document.createElement("tr");
+        cells.forEach((c, i) => { const td = document.createElement(r === 0 || i === 0 ? "th" : "td"); td.textContent = c; tr.appendChild(td); });
+        return tr;
+      }));
+    }
+    const rel = $("reliability");
+    if (rel && stats.reliability) {
+      const head = document.createElement("tr");
+      ["judge score", "items", "mean score", "human pass rate"].forEach((h) => { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); });
+      rel.replaceChildren(head, ...stats.reliability.map((b) => {
+        const tr = document.createElement("tr");
+        [b.lo.toFixed(1) + "–" + b.hi.toFixed(1), String(b.count), fmt(b.mean_score), fmt(b.human_pass_rate)].forEach((c) => {
+          const td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
+        });
+        return tr;
+      }));
+    }
+  }
+
+  // ------------------------------------------------------------------ labelling
+  function queuePage(root) {
+    const queueId = root.dataset.queueId;
+    const format = root.dataset.format;
+    let current = null;
+    let busy = false;
+
+    function setProgress(p) {
+      if (!p) return;
+      if ($("progress-mine") && p.mine !== undefined) $("progress-mine").textContent = p.mine;
+      if ($("progress-complete")) $("progress-complete").textContent = p.complete;
+      if ($("progress-items")) $("progress-items").textContent = p.items;
+    }
+
+    function showItem(item) {
+      current = item;
+      $("item").hidden = !item;
+      $("done").hidden = !!item;
+      if (document.activeElement === $("skip-reason")) $("skip-reason").blur();
+      $("skip-form").hidden = true;
+      if (!item) return;
+      $("item-id").textContent = item.id;
+      $("item-task").textContent = item.task_id || "–";
+      $("item-prompt").textContent = item.prompt;
+      $("item-completion").textContent = item.completion;
+      $("item-reference").textContent = item.reference || "(none)";
+      const judge = $("item-judge");
+      judge.hidden = item.judge_raw === null || item.judge_raw === undefined;
+      if (!judge.hidden) $("item-judge-score").textContent = item.judge_raw + " (" + fmt(item.judge_score) + ")";
+    }
+
+    async function next() {
+      showMessage("");
+      try {
+        const data = await api("POST", "/api/review/queues/" + queueId + "/next");
+        showItem(data.item);
+        setProgress(data.progress);
+      } catch (e) {
+        showMessage(e.message);
+      }
+    }
+
+    function humanWord(value) {
+      if (format === "ordinal") return String(value);
+      return Number(value) >= 1 ? "pass" : "fail";
+    }
+
+    function reveal(data) {
+      const box = $("reveal");
+      box.hidden = false;
+      $("reveal-item").textContent = data.item;
+      $("reveal-you").textContent = data.skipped ? "skip" : humanWord(data.value);
+      $("reveal-judge").textContent = format === "ordinal" ? String(data.judge_raw) : (format === "unit" ? fmt(data.judge_raw) : humanWord(data.judge_raw));
+      $("reveal-score").textContent = fmt(data.judge_score);
+      $("reveal-agrees").textContent = data.agrees === null ? "skipped" : (data.agrees ? "you agree" : "you disagree");
+      box.classList.toggle("agree", data.agrees === true);
+      box.classList.toggle("disagree", data.agrees === false);
+    }
+
+    async function submit(path, body) {
+      if (!current || busy) return;
+      busy = true;
+      showMessage("");
+      try {
+        const data = await api("POST", "/api/review/items/" + current.id + path, body);
+        reveal(data);
+        renderStats(data.stats);
+        setProgress(data.progress);
+        await refreshPromote();
+        await next();
+      } catch (e) {
+        showMessage(e.message);
+        if (e.status === 409) await next();
+      } finally {
+        busy = false;
+      }
+    }
+
+    const label = (value) => submit("/label", { value: Number(value) });
+
+    function startSkip() {
+      if (!current) return;
+      $("skip-form").hidden = false;
+      $("skip-reason").value = "";
+      $("skip-reason").focus();
+    }
+
+    document.querySelectorAll(".label-btn").forEach((b) => b.addEventListener("click", () => label(b.dataset.value)));
+    if ($("skip")) $("skip").addEventListener("click", startSkip);
+    if ($("skip-form")) {
+      $("skip-form").addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const reason = $("skip-reason").value.trim();
+        if (!reason) { showMessage("Say why you skip the item."); return; }
+        submit("/skip", { reason });
+      });
+      $("skip-reason").addEventListener("keydown", (ev) => {
+        if (ev.key === "Escape") { $("skip-form").hidden = true; ev.target.blur(); }
+      });
+    }
+
+    document.addEventListener("keydown", (ev) => {
+      const tag = (ev.target && ev.target.tagName) || "";
+      if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+      const k = ev.key.toLowerCase();
+      let value = null;
+      if (format === "ordinal") {
+        if ("12345".includes(k) && k.length === 1) value = k;
+      } else if (k === "p" || k === "1") value = 1;
+      else if (k === "f" || k === "0") value = 0;
+      if (value !== null) { ev.preventDefault(); label(value); return; }
+      if (k === "s") { ev.preventDefault(); startSkip(); return; }
+      if (k === "n") { ev.preventDefault(); next(); }
+    });
+
+    async function refreshPromote() {
+      const btn = $("promote");
+      if (!btn || !initial.is_admin) return;
+      try {
+        const check = await api("GET", "/api/judges/" + initial.judge + "/versions/" + initial.version + "/calibration");
+        btn.disabled = !check.ok || (check.active && check.calibrated);
+        $("promote-threshold").textContent = check.threshold;
+        $("promote-status").textContent = check.active && check.calibrated ? "Active and calibrated." : check.reason + ".";
+      } catch (e) {
+        showMessage(e.message);
+      }
+    }
+
+    if ($("promote")) {
+      $("promote").addEventListener("click", async () => {
+        try {
+          await api("POST", "/api/judges/" + initial.judge + "/versions/" + initial.version + "/promote");
+          await refreshPromote();
+          $("promote-status").textContent = "Promoted: v" + initial.version + " is calibrated and active.";
+        } catch (e) {
+          showMessage(e.message);
+        }
+      });
+    }
+
+    renderStats(initial.stats);
+    refreshPromote();
+    if (initial.can_label) next();
+  }
+
+  // ------------------------------------------------------------------ judge admin page
+  function judgePage(root) {
+    const slug = root.dataset.judge;
+    const reload = () => window.location.reload();
+    const form = $("threshold-form");
+    if (form) {
+      form.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        try {
+          await api("POST", "/api/judges/" + slug + "/threshold", { threshold: Number($("threshold-input").value) });
+          reload();
+        } catch (e) { showMessage(e.message); }
+      });
+    }
+    if ($("rollback")) {
+      $("rollback").addEventListener("click", async () => {
+        try { await api("POST", "/api/judges/" + slug + "/rollback"); reload(); } catch (e) { showMessage(e.message); }
+      });
+    }
+    document.querySelectorAll("button.action").forEach((b) => b.addEventListener("click", async () => {
+      try {
+        const data = await api("POST", "/api/judges/" + slug + "/versions/" + b.dataset.version + "/" + b.dataset.action);
+        if (b.dataset.action === "shadow") showMessage("Shadow re-scoring queued for " + data.queued_items + " labelled items; reload when the judge queue is done.");
+        else reload();
+      } catch (e) { showMessage(e.message); }
+    }));
+    const cmp = $("compare-form");
+    if (cmp) {
+      cmp.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        try {
+          const data = await api("GET", "/api/judges/" + slug + "/compare?a=" + $("compare-a").value + "&b=" + $("compare-b").value);
+          const table = document.createElement("table");
+          table.className = "grid compact";
+          table.dataset.testid = "compare-table";
+          const head = document.createElement("tr");
+          ["", ...data.versions.map((v) => "v" + v.version + (v.active ? " (active)" : ""))].forEach((h) => { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); });
+          table.appendChild(head);
+          const metricNames = Object.keys(data.versions[0].report.metrics);
+          for (const name of metricNames) {
+            const tr = document.createElement("tr");
+            const th = document.createElement("th"); th.textContent = name; tr.appendChild(th);
+            for (const v of data.versions) {
+              const m = v.report.metrics[name];
+              const td = document.createElement("td");
+              td.textContent = fmt(m.value) + (m.ci[0] === null ? "" : " [" + fmt(m.ci[0]) + ", " + fmt(m.ci[1]) + "]");
+              tr.appendChild(td);
+            }
+            table.appendChild(tr);
+          }
+          const note = document.createElement("p");
+          note.className = "muted";
+          note.textContent = data.n_common + " labelled items scored by both; " + data.changed_items.length + " scored differently.";
+          $("compare-result").replaceChildren(table, note);
+        } catch (e) { showMessage(e.message); }
+      });
+    }
+  }
+
+  const queueRoot = document.getElementById("review-queue");
+  if (queueRoot) queuePage(queueRoot);
+  const judgeRoot = document.getElementById("review-judge");
+  if (judgeRoot) judgePage(judgeRoot);
+})();

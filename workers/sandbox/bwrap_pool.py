@@ -1,0 +1,354 @@
+"""Warm bubblewrap sandboxes: pre-started per domain, one job at a time, reused within a domain.
+
+Why: a fresh bwrap per job costs the namespace setup (clone with new user, mount, pid, net, ipc,
+uts and cgroup namespaces, then the mounts: 20-55 ms on the build machine), a shell + setpriv
+start, a cgroup create/remove and a supervision tail; measured 60-80 ms over a bare run. A warm
+sandbox pays that once: the same `bwrap` command line as a cold job (every namespace unshared,
+no nested user namespaces, die-with-parent, new session, cleared environment, capabilities
+dropped, read-only binds of the runtime directories only, private /proc and /dev, read-only
+root and /dev, size-capped tmpfs /work, /tmp and /dev/shm), run as its own slot uid inside its own
+cgroup, with the agent (agent.py, the Docker backend's pid 1) as the pid namespace's init
+(`--as-pid-1`). A job is then a frame over a pipe and a fork+exec inside: the agent gives it
+a fresh session, rlimits (CPU, file size, open files, processes, no core), and ends it with
+`kill(-1, SIGKILL)` (every process in the sandbox but itself), removes System V IPC objects,
+wipes /work, /tmp and /dev/shm and reports ready: the reset. The host checks the sandbox is
+still alive and that its cgroup holds only bwrap and the agent before reusing it: the health
+check. A sandbox is retired after any timeout, memory or output limit, after `max_uses` jobs,
+or when the agent stops answering (then `sandbox_error`, retried on a fresh sandbox).
+
+Cgroup per sandbox, not per job: its memory limit is the idle agent's own charge (measured once
+the agent is ready, a few MiB) plus the job's `memory_mb`; CPU time and peak memory are read as
+differences / after a peak reset per job; pids.max is the job's `pids` plus bwrap and the agent.
+If the worker dies, bwrap dies with it (die-with-parent), the agent sees EOF and exits, and the
+cgroup is removed by the next `reap_cgroups()` (a worker start).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import bwrap, cgroups
+from .agent import AGENT_SOURCE
+from .agent_host import PipeAgentStream, run_agent_job
+from .pool import PoolConfig
+from .types import Limits, SandboxError, Verdict
+
+WARM_UID_BASE = 1_400_000
+"""Warm sandboxes run as WARM_UID_BASE + (worker pid % 1000) * 100 + n: a block apart from the
+cold slots' (bwrap_backend.SLOT_UID_BASE), so no cold job shares a uid with a warm sandbox."""
+READY_TIMEOUT_S = 20.0
+"""Longest wait for a new sandbox's agent to report ready."""
+RESET_TIMEOUT_S = 10.0
+"""Longest wait for the agent's ready frame after a job (kill, wipe)."""
+START_HEADROOM_MB = 64
+"""Memory allowed while the agent starts, before the limit is set to its charge + the job's."""
+RESIDENT = 2
+"""Processes of an idle sandbox in its cgroup: bwrap (outside the namespaces) and the agent."""
+RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
+"""Verdicts after which a sandbox is never reused."""
+
+
+@dataclass(eq=False)
+class WarmSandbox:
+    """One warm sandbox and what the host knows about it."""
+
+    key: tuple
+    """(domain, memory_mb, pids, tmpfs_mb): only jobs with the same key may use it."""
+    uid: int
+    """Host uid of bwrap, the agent and every job in it (unique among live sandboxes)."""
+    proc: subprocess.Popen
+    """The outer bwrap process (sh and setpriv exec'd into it)."""
+    stream: PipeAgentStream
+    """Frames to and from the agent."""
+    cgroup: cgroups.JobCgroup | None
+    """The sandbox's cgroup (None where the machine allows none: rlimits only)."""
+    agent_pid: int = 0
+    """Host pid of the agent (the sandbox's pid 1)."""
+    baseline_bytes: int = 0
+    """Memory charged to the cgroup by the idle agent."""
+    uses: int = 0
+    """Jobs served so far."""
+    retiring: bool = False
+    """Being removed: no longer counted as one of its domain's warm sandboxes."""
+    created: float = field(default_factory=time.monotonic)
+    """When it was started."""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+class WarmBwrapBackend:
+    """Pool of warm bwrap sandboxes per (domain, memory/pids/tmpfs shape)."""
+
+    name = "bwrap"
+
+    def __init__(self, config: PoolConfig | None = None):
+        from .bwrap_backend import MAX_SLOTS
+
+        if not bwrap.available():
+            raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
+        self.config = config or PoolConfig()
+        base = WARM_UID_BASE + (os.getpid() % 1000) * MAX_SLOTS
+        self._free_uids = list(range(base + MAX_SLOTS - 1, base - 1, -1))
+        self._privileged = os.geteuid() == 0
+        cgroups.reap_cgroups()  # a worker start reaps what dead workers left
+        self._lock = threading.RLock()
+        self._returned = threading.Condition(self._lock)
+        self._idle: dict[tuple, list[WarmSandbox]] = {}
+        self._resetting: dict[tuple, int] = {}
+        self._all: set[WarmSandbox] = set()
+        self._bg = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-bwrap")
+        self._pending: set = set()
+        self._closed = False
+
+    # ---- background work -----------------------------------------------------------------
+    def _submit(self, fn, *args) -> None:
+        try:
+            fut = self._bg.submit(fn, *args)
+        except RuntimeError:  # executor shut down: do it inline
+            fn(*args)
+            return
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait until background resets, retirements and top-ups are done (tests, benches)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return True
+            for fut in pending:
+                try:
+                    fut.result(timeout=max(0.0, end - time.monotonic()))
+                except Exception:
+                    pass
+        return False
+
+    def agent_pids(self) -> set[int]:
+        """Host pids of the live sandboxes' bwrap and agent processes (they belong there)."""
+        with self._lock:
+            return {p for sb in self._all for p in (sb.proc.pid, sb.agent_pid) if p}
+
+    def cgroup_dirs(self) -> set[Path]:
+        """Cgroup directories held by live sandboxes."""
+        with self._lock:
+            return {d for sb in self._all if sb.cgroup is not None for d in sb.cgroup.dirs.values()}
+
+    def sandboxes(self) -> list[WarmSandbox]:
+        """Every live sandbox (idle, busy or resetting)."""
+        with self._lock:
+            return list(self._all)
+
+    # ---- sandbox lifecycle ---------------------------------------------------------------
+    def _take_uid(self) -> int:
+        with self._lock:
+            if self._free_uids:
+                return self._free_uids.pop()
+            victims = [sb for idle in self._idle.values() for sb in idle]
+            if not victims:
+                raise SandboxError("no free bwrap sandbox uid: too many live sandboxes")
+            oldest = min(victims, key=lambda sb: sb.created)
+            self._idle[oldest.key].remove(oldest)
+        self._remove(oldest)
+        with self._lock:
+            return self._free_uids.pop()
+
+    def _wrapper_script(self, cg: cgroups.JobCgroup | None, uid: int, pids: int) -> str:
+        """sh: join the cgroup, set the sandbox-wide rlimits, drop to the slot uid, exec bwrap."""
+        lines = [f"echo 0 > '{p}' || exit 121" for p in cg.procs_files()] if cg is not None else []
+        lines += ["ulimit -c 0"]
+        if self._privileged:
+            lines += [f"ulimit -p {pids + 16}",
+                      f'exec setpriv --reuid={uid} --regid={uid} --clear-groups --inh-caps=-all -- "$@"']
+        else:
+            lines.append('exec "$@"')
+        return "\n".join(lines)
+
+    def _create(self, key: tuple) -> WarmSandbox:
+        _domain, memory_mb, pids, tmpfs_mb = key
+        uid = self._take_uid()
+        cg = None
+        layout = cgroups.detect()
+        fds: list[int] = []
+        try:
+            if layout is not None:
+                try:
+                    cg = cgroups.JobCgroup(layout, (memory_mb + START_HEADROOM_MB) << 20, pids + RESIDENT)
+                except OSError as e:
+                    raise SandboxError(f"cannot create cgroup: {e}") from e
+            shape = Limits(memory_mb=memory_mb, pids=pids, tmpfs_mb=tmpfs_mb)
+            argv = bwrap.bwrap_args(shape, {}, [], None, self._privileged, as_pid_1=True)
+            argv += ["/usr/bin/python3", "-I", "-c", AGENT_SOURCE]
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            fds = [in_r, in_w, out_r, out_w, err_r, err_w]
+            try:
+                proc = subprocess.Popen(["/bin/sh", "-c", self._wrapper_script(cg, uid, pids), "sh", *argv],
+                                        stdin=in_r, stdout=out_w, stderr=err_w, env={},
+                                        start_new_session=True, close_fds=True)
+            except OSError as e:
+                raise SandboxError(f"cannot start bwrap: {e}") from e
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            fds = []
+            stream = PipeAgentStream(in_w, out_r, err_r)
+            sb = WarmSandbox(key, uid, proc, stream, cg)
+            with self._lock:
+                self._all.add(sb)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            if cg is not None:
+                cg.remove()
+            with self._lock:
+                self._free_uids.append(uid)
+            raise
+        try:
+            stream.wait_for(4, READY_TIMEOUT_S)
+            kids = _children(proc.pid)
+            sb.agent_pid = kids[0] if kids else 0
+            if cg is not None:
+                sb.baseline_bytes = cg.memory_current()
+                cg.set_memory_limit(sb.baseline_bytes + (memory_mb << 20))
+        except (SandboxError, OSError) as e:
+            self._remove(sb)
+            raise SandboxError(f"warm bwrap sandbox did not start: {e}") from e
+        return sb
+
+    def _remove(self, sb: WarmSandbox) -> None:
+        """Kill the sandbox (bwrap's pid namespace dies with it), remove its cgroup, free its uid."""
+        sb.retiring = True
+        sb.stream.close()  # the agent sees EOF and exits
+        try:
+            os.killpg(sb.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            sb.proc.kill()
+        except ProcessLookupError:
+            pass
+        if sb.cgroup is not None:
+            sb.cgroup.remove()
+        sb.proc.wait()
+        with self._lock:
+            if sb in self._all:
+                self._all.discard(sb)
+                self._free_uids.append(sb.uid)
+
+    def _missing(self, key: tuple) -> int:
+        """Warm sandboxes this key lacks (idle, busy or resetting ones count: busy ones come back)."""
+        with self._lock:
+            return self.config.warm_per_domain - sum(sb.key == key and not sb.retiring for sb in self._all)
+
+    def _top_up(self, key: tuple) -> None:
+        for _ in range(max(0, self._missing(key))):
+            if self._closed:
+                return
+            try:
+                sb = self._create(key)
+            except SandboxError:
+                return
+            with self._lock:
+                if self._closed:
+                    break
+                self._idle.setdefault(key, []).append(sb)
+                self._returned.notify_all()
+        else:
+            return
+        self._remove(sb)
+
+    def warm(self, domain: str, limits: Limits | None = None) -> None:
+        """Start the warm sandboxes for a domain now (blocks until they are up)."""
+        self._top_up(_key(domain, limits or Limits()))
+
+    # ---- Backend protocol ----------------------------------------------------------------
+    def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
+        key = _key(domain, limits)
+        sb = None
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            end = time.monotonic() + 2.0
+            while sb is None:
+                if idle:
+                    sb = idle.pop()
+                    break
+                # a sandbox being reset comes back within milliseconds: wait rather than start one
+                if not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic())):
+                    if not idle:
+                        break
+        if sb is None:
+            sb = self._create(key)
+        if self._missing(key) > 0:  # only then: a background wake-up per job costs CPU on the clock
+            self._submit(self._top_up, key)
+        return sb
+
+    def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits,
+            stdin: bytes | None) -> Verdict:
+        sb.uses += 1
+        address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
+        return run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
+
+    def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
+        retire = (verdict is None or verdict.status in RETIRE_STATUSES
+                  or sb.uses >= self.config.max_uses or self._closed)
+        if retire:
+            sb.retiring = True
+            self._submit(self._remove, sb)
+            self._submit(self._top_up, sb.key)
+            return
+        with self._lock:
+            self._resetting[sb.key] = self._resetting.get(sb.key, 0) + 1
+        self._submit(self._reset, sb)
+
+    def _reset(self, sb: WarmSandbox) -> None:
+        """Wait for the agent's ready frame (it killed everything, removed IPC objects and wiped
+        the writable dirs), then check the sandbox holds nothing but bwrap and the agent."""
+        try:
+            sb.stream.wait_for(4, RESET_TIMEOUT_S)
+            healthy = sb.proc.poll() is None and (sb.cgroup is None or sb.cgroup.pids_current() <= RESIDENT)
+        except SandboxError:
+            healthy = False
+        with self._lock:
+            self._resetting[sb.key] -= 1
+            if healthy and not self._closed:
+                self._idle.setdefault(sb.key, []).append(sb)
+            self._returned.notify_all()
+        if not (healthy and not self._closed):
+            sb.retiring = True
+            self._remove(sb)
+            self._top_up(sb.key)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            sandboxes = list(self._all)
+            self._idle.clear()
+        for sb in sandboxes:
+            self._remove(sb)
+        self._bg.shutdown(wait=True)
+        with self._lock:
+            leftover = list(self._all)
+        for sb in leftover:
+            self._remove(sb)
+
+
+def _key(domain: str, limits: Limits) -> tuple:
+    return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)
