@@ -16,13 +16,14 @@ if _REDIS:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 else:
     _broker = _VAR / "celery" / "broker"
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         (_broker / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "in"),
         "data_folder_out": str(_broker / "in"),
         "processed_folder": str(_broker / "processed"),
+        "control_folder": str(_broker / "control"),  # the exchange tables (kombu's default: ./control)
         "store_processed": False,
     }
     (_VAR / "celery" / "results").mkdir(parents=True, exist_ok=True)
