@@ -19,7 +19,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import Conflict, FieldError, InvalidInput, NotFound
+from controlplane.common.errors import Conflict, FieldError, InvalidInput
 from controlplane.common.validation import schema_errors
 from controlplane.domains.models import Domain
 from controlplane.review import sampling

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import yaml
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.models import Team
@@ -20,6 +19,7 @@ from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES, EvalState
 from controlplane.web.management.commands._output import table
+from controlplane.common.cli import cli_actor
 
 
 def _fmt(x, spec=".3f") -> str:
@@ -64,16 +64,7 @@ class Command(BaseCommand):
         p.add_argument("version"); p.add_argument("--dest", default="")
 
     def _actor(self, username: str) -> Principal:
-        User = get_user_model()
-        if not username:
-            supers = list(User.objects.filter(is_superuser=True)[:2])
-            if len(supers) != 1:
-                raise CommandError("say who you are: --user NAME or TEMPER_USER=NAME")
-            return Principal.for_user(supers[0])
-        user = User.objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"--user: no user named {username!r}")
-        return Principal.for_user(user)
+        return cli_actor(username)
 
     def handle(self, *args, **opts):
         self.actor = self._actor(opts["user"])

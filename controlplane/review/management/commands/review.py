@@ -10,13 +10,13 @@ import os
 from pathlib import Path
 
 import yaml
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import team_get
 from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.review import selectors, services
+from controlplane.common.cli import cli_actor
 
 
 DEMO_CAPITALS = [
@@ -89,16 +89,7 @@ class Command(BaseCommand):
         q.add_parser("stats").add_argument("queue_id", type=int)
 
     def _actor(self, username: str) -> Principal:
-        User = get_user_model()
-        if not username:
-            supers = list(User.objects.filter(is_superuser=True)[:2])
-            if len(supers) != 1:
-                raise CommandError("say who you are: --user NAME or TEMPER_USER=NAME")
-            return Principal.for_user(supers[0])
-        user = User.objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"--user: no user named {username!r}")
-        return Principal.for_user(user)
+        return cli_actor(username)
 
     def handle(self, *args, **opts):
         self.actor = self._actor(opts["user"])

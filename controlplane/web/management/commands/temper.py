@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import yaml
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
@@ -26,6 +25,7 @@ from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
 from controlplane.web.management.commands._output import table
+from controlplane.common.cli import cli_actor
 
 
 def _load_file(path: str):
@@ -96,16 +96,7 @@ class Command(BaseCommand):
 
     # -- plumbing ---------------------------------------------------------------------------
     def _actor(self, username: str) -> Principal:
-        User = get_user_model()
-        if not username:
-            supers = list(User.objects.filter(is_superuser=True)[:2])
-            if len(supers) != 1:
-                raise CommandError("say who you are: --user NAME or TEMPER_USER=NAME")
-            return Principal.for_user(supers[0])
-        user = User.objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"--user: no user named {username!r}")
-        return Principal.for_user(user)
+        return cli_actor(username)
 
     def handle(self, *args, **opts):
         self.actor = self._actor(opts["user"])
