@@ -232,7 +232,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         if ckpt is not None:
             driving.run_rewind(run=run, to_step=ckpt.step)
             job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch)
-            RunEvent.objects.create(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}")
+            RunEvent.objects.create(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}",
+                                    data={"checkpoint_step": ckpt.step})
         else:
             driving.run_rewind(run=run, to_step=0)
             shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)

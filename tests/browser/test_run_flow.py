@@ -33,13 +33,13 @@ def _wait_points_above(page, n: int, timeout_ms: int = 180_000) -> int:
 
 
 def _click_a_point(page, chart_id: str) -> None:
-    """Click, with the mouse, a point in the middle of the chart's first data trace."""
+    """Click, with the mouse, the next-to-last point of the chart's first data trace."""
     x, y = page.evaluate("""(id) => {
         const gd = document.getElementById(id);
         const trace = gd._fullData.findIndex((t) => t.meta && t.x && t.x.length);
         const t = gd._fullData[trace];
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        const i = Math.floor((t.x.length - 1) / 2);
+        const i = Math.max(0, t.x.length - 2);
         const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
         return [box.left + xa.l2p(xa.d2l(t.x[i])), box.top + ya.l2p(ya.d2l(gd.data[trace].y[i]))];
     }""", chart_id)
@@ -109,6 +109,12 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     assert RunEvent.objects.filter(run=run, kind="paused").exists() and RunEvent.objects.filter(run=run, kind="resumed").exists()
     page.wait_for_selector("[data-testid=events] li[data-kind=paused]")
 
+    # The worker resumed from its checkpoint: once the page has reloaded the series (steps after
+    # the checkpoint are trained again) and drawn new points, click one of them.
+    resumed = RunEvent.objects.filter(run=run, kind="resumed", data__checkpoint_step__isnull=False).exists()
+    if resumed:
+        page.wait_for_function("() => (window.TemperLive.loads || 0) >= 2")
+    _wait_points_above(page, 2)
     _click_a_point(page, "chart-reward")
     page.wait_for_selector("[data-testid=trajectory]")
     rows = page.locator("[data-testid=trajectory]")

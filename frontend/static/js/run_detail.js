@@ -300,13 +300,14 @@
   }
   setInterval(() => renderWaiting(), 1000);
 
-  const RELOAD_ON = new Set(["resumed", "rewind"]);
+  // The driver resumed from a checkpoint: the steps after it were forgotten and are trained again.
+  const rewound = (e) => e.kind === "resumed" && e.data && e.data.checkpoint_step !== undefined;
   function addEvents(events) {
     const list = document.getElementById("events");
     for (const e of events) {
       list.prepend(el("li", { "data-kind": e.kind }, el("time", { text: new Date(e.at).toLocaleTimeString() }), " ",
         el("b", { text: e.kind }), " ", e.message || ""));
-      if (RELOAD_ON.has(e.kind) && window.TemperLive.ready) reloadAll();
+      if (rewound(e) && window.TemperLive.ready) reloadAll();
     }
   }
 
@@ -427,6 +428,7 @@
       fetchSeries(Object.values(RUN_KEYS).flat()),
     ]);
     redrawAll(Object.keys(CHARTS));
+    window.TemperLive.loads = (window.TemperLive.loads || 0) + 1;
   }
 
   renderToggles();
