@@ -13,6 +13,8 @@ from django.shortcuts import render
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import NotFound
 from controlplane.review import selectors, services
+from controlplane.review.models import Strategy
+from controlplane.web.context import current_team
 
 
 @login_required
@@ -21,7 +23,19 @@ def index(request: HttpRequest) -> HttpResponse:
     queues = list(selectors.queue_list(actor=actor).order_by("-created_at")[:200])
     rows = list(zip(queues, selectors.queue_progress_many(queues)))
     judges = selectors.judge_list(actor=actor)
-    return render(request, "review/index.html", {"rows": rows, "judges": judges})
+    team, _ = current_team(request)
+    can_create = team is not None and (actor.platform_admin or actor.can(team.id, "team.admin"))
+    judged = []
+    if can_create:  # domains whose cascade has a judge stage: what a queue samples from
+        from controlplane.domains.selectors import domain_list
+
+        judged = [d.slug for d in domain_list(actor=actor)
+                  if any(st.get("type") == "judge" for st in (d.verifier or {}).get("stages", []))]
+    return render(request, "review/index.html", {
+        "rows": rows, "judges": judges, "can_create": can_create, "team": team, "judged_domains": judged,
+        "strategies": [(s.value, s.label) for s in Strategy],
+        "team_judges": [j.slug for j in judges if team is not None and j.team_id == team.id],
+    })
 
 
 @login_required

@@ -6,13 +6,13 @@ reference answers; the reviewer answers with the truth of each item, as a carefu
 """
 from __future__ import annotations
 
-import json
+import re
 
 import pytest
 from django.test import Client
 
 from controlplane.review import services
-from controlplane.review.models import ReviewItem
+from controlplane.review.models import ReviewItem, ReviewQueue
 from tests import factories
 from tests.browser.conftest import screenshot
 from tests.review.conftest import SIM_VERIFIER, record_judged_run
@@ -46,10 +46,7 @@ def judged_queue(server):
     _, truth = record_judged_run(team=team, domain=domain, by=member)
     api = Client()
     api.force_login(admin)
-    queue = api.post("/api/review/queues", json.dumps({"team": "acme", "domain": "capitals", "judge": "sim", "name": "calibrate sim",
-                                                       "size": 30, "strategy": "stratified"}), content_type="application/json")
-    assert queue.status_code == 201, queue.content
-    yield queue.json()["id"], truth, api
+    yield truth, api
     worker_judge._cache.clear()
     from trainer.verifiers.judge import set_judge, set_judge_limiter
 
@@ -61,14 +58,23 @@ THRESHOLD = 0.3
 
 
 def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(server, browser, judged_queue):
-    queue_id, truth, api = judged_queue
+    truth, api = judged_queue
     # Before any label the server refuses to promote, whatever the page shows.
     refused = api.post("/api/judges/sim/versions/1/promote")
     assert refused.status_code == 409, refused.content
 
+    # The admin samples a queue with the form on /review/.
     admin_page = server.page(browser, "review-admin")
     server.login(admin_page, "ada", PASSWORD)
-    admin_page.goto(f"/review/queues/{queue_id}/")
+    admin_page.goto("/review/")
+    admin_page.fill("#queue-form input[name=name]", "calibrate sim")
+    admin_page.select_option("#queue-form select[name=domain]", "capitals")
+    admin_page.select_option("#queue-form select[name=strategy]", "stratified")
+    admin_page.fill("#queue-form input[name=size]", "30")
+    admin_page.click("[data-testid=queue-create-submit]")
+    admin_page.wait_for_url(re.compile(r"/review/queues/\d+/$"))
+    queue_id = int(admin_page.url.rstrip("/").rsplit("/", 1)[1])
+    assert ReviewQueue.objects.get(pk=queue_id).items.count() == 30
     admin_page.wait_for_selector("[data-testid=promote-status]:not(:empty)")
     assert admin_page.is_disabled("[data-testid=promote]")
     screenshot(admin_page, "09-review-promote-disabled")

@@ -57,7 +57,11 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
         assert suite["team"] == "demo" and suite["auto_evaluate"] is True and suite["version"] == 1
         assert {i["domain"] for i in suite["items"]} == {"builtin-addition", "builtin-reversal", "builtin-parity"}
         runs = json.loads(opener.open(url + "api/runs", timeout=10).read())["items"]
-        assert [r["name"] for r in runs] == ["demo: tiny model on the built-in domains"]
+        assert sorted(r["name"] for r in runs) == ["demo: judged capitals (for review)", "demo: tiny model on the built-in domains"]
+        judges = json.loads(opener.open(url + "api/judges", timeout=10).read())["items"]
+        assert [(j["slug"], j["active_version"]) for j in judges] == [("demo-similarity", 1)]
+        review = opener.open(url + "review/", timeout=10).read().decode()
+        assert 'data-testid="queue-create"' in review and "capitals-judged" in review  # the admin can sample a queue
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(timeout=60)

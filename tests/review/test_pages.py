@@ -54,6 +54,17 @@ def test_index_lists_queues_and_judges(judged):
     assert len(four.captured_queries) == len(one.captured_queries) and html.count("queue-link-") == 4
 
 
+def test_only_team_admins_get_the_new_queue_form_with_the_judged_domains(judged):
+    w = judged
+    html = client_for(w.users["admin"]).get("/review/").content.decode()
+    assert 'data-testid="queue-create"' in html
+    form = html[html.index('id="queue-form"'):html.index("</form>", html.index('id="queue-form"'))]
+    assert "<option>capitals</option>" in form and "<option>sim</option>" in form
+    assert "addition" not in form  # a rule-verified domain has no judge to calibrate
+    for role in ("viewer", "reviewer", "member"):
+        assert 'data-testid="queue-create"' not in client_for(w.users[role]).get("/review/").content.decode()
+
+
 def test_queue_page_has_the_labeller_shortcuts_and_stats(judged):
     w = judged
     qid = make_queue(w)

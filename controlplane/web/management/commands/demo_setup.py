@@ -31,6 +31,13 @@ DEMO_STEPS = 300
 DEMO_DOMAINS = {"builtin-addition": 2.0, "builtin-reversal": 1.0, "builtin-parity": 1.0}
 """The demo run's domains and weights."""
 
+JUDGED_DOMAIN = "capitals-judged"
+JUDGED_CONFIG = {
+    "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 24, "temperature": 1.0},
+    "checkpoint": {"every_steps": 10},
+}
+"""The second demo run: a few steps on a judged domain, for the review queues."""
+
 DEMO_SUITE = {
     "slug": "demo-heldout",
     "title": "held-out tasks of the demo's domains, sampled as the policy trains",
@@ -82,7 +89,25 @@ class Command(BaseCommand):
             self.stdout.write(f"demo run {run.id} queued: the tiny model trains on addition, reversal and parity; "
                               f"its checkpoints are evaluated on the suite {DEMO_SUITE['slug']} "
                               f"(compare them at /registry/compare/?run={run.id})")
+            judged = self._judged_run(user, team, run.base_model)
+            self.stdout.write(f"judged run {judged.id} queued: the MiniLM similarity judge scores its answers on "
+                              f"{JUDGED_DOMAIN}; sample them for review at /review/ once it has trained")
         self.stdout.write(self.style.SUCCESS(f"demo admin: username {username}  password {password}"))
+
+    def _judged_run(self, user, team, base_model: str) -> Run:
+        """A short run on a domain a model judges (the similarity judge of the review app), so the
+        review pages have judged trajectories to sample, label and calibrate against."""
+        from controlplane.accounts.principal import Principal
+        from controlplane.runs.services import run_create, run_start
+
+        call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=self.stdout)
+        actor = Principal.for_user(user)
+        run = run_create(actor=actor, data={
+            "team": team.slug, "name": "demo: judged capitals (for review)", "base_model": base_model,
+            "domains": [{"slug": JUDGED_DOMAIN, "weight": 1.0}], "budget": {"steps": 20}, "priority": 40,
+            "config": JUDGED_CONFIG,
+        })
+        return run_start(actor=actor, run=run)
 
     def _demo_run(self, user, team):
         model_dir = settings.VAR_DIR / "models" / "tiny-demo"
