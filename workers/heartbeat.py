@@ -5,7 +5,7 @@ import logging
 import os
 import threading
 
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -40,3 +40,16 @@ def _start(sender=None, **kwargs) -> None:
 @worker_shutdown.connect
 def _stop_beat(**kwargs) -> None:
     _stop.set()
+    _close_sandboxes()
+
+
+@worker_process_shutdown.connect
+def _close_sandboxes(**kwargs) -> None:
+    """A worker (or a prefork child) that stops removes its warm sandboxes and their cgroups; what
+    a killed one leaves is removed by the reaper when the next worker starts."""
+    from workers.sandbox import close_runtimes
+
+    try:
+        close_runtimes()
+    except Exception:  # shutting down: never turn a clean stop into a crash
+        pass

@@ -11,7 +11,7 @@ if ROOT not in sys.path:  # the repository root, so `workers` imports without an
 import pytest  # noqa: E402
 
 from sandbox_helpers import live_pool_cgroups, ready, require, wait_no_sandbox_processes  # noqa: E402,F401
-from workers.sandbox import PoolConfig, close_runtimes, get_runtime  # noqa: E402
+from workers.sandbox import PoolConfig, close_runtimes, get_runtime, reap  # noqa: E402
 from workers.sandbox import cgroups  # noqa: E402
 
 
@@ -22,6 +22,7 @@ def backend(request):
     name = request.param
     ok, reason = ready(name)
     require(ok, reason)
+    reap()  # as a worker start does: what workers stopped by earlier tests left is not this suite's
     get_runtime(name, PoolConfig(global_limit=4, domain_limit=4, warm_per_domain=1, max_uses=50))
     yield name
     close_runtimes_for(name)
