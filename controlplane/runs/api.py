@@ -284,3 +284,27 @@ def run_series(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), k
     # Built by series() to the schema above, with plain ints and floats; a long view is hundreds of
     # thousands of numbers, which are written out directly rather than validated one by one.
     return HttpResponse(json.dumps(view, separators=(",", ":")), content_type="application/json")
+
+
+class DomainOutcomeOut(Schema):
+    outcome: str
+    count: int
+    share: float
+
+
+class DomainStatsOut(Schema):
+    p50_s: Optional[float] = None
+    p99_s: Optional[float] = None
+    total: int
+    window_minutes: int
+    outcomes: list[DomainOutcomeOut]
+    runs: int
+
+
+@router.get("/domains/{slug}/stats", response={200: DomainStatsOut, **ERRORS}, tags=["domains"])
+def domain_stats(request: HttpRequest, slug: str):
+    """Verification latency (p50, p99) and outcome mix of a domain over the last hour, across the
+    runs of your teams."""
+    from controlplane.domains.selectors import domain_get
+
+    return selectors.domain_stats(actor=request.auth, domain=domain_get(actor=request.auth, slug=slug))

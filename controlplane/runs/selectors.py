@@ -1,11 +1,17 @@
 """Reads for runs and what they produce, filtered to the actor's teams."""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
 
 from controlplane.accounts.principal import Principal
+from controlplane.domains.models import Domain
 from controlplane.common.errors import InvalidInput, NotFound
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
+from trainer.outcomes import OUTCOME_VALUES
 
 MAX_PAGE = 5000
 
@@ -81,3 +87,22 @@ def run_explain(*, run: Run, now=None) -> dict:
             "preempt_requested": run.preempt_requested,
         }
     return out
+
+
+def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timedelta(hours=1)) -> dict[str, Any]:
+    """Verification latency (p50, p99) and the outcome mix over ``window``, across the actor's runs."""
+    since = timezone.now() - window
+    points = MetricPoint.objects.filter(run__team_id__in=actor.team_ids, time__gte=since)
+    latency = {
+        name: points.filter(key=f"verify/{domain.slug}/{name}_s").order_by("-id").values_list("value", flat=True).first()
+        for name in ("p50", "p99")
+    }
+    prefix = f"outcome/{domain.slug}/"
+    mix = dict(points.filter(key__startswith=prefix).values_list("key").annotate(n=Sum("value")).order_by())
+    outcomes = [(o, int(mix.get(prefix + o, 0))) for o in OUTCOME_VALUES]
+    total = sum(n for _, n in outcomes)
+    return {
+        "p50_s": latency["p50"], "p99_s": latency["p99"], "total": total, "window_minutes": int(window.total_seconds() // 60),
+        "outcomes": [{"outcome": o, "count": n, "share": n / total if total else 0.0} for o, n in outcomes if n],
+        "runs": points.filter(key__startswith=prefix).values("run").distinct().count(),
+    }

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, QuerySet, Subquery, Sum
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
-from controlplane.domains.models import Domain, DomainKind
+from controlplane.domains.models import DomainKind
 from controlplane.domains.selectors import domain_list
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import RESERVED_CONFIG_KEYS
@@ -82,25 +82,6 @@ def config_form_schema() -> dict[str, Any]:
         if fields:
             props[name] = {**section, "properties": fields}
     return {"properties": props, "order": [k for k in FORM_SECTIONS if k in props]}
-
-
-def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timedelta(hours=1)) -> dict[str, Any]:
-    """Verification latency (p50, p99) and the outcome mix over ``window``, across the actor's runs."""
-    since = timezone.now() - window
-    points = MetricPoint.objects.filter(run__team_id__in=actor.team_ids, time__gte=since)
-    latency = {
-        name: points.filter(key=f"verify/{domain.slug}/{name}_s").order_by("-id").values_list("value", flat=True).first()
-        for name in ("p50", "p99")
-    }
-    prefix = f"outcome/{domain.slug}/"
-    mix = dict(points.filter(key__startswith=prefix).values_list("key").annotate(n=Sum("value")).order_by())
-    outcomes = [(o, int(mix.get(prefix + o, 0))) for o in OUTCOME_ORDER]
-    total = sum(n for _, n in outcomes)
-    return {
-        "p50_s": latency["p50"], "p99_s": latency["p99"], "total": total, "window_minutes": int(window.total_seconds() // 60),
-        "outcomes": [{"outcome": o, "count": n, "share": n / total if total else 0.0} for o, n in outcomes if n],
-        "runs": points.filter(key__startswith=prefix).values("run").distinct().count(),
-    }
 
 
 def queue_view(*, actor: Principal) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def domain_detail(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "domains/detail.html", {
         "domain": domain, "versions": versions,
         "can_edit": domain_selectors.domain_can_edit(actor=actor, domain=domain),
-        "stats": pages.domain_stats(actor=actor, domain=domain),
+        "stats": run_selectors.domain_stats(actor=actor, domain=domain),
         "page_data": {"slug": domain.slug, "versions": [v.version for v in versions]},
         "verifier_json": json.dumps(domain.verifier, indent=2), "sandbox_json": json.dumps(domain.sandbox, indent=2),
         "task_source_json": json.dumps(domain.task_source, indent=2),

@@ -106,6 +106,10 @@ def test_domain_stats_from_recent_points(client, world):
     stats = client.get(f"/domains/{world.domain.slug}/").context["stats"]
     assert (stats["p50_s"], stats["p99_s"], stats["total"]) == (0.125, 0.5, 10)
     assert [(o["outcome"], o["count"]) for o in stats["outcomes"]] == [("pass", 8), ("timeout", 2)]
+    assert client.get(f"/api/domains/{world.domain.slug}/stats").json() == {**stats, "outcomes": [
+        {"outcome": "pass", "count": 8, "share": 0.8}, {"outcome": "timeout", "count": 2, "share": 0.2}]}
+    client.force_login(world.other_users["viewer"])  # their teams ran nothing on it
+    assert client.get(f"/api/domains/{world.domain.slug}/stats").json()["total"] == 0
 
 
 def test_queue_page_explains_queued_runs_and_hides_other_teams_names(client, world):

@@ -20,6 +20,19 @@
     show();
   }
 
+  // The last hour's verification latency and outcome mix, refreshed while the page is open.
+  async function refreshStats() {
+    const s = await api("GET", `/api/domains/${page.slug}/stats`);
+    const secs = (v) => (v === null || v === undefined ? "–" : `${v.toFixed(3)} s`);
+    document.getElementById("stat-p50").textContent = secs(s.p50_s);
+    document.getElementById("stat-p99").textContent = secs(s.p99_s);
+    document.getElementById("stat-total").textContent = `${s.total} in ${s.runs} run(s)`;
+    document.getElementById("stat-mix").replaceChildren(...s.outcomes.map((o) =>
+      el("span", { class: `outcome ${o.outcome}`, style: `flex: ${o.count}`, title: `${o.outcome}: ${o.count}`, text: `${o.outcome} ${o.count}` })));
+    document.getElementById("stat-none").hidden = s.outcomes.length > 0;
+  }
+  setInterval(() => refreshStats().catch(() => {}), 5000);
+
   const form = document.getElementById("quota-form");
   if (form) {
     form.addEventListener("submit", async (e) => {
