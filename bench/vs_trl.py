@@ -51,7 +51,7 @@ def run_temper(base: str, args) -> dict:
     from trainer.job import Job
 
     job = Job({"model": {"path": base}, "seed": args.seed, "domains": {"builtin-addition": 1.0},
-               "rollout": {"prompts_per_step": 16, "n": 8, "max_new_tokens": 4},
+               "rollout": {"prompts_per_step": 16, "n": 8, "max_new_tokens": 4, "staleness": args.temper_staleness},
                "algorithm": {"kl_coef": 0.0, "updates_per_batch": args.temper_updates,
                              "dynamic_sampling": bool(args.temper_dynamic_sampling), "max_refills": 2},
                "optimizer": {"lr": args.lr, "beta2": 0.99, "lr_schedule": "linear",
@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--base-greedy", type=float, default=0.42)
     parser.add_argument("--temper-updates", type=int, default=2)
     parser.add_argument("--temper-dynamic-sampling", type=int, default=1)
+    parser.add_argument("--temper-staleness", type=int, default=0,
+                        help="Temper's async overlap: generate step k+1 while step k trains (TRL has no such mode)")
     args = parser.parse_args()
 
     import torch
@@ -139,7 +141,7 @@ def main() -> None:
         "trl_reward_at_end": round(trl["reward_at_end"], 4),
         "steps": args.steps, "lr": args.lr, "threads": args.threads,
         "temper_updates_per_batch": args.temper_updates,
-        "temper_dynamic_sampling": bool(args.temper_dynamic_sampling),
+        "temper_dynamic_sampling": bool(args.temper_dynamic_sampling), "temper_staleness": args.temper_staleness,
         "temper_wall_s": round(temper["wall_s"], 1), "trl_wall_s": round(trl["wall_s"], 1)}))
 
 
