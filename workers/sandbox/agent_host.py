@@ -14,7 +14,9 @@ import math
 import os
 import select
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from . import cgroups
 from .bwrap import ENV_ALLOW
@@ -188,3 +190,41 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
     verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
                                              oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
     return verdict
+
+
+class BackgroundWork:
+    """Resets, retirements and top-ups a pooled backend runs off the job's path. The backend sets
+    ``_bg`` (an executor), ``_lock`` and ``_pending`` (a set) in its constructor."""
+
+    _bg: ThreadPoolExecutor
+    _lock: threading.Lock
+    _pending: set
+
+    def _submit(self, fn, *args) -> None:
+        try:
+            fut = self._bg.submit(fn, *args)
+        except RuntimeError:  # executor shut down: do it inline
+            fn(*args)
+            return
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait until background resets, retirements and top-ups are done (tests, benches, shutdown)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return True
+            for fut in pending:
+                try:
+                    fut.result(timeout=max(0.0, end - time.monotonic()))
+                except Exception:
+                    pass
+        return False

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import bwrap, cgroups
 from .agent import AGENT_SOURCE
-from .agent_host import PipeAgentStream, run_agent_job
+from .agent_host import BackgroundWork, PipeAgentStream, run_agent_job
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
 
@@ -87,7 +87,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-class WarmBwrapBackend:
+class WarmBwrapBackend(BackgroundWork):
     """Pool of warm bwrap sandboxes per (domain, memory/pids/tmpfs shape)."""
 
     name = "bwrap"
@@ -111,35 +111,6 @@ class WarmBwrapBackend:
         self._pending: set = set()
         self._closed = False
 
-    # ---- background work -----------------------------------------------------------------
-    def _submit(self, fn, *args) -> None:
-        try:
-            fut = self._bg.submit(fn, *args)
-        except RuntimeError:  # executor shut down: do it inline
-            fn(*args)
-            return
-        with self._lock:
-            self._pending.add(fut)
-        fut.add_done_callback(self._done)
-
-    def _done(self, fut) -> None:
-        with self._lock:
-            self._pending.discard(fut)
-
-    def wait_idle(self, timeout: float = 60.0) -> bool:
-        """Wait until background resets, retirements and top-ups are done (tests, benches)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return True
-            for fut in pending:
-                try:
-                    fut.result(timeout=max(0.0, end - time.monotonic()))
-                except Exception:
-                    pass
-        return False
 
     def agent_pids(self) -> set[int]:
         """Host pids of the live sandboxes' bwrap and agent processes (they belong there)."""

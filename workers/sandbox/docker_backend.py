@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import cgroups
 from .agent import AGENT_SOURCE
-from .agent_host import run_agent_job
+from .agent_host import BackgroundWork, FrameReader, run_agent_job, wait_for
 from .image import IMAGE
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
@@ -114,7 +114,7 @@ class AgentStream:
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.raw.setblocking(False)
         self._docker = bytearray()
-        self._agent = bytearray()
+        self._frames = FrameReader()  # the agent's own frames, once docker's headers are removed
         self.agent_stderr = bytearray()
         self.eof = False
 
@@ -130,7 +130,7 @@ class AgentStream:
 
     def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
         """The next frame from the agent, or None when none arrived within `timeout` seconds."""
-        frame = self._parse_one()
+        frame = self._frames.parse_one()
         if frame is not None or self.eof:
             return frame
         ready, _, _ = select.select([self.raw], [], [], timeout)
@@ -152,33 +152,14 @@ class AgentStream:
             data = self._docker[8:8 + size]
             del self._docker[:8 + size]
             if stream == 1:
-                self._agent += data
+                self._frames.buf += data
             else:
                 self.agent_stderr += data[-4096:]
-        return self._parse_one()
-
-    def _parse_one(self) -> tuple[int, bytes] | None:
-        buf = self._agent
-        if len(buf) < 5:
-            return None
-        kind, size = buf[0], struct.unpack(">I", buf[1:5])[0]
-        if len(buf) < 5 + size:
-            return None
-        frame = (kind, bytes(buf[5:5 + size]))
-        del buf[:5 + size]
-        return frame
+        return self._frames.parse_one()
 
     def wait_for(self, kind: int, timeout: float) -> None:
         """Read frames until one of `kind` arrives; raises SandboxError on timeout or EOF."""
-        end = time.monotonic() + timeout
-        while True:
-            frame = self.next_frame(min(0.5, max(0.0, end - time.monotonic())))
-            if frame is not None and frame[0] == kind:
-                return
-            if frame is None and self.eof:
-                raise SandboxError("sandbox agent exited: " + bytes(self.agent_stderr[-1000:]).decode("utf-8", "replace"))
-            if time.monotonic() > end:
-                raise SandboxError(f"sandbox agent did not answer within {timeout} s")
+        wait_for(self, kind, timeout)
 
     def close(self) -> None:
         try:
@@ -209,7 +190,7 @@ class Container:
     """Jobs served so far."""
 
 
-class DockerBackend:
+class DockerBackend(BackgroundWork):
     """Pre-warmed container pool per (domain, memory/pids/tmpfs shape)."""
 
     name = "docker"
@@ -244,35 +225,6 @@ class DockerBackend:
             reap_containers(client=self.client)
         self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="sandbox-reaper")
         self._reaper.start()
-
-    def _submit(self, fn, *args) -> None:
-        try:
-            fut = self._bg.submit(fn, *args)
-        except RuntimeError:  # executor shut down: do it inline
-            fn(*args)
-            return
-        with self._lock:
-            self._pending.add(fut)
-        fut.add_done_callback(self._done)
-
-    def _done(self, fut) -> None:
-        with self._lock:
-            self._pending.discard(fut)
-
-    def wait_idle(self, timeout: float = 60.0) -> bool:
-        """Wait until background resets, retirements and top-ups are done (tests, shutdown)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return True
-            for fut in pending:
-                try:
-                    fut.result(timeout=max(0.0, end - time.monotonic()))
-                except Exception:
-                    pass
-        return False
 
     def agent_pids(self) -> set[int]:
         """Host pids of the agents of this pool's containers."""
