@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.principal import Principal
+from controlplane.common.errors import InvalidInput, ServiceError
 
 
 def cli_actor(username: str) -> Principal:
@@ -19,3 +20,24 @@ def cli_actor(username: str) -> Principal:
     if user is None:
         raise CommandError(f"--user: no user named {username!r}")
     return Principal.for_user(user)
+
+
+class ServiceCommand(BaseCommand):
+    """A command whose subcommands are ``area action`` pairs handled by ``do_<area>_<action>``,
+    acting as ``--user``; service errors become clean command errors (field paths included)."""
+
+    def _actor(self, username: str) -> Principal:
+        return cli_actor(username)
+
+    def handle(self, *args, **opts):
+        self.actor = self._actor(opts["user"])
+        handler = getattr(self, f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_"))
+        try:
+            handler(opts)
+        except InvalidInput as exc:
+            raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
+
+    def out(self, text: str) -> None:
+        self.stdout.write(text)

@@ -15,11 +15,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
+from controlplane.common.cli import cli_actor
 from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES, EvalState
 from controlplane.web.management.commands._output import table
-from controlplane.common.cli import cli_actor
 
 
 def _fmt(x, spec=".3f") -> str:

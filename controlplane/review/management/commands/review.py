@@ -10,13 +10,11 @@ import os
 from pathlib import Path
 
 import yaml
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import team_get
-from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.common.cli import ServiceCommand
 from controlplane.review import selectors, services
-from controlplane.common.cli import cli_actor
 
 
 DEMO_CAPITALS = [
@@ -61,7 +59,7 @@ def _ci(m: dict) -> str:
     return f"{m['value']:.3f}{ci}{ipw}"
 
 
-class Command(BaseCommand):
+class Command(ServiceCommand):
     help = "Judges (versions, calibration, shadow re-scoring, promotion, rollback) and review queues."
 
     def add_arguments(self, parser):
@@ -88,21 +86,6 @@ class Command(BaseCommand):
         p.add_argument("team"); p.add_argument("fields", nargs="+", metavar="FIELD=JSON")
         q.add_parser("stats").add_argument("queue_id", type=int)
 
-    def _actor(self, username: str) -> Principal:
-        return cli_actor(username)
-
-    def handle(self, *args, **opts):
-        self.actor = self._actor(opts["user"])
-        handler = getattr(self, f"do_{opts['area']}_{opts['action'].replace('-', '_')}")
-        try:
-            handler(opts)
-        except InvalidInput as exc:
-            raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
-        except ServiceError as exc:
-            raise CommandError(str(exc)) from None
-
-    def out(self, text: str) -> None:
-        self.stdout.write(text)
 
     def _judge(self, slug):
         return selectors.judge_get(actor=self.actor, slug=slug)

@@ -13,19 +13,17 @@ from pathlib import Path
 
 import yaml
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from controlplane.accounts import selectors as account_selectors
 from controlplane.accounts import services as account_services
-from controlplane.accounts.principal import Principal
-from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.common.cli import ServiceCommand
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains import services as domain_services
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
 from controlplane.web.management.commands._output import table
-from controlplane.common.cli import cli_actor
 
 
 def _load_file(path: str):
@@ -46,7 +44,7 @@ def _parse_value(raw: str):
         return raw
 
 
-class Command(BaseCommand):
+class Command(ServiceCommand):
     help = "Temper's command-line interface: teams, domains, runs, tokens, quotas, the audit log and the model registry."
 
     def add_arguments(self, parser):
@@ -95,21 +93,6 @@ class Command(BaseCommand):
         p.add_argument("registry_args", nargs=argparse.REMAINDER)
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _actor(self, username: str) -> Principal:
-        return cli_actor(username)
-
-    def handle(self, *args, **opts):
-        self.actor = self._actor(opts["user"])
-        handler = getattr(self, f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_"))
-        try:
-            handler(opts)
-        except InvalidInput as exc:
-            raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
-        except ServiceError as exc:
-            raise CommandError(str(exc)) from None
-
-    def out(self, text: str) -> None:
-        self.stdout.write(text)
 
     # -- teams ------------------------------------------------------------------------------
     def do_teams_list(self, o):
