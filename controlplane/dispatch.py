@@ -1,7 +1,9 @@
 """Enqueue Celery tasks by name, after the surrounding transaction commits.
 
 The control plane never imports ``workers``: it only knows task names and queues. The producer app
-here reads the same CELERY_* settings as the workers, so it talks to the same broker.
+here reads the same CELERY_* settings as the workers, so it talks to the same broker. A CLI that
+is asked to do one job in its own process (``--here``) runs the task by name too, through the
+worker app named in ``TEMPER_WORKER_APP``, loaded the way ``celery -A`` loads it.
 """
 from __future__ import annotations
 
@@ -43,3 +45,15 @@ def send_on_commit(name: str, *args: Any, **kwargs: Any) -> None:
     if name not in TASK_QUEUES:
         raise KeyError(f"unknown task {name!r}")
     transaction.on_commit(lambda: send(name, *args, **kwargs))
+
+
+def run_here(name: str, *args: Any) -> Any:
+    """Run task ``name`` in this process, as a worker would, and return its result (errors raise)."""
+    if name not in TASK_QUEUES:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASK_QUEUES))}")
+    from celery.utils.imports import symbol_by_name
+    from django.conf import settings
+
+    app = symbol_by_name(settings.TEMPER_WORKER_APP)
+    app.loader.import_default_modules()  # the task modules, as a starting worker imports them
+    return app.tasks[name].apply(args=args, throw=True).get()

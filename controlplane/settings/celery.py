@@ -8,6 +8,9 @@ _VAR = Path(os.environ.get("TEMPER_VAR_DIR", Path(__file__).resolve().parent.par
 _REDIS = os.environ.get("REDIS_URL", "")
 
 CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "judge", "eval")
+TEMPER_WORKER_APP = "workers.celery:app"
+"""The Celery app workers run (``celery -A workers.celery``); named here, never imported by the
+control plane, for a CLI that runs one job in its own process (``dispatch.run_here``)."""
 
 if _REDIS:
     CELERY_BROKER_URL = _REDIS

@@ -52,3 +52,8 @@ def test_demo_setup_makes_a_judge_and_a_judged_domain_once(world):
     domain = Domain.objects.get(slug="capitals-judged")
     assert domain.team.slug == "acme" and domain.verifier["stages"][0]["params"]["judge"] == "acme-similarity"
     assert len(domain.task_source["tasks"]) == 24
+
+
+def test_cli_shadow_inline_runs_the_judge_task_in_this_process(judged):
+    # v1 is the only version: no other version's labelled items to re-score, but the task runs here.
+    assert "sim@v1: 0 items scored in shadow, 0 judge errors" in run("--user", "acme-admin", "judges", "shadow", "sim", "1", "--inline")

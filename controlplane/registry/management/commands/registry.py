@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.common.cli import cli_actor
@@ -146,10 +147,8 @@ class Command(BaseCommand):
         v = self._version(o["version"])
         sv = selectors.suite_version_get(actor=self.actor, slug=o["suite"], version=o["suite_version"])
         if o["here"]:
-            from workers.evaluate import run_eval
-
             ev = services.eval_start(actor=self.actor, version=v, suite_version=sv, engine=o["engine"], enqueue=False)
-            run_eval(ev.pk, worker="cli")
+            dispatch.run_here("temper.eval.run", ev.pk)
         else:
             ev = services.eval_start(actor=self.actor, version=v, suite_version=sv, engine=o["engine"])
             self.out(f"evaluation {ev.id} of {v.name} on {sv} queued")

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 from django.core.management.base import CommandError
 
+from controlplane import dispatch
 from controlplane.accounts.selectors import team_get
 from controlplane.common.cli import ServiceCommand
 from controlplane.review import selectors, services
@@ -147,9 +148,7 @@ class Command(ServiceCommand):
         config = self._config(o)
         if o["inline"]:
             self.actor.require(config.judge.team_id, "team.admin", "judge")
-            from workers.judge import shadow_run
-
-            counts = shadow_run(config.pk)
+            counts = dispatch.run_here("temper.judge.shadow", config.pk)
             self.out(f"{config}: {counts['scored']} items scored in shadow, {counts['errors']} judge errors")
         else:
             n = services.judge_shadow_start(actor=self.actor, config=config)
