@@ -59,6 +59,10 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     reference_path: str = ""
     """Frozen reference model for the KL term; empty means the initial policy weights."""
+    lean_forward: bool = True
+    """Run Llama-family models (llama, mistral, qwen2) through Temper's lean forward: the same
+    function in fewer ops, each distinct prompt computed once per batch; false always uses the
+    model's own Hugging Face forward."""
 
 
 @dataclass

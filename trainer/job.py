@@ -34,6 +34,7 @@ from trainer.algorithms import (clipped_policy_loss, group_advantages, token_ent
                                 token_logprobs, zero_variance_groups)
 from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
+from trainer.models.lean import LeanLlama
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import make_backend
 from trainer.outcomes import Outcome, Verification
@@ -73,20 +74,68 @@ def pack_batch(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str, to
     position t holds the logprob of token t+1 predicted from logits at t.
     """
     length = max(len(t.prompt_ids) + len(t.response_ids) for t in trajs)
-    ids = torch.full((len(trajs), length), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(trajs), length), dtype=torch.long)
-    mask = torch.zeros((len(trajs), length), dtype=torch.float32)
-    old = torch.zeros((len(trajs), length), dtype=torch.float32)
-    for row, t in enumerate(trajs):
+    ids, attn, mask, old = [], [], [], []
+    for t in trajs:
         p, r = len(t.prompt_ids), len(t.response_ids)
-        ids[row, :p + r] = torch.tensor(t.prompt_ids + t.response_ids, dtype=torch.long)
-        attn[row, :p + r] = 1
-        mask[row, p:p + r] = torch.tensor(t.loss_mask, dtype=torch.float32)
-        old[row, p:p + r] = torch.tensor(t.behaviour_logprobs, dtype=torch.float32)
-    return {"input_ids": ids.to(device), "attention_mask": attn.to(device),
+        tail = length - p - r
+        ids.append(t.prompt_ids + t.response_ids + [pad_id] * tail)
+        attn.append([1] * (p + r) + [0] * tail)
+        mask.append([0.0] * p + list(t.loss_mask) + [0.0] * tail)
+        old.append([0.0] * p + list(t.behaviour_logprobs) + [0.0] * tail)
+    ids = torch.tensor(ids, dtype=torch.long)
+    return {"input_ids": ids.to(device), "attention_mask": torch.tensor(attn).to(device),
             "targets": ids[:, 1:].to(device),  # (B, T-1)
-            "loss_mask": mask[:, 1:].to(device),  # (B, T-1)
-            "old_logp": old[:, 1:].to(device)}  # (B, T-1)
+            "loss_mask": torch.tensor(mask, dtype=torch.float32)[:, 1:].to(device),  # (B, T-1)
+            "old_logp": torch.tensor(old, dtype=torch.float32)[:, 1:].to(device)}  # (B, T-1)
+
+
+def pack_responses(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Training tensors with each distinct prompt once (the lean forward's shared-prompt layout).
+
+    prompts, prompt_mask: (U, L) left-padded; rows: (B,) the prompt of each trajectory;
+    targets (the response tokens), loss_mask, old_logp: (B, R) right-padded.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    rows = [index.setdefault(tuple(t.prompt_ids), len(index)) for t in trajs]
+    width = max(len(p) for p in index)
+    span = max(len(t.response_ids) for t in trajs)
+    prompts = [[pad_id] * (width - len(p)) + list(p) for p in index]
+    prompt_mask = [[0] * (width - len(p)) + [1] * len(p) for p in index]
+    tail = [span - len(t.response_ids) for t in trajs]
+    return {"prompts": torch.tensor(prompts, dtype=torch.long).to(device),
+            "prompt_mask": torch.tensor(prompt_mask, dtype=torch.long).to(device),
+            "rows": torch.tensor(rows, dtype=torch.long).to(device),
+            "targets": torch.tensor([t.response_ids + [pad_id] * n for t, n in zip(trajs, tail)],
+                                    dtype=torch.long).to(device),  # (B, R)
+            "loss_mask": torch.tensor([list(t.loss_mask) + [0.0] * n for t, n in zip(trajs, tail)],
+                                      dtype=torch.float32).to(device),  # (B, R)
+            "old_logp": torch.tensor([list(t.behaviour_logprobs) + [0.0] * n for t, n in zip(trajs, tail)],
+                                     dtype=torch.float32).to(device)}  # (B, R)
+
+
+def score(model, lean: LeanLlama | None, trajs: Sequence[Trajectory], pad_id: int, device,
+          reference=None, reference_lean: LeanLlama | None = None) -> dict[str, torch.Tensor]:
+    """Packed tensors of ``trajs`` plus ``logits`` (B, T, V) aligned with ``targets`` (B, T), and
+    ``ref_logits`` when a reference model is given (without gradient).
+
+    With a lean forward each distinct prompt is computed once (:func:`pack_responses`);
+    otherwise the model's own forward runs over whole right-padded sequences (:func:`pack_batch`).
+    """
+    if lean is not None:
+        batch = pack_responses(trajs, pad_id, device)
+        args = (batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"])
+        batch["logits"] = lean.response_logits(*args)  # (B, R, V)
+        if reference is not None:
+            with torch.no_grad():
+                batch["ref_logits"] = reference_lean.response_logits(*args)
+        return batch
+    batch = pack_batch(trajs, pad_id, device)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    batch["logits"] = model(**inputs).logits[:, :-1]  # (B, T-1, V)
+    if reference is not None:
+        with torch.no_grad():
+            batch["ref_logits"] = reference(**inputs).logits[:, :-1]
+    return batch
 
 
 def chunks(items: list, size: int) -> Iterable[list]:
@@ -120,12 +169,21 @@ class Job:
         self.backend = make_backend(self.model, cfg.optimizer,
                                     total_steps=cfg.limits.max_steps * alg.updates_per_batch)
         self.model = self.backend.model
+        # The lean forward (Llama-family models under the plain torch backend) scores each
+        # distinct prompt once per micro-batch; the reference must take the same path.
+        self.lean = LeanLlama.wrap(self.model) if cfg.model.lean_forward else None
+        self.reference_lean = None
+        if self.lean is not None and self.reference is not None:
+            self.reference_lean = LeanLlama.wrap(self.reference)
+            if self.reference_lean is None:
+                self.lean = None
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
         self.sft_rng = random.Random(cfg.seed + 1)
         asynchronous = cfg.rollout.staleness > 0
         self.engine = make_engine(cfg.rollout.engine, self.model, self.tokenizer, seed=cfg.seed,
                                   batch_size=cfg.rollout.batch_size, share_weights=not asynchronous,
+                                  lean_forward=cfg.model.lean_forward,
                                   gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
                                   max_model_len=cfg.tokenizer.max_prompt_tokens
                                   + cfg.rollout.max_episode_tokens)
@@ -316,17 +374,14 @@ class Job:
             else:
                 normalizer = float(len(idx))
             for micro in chunks(idx, cfg.optimizer.micro_batch_size):
-                batch = pack_batch([trajs[i] for i in micro], self.tokenizer.pad_token_id,
-                                   self.device)
-                logits = self.model(input_ids=batch["input_ids"],
-                                    attention_mask=batch["attention_mask"]).logits[:, :-1]  # (B, T-1, V)
-                logp = token_logprobs(logits, batch["targets"], cfg.rollout.temperature)  # (B, T-1)
+                batch = score(self.model, self.lean, [trajs[i] for i in micro],
+                              self.tokenizer.pad_token_id, self.device,
+                              self.reference, self.reference_lean)
+                logits = batch["logits"]  # (B, T, V)
+                logp = token_logprobs(logits, batch["targets"], cfg.rollout.temperature)  # (B, T)
                 ref_logp = None
                 if self.reference is not None:
-                    with torch.no_grad():
-                        ref_logits = self.reference(input_ids=batch["input_ids"],
-                                                    attention_mask=batch["attention_mask"]).logits[:, :-1]
-                        ref_logp = token_logprobs(ref_logits, batch["targets"], cfg.rollout.temperature)
+                    ref_logp = token_logprobs(batch["ref_logits"], batch["targets"], cfg.rollout.temperature)
                 loss, stats = clipped_policy_loss(
                     logp, batch["old_logp"], adv[micro].to(self.device), batch["loss_mask"],
                     clip_low=alg.clip_low, clip_high=alg.clip_high,
@@ -341,7 +396,7 @@ class Job:
                     totals["kl"] += stats.kl_sum
                     totals["entropy"] += float((token_entropy(logits.detach(), cfg.rollout.temperature) * m).sum())
                     if u == 0:  # before any update of this batch: engine vs trainer logprobs
-                        delta = (logp.detach() - batch["old_logp"]) * m  # (B, T-1)
+                        delta = (logp.detach() - batch["old_logp"]) * m  # (B, T)
                         totals["mm_abs"] += float(delta.abs().sum())
                         totals["mm_kl"] += float(((torch.exp(delta) - 1 - delta) * m).sum())
                         totals["mm_tokens"] += float(m.sum())
@@ -365,9 +420,8 @@ class Job:
         """Entropy and engine/trainer logprob mismatch over the model tokens of ``trajs``."""
         sums = defaultdict(float)
         for micro in chunks(list(trajs), self.config.optimizer.micro_batch_size):
-            batch = pack_batch(micro, self.tokenizer.pad_token_id, self.device)
-            logits = self.model(input_ids=batch["input_ids"],
-                                attention_mask=batch["attention_mask"]).logits[:, :-1]  # (B, T-1, V)
+            batch = score(self.model, self.lean, micro, self.tokenizer.pad_token_id, self.device)
+            logits = batch["logits"]  # (B, T, V)
             m = batch["loss_mask"]
             logp = token_logprobs(logits, batch["targets"], self.config.rollout.temperature)
             delta = (logp - batch["old_logp"]) * m  # (B, T-1)

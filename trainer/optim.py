@@ -38,7 +38,8 @@ class TorchBackend:
         self.cfg = cfg
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr or cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                           eps=cfg.eps, weight_decay=cfg.weight_decay)
+                                           eps=cfg.eps, weight_decay=cfg.weight_decay,
+                                           fused=True)  # one kernel over all tensors
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.lr_schedule, total_steps))
 
@@ -49,7 +50,7 @@ class TorchBackend:
         """Clip, step, zero; returns the gradient norm before clipping."""
         params = [p for p in self.model.parameters() if p.grad is not None]
         limit = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+        norm = float(torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)) if params else 0.0
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

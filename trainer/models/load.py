@@ -26,12 +26,19 @@ def load_tokenizer(model_cfg: ModelConfig, tok_cfg: TokenizerConfig):
 
 
 def load_model(path: str, model_cfg: ModelConfig, device: torch.device, *, trainable: bool = True):
-    """A causal LM on ``device`` in the configured dtype; frozen and in eval mode unless trainable."""
+    """A causal LM on ``device`` in the configured dtype; frozen unless trainable.
+
+    Dropout stays off (eval mode) in training too, as in verl and OpenRLHF: the trainer must score
+    a token exactly as the sampler did. Only gradient checkpointing, which Hugging Face applies
+    in train mode alone, puts the model in train mode (its dropout is then the model's own).
+    """
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype]).to(device)
     if trainable:
         if model_cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        model.train()
+            model.train()
+        else:
+            model.eval()
     else:
         model.requires_grad_(False)
         model.eval()

@@ -2,6 +2,9 @@
 
 Prompts are left-padded into one batch; each step feeds one token per sequence and reuses the
 cache. Finished sequences keep feeding pad tokens (masked) until every sequence has stopped.
+Llama-family models run through :mod:`trainer.models.lean`, which computes each distinct prompt
+once for all the samples drawn from it (the ``n`` of a group); others through their own forward
+with a Hugging Face ``DynamicCache``.
 """
 from __future__ import annotations
 
@@ -11,17 +14,15 @@ import time
 import torch
 from transformers import DynamicCache
 
+from trainer.models.lean import LeanLlama
 from trainer.rollout.base import Generation, SamplingParams
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids (B, L) left-padded with ``pad_id`` and the attention mask (B, L)."""
     length = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), length), dtype=torch.long)
-    for row, p in enumerate(prompts):
-        ids[row, length - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[row, length - len(p):] = 1
+    ids = torch.tensor([[pad_id] * (length - len(p)) + list(p) for p in prompts], dtype=torch.long)
+    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
     return ids.to(device), mask.to(device)
 
 
@@ -43,7 +44,11 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams,
         drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    # inverse-CDF sampling: the first token whose cumulative probability reaches u ~ U(0, total]
+    # (exactly multinomial sampling, in three vectorised ops)
+    cdf = probs.cumsum(-1)  # (B, V)
+    u = (1.0 - torch.rand((probs.shape[0], 1), generator=generator, device=probs.device)) * cdf[:, -1:]
+    ids = (cdf < u).sum(-1)  # (B,)
     return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
 
 
@@ -51,8 +56,9 @@ class TorchEngine:
     """Rollout engine that samples from a Hugging Face causal LM directly."""
 
     def __init__(self, model, tokenizer, *, seed: int = 0, batch_size: int = 256,
-                 share_weights: bool = True, **_: object):
+                 share_weights: bool = True, lean_forward: bool = True, **_: object):
         self.model = model if share_weights else copy.deepcopy(model)
+        self.lean = LeanLlama.wrap(self.model) if lean_forward else None
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.shares_weights = share_weights
@@ -85,46 +91,72 @@ class TorchEngine:
     # -- sampling --------------------------------------------------------------------------
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        was_training = self.model.training
+        if was_training:
+            self.model.eval()
+        try:
+            if self.lean is not None:
+                result = self._sample_lean(prompts, params)
+            else:
+                result = self._sample_hf(prompts, params)
+        finally:
+            if was_training:
+                self.model.train()
+        return self._to_generations(*result)
+
+    def _sample_lean(self, prompts: list[list[int]], params: SamplingParams):
+        """Each distinct prompt prefilled once, its cache copied to the rows sampling from it."""
+        index: dict[tuple[int, ...], int] = {}
+        rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
+        ids, mask = left_pad([list(p) for p in index], self.tokenizer.pad_token_id, self.device)  # (U, L)
+        cache, logits = self.lean.prefill(ids, mask, room=params.max_new_tokens,
+                                          rows=torch.tensor(rows, device=self.device))
+        return self._sample_loop(logits, lambda tok: self.lean.decode(tok, cache), len(prompts), params)
+
+    def _sample_hf(self, prompts: list[list[int]], params: SamplingParams):
+        ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, self.device)  # (B, L), (B, L)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True)
+        state = {"mask": mask, "next_pos": positions[:, -1] + 1}
+
+        def step(tok: torch.Tensor) -> torch.Tensor:
+            state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], 1)
+            logits = self.model(input_ids=tok[:, None], attention_mask=state["mask"],
+                                position_ids=state["next_pos"][:, None], past_key_values=cache,
+                                use_cache=True).logits[:, -1, :]
+            state["next_pos"] = state["next_pos"] + 1
+            return logits
+
+        return self._sample_loop(out.logits[:, -1, :], step, ids.shape[0], params)
+
+    def _sample_loop(self, logits: torch.Tensor, step, batch: int, params: SamplingParams):
+        """Sample up to ``max_new_tokens`` per row from next-token logits (B, V); ``step(tokens)``
+        feeds the sampled tokens (B,) and returns the next logits. Returns tokens, logprobs,
+        lengths and finished flags."""
         pad_id = self.tokenizer.pad_token_id
         stop = torch.tensor(sorted({self.tokenizer.eos_token_id, *params.stop_token_ids}),
                             device=self.device)
-        ids, mask = left_pad(prompts, pad_id, self.device)  # (B, L), (B, L)
-        batch = ids.shape[0]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        cache = DynamicCache()
-        was_training = self.model.training
-        self.model.eval()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
-        next_pos = positions[:, -1] + 1  # (B,)
         tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long,
                             device=self.device)  # (B, N)
         logps = torch.zeros((batch, params.max_new_tokens), device=self.device)  # (B, N)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
         for t in range(params.max_new_tokens):
-            tok, lp = sample_tokens(out.logits[:, -1, :], params, self.generator)  # (B,), (B,)
+            tok, lp = sample_tokens(logits, params, self.generator)  # (B,), (B,)
             tok = tok.masked_fill(done, pad_id)
             tokens[:, t] = tok
             logps[:, t] = lp.masked_fill(done, 0.0)
             lengths += (~done).long()
             done = done | torch.isin(tok, stop)
-            if bool(done.all()) or t == params.max_new_tokens - 1:
+            if t == params.max_new_tokens - 1 or bool(done.all()):
                 break
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=self.device)], 1)
-            out = self.model(input_ids=tok[:, None], attention_mask=mask,
-                             position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
-            next_pos = next_pos + 1
-        if was_training:
-            self.model.train()
-        return self._to_generations(tokens.cpu(), logps.cpu(), lengths.cpu(), done.cpu())
+            logits = step(tok)
+        return tokens.cpu(), logps.cpu(), lengths.cpu(), done.cpu()
 
     def _to_generations(self, tokens, logps, lengths, done) -> list[Generation]:
-        gens = []
-        for row in range(tokens.shape[0]):
-            n = int(lengths[row])
-            ids = tokens[row, :n].tolist()
-            gens.append(Generation(token_ids=ids, logprobs=logps[row, :n].tolist(),
-                                   text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                   finished=bool(done[row])))
-        return gens
+        rows = [ids[:n] for ids, n in zip(tokens.tolist(), lengths.tolist())]
+        texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        return [Generation(token_ids=ids, logprobs=lp[:len(ids)], text=text, finished=fin)
+                for ids, lp, text, fin in zip(rows, logps.tolist(), texts, done.tolist())]
