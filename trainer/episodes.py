@@ -51,13 +51,21 @@ def encode_prompt(tokenizer, text: str, max_tokens: int, use_chat_template: bool
     return ids[-max_tokens:]
 
 
+def encode_prompts(tokenizer, texts: list[str], max_tokens: int, use_chat_template: bool = False) -> list[list[int]]:
+    """:func:`encode_prompt` of each text; plain prompts are encoded in one batched call."""
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        return [encode_prompt(tokenizer, t, max_tokens, use_chat_template) for t in texts]
+    return [ids[-max_tokens:] for ids in tokenizer(texts)["input_ids"]] if texts else []
+
+
 def single_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int, int]],
                 params: SamplingParams, *, max_prompt_tokens: int,
                 use_chat_template: bool = False) -> list[Trajectory]:
     """Generate ``n`` completions for each ``(task, n, group)``; trajectories are not yet verified."""
     trajs: list[Trajectory] = []
-    for task, n, group in requests:
-        ids = encode_prompt(tokenizer, task.prompt, max_prompt_tokens, use_chat_template)
+    encoded = encode_prompts(tokenizer, [task.prompt for task, _, _ in requests], max_prompt_tokens,
+                             use_chat_template)
+    for (task, n, group), ids in zip(requests, encoded):
         trajs.extend(Trajectory(task=task, group=group, prompt_ids=ids) for _ in range(n))
     gens = engine.generate([t.prompt_ids for t in trajs], params)
     for traj, gen in zip(trajs, gens):

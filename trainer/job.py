@@ -93,7 +93,8 @@ def pack_responses(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str
     """Training tensors with each distinct prompt once (the lean forward's shared-prompt layout).
 
     prompts, prompt_mask: (U, L) left-padded; rows: (B,) the prompt of each trajectory;
-    targets (the response tokens), loss_mask, old_logp: (B, R) right-padded.
+    targets (the response tokens), response_mask (1 on them), loss_mask, old_logp: (B, R)
+    right-padded.
     """
     index: dict[tuple[int, ...], int] = {}
     rows = [index.setdefault(tuple(t.prompt_ids), len(index)) for t in trajs]
@@ -107,6 +108,8 @@ def pack_responses(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str
             "rows": torch.tensor(rows, dtype=torch.long).to(device),
             "targets": torch.tensor([t.response_ids + [pad_id] * n for t, n in zip(trajs, tail)],
                                     dtype=torch.long).to(device),  # (B, R)
+            "response_mask": torch.tensor([[1] * len(t.response_ids) + [0] * n for t, n in zip(trajs, tail)],
+                                          dtype=torch.long).to(device),  # (B, R)
             "loss_mask": torch.tensor([list(t.loss_mask) + [0.0] * n for t, n in zip(trajs, tail)],
                                       dtype=torch.float32).to(device),  # (B, R)
             "old_logp": torch.tensor([list(t.behaviour_logprobs) + [0.0] * n for t, n in zip(trajs, tail)],
@@ -123,7 +126,8 @@ def score(model, lean: LeanLlama | None, trajs: Sequence[Trajectory], pad_id: in
     """
     if lean is not None:
         batch = pack_responses(trajs, pad_id, device)
-        args = (batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"])
+        args = (batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"],
+                batch["response_mask"])
         batch["logits"] = lean.response_logits(*args)  # (B, R, V)
         if reference is not None:
             with torch.no_grad():

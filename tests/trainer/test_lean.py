@@ -54,10 +54,12 @@ def test_logits_equal_the_model_forward_on_right_padded_rows(make):
 
 
 @pytest.mark.parametrize("make", MODELS)
-def test_shared_prompt_scoring_equals_whole_sequences_and_has_the_same_gradients(make):
+@pytest.mark.parametrize("packed_max_width", [512, 1])  # prompts and responses in one row, or two batches
+def test_shared_prompt_scoring_equals_whole_sequences_and_has_the_same_gradients(make, packed_max_width, monkeypatch):
+    monkeypatch.setattr("trainer.models.lean.PACKED_MAX_WIDTH", packed_max_width)
     model = make()
     lean = LeanLlama.wrap(model)
-    rows = [0, 0, 1, 1, 1, 2]
+    rows = [1, 0, 2, 1, 0, 1]  # groups interleaved, as a minibatch split leaves them
     responses = [[20, 21, 22], [23], [24, 25], [26, 27, 28], [29], [30, 31]]
     trajs = [Trajectory(task=Task("d", str(r), ""), group=r, prompt_ids=PROMPTS[r], response_ids=resp,
                         loss_mask=[1] * len(resp), behaviour_logprobs=[0.0] * len(resp))
@@ -65,7 +67,8 @@ def test_shared_prompt_scoring_equals_whole_sequences_and_has_the_same_gradients
     batch = pack_responses(trajs, 0, "cpu")
     assert batch["prompts"].shape == (3, 6)  # each distinct prompt once, left-padded
     weights = torch.randn(len(rows), 3, 50)  # an arbitrary loss over the real response positions
-    logits = lean.response_logits(batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"])
+    logits = lean.response_logits(batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"],
+                                  batch["response_mask"])
     lean_loss = (logits * weights * batch["loss_mask"][..., None]).sum()
     lean_loss.backward()
     lean_grads = {n: p.grad.clone() for n, p in model.named_parameters()}

@@ -62,6 +62,72 @@ def unsupported(model) -> str | None:
     return None
 
 
+PACKED_MAX_WIDTH = 512
+"""Longest packed row (a prompt and all its responses) scored as one sequence; beyond it the
+attention over the whole row (masked between responses) would cost more than it saves."""
+
+
+@dataclass
+class PackedGroups:
+    """Each distinct prompt and the responses that continue it laid out in one row, without
+    padding between them: ``[prompt (left-padded to L) | response | response | ...]``, rows
+    right-padded to the longest."""
+
+    width: int
+    """T: the longest row."""
+    positions: torch.Tensor
+    """(U, T) position ids: the prompt's, then each response continuing from the prompt's end."""
+    attention: torch.Tensor
+    """(U, 1, T, T) bool: a token sees the prompt's real tokens and the earlier tokens of its own
+    response (a padding token sees only itself)."""
+    response_slots: torch.Tensor
+    """(B, R) flat index in (U*T) of each response token (padding of a response points at a
+    row's padding)."""
+    predictors: torch.Tensor
+    """(B, R) flat index of the token whose output predicts each response token: the prompt's
+    last token for the first, the previous response token after that."""
+
+
+def pack_groups(prompt_mask: torch.Tensor, rows: torch.Tensor, response_mask: torch.Tensor) -> PackedGroups:
+    """The packed layout for prompts (U, L), the prompt index of each response (B,) and the
+    responses' real tokens (B, R), right-padded."""
+    device = prompt_mask.device
+    count, length = prompt_mask.shape
+    span = response_mask.shape[1]
+    owner = rows.tolist()
+    sizes = response_mask.long().sum(-1).tolist()
+    cursor = [length] * count
+    starts = []
+    for u, size in zip(owner, sizes):
+        starts.append(cursor[u])
+        cursor[u] += size
+    width = max(cursor) + 1  # one padding column at least: where response padding goes
+    prompt_len = prompt_mask.long().sum(-1).tolist()
+    segment = [[0] * length + [-1] * (width - length) for _ in range(count)]  # 0 prompt, -1 padding
+    positions = [[0] * width for _ in range(count)]
+    slots, predictors = [], []
+    for b, (u, size, start) in enumerate(zip(owner, sizes, starts)):
+        base = u * width
+        cols = list(range(start, start + size))
+        slots.append([base + c for c in cols] + [base + width - 1] * (span - size))
+        predictors.append([base + length - 1] + [base + c for c in cols[:-1]]
+                          + [base + width - 1] * (span - max(size, 1)))
+        for j, c in enumerate(cols):
+            segment[u][c] = b + 1
+            positions[u][c] = prompt_len[u] + j
+    segment_t = torch.tensor(segment, device=device)  # (U, T)
+    positions_t = torch.tensor(positions, device=device)
+    positions_t[:, :length] = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    valid = segment_t >= 0
+    valid[:, :length] = prompt_mask.bool()
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # (T, T)
+    same = (segment_t[:, None, :] == 0) | (segment_t[:, None, :] == segment_t[:, :, None])  # (U, T, T)
+    attention = (causal & same & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
+    return PackedGroups(width=width, positions=positions_t, attention=attention[:, None],
+                        response_slots=torch.tensor(slots, device=device),
+                        predictors=torch.tensor(predictors, device=device))
+
+
 @dataclass
 class KVCache:
     """Keys and values of every layer in preallocated slots, one row per sequence."""
@@ -171,18 +237,37 @@ class LeanLlama:
         return self._head(h)
 
     def response_logits(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, rows: torch.Tensor,
-                        responses: torch.Tensor) -> torch.Tensor:
+                        responses: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
         """Logits (B, R, V) of each response token given its prompt and the tokens before it.
 
         ``prompts`` (U, L) are the distinct prompts, left-padded (``prompt_mask`` (U, L)); row b
-        of ``responses`` (B, R), right-padded, continues prompt ``rows[b]``. Each prompt is run
-        once for all the responses that share it (a GRPO group shares one), and their queries
-        attend to its keys and values; the gradient of every response flows back into it.
-        Row b, position j holds the distribution response token j was drawn from.
+        of ``responses`` (B, R) continues prompt ``rows[b]``; ``response_mask`` (B, R) is 1 on
+        its real tokens (model or environment), right-padded. Each prompt is computed once for
+        all the responses that share it (a GRPO group shares one) and the gradient of every
+        response flows back into it. Row b, position j holds the distribution response token j
+        was drawn from.
         """
+        packed = pack_groups(prompt_mask, rows, response_mask)
+        if packed.width > PACKED_MAX_WIDTH:
+            return self._two_stream(prompts, prompt_mask, rows, responses)
+        ids = prompts.new_zeros((prompts.shape[0], packed.width))  # (U, T)
+        ids[:, :prompts.shape[1]] = prompts
+        real = response_mask.bool()
+        ids.view(-1)[packed.response_slots[real]] = responses[real]
+        h = self.inner.embed_tokens(ids)  # (U, T, C)
+        cos, sin = self._rotary(packed.positions, h.dtype)
+        for layer in self.inner.layers:
+            q, k, v = self._qkv(layer, self._norm(h, layer.input_layernorm.weight), cos, sin)
+            h = h + self._out(layer, self._attend(q, k, v, causal=False, mask=packed.attention))
+            h = h + self._mlp(layer, self._norm(h, layer.post_attention_layernorm.weight))
+        before = h.flatten(0, 1).index_select(0, packed.predictors.view(-1))  # (B*R, C)
+        return self._head(before).view(*responses.shape, -1)  # (B, R, V)
+
+    def _two_stream(self, prompts, prompt_mask, rows, responses) -> torch.Tensor:
+        """``response_logits`` for long responses: prompts (U, L) and responses (B, R) as two
+        batches, the responses' queries attending to their prompt's keys and values."""
         device = prompts.device
-        count, length = prompts.shape
-        span = responses.shape[1]
+        length, span = prompts.shape[1], responses.shape[1]
         valid = prompt_mask.bool()  # (U, L)
         prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # (U, L)
         lengths = prompt_mask.long().sum(-1)  # (U,)
