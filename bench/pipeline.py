@@ -4,15 +4,20 @@ The tiny model trains on single-digit addition; every completion is verified by 
 execution that takes about 200 ms (the sandboxed code domain's cost), 8 executions at a time as
 a verify pool would (the sandbox pool's global and domain limits are set to ``--slots``), each
 supervised from its own process as verify workers do (``--verify-in threads``: from threads of
-the trainer's process, where their polling competes with generation for the GIL). With
-staleness s, batches k+1 .. k+s are generated and verified while step k trains; with staleness 0
-each step generates, verifies and updates in turn. Besides the goals' figures it reports each
-stage's busy fraction (generate, verify, update) and the policy lag of the trained batches.
-Last line: one JSON object with steps_per_hour (by staleness), speedup_1_vs_0 and
-generator_idle (by staleness).
+the trainer's process, where their polling competes with generation for the GIL).
+
+With staleness s, batches k+1 .. k+s are generated and verified while step k trains, and each
+chunk of ``--engine-batch`` samples goes to verification as soon as it is sampled (streaming);
+with staleness 0 each step generates, verifies and updates in turn. ``--max-new-tokens`` sets
+the cost of sampling against the fixed cost of verifying: at the default 320 sampling a batch
+takes about as long as verifying it, the regime of LLM RL on code where overlap pays; at 64
+sampling is a tenth of verification and no schedule can beat (g + v + u) / (v + u).
+Besides the goals' figures it reports each stage's busy fraction (generate, verify, update) and
+the policy lag of the trained batches. Last line: one JSON object with steps_per_hour (by
+staleness), speedup_1_vs_0 and generator_idle (by staleness).
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--backend bwrap|docker] [--verify-in processes|threads]
-                                       [--slots 8] [--max-new-tokens 64]
+                                       [--slots 8] [--max-new-tokens 320] [--engine-batch 8]
 """
 from __future__ import annotations
 
@@ -42,8 +47,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12, help="measured steps per setting (after 2 warm-up steps)")
     parser.add_argument("--slots", type=int, default=8, help="sandbox executions in parallel")
     parser.add_argument("--backend", default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=64,
-                        help="generation length: sets the generation cost against the fixed verification cost")
+    parser.add_argument("--max-new-tokens", type=int, default=320,
+                        help="generation length: sets the generation cost against the fixed verification cost "
+                             "(320: sampling a batch takes about as long as verifying it, as in LLM RL)")
+    parser.add_argument("--engine-batch", type=int, default=8,
+                        help="rollout.batch_size: sequences sampled together; with staleness > 0 each such "
+                             "chunk goes to verification as soon as it is sampled (streaming)")
     parser.add_argument("--verify-in", choices=["threads", "processes"], default="processes",
                         help="supervise the sandboxes from threads of the trainer's process, or from --slots "
                              "separate processes (as verify workers do for the run driver)")
@@ -76,7 +85,8 @@ def main() -> int:
     results = {}
     for staleness in (0, 1, 2):
         job = Job({"model": {"path": model}, "domains": {"builtin-addition": 1.0}, "seed": 0,
-                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": args.max_new_tokens, "staleness": staleness},
+                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": args.max_new_tokens, "staleness": staleness,
+                               "batch_size": args.engine_batch},
                    "optimizer": {"lr": 5e-4}}, verify_batch=verify_batch)
         for _ in range(2):
             job.step()
@@ -106,6 +116,7 @@ def main() -> int:
         "max_policy_lag": {str(s): r["max_policy_lag"] for s, r in results.items()},
         "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
         "max_new_tokens": args.max_new_tokens, "verify_in": args.verify_in,
+        "engine_batch": args.engine_batch,
     }
     print(json.dumps(out))
     return 0
