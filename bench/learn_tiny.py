@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", default="torch", choices=["torch", "vllm"])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--base-greedy", type=float, default=0.42)
     parser.add_argument("--threads", type=int, default=1)

@@ -2,7 +2,9 @@
 
 Same weak base checkpoint (built here with Temper's SFT stage from the tiny model), same task
 (single-digit addition, exact match), group size 8, 16 prompts per step, at most 4 new tokens,
-same learning rate, no KL, seed 0. TRL generates with plain transformers ``generate``.
+same learning rate, no KL, seed 0, and by default the same algorithm (one optimizer step per
+batch, no dynamic sampling; ``--temper-updates 2 --temper-dynamic-sampling 1`` is Temper's
+stronger recipe). TRL generates with plain transformers ``generate``.
 
 Prints both reward curves and, as its last line, one JSON object: temper_completions_per_s,
 trl_completions_per_s, ratio, temper_reward_at_end, trl_reward_at_end (10-step moving averages
@@ -119,8 +121,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--base-greedy", type=float, default=0.42)
-    parser.add_argument("--temper-updates", type=int, default=2)
-    parser.add_argument("--temper-dynamic-sampling", type=int, default=1)
+    parser.add_argument("--temper-updates", type=int, default=1,
+                        help="optimizer steps per batch (TRL's: 1); 2 learns more per step at more cost per step")
+    parser.add_argument("--temper-dynamic-sampling", type=int, default=0,
+                        help="drop and refill groups whose rewards are all equal (TRL: no)")
     parser.add_argument("--temper-staleness", type=int, default=0,
                         help="Temper's async overlap: generate step k+1 while step k trains (TRL has no such mode)")
     args = parser.parse_args()

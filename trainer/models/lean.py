@@ -247,9 +247,11 @@ class LeanLlama:
         response flows back into it. Row b, position j holds the distribution response token j
         was drawn from.
         """
-        packed = pack_groups(prompt_mask, rows, response_mask)
-        if packed.width > PACKED_MAX_WIDTH:
+        per_prompt = torch.zeros(prompts.shape[0], dtype=torch.long, device=prompts.device)
+        per_prompt.index_add_(0, rows, response_mask.long().sum(-1))  # (U,) response tokens
+        if prompts.shape[1] + int(per_prompt.max()) + 1 > PACKED_MAX_WIDTH:
             return self._two_stream(prompts, prompt_mask, rows, responses)
+        packed = pack_groups(prompt_mask, rows, response_mask)
         ids = prompts.new_zeros((prompts.shape[0], packed.width))  # (U, T)
         ids[:, :prompts.shape[1]] = prompts
         real = response_mask.bool()
