@@ -143,6 +143,13 @@ class KVCache:
     length: int
     """Slots filled so far (the same for every row)."""
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (finished sequences leave the batch)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        self.valid = self.valid.index_select(0, rows)
+        self.positions = self.positions.index_select(0, rows)
+
 
 class LeanLlama:
     """The forward of a Llama-family ``*ForCausalLM`` in plain tensor ops, over its parameters."""

@@ -111,7 +111,19 @@ class TorchEngine:
         ids, mask = left_pad([list(p) for p in index], self.tokenizer.pad_token_id, self.device)  # (U, L)
         cache, logits = self.lean.prefill(ids, mask, room=params.max_new_tokens,
                                           rows=torch.tensor(rows, device=self.device))
-        return self._sample_loop(logits, lambda tok: self.lean.decode(tok, cache), len(prompts), params)
+        live = torch.arange(len(prompts), device=self.device)  # batch row of each cache row
+
+        def step(tok: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+            nonlocal live
+            if int(done[live].sum()) * 8 >= len(live):  # drop finished rows from the cache
+                keep = (~done[live]).nonzero().squeeze(-1)
+                cache.select(keep)
+                live = live[keep]
+            out = logits.new_zeros(logits.shape)  # finished rows: any logits, their tokens are pad
+            out[live] = self.lean.decode(tok[live], cache)
+            return out
+
+        return self._sample_loop(logits, step, len(prompts), params)
 
     def _sample_hf(self, prompts: list[list[int]], params: SamplingParams):
         ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, self.device)  # (B, L), (B, L)
@@ -121,7 +133,7 @@ class TorchEngine:
                          past_key_values=cache, use_cache=True)
         state = {"mask": mask, "next_pos": positions[:, -1] + 1}
 
-        def step(tok: torch.Tensor) -> torch.Tensor:
+        def step(tok: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
             state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], 1)
             logits = self.model(input_ids=tok[:, None], attention_mask=state["mask"],
                                 position_ids=state["next_pos"][:, None], past_key_values=cache,
@@ -132,9 +144,9 @@ class TorchEngine:
         return self._sample_loop(out.logits[:, -1, :], step, ids.shape[0], params)
 
     def _sample_loop(self, logits: torch.Tensor, step, batch: int, params: SamplingParams):
-        """Sample up to ``max_new_tokens`` per row from next-token logits (B, V); ``step(tokens)``
-        feeds the sampled tokens (B,) and returns the next logits. Returns tokens, logprobs,
-        lengths and finished flags."""
+        """Sample up to ``max_new_tokens`` per row from next-token logits (B, V); ``step(tokens,
+        done)`` feeds the sampled tokens (B,) and returns the next logits (those of finished rows
+        are not used). Returns tokens, logprobs, lengths and finished flags."""
         pad_id = self.tokenizer.pad_token_id
         stop = torch.tensor(sorted({self.tokenizer.eos_token_id, *params.stop_token_ids}),
                             device=self.device)
@@ -152,7 +164,7 @@ class TorchEngine:
             done = done | torch.isin(tok, stop)
             if t == params.max_new_tokens - 1 or bool(done.all()):
                 break
-            logits = step(tok)
+            logits = step(tok, done)
         return tokens.cpu(), logps.cpu(), lengths.cpu(), done.cpu()
 
     def _to_generations(self, tokens, logps, lengths, done) -> list[Generation]:
