@@ -34,7 +34,7 @@ from trainer.algorithms import (clipped_policy_loss, group_advantages, token_ent
                                 token_logprobs, zero_variance_groups)
 from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
-from trainer.models.lean import LeanLlama
+from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import make_backend
 from trainer.outcomes import Outcome, Verification
@@ -96,16 +96,10 @@ def pack_responses(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str
     targets (the response tokens), response_mask (1 on them), loss_mask, old_logp: (B, R)
     right-padded.
     """
-    index: dict[tuple[int, ...], int] = {}
-    rows = [index.setdefault(tuple(t.prompt_ids), len(index)) for t in trajs]
-    width = max(len(p) for p in index)
+    prompts, prompt_mask, rows = distinct_prompts([t.prompt_ids for t in trajs], pad_id, device)
     span = max(len(t.response_ids) for t in trajs)
-    prompts = [[pad_id] * (width - len(p)) + list(p) for p in index]
-    prompt_mask = [[0] * (width - len(p)) + [1] * len(p) for p in index]
     tail = [span - len(t.response_ids) for t in trajs]
-    return {"prompts": torch.tensor(prompts, dtype=torch.long).to(device),
-            "prompt_mask": torch.tensor(prompt_mask, dtype=torch.long).to(device),
-            "rows": torch.tensor(rows, dtype=torch.long).to(device),
+    return {"prompts": prompts, "prompt_mask": prompt_mask, "rows": rows,
             "targets": torch.tensor([t.response_ids + [pad_id] * n for t, n in zip(trajs, tail)],
                                     dtype=torch.long).to(device),  # (B, R)
             "response_mask": torch.tensor([[1] * len(t.response_ids) + [0] * n for t, n in zip(trajs, tail)],

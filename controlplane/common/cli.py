@@ -29,15 +29,22 @@ class ServiceCommand(BaseCommand):
     def _actor(self, username: str) -> Principal:
         return cli_actor(username)
 
+    def handler_name(self, opts: dict) -> str:
+        """The method that handles a parsed command line: ``do_<area>_<action>``."""
+        return f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_")
+
+    def describe(self, exc: ServiceError) -> str:
+        """The message a refused service call ends the command with."""
+        return str(exc)
+
     def handle(self, *args, **opts):
         self.actor = self._actor(opts["user"])
-        handler = getattr(self, f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_"))
         try:
-            handler(opts)
+            getattr(self, self.handler_name(opts))(opts)
         except InvalidInput as exc:
             raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
         except ServiceError as exc:
-            raise CommandError(str(exc)) from None
+            raise CommandError(self.describe(exc)) from None
 
     def out(self, text: str) -> None:
         self.stdout.write(text)

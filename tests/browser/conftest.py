@@ -73,6 +73,20 @@ class Server:
         page.wait_for_url(lambda u: "/login/" not in u)
 
 
+PASSWORD = "browser-pass-123"
+"""The password of every user a browser test logs in as."""
+
+
+def browser_user(team, role: str, name: str):
+    """A member of ``team`` with ``role`` who can log in with :data:`PASSWORD`."""
+    from tests import factories
+
+    user = factories.member(team, role, name)
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
 def screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"

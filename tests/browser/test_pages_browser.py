@@ -11,23 +11,13 @@ from django.utils import timezone
 from controlplane.runs import driving, series
 from controlplane.runs.models import MetricPoint
 from tests import factories
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import PASSWORD, browser_user, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.services]
 
-PASSWORD = "browser-pass-123"
-
-
-def _user(team, role, name):
-    u = factories.member(team, role, name)
-    u.set_password(PASSWORD)
-    u.save()
-    return u
-
-
 def test_zoom_asks_the_server_for_finer_buckets(server, browser):
     team = factories.team("acme")
-    _user(team, "viewer", "vera")
+    browser_user(team, "viewer", "vera")
     d = factories.domain("zoomed")
     run = factories.run(team, domains=[d], state="completed", budget_steps=20_000, current_step=19_999)
     t0 = timezone.now() - timedelta(hours=3)
@@ -55,7 +45,7 @@ def test_zoom_asks_the_server_for_finer_buckets(server, browser):
 
 def test_admin_edits_domain_quota_and_runs_list_is_live(server, browser):
     team = factories.team("acme")
-    _user(team, "admin", "ada")
+    browser_user(team, "admin", "ada")
     dom = factories.domain("team-dom", team_=team)
     run = factories.run(team, name="live-row", domains=[dom], state="running", driver="w1", budget_steps=50)
     page = server.page(browser, "admin")

@@ -23,12 +23,11 @@ from controlplane.registry.models import EvalRun, EvalState, ModelVersion
 from controlplane.runs.models import Run
 from controlplane.web.management.commands.demo_setup import DEMO_CONFIG, DEMO_DOMAINS, DEMO_STEPS, DEMO_SUITE, demo_run
 from tests import factories
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import PASSWORD, browser_user, screenshot
 from tests.services import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
 
-PASSWORD = "browser-pass-123"
 STEPS = DEMO_STEPS
 """The demo's budget: about a minute and a half of training on two cores, one torch thread per
 worker process."""
@@ -74,9 +73,7 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     model = build_tiny(server.var_dir / "models" / "tiny-demo")  # the demo's model, built the demo's way
     call_command("domains", "sync", "--no-progress", "--only", *DEMO_DOMAINS, verbosity=0)
     team = factories.team("demo")
-    alice = factories.member(team, "member", "alice")
-    alice.set_password(PASSWORD)
-    alice.save()
+    alice = browser_user(team, "member", "alice")
     run = demo_run(user=alice, team=team, model_dir=model, steps=STEPS)
     every = DEMO_CONFIG["checkpoint"]["every_steps"]
 

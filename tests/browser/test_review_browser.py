@@ -14,20 +14,10 @@ from django.test import Client
 from controlplane.review import services
 from controlplane.review.models import ReviewItem, ReviewQueue
 from tests import factories
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import PASSWORD, browser_user, screenshot
 from tests.review.conftest import SIM_VERIFIER, record_judged_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
-
-PASSWORD = "browser-pass-123"
-
-
-def _user(team, role, name):
-    u = factories.member(team, role, name)
-    u.set_password(PASSWORD)
-    u.save()
-    return u
-
 
 @pytest.fixture
 def judged_queue(server):
@@ -35,8 +25,8 @@ def judged_queue(server):
 
     worker_judge._cache.clear()
     team = factories.team("acme")
-    admin = _user(team, "admin", "ada")
-    _user(team, "reviewer", "rita")
+    admin = browser_user(team, "admin", "ada")
+    browser_user(team, "reviewer", "rita")
     member = factories.member(team, "member", "mo")
     services.judge_create(actor=factories.actor(admin), data={
         "team": "acme", "slug": "sim", "title": "Similarity to the reference", "kind": "similarity",

@@ -32,6 +32,36 @@ ATTENTION_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
 MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
 
 
+def distinct_prompts(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each distinct prompt once, left-padded: ids (U, L) and mask (U, L); and the index of each
+    input prompt among them (B,)."""
+    index: dict[tuple[int, ...], int] = {}
+    rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    ids, mask = left_pad([list(p) for p in index], pad_id, device)
+    return ids, mask, torch.tensor(rows, dtype=torch.long, device=device)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (B, L) left-padded with ``pad_id`` and the attention mask (B, L)."""
+    length = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (length - len(p)) + list(p) for p in prompts], dtype=torch.long)
+    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+    return ids.to(device), mask.to(device)
+
+
+def left_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (U, L) of left-padded rows: 0 at each row's first real token."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def prompt_attention(valid: torch.Tensor) -> torch.Tensor:
+    """(U, 1, L, L) bool for left-padded prompts (``valid`` (U, L)): a token sees earlier real
+    tokens; a padding token sees itself, so that no row of the softmax is empty."""
+    length = valid.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=valid.device).tril()
+    return ((causal & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=valid.device))[:, None]
+
+
 def unsupported(model) -> str | None:
     """Why the lean forward cannot compute ``model`` exactly, or None when it can."""
     from transformers import PreTrainedModel
@@ -117,7 +147,7 @@ def pack_groups(prompt_mask: torch.Tensor, rows: torch.Tensor, response_mask: to
             positions[u][c] = prompt_len[u] + j
     segment_t = torch.tensor(segment, device=device)  # (U, T)
     positions_t = torch.tensor(positions, device=device)
-    positions_t[:, :length] = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    positions_t[:, :length] = left_positions(prompt_mask)
     valid = segment_t >= 0
     valid[:, :length] = prompt_mask.bool()
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # (T, T)
@@ -276,13 +306,12 @@ class LeanLlama:
         """``response_logits`` for long responses: prompts (U, L) and responses (B, R) as two
         batches, the responses' queries attending to their prompt's keys and values."""
         device = prompts.device
-        length, span = prompts.shape[1], responses.shape[1]
+        span = responses.shape[1]
         valid = prompt_mask.bool()  # (U, L)
-        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # (U, L)
+        prompt_pos = left_positions(prompt_mask)  # (U, L)
         lengths = prompt_mask.long().sum(-1)  # (U,)
         response_pos = lengths.index_select(0, rows)[:, None] + torch.arange(span, device=device)  # (B, R)
-        causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-        prompt_attn = ((causal & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=device))[:, None]
+        prompt_attn = prompt_attention(valid)  # (U, 1, L, L)
         response_attn = torch.cat((  # (B, 1, R, L+R): the prompt's real tokens, then causal
             valid.index_select(0, rows)[:, None, None, :].expand(-1, 1, span, -1),
             torch.ones(span, span, dtype=torch.bool, device=device).tril()[None, None].expand(len(rows), 1, -1, -1)),
@@ -311,12 +340,9 @@ class LeanLlama:
         last position's logits, both expanded to the sampled rows (``rows``: (B,) prompt index
         of each row; default one row per prompt)."""
         valid = attention_mask.bool()  # (U, L)
-        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (U, L)
+        positions = left_positions(attention_mask)  # (U, L)
         count, length = input_ids.shape
-        # a query sees earlier real keys; a padding query sees itself, so no row is empty
-        causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
-        mask = (causal & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=valid.device)
-        mask = mask[:, None]  # (U, 1, L, L)
+        mask = prompt_attention(valid)  # (U, 1, L, L)
         h = self.inner.embed_tokens(input_ids)  # (U, L, C)
         cos, sin = self._rotary(positions, h.dtype)
         keys, values = [], []

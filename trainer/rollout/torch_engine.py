@@ -14,16 +14,8 @@ import time
 import torch
 from transformers import DynamicCache
 
-from trainer.models.lean import LeanLlama
+from trainer.models.lean import LeanLlama, distinct_prompts, left_pad, left_positions
 from trainer.rollout.base import Generation, SamplingParams
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (B, L) left-padded with ``pad_id`` and the attention mask (B, L)."""
-    length = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (length - len(p)) + list(p) for p in prompts], dtype=torch.long)
-    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
-    return ids.to(device), mask.to(device)
 
 
 def sample_tokens(logits: torch.Tensor, params: SamplingParams,
@@ -106,11 +98,8 @@ class TorchEngine:
 
     def _sample_lean(self, prompts: list[list[int]], params: SamplingParams):
         """Each distinct prompt prefilled once, its cache copied to the rows sampling from it."""
-        index: dict[tuple[int, ...], int] = {}
-        rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
-        ids, mask = left_pad([list(p) for p in index], self.tokenizer.pad_token_id, self.device)  # (U, L)
-        cache, logits = self.lean.prefill(ids, mask, room=params.max_new_tokens,
-                                          rows=torch.tensor(rows, device=self.device))
+        ids, mask, rows = distinct_prompts(prompts, self.tokenizer.pad_token_id, self.device)  # (U, L), (B,)
+        cache, logits = self.lean.prefill(ids, mask, room=params.max_new_tokens, rows=rows)
         live = torch.arange(len(prompts), device=self.device)  # batch row of each cache row
 
         def step(tok: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
@@ -127,7 +116,7 @@ class TorchEngine:
 
     def _sample_hf(self, prompts: list[list[int]], params: SamplingParams):
         ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, self.device)  # (B, L), (B, L)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        positions = left_positions(mask)  # (B, L)
         cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True)

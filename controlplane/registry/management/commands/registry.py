@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 
 import yaml
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from controlplane import dispatch
 from controlplane.accounts.models import Team
-from controlplane.accounts.principal import Principal
-from controlplane.common.cli import cli_actor
-from controlplane.common.errors import InvalidInput, ServiceError
+from controlplane.common.cli import ServiceCommand
+from controlplane.common.errors import ServiceError
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES, EvalState
 from controlplane.web.management.commands._output import table
@@ -27,7 +26,7 @@ def _fmt(x, spec=".3f") -> str:
     return "" if x is None else format(x, spec)
 
 
-class Command(BaseCommand):
+class Command(ServiceCommand):
     help = "The model registry: versions, eval suites, evaluations, comparison, aliases, rollback, export."
 
     def add_arguments(self, parser):
@@ -64,24 +63,15 @@ class Command(BaseCommand):
         p = sub.add_parser("export", help="write a promoted version as a Hugging Face directory")
         p.add_argument("version"); p.add_argument("--dest", default="")
 
-    def _actor(self, username: str) -> Principal:
-        return cli_actor(username)
+    def handler_name(self, opts: dict) -> str:
+        return "do_" + opts["action"].replace("-", "_")
 
-    def handle(self, *args, **opts):
-        self.actor = self._actor(opts["user"])
-        try:
-            getattr(self, "do_" + opts["action"].replace("-", "_"))(opts)
-        except services.GateRefused as exc:
-            lines = [f"  {r['domain']} ({r['layer']}, {r['suite']}): {r['delta']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
-                     for r in exc.verdict.get("regressions", [])]
-            raise CommandError("\n".join([str(exc), *lines])) from None
-        except InvalidInput as exc:
-            raise CommandError("invalid input:\n  " + "\n  ".join(str(e) for e in exc.errors)) from None
-        except ServiceError as exc:
-            raise CommandError(str(exc)) from None
-
-    def out(self, text: str) -> None:
-        self.stdout.write(text)
+    def describe(self, exc: ServiceError) -> str:
+        if not isinstance(exc, services.GateRefused):
+            return str(exc)
+        lines = [f"  {r['domain']} ({r['layer']}, {r['suite']}): {r['delta']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+                 for r in exc.verdict.get("regressions", [])]
+        return "\n".join([str(exc), *lines])
 
     def _version(self, ref: str):
         return selectors.version_get(actor=self.actor, ref=ref)
