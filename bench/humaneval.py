@@ -40,7 +40,7 @@ def run_temper(problems: dict, workers: int, timeout: float, backend: str) -> tu
         pool.backend.warm("humaneval", limits)
 
     def one(p: dict):
-        files, command = python_test_job(p["prompt"] + p["canonical_solution"], p["test"],
+        files, command = python_test_job(p["prompt"] + p["canonical_solution"], p["test"], prelude=p["prompt"],
                                          entry_point=p["entry_point"])
         v = execute(files, command, limits, backend=backend, domain="humaneval")
         return p["task_id"], v

@@ -23,7 +23,7 @@ INSTRUCTION = (
 VERIFIER_SPEC = {"stages": [{"type": "code_tests", "timeout_s": 60.0}]}
 SANDBOX_SPEC = {
     "language": "python",
-    "command": ["python3", "temper_harness.py"],
+    "command": ["python3", "-I", "-S", "temper_harness.py"],
     "limits": {"cpu_s": 10, "wall_s": 20, "memory_mb": 512, "output_bytes": 1_048_576},
     "network": False,
 }

@@ -1,74 +1,39 @@
-"""Code unit tests, run in the sandbox.
+"""Code unit tests, run in the sandbox against hostile code.
 
 The sandbox runtime lives in ``workers/`` and ``trainer/`` never imports it: the executor is
 injected with :func:`set_sandbox_executor`; when none was set, ``workers.sandbox:execute`` is
 resolved with importlib on first use. An executor has the signature of
 ``workers.sandbox.execute(files, command, limits=None, stdin=None, *, backend=None,
 domain="default") -> Verdict`` where the verdict has ``status`` (ok, runtime_error, timeout_cpu,
-timeout_wall, memory_limit, output_limit, sandbox_error), ``stdout``, ``stderr`` and ``tests``.
+timeout_wall, memory_limit, output_limit, sandbox_error), ``stdout`` and ``stderr``.
 
-The job is ``solution.py`` (the model's code) plus ``temper_harness.py``; the tests and a
-per-job nonce arrive on stdin, so neither is on the sandbox's disk. The harness prints one marker
-line per test, ``@@temper-test <nonce> {"name": ..., "passed": ..., "message": ...}``. A pass
-needs status ``ok`` and a passed marker for every test: a program that exits before the tests
-ran has no markers and fails.
+The job is built by :mod:`trainer.verifiers.code_harness`: a trusted harness process holds the
+tests and the verdict, the program runs in a second process and every call to it crosses the
+process boundary as plain data. A pass needs status ``ok`` and a passed marker carrying the job's
+nonce for every test; a program that fails to load is a ``runtime_error``.
 
->>> files, command, stdin = build_job("def f(x):\\n    return x + 1\\n", [{"name": "t1", "source": "assert f(1) == 2"}], nonce="n0")
->>> sorted(files), command
-(['solution.py', 'temper_harness.py'], ['python3', 'temper_harness.py'])
->>> parse_markers('@@temper-test n0 {"name": "t1", "passed": true, "message": ""}\\n@@temper-test fake {"name": "t1", "passed": true}', "n0")
-[{'name': 't1', 'passed': True, 'message': ''}]
 >>> extract_code("Here:\\n```python\\nprint(1)\\n```\\n")
 'print(1)\\n'
+>>> normalize_tests(["assert f(1) == 2", {"name": "big", "source": "assert f(9) == 10"}])
+(['assert f(1) == 2', 'assert f(9) == 10'], ['test_0', 'big'])
 """
 from __future__ import annotations
 
 import importlib
-import json
 import re
-import secrets
 import sys
 import threading
 from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, CodeTestJob, build_job, parse_results
 
 Executor = Callable[..., Any]
-MARKER = "@@temper-test"
 DEFAULT_EXECUTOR_PATH = "workers.sandbox:execute"
 
 _executor: Executor | None = None
 _lock = threading.Lock()
-
-HARNESS = r'''
-import json, sys
-def _main():
-    spec = json.loads(sys.stdin.read())
-    nonce, tests = spec.pop("nonce"), spec.pop("tests")
-    out, dumps = sys.stdout, json.dumps
-    def report(name, passed, message=""):
-        out.write("%s %s %s\n" % (MARKER, nonce, dumps({"name": name, "passed": passed, "message": message[:500]})))
-        out.flush()
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        with open("solution.py") as f:
-            source = f.read()
-        exec(compile(source, "solution.py", "exec"), ns)
-    except BaseException as exc:
-        report("load", False, "%s: %s" % (type(exc).__name__, exc))
-        return 1
-    for test in tests:
-        scope = dict(ns)
-        try:
-            exec(compile(test["source"], "test_" + test["name"], "exec"), scope)
-        except BaseException as exc:
-            report(test["name"], False, "%s: %s" % (type(exc).__name__, exc))
-        else:
-            report(test["name"], True)
-    return 0
-sys.exit(_main())
-'''.replace("MARKER", repr(MARKER))
 
 STATUS_OUTCOMES = {
     "runtime_error": Outcome.RUNTIME_ERROR,
@@ -148,45 +113,24 @@ def assemble_solution(completion: str, *, prompt: str | None = None, entry_point
     return header + code
 
 
-def normalize_tests(tests: Any, entry_point: str | None = None) -> list[dict[str, str]]:
-    """Tests as ``[{"name", "source"}]`` from a list of assert strings, a list of dicts, or one
-    source string (HumanEval style: defines ``check(candidate)``, called with ``entry_point``)."""
+def normalize_tests(tests: Any, entry_point: str | None = None) -> tuple[list[str] | str, list[str] | None]:
+    """``(tests, names)`` for :func:`~trainer.verifiers.code_harness.build_job`: a HumanEval-style
+    module defining ``check(candidate)`` stays one string (split per assert by the harness);
+    a list of assert strings or of ``{"name", "source"}`` dicts becomes sources and names; any
+    other module string is one test."""
     if isinstance(tests, str):
-        source = tests
         if entry_point and re.search(r"^def check\(", tests, re.M):
-            source = f"{tests}\ncheck({entry_point})\n"
-        return [{"name": "check", "source": source}]
-    out = []
+            return tests, None
+        return [tests], ["check"]
+    sources, names = [], []
     for i, test in enumerate(tests):
         if isinstance(test, str):
-            out.append({"name": f"test_{i}", "source": test})
+            sources.append(test)
+            names.append(f"test_{i}")
         else:
-            out.append({"name": str(test.get("name", f"test_{i}")), "source": str(test["source"])})
-    return out
-
-
-def build_job(code: str, tests: list[dict[str, str]], *, nonce: str | None = None) -> tuple[dict[str, str], list[str], bytes]:
-    """``(files, command, stdin)`` for one sandbox execution (stdin is UTF-8 JSON bytes)."""
-    nonce = nonce or secrets.token_hex(8)
-    files = {"solution.py": code, "temper_harness.py": HARNESS}
-    stdin = json.dumps({"nonce": nonce, "tests": tests}).encode("utf-8")
-    return files, ["python3", "temper_harness.py"], stdin
-
-
-def parse_markers(stdout: str | bytes, nonce: str) -> list[dict[str, Any]]:
-    """The test results the harness printed with this job's nonce (others are ignored)."""
-    if isinstance(stdout, bytes):
-        stdout = stdout.decode("utf-8", "replace")
-    prefix = f"{MARKER} {nonce} "
-    results = []
-    for line in stdout.splitlines():
-        if line.startswith(prefix):
-            try:
-                item = json.loads(line[len(prefix):])
-            except json.JSONDecodeError:
-                continue
-            results.append({"name": str(item.get("name")), "passed": item.get("passed") is True, "message": str(item.get("message", ""))})
-    return results
+            sources.append(str(test["source"]))
+            names.append(str(test.get("name", f"test_{i}")))
+    return sources, names
 
 
 def _field(verdict: Any, name: str, default: Any = None) -> Any:
@@ -195,34 +139,28 @@ def _field(verdict: Any, name: str, default: Any = None) -> Any:
     return getattr(verdict, name, default)
 
 
-def verdict_to_verification(verdict: Any, nonce: str, test_names: list[str], *, partial_credit: bool = False) -> Verification:
+def verdict_to_verification(verdict: Any, job: CodeTestJob, *, partial_credit: bool = False) -> Verification:
     """Map a sandbox verdict to an outcome; see the module docstring for the rules."""
     status = str(getattr(_field(verdict, "status"), "value", _field(verdict, "status")))
     stdout = _field(verdict, "stdout", "") or ""
     stderr = _field(verdict, "stderr", "") or ""
     if isinstance(stderr, bytes):
         stderr = stderr.decode("utf-8", "replace")
-    results = parse_markers(stdout, nonce)
-    passed = {r["name"] for r in results if r["passed"]}
-    failed = [r for r in results if not r["passed"]]
-    details: dict[str, Any] = {
-        "status": status,
-        "tests": results,
-        "stderr": stderr[-2000:],
-        "expected": test_names,
-    }
+    results = [{"name": n, "passed": p, "message": m} for n, p, m in parse_results(stdout, job)]
+    passed = [r["name"] for r in results if r["passed"]]
+    details: dict[str, Any] = {"status": status, "tests": results, "stderr": stderr[-2000:]}
     for key in ("exit_code", "wall_s", "cpu_s"):
         value = _field(verdict, key)
         if value is not None:
             details[key] = value
+    if status == "runtime_error" and _field(verdict, "exit_code") == LOAD_FAILED_EXIT:
+        details["error"] = results[0]["message"] if results else "the program failed to load"
     if status != "ok":
         return Verification.failed(STATUS_OUTCOMES.get(status, Outcome.SANDBOX_ERROR), **details)
-    if not results:
-        return Verification.failed(error="no test pass markers: the program ended before its tests ran", **details)
-    if all(name in passed for name in test_names) and not failed:
+    if len(passed) == len(job.names):
         return Verification.passed(**details)
-    details["failed"] = [r["name"] for r in failed] or [n for n in test_names if n not in passed]
-    score = sum(1 for n in test_names if n in passed) / max(len(test_names), 1)
+    details["failed"] = [r["name"] for r in results if not r["passed"]]
+    score = len(passed) / max(len(job.names), 1)
     if partial_credit and score > 0:
         return Verification(Outcome.PARTIAL, score, details)
     return Verification.failed(**details)
@@ -250,13 +188,15 @@ def code_tests(
     prompt = prompt if prompt is not None else answer.get("prompt")
     if tests is None:
         raise ValueError(f"task {task.id} has no tests")
-    test_list = normalize_tests(tests, entry_point)
+    sources, names = normalize_tests(tests, entry_point)
     code = assemble_solution(completion, prompt=prompt, entry_point=entry_point)
-    nonce = secrets.token_hex(8)
-    files, command, stdin = build_job(code, test_list, nonce=nonce)
+    try:
+        job = build_job(code, sources, entry_point=entry_point, prelude=prompt, test_names=names)
+    except ValueError as exc:
+        raise ValueError(f"task {task.id}: {exc}") from None
     try:
         execute = get_sandbox_executor()
-        verdict = execute(files, command, limits, stdin, backend=backend, domain=task.domain or "default")
+        verdict = execute(job.files, job.command, limits, None, backend=backend, domain=task.domain or "default")
     except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
-    return verdict_to_verification(verdict, nonce, [t["name"] for t in test_list], partial_credit=partial_credit)
+    return verdict_to_verification(verdict, job, partial_credit=partial_credit)
