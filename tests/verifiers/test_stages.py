@@ -48,8 +48,10 @@ def test_numeric_tolerances(completion, kwargs, outcome):
 
 
 def test_regex_and_choice_and_extract():
-    assert regex_match("id: AB-1234", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.PASS
-    assert regex_match("id: AB-12", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.FAIL
+    assert regex_match("id: AB-1234", task(), pattern=r"[A-Z]{2}-\d{4}", mode="search").outcome is Outcome.PASS
+    assert regex_match("id: AB-1234", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.FAIL  # anchored by default
+    assert regex_match("AB-1234", task(), pattern=r"[A-Z]{2}-\d{4}").outcome is Outcome.PASS
+    assert regex_match("id: AB-12", task(), pattern=r"[A-Z]{2}-\d{4}", mode="search").outcome is Outcome.FAIL
     t = task("C", choices=["red", "green", "blue"])
     assert multiple_choice("(C)", t).outcome is Outcome.PASS
     assert multiple_choice("blue", t).outcome is Outcome.PASS

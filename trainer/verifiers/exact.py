@@ -10,12 +10,14 @@
 'london'
 >>> exact_match("Paris", t, case_sensitive=True, expected=["paris", "PARIS"]).outcome.value
 'fail'
+>>> [exact_match(c, t).outcome.value for c in ["", "Paris or London", "Paris, London", "not Paris"]]
+['parse_error', 'fail', 'fail', 'fail']
 """
 from __future__ import annotations
 
 from typing import Any
 
-from trainer.outcomes import Verification
+from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers.normalize import normalize_text
 
@@ -34,9 +36,12 @@ def exact_match(
     case_sensitive: bool = False,
     strip_punctuation: bool = False,
 ) -> Verification:
-    """Pass when the normalised completion equals one normalised accepted answer."""
+    """Pass when the normalised completion equals one normalised accepted answer; an empty
+    answer is a ``parse_error`` whatever the gold."""
     norm = lambda s: normalize_text(str(s), case_sensitive=case_sensitive, strip_punctuation=strip_punctuation)  # noqa: E731
     found = norm(completion)
+    if not found:
+        return Verification.failed(Outcome.PARSE_ERROR, error="empty answer")
     accepted = [norm(v) for v in expected_values(task, expected)]
     if found in accepted:
         return Verification.passed(expected=accepted, found=found)

@@ -36,7 +36,7 @@ def format_check(
         if not re.search(rf"<{re.escape(tag)}>.*?</{re.escape(tag)}>", completion, re.S):
             return Verification.failed(error=f"missing <{tag}>...</{tag}>")
     for tag in single_tags or []:
-        if len(re.findall(rf"<{re.escape(tag)}>", completion)) > 1:
+        if len(re.findall(rf"<{re.escape(tag)}>", completion, re.I)) > 1:
             return Verification.failed(error=f"<{tag}> appears more than once")
     if pattern is not None and not re.search(pattern, completion, re.S):
         return Verification.failed(error=f"pattern {pattern!r} not found")

@@ -1,5 +1,28 @@
 """Mathematical equivalence with the math-verify package (imported lazily).
 
+The rules, in order:
+
+1. **One final answer.** The answer is the completion's one answer container (all ``\\boxed{}``
+   and ``<answer>`` tags are read; several different ones fail), else its final line (or the
+   one math environment in it). An answer that states more values than the gold (``3 or 5``,
+   ``x = 2, x = 5``, ``\\pm 3``) fails; see :mod:`trainer.verifiers.answers`.
+2. **Delimited LaTeX.** The answer text is handed to math-verify inside ``\\boxed{}``, so all of
+   it is parsed (never only the last number of it). ``x**2`` is read as ``x^{2}``, and
+   ``1\\,000`` / ``1{,}000`` / ``1,000`` as one thousand.
+3. **The variable on the left.** ``x = 5`` is the answer 5 when the gold is not an equation and
+   ``x`` is the task's variable (``task.meta["answer_lhs"]`` lists the left-hand sides a domain
+   accepts, e.g. ``f'(x)``; without it any single letter is accepted).
+4. **The same kind.** Number, set, interval, expression, equation: the answer's kind must be the
+   gold's (``3x + 5`` is no answer to a number, ``\\{1, 2\\}`` none to ``2``).
+5. **Finite, evaluated, in the asked form.** NaN and complex infinity never match (nor an
+   infinity unless the gold is one); an answer may not keep a derivative, integral, limit, sum
+   or product the gold does not have (``\\frac{d}{dx}(...)`` is the question, not its answer);
+   ``task.meta["form"]`` may ask for ``number`` (a literal: ``\\frac{1}{2}+\\frac{1}{3}`` does
+   not simplify anything) or ``expanded`` (no product of sums: the factored question is no
+   expansion).
+6. **Symbolic equality** by math-verify: every equal form passes (fractions and decimals to
+   ``float_rounding`` places, reordered terms and sets, ``\\dfrac``, ``2*x^2``).
+
 >>> from trainer.tasks.base import Task
 >>> t = Task("d", "1", "q", answer="\\\\frac{1}{2}")
 >>> math_equivalence("The answer is $\\\\boxed{0.5}$", t).outcome.value
@@ -10,6 +33,14 @@
 'fail'
 >>> math_equivalence("", t).outcome.value
 'parse_error'
+>>> math_equivalence("\\\\boxed{1/3} or \\\\boxed{1/2}", t).details["error"]
+'several different answers: 1/3 | 1/2'
+>>> p = Task("d", "1", "q", answer="2x^{2} - 3x + 1")
+>>> [math_equivalence(a, p).outcome.value for a in ["1 - 3x + 2x^2", "2*x**2 - 3*x + 1", "(2x - 1)(x - 1)", "2x^2 - 3x"]]
+['pass', 'pass', 'pass', 'fail']
+>>> n = Task("d", "1", "Solve for x", answer="5", meta={"answer_lhs": ["x"]})
+>>> [math_equivalence(a, n).outcome.value for a in ["x = 5", "y = 5", "3x + 5", "x = 4, x = 5", "\\\\text{NaN}"]]
+['pass', 'fail', 'fail', 'fail', 'fail']
 """
 from __future__ import annotations
 
@@ -18,33 +49,249 @@ from typing import Any
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.answers import CONTAINER_METHODS, canonical, distinct_answers, final_answers, final_line, hedge_reason, one_final_answer
+
+MAX_ANSWER_CHARS = 2000
+_MATH_ENV = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_GROUPED = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\\ |~|\{,\}|\u2009|\u202f)\d{3})+(?!\d)")
+_POWER = re.compile(r"\*\*\s*(\([^()]*\)|-?[\w.]+)")
+_LHS = re.compile(r"^\s*([^=<>]+?)\s*=\s*([^=<>]+)$", re.S)
+_SINGLE_LETTER = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
+_PROSE = re.compile(r"[A-Za-z]{2,}[^A-Za-z\\{}]+[A-Za-z]{2,}")
+NON_FINITE_NAMES = frozenset({"nan", "inf", "infinity", "undefined", "none"})
 
 
-def _wrap(text: str) -> str:
-    text = str(text).strip()
-    return text if ("$" in text or "\\boxed" in text or "\\(" in text) else f"${text}$"
+class _Refused(Exception):
+    """The answer cannot be accepted whatever its value; ``outcome`` and the message say why."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+def _strip_delimiters(text: str) -> str:
+    s = text.strip().rstrip(".").strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if s.startswith(left) and s.endswith(right) and len(s) > len(left) + len(right):
+            s = s[len(left):len(s) - len(right)].strip()
+    return s
+
+
+def answer_text(completion: str, gold: Any) -> str:
+    """The one final answer of ``completion`` as text (see rule 1); raises :class:`_Refused`."""
+    completion = str(completion)
+    if final_answers(completion, CONTAINER_METHODS):
+        answer, why = one_final_answer(completion, CONTAINER_METHODS, gold=gold)
+    else:
+        line = final_line(completion)
+        if line is None:
+            raise _Refused(Outcome.PARSE_ERROR, "no mathematical answer found")
+        envs = [next(g for g in m.groups() if g is not None) for m in _MATH_ENV.finditer(line)]
+        if len(distinct_answers(envs)) > 1:
+            raise _Refused(Outcome.FAIL, "several different answers: " + " | ".join(e[:60] for e in distinct_answers(envs)[:5]))
+        answer = envs[0] if envs else line
+        if not envs and _PROSE.search(answer) and "\\" not in answer:
+            raise _Refused(Outcome.PARSE_ERROR, "no mathematical answer found")
+        reason = hedge_reason(answer, gold)
+        why = None if reason is None else f"hedged answer: {reason}"
+        answer = None if why else answer
+    if answer is None:
+        outcome = Outcome.PARSE_ERROR if why in ("no answer found", "empty answer") else Outcome.FAIL
+        raise _Refused(outcome, why or "no mathematical answer found")
+    answer = _strip_delimiters(answer)
+    if not answer:
+        raise _Refused(Outcome.PARSE_ERROR, "empty answer")
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise _Refused(Outcome.FAIL, f"answer longer than {MAX_ANSWER_CHARS} characters")
+    return answer
+
+
+def strip_lhs(answer: str, allowed: list[str] | None) -> str:
+    """``5`` for ``x = 5`` when ``x`` is an accepted left-hand side (rule 3); else ``answer``.
+
+    >>> strip_lhs("x = -\\\\frac{1}{2}", None), strip_lhs("f'(x) = 2x", ["f'(x)"]), strip_lhs("y = 5", ["x"])
+    ('-\\\\frac{1}{2}', '2x', 'y = 5')
+    """
+    m = _LHS.match(answer)
+    if m is None:
+        return answer
+    lhs = m.group(1)
+    ok = canonical(lhs) in {canonical(a) for a in allowed} if allowed is not None else bool(_SINGLE_LETTER.fullmatch(lhs.strip()))
+    return m.group(2).strip() if ok else answer
+
+
+def latex_for_math_verify(text: str) -> str:
+    """Delimited LaTeX for math-verify: the whole answer in ``\\boxed{}``, ``**`` as ``^``, digit
+    groups (``1\\,000``, ``1{,}000``) joined.
+
+    >>> latex_for_math_verify("2*x**2 - 1\\\\,000")
+    '\\\\boxed{2*x^{2} - 1000}'
+    """
+    s = _GROUPED.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    s = _POWER.sub(lambda m: "^{" + m.group(1) + "}", s)
+    return "\\boxed{" + s + "}"
+
+
+def parse_math(text: str) -> Any:
+    """The sympy value of one answer text, or None when math-verify cannot parse it."""
+    from math_verify import parse
+    from math_verify.parser import LatexExtractionConfig
+
+    found = parse(latex_for_math_verify(text), extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
+    values = [v for v in found if not isinstance(v, str)]
+    return values[0] if values else None
+
+
+def kind(value: Any) -> str:
+    """``number``, ``set``, ``interval``, ``equation`` (any relation), ``expression`` or ``other``.
+
+    >>> [kind(parse_math(s)) for s in ["-\\\\frac{7}{3}", "\\\\{1, 2\\\\}", "(1, 2]", "x = 1", "x^2 + 1", "1 < x"]]
+    ['number', 'set', 'interval', 'equation', 'expression', 'equation']
+    """
+    from sympy import Basic, FiniteSet, Interval, MatrixBase, Set, Tuple, Union
+    from sympy.logic.boolalg import And, Or
+    from sympy.core.relational import Relational
+
+    if isinstance(value, MatrixBase):
+        return "matrix"
+    if isinstance(value, Relational) or (isinstance(value, (And, Or)) and all(isinstance(a, Relational) for a in value.args)):
+        return "equation"
+    if isinstance(value, (FiniteSet, Tuple)):
+        return "set"
+    if isinstance(value, (Interval, Union)) or isinstance(value, Set):
+        return "interval"
+    if isinstance(value, Basic) and getattr(value, "is_Boolean", False):
+        return "other"
+    if isinstance(value, Basic):
+        return "expression" if value.free_symbols else "number"
+    return "other"
+
+
+def _non_finite(value: Any) -> str | None:
+    from sympy import Basic, Symbol, nan, oo, zoo
+
+    if not isinstance(value, Basic):
+        return None
+    if value.has(nan) or value.has(zoo):
+        return "not a number"
+    if any(isinstance(s, Symbol) and s.name.lower() in NON_FINITE_NAMES for s in value.free_symbols):
+        return "not a number"
+    if value.has(oo) or value.has(-oo):
+        return "infinite"
+    return None
+
+
+_UNEVALUATED = ("Derivative", "Integral", "Limit", "Sum", "Product", "Subs")
+
+
+def _operators(value: Any) -> set[str]:
+    """Names of the unevaluated calculus operators in ``value``."""
+    import sympy
+
+    if not isinstance(value, sympy.Basic):
+        return set()
+    types = tuple(getattr(sympy, name) for name in _UNEVALUATED)
+    return {type(node).__name__ for node in sympy.preorder_traversal(value) if isinstance(node, types)}
+
+
+def is_literal_number(value: Any) -> bool:
+    """A number written as one literal: an integer, decimal or fraction, with a sign; no sums,
+    roots or powers to evaluate.
+
+    >>> [is_literal_number(parse_math(s)) for s in ["-\\\\frac{67}{20}", "3.35", "\\\\frac{1}{2} + \\\\frac{1}{3}", "\\\\frac{5-2}{3}", "\\\\sqrt{4}"]]
+    [True, True, False, False, False]
+    """
+    from sympy import Mul, Number, Pow, UnevaluatedExpr
+
+    if isinstance(value, Number):
+        return True
+    if isinstance(value, UnevaluatedExpr):
+        return is_literal_number(value.args[0])
+    if isinstance(value, Pow):
+        return isinstance(value.base, Number) and value.exp == -1
+    if isinstance(value, Mul):
+        return all(is_literal_number(a) for a in value.args)
+    return False
+
+
+def is_expanded(value: Any) -> bool:
+    """No product or power of a sum anywhere (``2x^2 - 3x + 1`` yes, ``(2x - 1)(x - 1)`` no).
+
+    >>> is_expanded(parse_math("2x^2 - 3x + 1")), is_expanded(parse_math("(2x - 1)(x - 1)")), is_expanded(parse_math("(x+1)^2"))
+    (True, False, False)
+    """
+    from sympy import Add, Basic, Mul, Pow, preorder_traversal
+
+    if not isinstance(value, Basic):
+        return False
+    for node in preorder_traversal(value):
+        if isinstance(node, Mul) and any(isinstance(a, Add) for a in node.args):
+            return False
+        if isinstance(node, Pow) and isinstance(node.base, Add):
+            return False
+    return True
+
+
+def _to_gold_kind(found: Any, gold: Any, gold_kind: str, found_kind: str) -> tuple[Any, Any, str]:
+    """Bridge the kinds that state the same thing: a gold assignment ``x = 5`` and an answer 5,
+    an interval and an inequality, a singleton set and its element."""
+    from sympy import Eq, FiniteSet, Symbol
+
+    if gold_kind == "equation" and found_kind != "equation" and isinstance(gold, Eq) and isinstance(gold.lhs, Symbol):
+        gold = gold.rhs
+        return found, gold, kind(gold)
+    if gold_kind == "interval" and found_kind == "equation" and len(getattr(found, "free_symbols", ())) == 1:
+        try:
+            found = found.as_set()
+            return found, gold, kind(found)
+        except Exception:  # noqa: BLE001 - not a relation sympy can solve: the kinds stay different
+            return found, gold, found_kind
+    if gold_kind == "set" and found_kind == "number" and isinstance(gold, FiniteSet) and len(gold) == 1:
+        return FiniteSet(found), gold, "set"
+    return found, gold, found_kind
 
 
 def math_equivalence(
     completion: str, task: Task, *, expected: Any = None, float_rounding: int = 6, strict: bool = True
 ) -> Verification:
-    """Parse the gold answer and the completion with math-verify and compare them symbolically.
+    """The completion's one final answer equals the gold answer symbolically (rules above).
 
     math-verify's own signal-based timeouts are turned off: the cascade enforces the stage
     timeout from outside, in a worker process it can kill.
     """
-    from math_verify import parse, verify  # lazy: sympy and latex2sympy are heavy
+    from math_verify import verify
 
     gold_text = task.answer if expected is None else expected
-    gold = parse(_wrap(str(gold_text)), parsing_timeout=None)
-    if not gold:
+    gold = parse_math(str(gold_text))
+    if gold is None:
         raise ValueError(f"expected answer {gold_text!r} cannot be parsed")
-    found = parse(completion, parsing_timeout=None)
-    if not found:
-        prose = re.search(r"[A-Za-z]{2,}\W+[A-Za-z]{2,}", completion) and "\\" not in completion
-        found = parse(_wrap(completion), parsing_timeout=None) if len(completion) < 200 and not prose else []
-    if not found:
-        return Verification.failed(Outcome.PARSE_ERROR, error="no mathematical answer found", found=completion[-200:])
+    gold_kind = kind(gold)
+    try:
+        text = answer_text(completion, gold_text if not isinstance(gold_text, (list, dict)) else None)
+    except _Refused as refused:
+        return Verification.failed(refused.outcome, error=str(refused), expected=str(gold_text), found=str(completion)[-200:])
+    if gold_kind != "equation":
+        text = strip_lhs(text, task.meta.get("answer_lhs"))
+    details: dict[str, Any] = {"expected": str(gold_text), "found": text}
+    found = parse_math(text)
+    if found is None:
+        return Verification.failed(Outcome.PARSE_ERROR, error="the answer is not mathematics math-verify can parse", **details)
+    found_kind = kind(found)
+    found, gold, found_kind = _to_gold_kind(found, gold, gold_kind, found_kind)
+    gold_kind = kind(gold)
+    details.update(kind=found_kind, expected_kind=gold_kind)
+    if found_kind != gold_kind:
+        return Verification.failed(error=f"the answer is of kind {found_kind}, the gold of kind {gold_kind}", **details)
+    bad = _non_finite(found)
+    if bad is not None and not (bad == "infinite" and _non_finite(gold) == "infinite"):
+        return Verification.failed(error=f"the answer is {bad}", **details)
+    extra = _operators(found) - _operators(gold)
+    if extra:
+        return Verification.failed(error=f"the answer is not evaluated: {', '.join(sorted(extra))}", **details)
+    form = task.meta.get("form")
+    if form == "number" and not is_literal_number(found):
+        return Verification.failed(error="the answer must be one number, simplified", **details)
+    if form == "expanded" and not is_expanded(found):
+        return Verification.failed(error="the answer must be expanded (no product of sums)", **details)
     ok = verify(gold, found, float_rounding=float_rounding, strict=strict, timeout_seconds=None)
-    details = {"expected": str(gold_text), "found": str(found[-1] if len(found) > 1 else found[0])}
     return Verification.passed(**details) if ok else Verification.failed(**details)

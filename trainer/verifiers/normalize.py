@@ -10,13 +10,20 @@
 -0.75
 >>> parse_number("12%")
 0.12
+>>> parse_number("45.23%", percent="points")
+45.23
 >>> parse_number("twelve") is None
 True
+>>> [parse_number(s) for s in ["1 2 3 4", "nan", "inf", "1e999", "1,00"]]
+[None, None, None, None, None]
+>>> parse_number("1{,}000"), parse_number("1\\\\,000"), parse_number("$ 12")
+(1000.0, 1000.0, 12.0)
 >>> last_number("so the total is 42 apples, or 4.2e1")
 42.0
 """
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -38,33 +45,64 @@ def normalize_text(
     return _WS.sub(" ", text).strip()
 
 
-def parse_number(text: str) -> float | None:
-    """Parse one number written as an int, decimal, thousands-separated, fraction or percentage.
+_GROUPING = re.compile(r"(?<=\d)(?:\{,\}|\\,|\u2009|\u202f)(?=\d{3}(?!\d))")
+PERCENT_MODES = ("fraction", "points")
 
-    Currency signs and surrounding whitespace are ignored; anything else makes it None.
+
+def parse_number(text: str, *, percent: str = "fraction") -> float | None:
+    """Parse one finite number written as an int, decimal, thousands-separated, fraction or percentage.
+
+    Currency signs and surrounding whitespace are ignored; whitespace inside the number (``1 2 3 4``
+    is four numbers, not 1234), NaN, infinities and anything else make it None. Digit groups may
+    be separated by ``,`` ``{,}`` ``\\,`` or a thin space, in threes. ``percent``: ``fraction``
+    reads ``12%`` as 0.12; ``points`` reads it as 12 (the answer to "as a percentage").
     """
+    if percent not in PERCENT_MODES:
+        raise ValueError(f"percent must be one of {PERCENT_MODES}, not {percent!r}")
     s = str(text).strip().replace("\u2212", "-")
-    s = s.replace("$", "").replace("€", "").replace("£", "").replace(" ", "")
     if s.startswith("\\(") and s.endswith("\\)"):
-        s = s[2:-2]
-    percent = s.endswith("%")
-    if percent:
-        s = s[:-1]
-    if not s:
+        s = s[2:-2].strip()
+    s = _GROUPING.sub(",", s)
+    s = re.sub(r"[$€£]", "", s).replace("\\%", "%").strip()
+    s = re.sub(r"^([-+])\s+", r"\1", s)
+    is_percent = s.endswith("%")
+    if is_percent:
+        s = s[:-1].strip()
+    if not s or re.search(r"\s", s):
         return None
     try:
         if "/" in s:
             num, den = s.split("/", 1)
-            value = float(num.replace(",", "")) / float(den.replace(",", ""))
+            value = float(_plain_number(num)) / float(_plain_number(den))
         else:
-            if "," in s and not re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):
-                return None
-            value = float(s.replace(",", ""))
-    except (ValueError, ZeroDivisionError):
+            value = float(_plain_number(s))
+    except (ValueError, ZeroDivisionError, OverflowError):
         return None
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         return None
-    return value / 100.0 if percent else value
+    if is_percent and percent == "fraction":
+        return value / 100.0
+    return value
+
+
+def _plain_number(s: str) -> str:
+    """A decimal literal without thousands separators; ValueError for anything else."""
+    if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", s.replace(",", "")):
+        raise ValueError(s)
+    if "," in s and not re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s):
+        raise ValueError(s)
+    return s.replace(",", "")
+
+
+def is_finite_number(value: object) -> bool:
+    """True for an int or float (not a bool) that is neither NaN nor infinite.
+
+    >>> [is_finite_number(v) for v in [1, 2.5, float("nan"), float("inf"), True, "3"]]
+    [True, True, False, False, False, False]
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def last_number(text: str) -> float | None:

@@ -79,7 +79,7 @@ for _stage in [
     StageType("extract", _V + "extract:extract_answer", params_schema({
         "methods": {"type": "array", "minItems": 1, "items": {"enum": ["boxed", "answer_tag", "final_line"]}},
         "tag": {"type": "string"},
-    }), "Extract the answer: last \\boxed{}, <answer> tag or final line; later stages see only it.", 0, True, default_timeout_s=2.0),
+    }), "Extract the one final answer (\\boxed{}, <answer> tag, else the final line); several different answers or a hedge fail; later stages see only it.", 0, True, default_timeout_s=2.0),
     StageType("format", _V + "format_length:format_check", params_schema({
         "required_tags": STRINGS, "single_tags": STRINGS, "pattern": {"type": "string", "format": "regex"}, "forbidden": STRINGS,
     }), "Required tags, a regex that must appear, forbidden text.", 0, True, default_timeout_s=2.0),
@@ -91,24 +91,25 @@ for _stage in [
     }), "Exact match after normalisation (case, whitespace, optionally punctuation).", 1, default_timeout_s=2.0),
     StageType("regex", _V + "regex:regex_match", params_schema({
         "pattern": {"type": "string", "format": "regex"}, "flags": {"type": "string", "pattern": "[imsx]*"},
-        "mode": {"enum": ["search", "fullmatch"]},
-    }), "A regular expression must match.", 1, default_timeout_s=2.0),
+        "mode": {"enum": ["fullmatch", "search"]},
+    }), "A regular expression must fullmatch the answer (the task's answer as a literal by default); search only with the domain's own pattern, one distinct match.", 1, default_timeout_s=2.0),
     StageType("numeric", _V + "numeric:numeric_match", params_schema({
         "expected": ANY, "abs_tol": NON_NEG, "rel_tol": NON_NEG, "take": {"enum": ["whole", "last"]},
-    }), "A number within absolute or relative tolerance.", 1, default_timeout_s=2.0),
+        "percent": {"enum": ["fraction", "points"]},
+    }), "One finite number within absolute or relative tolerance.", 1, default_timeout_s=2.0),
     StageType("choice", _V + "choice:multiple_choice", params_schema({
         "expected": ANY, "choices": STRINGS,
     }), "Multiple choice by letter or option text.", 1, default_timeout_s=2.0),
     StageType("json_schema", _V + "json_checks:json_schema", params_schema({
-        "schema": {"type": "object"},
-    }), "The answer is JSON valid against a JSON Schema.", 1, True, default_timeout_s=5.0),
+        "schema": {"type": "object"}, "allow_empty": {"type": "boolean"},
+    }), "The answer is one JSON value, valid against a JSON Schema and not empty.", 1, True, default_timeout_s=5.0),
     StageType("json_fields", _V + "json_checks:json_fields", params_schema({
         "expected": ANY, "fields": STRINGS, "tolerances": {"type": "object", "additionalProperties": TOLERANCE},
-        "default_tolerance": TOLERANCE, "partial_credit": {"type": "boolean"},
-    }), "JSON fields compared one by one, numbers with per-field tolerance; partial credit.", 1, default_timeout_s=5.0),
+        "default_tolerance": TOLERANCE, "partial_credit": {"type": "boolean"}, "given": STRINGS,
+    }), "JSON fields compared one by one, numbers with per-field tolerance; partial credit, none for fields the prompt gives.", 1, default_timeout_s=5.0),
     StageType("math", _V + "math_equiv:math_equivalence", params_schema({
         "expected": ANY, "float_rounding": NON_NEG_INT, "strict": {"type": "boolean"},
-    }), "Symbolic equivalence with math-verify.", 2, default_timeout_s=10.0),
+    }), "Symbolic equivalence with math-verify: one final answer, of the gold's kind, finite and evaluated.", 2, default_timeout_s=10.0),
     StageType("rg_score", _V + "rg_score:rg_score", params_schema({
         "dataset": {"type": "string"},
     }), "A reasoning-gym generator's own score_answer.", 2, default_timeout_s=10.0),
