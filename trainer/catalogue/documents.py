@@ -3,7 +3,12 @@
 A generated company reports an income statement (page 1), a balance sheet (page 2) and a cash
 flow statement (page 3) as text tables, in thousands of dollars, for two (level 0) or three
 (level 1) fiscal years. Questions ask for extracted figures, ratios, a JSON object of several
-fields, or a cross-page consistency check; numbers are verified with tolerance.
+fields, or a cross-page consistency check. Tolerances fit the field: a figure copied from the
+document (extraction, JSON, consistency) must be exact; a ratio asked for "rounded to two decimal
+places" must be within half a unit of that place (0.005) and a percentage may carry its ``%``.
+The consistency question's injected error is uniform over [-500, 500] (0 included), so no constant
+answer passes more often than another task's gold; the JSON question's ``fiscal_year`` is given by
+the question and earns no partial credit.
 
 >>> import random
 >>> doc = make_statements(random.Random(1), years=2)
@@ -15,8 +20,10 @@ True
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 import random
+from fractions import Fraction
 from typing import Any, Callable
 
 from trainer.registry import DomainSpec, register
@@ -159,13 +166,25 @@ def q_extraction(rng: random.Random, level: int) -> tuple[str, Any, dict[str, An
     return doc.text + "\n\n" + question, doc.values[year][key], {"field": key, "year": year}
 
 
-RATIOS: dict[str, tuple[str, Callable[[dict[str, int], dict[str, int] | None], float]]] = {
-    "gross_margin": ("the gross margin (gross profit / revenue) as a percentage", lambda v, p: 100 * v["gross_profit"] / v["revenue"]),
-    "operating_margin": ("the operating margin (operating income / revenue) as a percentage", lambda v, p: 100 * v["operating_income"] / v["revenue"]),
-    "current_ratio": ("the current ratio (total current assets / total current liabilities)", lambda v, p: v["current_assets"] / v["current_liabilities"]),
-    "debt_to_equity": ("long-term debt divided by shareholders' equity", lambda v, p: v["long_term_debt"] / v["equity"]),
-    "revenue_growth": ("revenue growth over the previous fiscal year as a percentage", lambda v, p: 100 * (v["revenue"] - p["revenue"]) / p["revenue"]),
+RATIOS: dict[str, tuple[str, Callable[[dict[str, int], dict[str, int] | None], Fraction]]] = {
+    "gross_margin": ("the gross margin (gross profit / revenue) as a percentage", lambda v, p: 100 * Fraction(v["gross_profit"], v["revenue"])),
+    "operating_margin": ("the operating margin (operating income / revenue) as a percentage", lambda v, p: 100 * Fraction(v["operating_income"], v["revenue"])),
+    "current_ratio": ("the current ratio (total current assets / total current liabilities)", lambda v, p: Fraction(v["current_assets"], v["current_liabilities"])),
+    "debt_to_equity": ("long-term debt divided by shareholders' equity", lambda v, p: Fraction(v["long_term_debt"], v["equity"])),
+    "revenue_growth": ("revenue growth over the previous fiscal year as a percentage", lambda v, p: 100 * Fraction(v["revenue"] - p["revenue"], p["revenue"])),
 }
+PERCENTAGES = {"gross_margin", "operating_margin", "revenue_growth"}
+"""Ratios asked for as a percentage: ``45.23%`` answers 45.23 (the numeric stage's ``percent``)."""
+
+
+def round_half_up(value: Fraction, places: int = 2) -> float:
+    """``value`` rounded to ``places`` decimals, halves away from zero (as people round).
+
+    >>> round_half_up(Fraction(45235, 1000)), round_half_up(Fraction(-45235, 1000)), round(45.235, 2)
+    (45.24, -45.24, 45.23)
+    """
+    exact = decimal.Decimal(value.numerator) / decimal.Decimal(value.denominator)
+    return float(exact.quantize(decimal.Decimal(1).scaleb(-places), rounding=decimal.ROUND_HALF_UP))
 
 
 def q_ratio(rng: random.Random, level: int) -> tuple[str, Any, dict[str, Any]]:
@@ -175,9 +194,10 @@ def q_ratio(rng: random.Random, level: int) -> tuple[str, Any, dict[str, Any]]:
     year = rng.choice(years)
     text, fn = RATIOS[name]
     prev = doc.values.get(year - 1)
-    value = round(fn(doc.values[year], prev), 2)
+    value = round_half_up(fn(doc.values[year], prev), 2)
     question = f"Compute {text} for FY{year}, rounded to two decimal places. Give the number only."
-    return doc.text + "\n\n" + question, value, {"ratio": name, "year": year}
+    meta = {"ratio": name, "year": year, "percent": "points" if name in PERCENTAGES else "fraction"}
+    return doc.text + "\n\n" + question, value, meta
 
 
 JSON_FIELDS = ["revenue", "net_income", "total_assets", "operating_cash_flow"]
@@ -192,11 +212,15 @@ def q_json(rng: random.Random, level: int) -> tuple[str, Any, dict[str, Any]]:
     return doc.text + "\n\n" + question, expected, {"year": year}
 
 
+CONSISTENCY_ERROR = 500
+"""The injected error is uniform over ``[-CONSISTENCY_ERROR, CONSISTENCY_ERROR]``."""
+
+
 def q_consistency(rng: random.Random, level: int) -> tuple[str, Any, dict[str, Any]]:
     seed = rng.getrandbits(32)
     plain = make_statements(random.Random(seed), 2 + level)
     year = rng.choice(plain.years)
-    error = rng.choice([0, 0, rng.randint(1, 500) * rng.choice([-1, 1])])
+    error = rng.randint(-CONSISTENCY_ERROR, CONSISTENCY_ERROR)  # uniform, 0 included: no constant beats chance
     overrides = {(year, "cash"): plain.values[year]["cash"] + error} if error else {}
     doc = make_statements(random.Random(seed), 2 + level, overrides)
     question = (f"Cross-check the pages: for FY{year}, what is 'Cash at end of year' on page 3 minus 'Cash and cash "
@@ -204,12 +228,15 @@ def q_consistency(rng: random.Random, level: int) -> tuple[str, Any, dict[str, A
     return doc.text + "\n\n" + question, -error, {"year": year, "injected_error": error}
 
 
-NUMERIC = {"type": "numeric", "params": {"abs_tol": 0.5, "rel_tol": 0.0005}}
+EXACT = {"type": "numeric", "params": {"abs_tol": 0}}
+"""Figures copied from the document (and differences of them) are integers: exact."""
+HALF_CENT = 0.005 * (1 + 1e-6)
+"""Half a unit in the second decimal place (and a hair for binary floats): "rounded to two decimal places"."""
 QUESTIONS: dict[str, tuple[str, Callable[[random.Random, int], tuple[str, Any, dict[str, Any]]], dict[str, Any]]] = {
-    "extraction": ("Figure extraction", q_extraction, NUMERIC),
-    "ratios": ("Financial ratios", q_ratio, {"type": "numeric", "params": {"abs_tol": 0.015}}),
-    "json": ("Structured extraction (JSON)", q_json, {"type": "json_fields", "params": {"default_tolerance": {"abs": 0.5, "rel": 0.0005}}}),
-    "consistency": ("Cross-page consistency", q_consistency, NUMERIC),
+    "extraction": ("Figure extraction", q_extraction, EXACT),
+    "ratios": ("Financial ratios", q_ratio, {"type": "numeric", "params": {"abs_tol": HALF_CENT}}),
+    "json": ("Structured extraction (JSON)", q_json, {"type": "json_fields", "params": {"given": ["fiscal_year"]}}),
+    "consistency": ("Cross-page consistency", q_consistency, EXACT),
 }
 
 
