@@ -2,7 +2,9 @@
 
 Tools (one JSON object per turn): ``get`` {key}, ``set`` {key, value}, ``keys``, ``calc``
 {expression} (arithmetic only), ``submit``. Reward comes from the final store: every target key
-must hold its expected number (within 0.01); partial credit for some.
+must hold its expected number (within 0.01); partial credit for some. Only finite numbers are
+stored or computed: ``NaN`` and infinities are refused (``abs(nan - v) > tol`` is False, so a
+"too far?" test would let NaN through; the check here asks "within?").
 
 >>> from trainer.tasks.base import Task
 >>> env = CalculatorKVEnv()
@@ -16,6 +18,11 @@ must hold its expected number (within 0.01); partial credit for some.
 'ok: total = 6'
 >>> r = env.step('{"tool": "submit"}'); r.done, r.outcome.outcome.value
 (True, 'pass')
+>>> _ = env.reset(task)
+>>> env.step('{"tool": "set", "key": "total", "value": NaN}').observation
+'error: value must be a finite number'
+>>> env.step('{"tool": "set", "key": "total", "value": "1e308 * 10 - 1e308 * 10"}').observation
+'error: cannot evaluate: the result is not a finite number'
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from typing import Any
 from trainer.environments.base import ActionError, ToolEnvironment
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.normalize import is_finite_number
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Pow: operator.pow, ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv}
@@ -55,9 +63,26 @@ def safe_eval(expression: str) -> float:
     if len(expression) > 500:
         raise ActionError("expression too long")
     try:
-        return ev(ast.parse(expression, mode="eval"))
+        value = ev(ast.parse(expression, mode="eval"))
     except (SyntaxError, ZeroDivisionError, OverflowError) as exc:
         raise ActionError(f"cannot evaluate: {exc}") from None
+    if not is_finite_number(value):
+        raise ActionError("cannot evaluate: the result is not a finite number")
+    return value
+
+
+def within(found: Any, expected: float, tolerance: float = TOLERANCE) -> bool:
+    """True when ``found`` is a finite number within ``tolerance`` of ``expected``.
+
+    >>> within(6, 6.004), within(float("nan"), 6), within(float("inf"), float("inf")), within("6", 6)
+    (True, False, False, False)
+    """
+    if not (is_finite_number(found) and is_finite_number(expected)):
+        return False
+    try:
+        return abs(float(found) - float(expected)) <= tolerance
+    except OverflowError:
+        return False
 
 
 def _fmt(value: Any) -> str:
@@ -96,8 +121,8 @@ class CalculatorKVEnv(ToolEnvironment):
             key, value = str(call.get("key")), call.get("value")
             if isinstance(value, str):
                 value = safe_eval(value)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ActionError("value must be a number")
+            if not is_finite_number(value):
+                raise ActionError("value must be a finite number")
             self.store[key] = value
             return f"ok: {key} = {_fmt(value)}"
         if tool == "keys":
@@ -110,8 +135,7 @@ class CalculatorKVEnv(ToolEnvironment):
         """Reward from the store: the fraction of target keys holding their expected value."""
         assert self.task is not None
         targets: dict[str, float] = self.task.meta["targets"]
-        wrong = [k for k, v in targets.items()
-                 if not isinstance(self.store.get(k), (int, float)) or abs(float(self.store[k]) - v) > TOLERANCE]
+        wrong = [k for k, v in targets.items() if not within(self.store.get(k), v)]
         details = {"expected": targets, "found": {k: self.store.get(k) for k in targets}, "wrong": wrong, "steps": self.steps}
         if not wrong:
             return Verification.passed(**details)

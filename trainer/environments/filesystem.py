@@ -2,7 +2,9 @@
 
 Tools: ``ls``, ``cat`` {path}, ``write`` {path, content}, ``replace`` {path, old, new},
 ``check`` (lists the requirements that still fail), ``submit``. Reward comes from the final
-files: the fraction of requirements (``key = value`` lines in given files) that hold.
+files: the fraction of requirements (``key = value`` lines in given files) that hold. A key set
+on more than one line holds no value (which one would the service read?), so writing every
+candidate value into a file satisfies nothing.
 
 >>> from trainer.tasks.base import Task
 >>> task = Task("tool-filesystem", "1", "...", meta={"files": {"app.ini": "port = 80\\n"},
@@ -14,6 +16,11 @@ files: the fraction of requirements (``key = value`` lines in given files) that 
 'ok: 1 replacement in app.ini'
 >>> env.step('{"tool": "submit"}').outcome.outcome.value
 'pass'
+>>> _ = env.reset(task)
+>>> env.step('{"tool": "write", "path": "app.ini", "content": "port = 80\\\\nport = 8080\\\\n"}').observation
+'ok: wrote 22 bytes to app.ini'
+>>> env.step('{"tool": "check"}').observation
+'FAIL app.ini: port is set on 2 lines'
 """
 from __future__ import annotations
 
@@ -27,9 +34,14 @@ from trainer.tasks.base import Task
 MAX_FILE_BYTES = 20_000
 
 
+def settings(content: str, key: str) -> list[str]:
+    """The values of every ``key = value`` line for ``key``, in order."""
+    return re.findall(rf"^\s*{re.escape(key)}\s*=\s*(.*?)\s*$", content, re.M)
+
+
 def read_setting(content: str, key: str) -> str | None:
     """The value of the last ``key = value`` line (None when absent)."""
-    found = re.findall(rf"^\s*{re.escape(key)}\s*=\s*(.*?)\s*$", content, re.M)
+    found = settings(content, key)
     return found[-1] if found else None
 
 
@@ -60,7 +72,11 @@ class FileSystemEnv(ToolEnvironment):
             if path not in self.files:
                 out.append(f"FAIL {path}: file missing")
                 continue
-            found = read_setting(self.files[path], key)
+            lines = settings(self.files[path], key)
+            if len(lines) > 1:
+                out.append(f"FAIL {path}: {key} is set on {len(lines)} lines")
+                continue
+            found = lines[0] if lines else None
             if found != value:
                 out.append(f"FAIL {path}: {key} must be {value} (found {found if found is not None else 'nothing'})")
         return out
