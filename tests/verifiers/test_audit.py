@@ -1,0 +1,124 @@
+"""The verifier audit finds what a policy could game, and passes what is sound."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from trainer.audit import audit_catalogue_domain, audit_domain, source_for_snapshot
+from trainer.audit.probes import answer_format, text_probes
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+
+TAGGED = {"stages": [{"type": "extract", "params": {"methods": ["answer_tag"]}}, {"type": "exact"}]}
+
+
+@dataclasses.dataclass
+class Words:
+    """A toy source: answer a word; ``yes_share`` of tasks answer 'yes' when set."""
+
+    slug: str = "toy"
+    levels: int = 1
+    yes_share: float | None = None
+
+    def sample(self, rng: random.Random, level: int = 0) -> Task:
+        n = rng.randrange(10_000)
+        if self.yes_share is not None:
+            answer = "yes" if rng.random() < self.yes_share else "no"
+        else:
+            answer = f"w{n}"
+        return Task(self.slug, f"t{n}", f"Say {answer}.", answer)
+
+
+def many(fn):
+    return lambda items: [fn(c, t) for c, t in items]
+
+
+def substring_verifier(completion: str, task: Task) -> Verification:
+    """A weak verifier: passes when the gold appears anywhere (a hedge passes)."""
+    return Verification.passed() if str(task.answer) in completion else Verification.failed()
+
+
+def sound_verifier(completion: str, task: Task) -> Verification:
+    """One <answer> tag, exactly the gold."""
+    import re
+
+    found = re.findall(r"<answer>(.*?)</answer>", completion, re.S)
+    if len(found) != 1:
+        return Verification.failed(Outcome.PARSE_ERROR)
+    return Verification.passed() if found[0].strip() == str(task.answer) else Verification.failed()
+
+
+def test_a_sound_verifier_is_clean():
+    report = audit_domain(slug="toy", verifier=TAGGED, source=Words(), verify_many=many(sound_verifier))
+    assert report.false_positives == 0 and report.false_negatives_gold == 0, report.to_dict()["classes"]
+    assert report.tasks == 12 and report.probes > 12 * 30
+    assert {"gold", "hedge", "constant", "non_finite", "long", "outside_tags", "empty"} <= set(report.classes)
+
+
+def test_a_substring_verifier_is_caught_on_hedges_and_long_answers():
+    report = audit_domain(slug="toy", verifier=TAGGED, source=Words(), verify_many=many(substring_verifier))
+    assert report.classes["hedge"].false_positives > 0
+    assert report.classes["long"].false_positives > 0
+    assert report.classes["outside_tags"].false_positives > 0
+    example = report.classes["hedge"].examples[0]
+    assert example["outcome"] == "pass" and example["expect"] == "no_reward" and example["completion"].startswith("<answer>")
+
+
+def test_a_verifier_that_fails_the_gold_is_a_false_negative():
+    report = audit_domain(slug="toy", verifier=TAGGED, source=Words(), verify_many=many(lambda c, t: Verification.failed()))
+    assert report.false_negatives_gold == report.tasks and report.false_positives == 0
+
+
+def test_infrastructure_outcomes_on_hostile_probes_are_masked_false_positives():
+    def crashes_on_long(c: str, t: Task) -> Verification:
+        return Verification(Outcome.SANDBOX_ERROR) if len(c) > 1000 else sound_verifier(c, t)
+
+    report = audit_domain(slug="toy", verifier=TAGGED, source=Words(), verify_many=many(crashes_on_long))
+    assert report.masked > 0 and report.classes["long"].false_positives > 0
+
+
+def test_an_imbalanced_label_lets_a_constant_beat_chance():
+    biased = audit_domain(slug="toy", verifier=TAGGED, source=Words(yes_share=0.85), verify_many=many(sound_verifier))
+    assert [c["constant"] for c in biased.constant_bias if c["flagged"]] == ["yes"]
+    assert biased.classes["constant_bias"].false_positives == 1
+    balanced = audit_domain(slug="toy", verifier=TAGGED, source=Words(yes_share=0.5), verify_many=many(sound_verifier))
+    assert not [c for c in balanced.constant_bias if c["flagged"]], balanced.constant_bias
+
+
+def test_every_option_at_once_is_probed_for_choice_tasks():
+    task = Task("mc", "1", "Pick", "B", meta={"choices": ["red", "green", "blue"]})
+    probes = text_probes(task, answer_format(TAGGED), "B", ["A"], options=task.meta["choices"])
+    texts = [p.completion for p in probes if p.cls == "all_options"]
+    assert "<answer>A, B, C</answer>" in texts and "<answer>ABC</answer>" in texts
+
+
+def test_report_is_json_ready_and_has_the_contract_keys():
+    import json
+
+    d = audit_domain(slug="toy", verifier=TAGGED, source=Words(), verify_many=many(substring_verifier)).to_dict()
+    json.dumps(d)
+    assert {"domain", "tasks", "probes", "false_positives", "false_negatives_gold", "false_negatives_equivalent",
+            "masked", "wall_s", "auditor_version", "classes", "constant_bias"} <= set(d)
+
+
+def test_source_for_an_upload_is_its_own_tasks():
+    snapshot = {"task_source": {"family": "jsonl", "tasks": [dataclasses.asdict(Task("up", "1", "q", "a"))]}}
+    assert source_for_snapshot("up", snapshot).sample(random.Random(0)).answer == "a"
+    with pytest.raises(ValueError, match="no task source"):
+        source_for_snapshot("no-such-domain", {"task_source": {"family": "builtin"}})
+
+
+@pytest.mark.parametrize("slug", ["builtin-addition", "builtin-parity"])
+def test_builtin_domains_audit_clean(slug):
+    report = audit_catalogue_domain(slug)
+    assert report.false_positives == 0 and report.false_negatives_gold == 0, report.to_dict()["classes"]
+
+
+def test_code_domain_audit_runs_hostile_programs_in_the_sandbox(real_sandbox):
+    report = audit_catalogue_domain("code-humaneval", tasks=2, chance_tasks=2)
+    hostile = {name: c for name, c in report.classes.items() if name.startswith("code.")}
+    assert len(hostile) >= 12 and all(c.probes == 2 for c in hostile.values())
+    assert report.false_negatives_gold == 0, report.to_dict()["classes"]["gold"]
+    assert report.false_positives == 0, {k: v.to_dict() for k, v in report.classes.items() if v.false_positives}

@@ -1,0 +1,378 @@
+"""Run a domain's probes through its real verify path and say what the verifier got wrong.
+
+:func:`audit_domain` samples tasks from the domain's own source (levels in turn, fixed seeds),
+builds the probes of :mod:`trainer.audit.probes` and verifies them with ``verify_many`` (the
+caller's real path: the cascade with the sandbox and judges a worker installs; by default the
+cascade in this process). A false positive is a probe that must not pass (or must earn nothing)
+and did, or came back as an infrastructure outcome; a false negative is a gold (or an equivalent
+form of it) that did not pass. A constant answer whose pass rate beats the rate at which other
+tasks' golds pass (a blind guess of the domain's own answers, and the label frequencies of a
+categorical domain) is a false positive of class ``constant_bias``.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainer.audit.probes import (
+    EXPECT_NO_PASS,
+    EXPECT_PASS,
+    AnswerFormat,
+    Probe,
+    answer_format,
+    code_probes,
+    constant_probes,
+    gold_text,
+    normal,
+    text_probes,
+    tool_probes,
+)
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task, TaskSource
+
+AUDITOR_VERSION = "2026-12-01.1"
+"""Changes whenever the probe set changes: audits of different versions are not comparable."""
+EXAMPLES_PER_CLASS = 5
+"""Failing examples kept per probe class."""
+MAX_EXAMPLE_CHARS = 600
+"""Characters of a completion kept in an example."""
+
+VerifyMany = Callable[[list[tuple[str, Task]]], list[Verification]]
+
+
+@dataclass
+class ClassResult:
+    """One probe class's tally."""
+
+    probes: int = 0
+    false_positives: int = 0
+    false_negatives: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"probes": self.probes, "false_positives": self.false_positives,
+                "false_negatives": self.false_negatives, "examples": self.examples}
+
+
+@dataclass
+class AuditReport:
+    """What the audit of one domain (version) found."""
+
+    domain: str
+    tasks: int = 0
+    probes: int = 0
+    false_positives: int = 0
+    false_negatives_gold: int = 0
+    false_negatives_equivalent: int = 0
+    masked: int = 0
+    """Probes that must earn nothing but came back as an infrastructure outcome (counted in FP)."""
+    wall_s: float = 0.0
+    classes: dict[str, ClassResult] = field(default_factory=dict)
+    constant_bias: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    auditor_version: str = AUDITOR_VERSION
+
+    @property
+    def clean(self) -> bool:
+        """No false positive: nothing a policy could game was found."""
+        return self.false_positives == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain, "tasks": self.tasks, "probes": self.probes,
+            "false_positives": self.false_positives, "false_negatives_gold": self.false_negatives_gold,
+            "false_negatives_equivalent": self.false_negatives_equivalent, "masked": self.masked,
+            "wall_s": round(self.wall_s, 3), "auditor_version": self.auditor_version,
+            "classes": {name: c.to_dict() for name, c in sorted(self.classes.items())},
+            "constant_bias": self.constant_bias, "skipped": self.skipped,
+        }
+
+
+def default_verify_many(verifier: dict[str, Any], workers: int = 4) -> VerifyMany:
+    """The cascade in this process (its stages under their own isolation), a few items at once."""
+    from trainer.verifiers import compile_cascade
+
+    cascade = compile_cascade(verifier)
+
+    def one(item: tuple[str, Task]) -> Verification:
+        try:
+            return cascade(item[0], item[1])
+        except Exception as exc:  # noqa: BLE001 - a crashing verifier is an outcome
+            return Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"{type(exc).__name__}: {exc}"[:500]})
+
+    def verify_many(items: list[tuple[str, Task]]) -> list[Verification]:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, items))
+
+    return verify_many
+
+
+def sample_tasks(source: TaskSource, n: int, *, seed: int = 0, max_level: int = 3) -> tuple[list[Task], list[str]]:
+    """``n`` tasks, levels 0..min(levels-1, max_level) in turn, each from its own fixed seed;
+    distinct ids only. Returns the tasks and the errors of draws that failed."""
+    levels = max(1, min(int(getattr(source, "levels", 1) or 1), max_level + 1))
+    tasks: list[Task] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    attempt = 0
+    while len(tasks) < n and attempt < 3 * n:
+        level = attempt % levels
+        try:
+            task = source.sample(random.Random(seed * 1_000_003 + attempt), level)
+        except Exception as exc:  # noqa: BLE001 - a generator failing is reported, not fatal
+            errors.append(f"draw {attempt} at level {level}: {type(exc).__name__}: {exc}"[:300])
+            task = None
+        attempt += 1
+        if task is not None and task.id not in seen:
+            seen.add(task.id)
+            tasks.append(task)
+    return tasks, errors
+
+
+def _equivalents(family: str, task: Task, gold: str, fmt: AnswerFormat) -> list[str]:
+    """Answer texts equivalent to the gold that a sound verifier of this family must accept."""
+    import json
+
+    from trainer.audit.probes import as_number
+
+    out: list[str] = []
+    if family == "math":
+        try:
+            from trainer.catalogue.math_gen import equivalent_forms
+        except ImportError:
+            equivalent_forms = None
+        if equivalent_forms is not None:
+            out += [f for f in equivalent_forms(task) if f != gold]
+    if family in ("math", "documents"):
+        value = as_number(gold)
+        if value is not None:
+            if value.is_integer() and abs(value) >= 1000 and "." not in gold:
+                out.append(f"{int(value):,}")
+            if value.is_integer() and "." not in gold:
+                out.append(f"{int(value)}.0")
+            elif "." in gold:
+                out.append(gold + "0")
+    if fmt.structured and isinstance(task.answer, dict):
+        items = list(task.answer.items())
+        out.append(json.dumps(dict(reversed(items))))
+        out.append(json.dumps(task.answer, indent=2))
+    return out
+
+
+def _code_gold(family: str, task: Task) -> tuple[str | None, str | None]:
+    """The reference program of a code task and a broken variant of it (None when unknown)."""
+    answer = task.answer if isinstance(task.answer, dict) else {}
+    if "canonical_solution" in answer and "prompt" in answer and answer.get("entry_point"):
+        from trainer.catalogue.humaneval import broken_completion, reference_completion
+
+        return reference_completion(task), broken_completion(task)
+    solution = answer.get("answer") or answer.get("solution")
+    if isinstance(solution, str) and "def " in solution:
+        return f"```python\n{solution}\n```", None
+    return None, None
+
+
+def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], chance_tasks: list[Task]) -> tuple[list[Probe], list[tuple[str, Task, str]], list[str]]:
+    """(probes, chance items (completion, task, constant-or-'shuffled'), skipped notes) for a sample."""
+    fmt = answer_format(verifier)
+    probes: list[Probe] = []
+    skipped: list[str] = []
+    if fmt.kind == "code":
+        for task in tasks:
+            gold, broken = _code_gold(family, task)
+            if gold is None:
+                skipped.append(f"{task.id}: no reference solution; only hostile and constant programs were run")
+            probes += code_probes(task, gold, broken)
+        return probes, [], skipped
+    if fmt.kind == "tool":
+        for task in tasks:
+            gold = gold_text(task, fmt)
+            if gold is None:
+                skipped.append(f"{task.id}: no reference transcript")
+                continue
+            probes += tool_probes(task, gold)
+        return probes, [], skipped
+    golds = [gold_text(t, fmt) for t in chance_tasks]
+    labels_count = Counter(normal(g) for g in golds if g is not None)
+    labels = None
+    if len(golds) >= 16 and 2 <= len(labels_count) <= 8 and min(labels_count.values()) >= 2:
+        first_form: dict[str, str] = {}
+        for g in golds:
+            if g is not None:
+                first_form.setdefault(normal(g), g)
+        labels = [first_form[k] for k in sorted(first_form)]
+    for i, task in enumerate(tasks):
+        gold = golds[i]
+        if gold is None:
+            skipped.append(f"{task.id}: no reference answer")
+            continue
+        others = [g for j, g in enumerate(golds) if j != i and g is not None]
+        options = task.meta.get("choices") or task.meta.get("options")
+        probes += text_probes(task, fmt, gold, others[i:] + others[:i],
+                              options=[str(o) for o in options] if isinstance(options, (list, tuple)) else None,
+                              equivalents=_equivalents(family, task, gold, fmt), labels=labels)
+    chance: list[tuple[str, Task, str]] = []
+    n = len(chance_tasks)
+    first_seen: dict[str, str] = {}
+    for g in golds:
+        if g is not None:
+            first_seen.setdefault(normal(g), g)
+    common = [first_seen[k] for k, count in labels_count.most_common(2) if count >= 3]
+    extra = list(labels or []) + [c for c in common if len(c) <= 200]
+    for i, task in enumerate(chance_tasks):
+        for probe in constant_probes(task, fmt, golds[i], extra):
+            chance.append((probe.completion, task, probe.note))
+        other = golds[(i + 1) % n] if n > 1 else None
+        if other is not None:
+            chance.append((fmt.wrap(other), task, "shuffled"))
+    return probes, chance, skipped
+
+
+def _judge(probe: Probe, v: Verification) -> str | None:
+    """'fn', 'fp' or None (right) for one probe's verification."""
+    if probe.expect == EXPECT_PASS:
+        return None if v.outcome is Outcome.PASS else "fn"
+    if v.is_infrastructure:
+        return "fp"
+    if probe.expect == EXPECT_NO_PASS:
+        return "fp" if v.outcome is Outcome.PASS else None
+    return "fp" if v.score > 0 else None
+
+
+def _example(probe: Probe, v: Verification) -> dict[str, Any]:
+    text = probe.completion
+    if len(text) > MAX_EXAMPLE_CHARS:
+        text = text[: MAX_EXAMPLE_CHARS // 2] + f" ...[{len(text) - MAX_EXAMPLE_CHARS} chars]... " + text[-MAX_EXAMPLE_CHARS // 2:]
+    error = v.details.get("error") or v.details.get("stage_outcome") or ""
+    return {"task_id": probe.task.id, "completion": text, "outcome": v.outcome.value, "score": round(float(v.score), 4),
+            "expect": probe.expect, "note": probe.note, "error": str(error)[:300]}
+
+
+def chance_rate(golds: list[str | None], shuffled: float) -> float:
+    """What guessing earns without reading the task: for a categorical domain (at most 8 labels,
+    each seen twice), a uniform guess over its labels (1/k); otherwise the rate at which another
+    task's gold is right (label frequencies squared, and the verifier's own shuffled-gold rate)."""
+    counts = Counter(normal(g) for g in golds if g is not None)
+    n = sum(counts.values())
+    if n == 0:
+        return shuffled
+    if n >= 16 and 2 <= len(counts) <= 8 and min(counts.values()) >= 2:
+        return 1.0 / len(counts)
+    return max(shuffled, sum((c / n) ** 2 for c in counts.values()))
+
+
+def constant_bias(chance: list[tuple[str, Task, str]], results: list[Verification], golds: list[str | None] | None = None) -> list[dict[str, Any]]:
+    """Each constant's mean reward over the chance sample against what guessing earns
+    (:func:`chance_rate`); flagged when it beats that by more than sampling noise (3 sigma)."""
+    by_note: dict[str, list[float]] = {}
+    shuffled: list[float] = []
+    for (completion, task, note), v in zip(chance, results):
+        score = float(v.score) if v.reward is not None else 0.0
+        if note == "shuffled":
+            shuffled.append(score)
+            continue
+        constant = note.removeprefix("constant ").removesuffix(" (legit)")
+        by_note.setdefault(constant, []).append(score)
+    n_tasks = max((len(s) for s in by_note.values()), default=0)
+    if n_tasks == 0:
+        return []
+    blind = sum(shuffled) / len(shuffled) if shuffled else 0.0
+    chance = chance_rate(golds or [], blind)
+    out = []
+    for constant, scores in sorted(by_note.items()):
+        rate = sum(scores) / len(scores)
+        sigma = math.sqrt(max(chance * (1 - chance), 1.0 / len(scores)) / len(scores))
+        flagged = len(scores) >= 8 and rate * len(scores) >= 3 and rate > chance + max(0.05, 3 * sigma)
+        out.append({"constant": constant, "rate": round(rate, 4), "chance": round(chance, 4), "tasks": len(scores),
+                    "flagged": bool(flagged)})
+    return out
+
+
+def audit_domain(
+    *,
+    slug: str,
+    verifier: dict[str, Any],
+    source: TaskSource,
+    family: str = "",
+    verify_many: VerifyMany | None = None,
+    tasks: int = 12,
+    chance_tasks: int = 48,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    chunk: int = 64,
+) -> AuditReport:
+    """Audit one domain: probes from ``tasks`` sampled tasks, constants over ``chance_tasks``."""
+    started = time.perf_counter()
+    report = AuditReport(domain=slug)
+    verify_many = verify_many or default_verify_many(verifier)
+    sample, errors = sample_tasks(source, max(tasks, chance_tasks), seed=seed)
+    report.skipped += errors[:10]
+    probes, chance, skipped = plan_probes(family=family, verifier=verifier, tasks=sample[:tasks], chance_tasks=sample)
+    report.skipped += skipped
+    report.tasks = len(sample[:tasks])
+    items = [(p.completion, p.task) for p in probes] + [(c, t) for c, t, _ in chance]
+    results: list[Verification] = []
+    for start in range(0, len(items), chunk):
+        results += verify_many(items[start:start + chunk])
+        if progress is not None:
+            progress(len(results), len(items))
+    probe_results, chance_results = results[: len(probes)], results[len(probes):]
+    for probe, v in zip(probes, probe_results):
+        cls = report.classes.setdefault(probe.cls, ClassResult())
+        cls.probes += 1
+        report.probes += 1
+        verdict = _judge(probe, v)
+        if verdict is None:
+            continue
+        if verdict == "fp":
+            cls.false_positives += 1
+            report.false_positives += 1
+            report.masked += int(v.is_infrastructure)
+        else:
+            cls.false_negatives += 1
+            if probe.cls == "gold":
+                report.false_negatives_gold += 1
+            else:
+                report.false_negatives_equivalent += 1
+        if len(cls.examples) < EXAMPLES_PER_CLASS:
+            cls.examples.append(_example(probe, v))
+    constants = ClassResult()
+    for (completion, task, note), v in zip(chance, chance_results):
+        if note == "shuffled":
+            continue
+        constants.probes += 1
+        report.probes += 1
+        if not note.endswith("(legit)") and (v.is_infrastructure or v.score > 0):
+            constants.false_positives += 1
+            report.false_positives += 1
+            report.masked += int(v.is_infrastructure)
+            if len(constants.examples) < EXAMPLES_PER_CLASS:
+                constants.examples.append(_example(Probe("constant", completion, task, "no_reward", note), v))
+    if constants.probes:
+        report.classes["constant"] = _merge(report.classes.get("constant"), constants)
+    fmt = answer_format(verifier)
+    report.constant_bias = constant_bias(chance, chance_results, [gold_text(t, fmt) for t in sample])
+    flagged = [c for c in report.constant_bias if c["flagged"]]
+    if report.constant_bias:
+        bias = ClassResult(probes=len(report.constant_bias), false_positives=len(flagged))
+        bias.examples = [{"task_id": "", "completion": c["constant"], "outcome": "pass", "score": c["rate"],
+                          "expect": "at most chance", "note": f"constant {c['constant']!r} scores {c['rate']:.2f} "
+                          f"where a blind guess of the domain's answers scores {c['chance']:.2f}", "error": ""}
+                         for c in flagged[:EXAMPLES_PER_CLASS]]
+        report.classes["constant_bias"] = bias
+        report.false_positives += len(flagged)
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+def _merge(a: ClassResult | None, b: ClassResult) -> ClassResult:
+    if a is None:
+        return b
+    return ClassResult(a.probes + b.probes, a.false_positives + b.false_positives, a.false_negatives + b.false_negatives,
+                       (a.examples + b.examples)[:EXAMPLES_PER_CLASS])
+
