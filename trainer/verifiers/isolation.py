@@ -26,6 +26,50 @@ from trainer.tasks.base import Task
 ISOLATIONS = ("process", "thread", "inline")
 
 
+class _Spawner:
+    """Starts worker processes from one long-lived thread.
+
+    A worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG), and the kernel
+    means the parent *thread*: a worker started from a short-lived thread (a verify thread, a
+    thread pool's) would be killed when that thread ends, between two calls.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: list[tuple[tuple, dict, list, threading.Event]] = []
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._requests:
+                    self._wake.wait()
+                args, kwargs, box, done = self._requests.pop(0)
+            try:
+                box.append(subprocess.Popen(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box.append(exc)
+            done.set()
+
+    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        box: list[Any] = []
+        done = threading.Event()
+        with self._wake:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="temper-verifier-spawner", daemon=True)
+                self._thread.start()
+            self._requests.append((args, kwargs, box, done))
+            self._wake.notify()
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+_spawner = _Spawner()
+
+
 class _Worker:
     """One verifier worker process and its pipes."""
 
@@ -35,7 +79,7 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, "1")
-        self.proc = subprocess.Popen(
+        self.proc = _spawner.popen(
             [sys.executable, "-m", "trainer.verifiers._worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
