@@ -104,3 +104,17 @@ def test_callers_on_other_threads_are_not_blocked_by_a_hanging_stage():
         assert results["hang"].outcome is Outcome.TIMEOUT
     finally:
         pool.close()
+
+
+def test_a_worker_started_from_a_thread_that_ended_still_answers():
+    """Workers die with the thread that started them (PR_SET_PDEATHSIG): they must be started
+    from one long-lived thread, not from the caller's (a thread pool's threads come and go)."""
+    pool = ProcessPool(max_workers=1)
+    first: list[Verification] = []
+    thread = threading.Thread(target=lambda: first.append(pool.call(f"{THIS}:report_pid", "", Task("d", "1", "q"), {}, 10.0)))
+    thread.start()
+    thread.join()
+    second = pool.call(f"{THIS}:report_pid", "", Task("d", "1", "q"), {}, 10.0)
+    pool.close()
+    assert first[0].outcome is Outcome.PASS and second.outcome is Outcome.PASS, second.details
+    assert second.details["pid"] == first[0].details["pid"]  # the same worker, alive after its starter ended
