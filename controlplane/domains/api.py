@@ -1,11 +1,11 @@
-"""API: the domain registry, its versions and diffs."""
+"""API: the domain registry, its versions and diffs, and the verifier audit of each version."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema, Status
+from ninja import Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
@@ -15,6 +15,28 @@ from controlplane.domains import selectors, services
 from controlplane.domains.schemas import DOMAIN_SCHEMA
 
 router = Router(tags=["domains"])
+
+VERSION = Path(..., ge=1, le=2**31 - 1)
+
+
+class AuditSummaryOut(Schema):
+    """A version's audit in one word: none, pending, running, failed, clean, unsafe (false
+    positives; runs may not pin it) or overridden (an admin allowed it). The latest finished audit
+    decides; a pending or failed re-run does not change it (``latest_status`` shows it)."""
+
+    version: int
+    state: str
+    label: str
+    blocks: bool
+    overridden: bool
+    warning: bool
+    rerun_open: bool
+    audit_id: Optional[int] = None
+    latest_status: Optional[str] = None
+    probes: Optional[int] = None
+    false_positives: Optional[int] = None
+    false_negatives_gold: Optional[int] = None
+    classes: list[str]
 
 
 class DomainOut(Schema):
@@ -31,10 +53,15 @@ class DomainOut(Schema):
     task_timeout_s: float
     is_active: bool
     updated_at: datetime
+    audit: AuditSummaryOut
 
     @staticmethod
     def resolve_team(obj) -> Optional[str]:
         return obj.team.slug if obj.team_id else None
+
+    @staticmethod
+    def resolve_audit(obj) -> dict:
+        return selectors.domain_audit_summary(obj).as_dict()
 
 
 class DomainDetailOut(DomainOut):
@@ -82,7 +109,7 @@ DOMAIN_UPDATE_IN = {
 @router.get("/domains", response={200: list[DomainOut], **ERRORS})
 @paginate
 def domain_list(request: HttpRequest, q: str = "", kind: str = ""):
-    return selectors.domain_list(actor=request.auth, search=q, kind=kind).select_related("team")
+    return selectors.with_audit_summary(selectors.domain_list(actor=request.auth, search=q, kind=kind).select_related("team"))
 
 
 @router.post("/domains", response={201: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_CREATE_IN))
@@ -149,3 +176,138 @@ def domain_versions(request: HttpRequest, slug: str):
 def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=2**31 - 1), b: int = Query(..., ge=1, le=2**31 - 1)):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return {"slug": slug, "a": a, "b": b, "changes": selectors.domain_version_diff(domain=domain, a=a, b=b)}
+
+
+# ----------------------------------------------------------------------------- the verifier audit
+class AuditProgressOut(Schema):
+    id: int
+    status: str
+    note: str
+    created_at: datetime
+    started_at: Optional[datetime] = None
+    done: int
+    total: int
+
+    @staticmethod
+    def resolve_done(obj) -> int:
+        return obj.progress_done
+
+    @staticmethod
+    def resolve_total(obj) -> int:
+        return obj.progress_total
+
+
+class OverrideOut(Schema):
+    admin: str
+    reason: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_admin(obj) -> str:
+        return obj.admin_name
+
+
+class AuditOut(AuditProgressOut):
+    requested_by: Optional[str] = None
+    finished_at: Optional[datetime] = None
+    tasks: Optional[int] = None
+    probes: Optional[int] = None
+    false_positives: Optional[int] = None
+    false_negatives_gold: Optional[int] = None
+    false_negatives_equivalent: Optional[int] = None
+    masked: Optional[int] = None
+    false_positive_classes: list[str]
+    wall_s: Optional[float] = None
+    auditor_version: str
+    error: str
+    report: dict[str, Any]
+    override: Optional[OverrideOut] = None
+
+    @staticmethod
+    def resolve_requested_by(obj) -> Optional[str]:
+        return obj.requested_by.username if obj.requested_by_id else None
+
+    @staticmethod
+    def resolve_override(obj):
+        return getattr(obj, "override", None)
+
+
+class AuditViewOut(Schema):
+    """``audit`` is the audit that decides the summary (the latest finished one, else the latest);
+    ``open`` is the audit still waiting or running, if any, with its progress."""
+
+    domain: str
+    version: int
+    summary: AuditSummaryOut
+    audit: Optional[AuditOut] = None
+    open: Optional[AuditProgressOut] = None
+
+
+class AuditRequestIn(Schema):
+    note: str = "re-run"
+
+
+class OverrideIn(Schema):
+    reason: str
+
+
+def _audit_view(domain, version) -> dict:
+    summary = selectors.audit_summary(version=version)
+    decisive = selectors.audit_decisive(version=version)
+    latest = selectors.audit_latest(version=version)
+    shown = decisive or latest
+    return {"domain": domain.slug, "version": version.version, "summary": summary.as_dict(), "audit": shown,
+            "open": latest if latest is not None and not latest.is_finished else None}
+
+
+def _version(request: HttpRequest, slug: str, version: int | None):
+    domain = selectors.domain_get(actor=request.auth, slug=slug)
+    return domain, selectors.domain_version_get(domain=domain, version=domain.version if version is None else version)
+
+
+@router.get("/domains/{slug}/audit", response={200: AuditViewOut, **ERRORS})
+def domain_audit(request: HttpRequest, slug: str):
+    """The verifier audit of the domain's current version."""
+    return _audit_view(*_version(request, slug, None))
+
+
+@router.get("/domains/{slug}/versions/{version}/audit", response={200: AuditViewOut, **ERRORS})
+def domain_version_audit(request: HttpRequest, slug: str, version: int = VERSION):
+    """The verifier audit of one version."""
+    return _audit_view(*_version(request, slug, version))
+
+
+def _rerun(request: HttpRequest, slug: str, version: int | None, body: AuditRequestIn | None):
+    domain, dv = _version(request, slug, version)
+    services.verifier_audit_request(actor=request.auth, version=dv, note=(body.note if body else "") or "re-run")
+    return Status(202, _audit_view(domain, dv))
+
+
+@router.post("/domains/{slug}/audit", response={202: AuditViewOut, **ERRORS})
+def domain_audit_rerun(request: HttpRequest, slug: str, body: Optional[AuditRequestIn] = None):
+    """Audit the current version again (admins of the domain); joins an audit already waiting or running."""
+    return _rerun(request, slug, None, body)
+
+
+@router.post("/domains/{slug}/versions/{version}/audit", response={202: AuditViewOut, **ERRORS})
+def domain_version_audit_rerun(request: HttpRequest, slug: str, version: int = VERSION, body: Optional[AuditRequestIn] = None):
+    """Audit one version again (admins of the domain)."""
+    return _rerun(request, slug, version, body)
+
+
+def _override(request: HttpRequest, slug: str, version: int | None, body: OverrideIn):
+    domain, dv = _version(request, slug, version)
+    services.verifier_audit_override(actor=request.auth, version=dv, reason=body.reason)
+    return Status(201, _audit_view(domain, dv))
+
+
+@router.post("/domains/{slug}/audit/override", response={201: AuditViewOut, **ERRORS})
+def domain_audit_override(request: HttpRequest, slug: str, body: OverrideIn):
+    """Let runs pin the current version although its audit found false positives (admins; audited)."""
+    return _override(request, slug, None, body)
+
+
+@router.post("/domains/{slug}/versions/{version}/audit/override", response={201: AuditViewOut, **ERRORS})
+def domain_version_audit_override(request: HttpRequest, slug: str, body: OverrideIn, version: int = VERSION):
+    """Let runs pin one version although its audit found false positives (admins; audited)."""
+    return _override(request, slug, version, body)

@@ -116,3 +116,46 @@ def domain_errors(data: dict, *, creating: bool) -> list[FieldError]:
     if isinstance(data, dict) and isinstance(data.get("verifier"), dict) and not any(e.path.startswith("verifier") for e in errors):
         errors += verifier_errors(data["verifier"])
     return errors
+
+
+_COUNT = {"type": "integer", "minimum": 0}
+AUDIT_REPORT_SCHEMA = {
+    "type": "object",
+    "required": ["domain", "tasks", "probes", "false_positives", "false_negatives_gold", "false_negatives_equivalent",
+                 "masked", "wall_s", "auditor_version", "classes", "constant_bias"],
+    "properties": {
+        "domain": {"type": "string"},
+        "tasks": _COUNT, "probes": _COUNT, "false_positives": _COUNT, "false_negatives_gold": _COUNT,
+        "false_negatives_equivalent": _COUNT, "masked": _COUNT,
+        "wall_s": {"type": "number", "minimum": 0},
+        "auditor_version": {"type": "string", "minLength": 1, "maxLength": 64},
+        "classes": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["probes", "false_positives", "false_negatives", "examples"],
+                "properties": {
+                    "probes": _COUNT, "false_positives": _COUNT, "false_negatives": _COUNT,
+                    "examples": {"type": "array", "items": {"type": "object", "required": ["task_id", "completion", "outcome"]}},
+                },
+            },
+        },
+        "constant_bias": {
+            "type": "array",
+            "items": {"type": "object", "required": ["constant", "rate", "chance", "flagged"],
+                      "properties": {"constant": {"type": "string"}, "rate": {"type": "number"},
+                                     "chance": {"type": "number"}, "flagged": {"type": "boolean"}}},
+        },
+    },
+}
+"""The shape of ``trainer.audit.AuditReport.to_dict()``, checked before a report is recorded."""
+
+
+def audit_report_errors(report: Any) -> list[FieldError]:
+    """Shape errors of an audit report, and counts that cannot be (more false positives than probes)."""
+    errors = schema_errors(report, AUDIT_REPORT_SCHEMA, "report")
+    if errors:
+        return errors
+    if report["false_positives"] > report["probes"]:
+        errors.append(FieldError("report.false_positives", "more than the probes"))
+    return errors

@@ -1,16 +1,28 @@
 """Writes for domains. Every change makes an immutable DomainVersion and an audit row."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
+from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import FieldError, Forbidden, InvalidInput
-from controlplane.domains.models import VERSIONED_FIELDS, Domain, DomainVersion
-from controlplane.domains.schemas import domain_errors
+from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
+from controlplane.domains.models import (
+    AUDIT_COUNTS,
+    AUDIT_OPEN,
+    VERSIONED_FIELDS,
+    AuditStatus,
+    Domain,
+    DomainVersion,
+    VerifierAudit,
+    VerifierAuditOverride,
+)
+from controlplane.domains.schemas import audit_report_errors, domain_errors
 
 QUOTA_FIELDS = ("max_concurrent_sandboxes", "max_share", "task_timeout_s", "priority")
 
@@ -28,9 +40,12 @@ def _snapshot_json(domain: Domain) -> dict[str, Any]:
 
 
 def _new_version(domain: Domain, actor: Principal, note: str) -> DomainVersion:
-    return DomainVersion.objects.create(
+    """A new immutable version, with its verifier audit requested (run by a worker after commit)."""
+    version = DomainVersion.objects.create(
         domain=domain, version=domain.version, snapshot=_snapshot_json(domain), note=note[:200], created_by=actor.user
     )
+    _audit_create(version=version, requested_by=actor.user, note=f"new version: {note}")
+    return version
 
 
 @transaction.atomic
@@ -134,3 +149,118 @@ def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str 
     source = {"family": "jsonl", "tasks": [dataclasses.asdict(t) for t in tasks]}
     return domain_create(actor=actor, data={**data, "family": "jsonl", "task_source": source}, team=team,
                          note=f"uploaded {len(tasks)} tasks")
+
+
+# ----------------------------------------------------------------------------- the verifier audit
+AUDIT_TASK = "temper.verify.audit"
+AUDIT_LOST_AFTER_S = 3 * 3600
+"""An audit still waiting or running this long after it was requested or started has lost its
+task (its worker was killed past the task's hard time limit, or the message was lost): a new
+request marks it failed and starts another. Above the task's time limit (workers/tasks.py)."""
+
+
+def _audit_create(*, version: DomainVersion, requested_by=None, note: str = "", enqueue: bool = True) -> VerifierAudit:
+    """Request an audit of ``version``; joins the one already waiting or running, if any."""
+    open_ = VerifierAudit.objects.select_for_update().filter(domain_version=version, status__in=AUDIT_OPEN).first()
+    if open_ is not None:
+        since = open_.started_at or open_.created_at
+        if since > timezone.now() - timedelta(seconds=AUDIT_LOST_AFTER_S):
+            return open_
+        open_.error = f"no result {AUDIT_LOST_AFTER_S} s after it was {'started' if open_.started_at else 'requested'}: its task was lost"
+        open_.terminate(AuditStatus.FAILED)
+        open_.full_clean()
+        open_.save()
+    audit = VerifierAudit(domain_version=version, requested_by=requested_by, note=note[:200])
+    audit.full_clean()
+    audit.save()
+    if enqueue:
+        dispatch.send_on_commit(AUDIT_TASK, audit.pk)
+    return audit
+
+
+@transaction.atomic
+def verifier_audit_request(*, actor: Principal, version: DomainVersion, note: str = "re-run", enqueue: bool = True) -> VerifierAudit:
+    """Ask for (another) audit of a version: team admins for their team's domains, platform admins
+    for the catalogue. Joins an audit that is already waiting or running. With ``enqueue=False``
+    the caller runs it (``manage.py domains audit``, in its own process)."""
+    domain = version.domain
+    _require_edit(actor, domain.team_id)
+    audit = _audit_create(version=version, requested_by=actor.user, note=note, enqueue=enqueue)
+    audit_record(actor=actor, obj=domain, action="domain.audit.request",
+                 after={"version": version.version, "audit": audit.pk, "note": note[:200]}, team=domain.team)
+    return audit
+
+
+@transaction.atomic
+def verifier_audit_start(*, audit_id: int) -> VerifierAudit | None:
+    """The worker takes an audit; None when it is unknown or finished already (a repeated task)."""
+    audit = (VerifierAudit.objects.select_for_update().select_related("domain_version__domain")
+             .filter(pk=audit_id).first())
+    if audit is None or not audit.start():
+        return None
+    audit.full_clean()
+    audit.save()
+    return audit
+
+
+@transaction.atomic
+def verifier_audit_progress(*, audit: VerifierAudit, done: int, total: int) -> None:
+    """How far a running audit is (probes done of total), for the page and the API."""
+    VerifierAudit.objects.filter(pk=audit.pk, status=AuditStatus.RUNNING).update(
+        progress_done=max(int(done), 0), progress_total=max(int(total), 0))
+
+
+@transaction.atomic
+def verifier_audit_record(*, audit: VerifierAudit, report: dict | None = None, error: str = "") -> VerifierAudit:
+    """Record an audit's report (done) or why it failed (``error``). An audit that has finished
+    already is left as it is, so a repeated task changes nothing. A report that is not the
+    auditor's shape is recorded as a failure, never as a clean result."""
+    audit = VerifierAudit.objects.select_for_update().get(pk=audit.pk)
+    if audit.is_finished:
+        return audit
+    if report is not None and not error:
+        problems = audit_report_errors(report)
+        if problems:
+            error = "the auditor's report is not valid: " + "; ".join(map(str, problems))
+    if error or report is None:
+        audit.error = (error or "the auditor returned no report")[-10000:]
+        audit.terminate(AuditStatus.FAILED)
+    else:
+        for name in AUDIT_COUNTS:
+            setattr(audit, name, int(report[name]))
+        audit.wall_s = float(report["wall_s"])
+        audit.auditor_version = str(report["auditor_version"])[:64]
+        audit.report = report
+        audit.false_positive_classes = sorted(c for c, row in report["classes"].items() if row["false_positives"] > 0)
+        audit.progress_done = audit.progress_total = audit.probes
+        audit.terminate(AuditStatus.DONE)
+    audit.full_clean()
+    audit.save()
+    return audit
+
+
+@transaction.atomic
+def verifier_audit_override(*, actor: Principal, version: DomainVersion, reason: str) -> VerifierAuditOverride:
+    """Let runs pin ``version`` although its latest finished audit found false positives: team
+    admins for their team's domains, platform admins for the catalogue; audited, with the reason.
+    The override covers that audit only; a later audit with false positives blocks again."""
+    domain = version.domain
+    _require_edit(actor, domain.team_id)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput.one("reason", "required: say why this version may be used although its audit found false positives")
+    audit = (VerifierAudit.objects.select_for_update().filter(domain_version=version, status=AuditStatus.DONE)
+             .order_by("-created_at", "-id").first())
+    if audit is None:
+        raise Conflict(f"{version} has no finished verifier audit to override")
+    if not audit.is_unsafe:
+        raise Conflict(f"the latest audit of {version} found no false positives: there is nothing to override")
+    if VerifierAuditOverride.objects.filter(audit=audit).exists():
+        raise Conflict(f"audit {audit.pk} of {version} is overridden already")
+    override = VerifierAuditOverride(audit=audit, admin=actor.user, admin_name=actor.name, reason=reason.strip())
+    override.full_clean()
+    override.save()
+    audit_record(actor=actor, obj=domain, action="domain.audit.override",
+                 before={"version": version.version, "audit": audit.pk, "false_positives": audit.false_positives,
+                         "classes": audit.false_positive_classes},
+                 after={"reason": override.reason}, team=domain.team)
+    return override

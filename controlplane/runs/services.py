@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 
 from controlplane import dispatch
 from controlplane.accounts.models import Team
@@ -17,6 +18,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput, NotFound
 from controlplane.domains.models import Domain, DomainVersion
+from controlplane.domains.selectors import audit_blockers
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, run_schema_errors
 
@@ -93,6 +95,8 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
             errors.append(FieldError(f"domains[{i}].slug", f"domain {slug!r} is disabled"))
         else:
             domains.append((domain, float(entry["weight"])))
+    if not errors:
+        errors += _unsafe_pins(DomainVersion.objects.filter(domain__in=[d for d, _ in domains], version=F("domain__version")))
     if errors:
         raise InvalidInput(errors)
 
@@ -109,6 +113,14 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
         "gpus": data.get("gpus", 0),
     }
     return RunPlan(team=team, fields=fields, domains=domains)
+
+
+def _unsafe_pins(versions) -> list[FieldError]:
+    """A run may not pin a domain version whose verifier audit found false positives, unless an
+    admin overrode that audit (the rule and its wording live in the domains app)."""
+    versions = list(versions.select_related("domain"))
+    blocked = audit_blockers(versions=versions)
+    return [FieldError(f"domains.{v.domain.slug}", blocked[v.id]) for v in versions if v.id in blocked]
 
 
 def _run_audit_view(run: Run) -> dict[str, Any]:
@@ -159,7 +171,13 @@ def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Ru
 
 @transaction.atomic
 def run_start(*, actor: Principal, run: Run) -> Run:
-    """Queue a draft run; the scheduler admits it when its team quota and a slot allow."""
+    """Queue a draft run; the scheduler admits it when its team quota and a slot allow. Refused
+    while a pinned domain version's verifier audit shows false positives (not overridden)."""
+    actor.require(run.team_id, "run.control", "run")
+    if run.state == RunState.DRAFT:
+        errors = _unsafe_pins(DomainVersion.objects.filter(pk__in=run.run_domains.values("domain_version_id")))
+        if errors:
+            raise InvalidInput(errors)
     run = _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
     dispatch.send_on_commit("temper.control.schedule_tick")
     return run

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
-from controlplane.domains.models import DomainKind
+from controlplane.domains import selectors as domain_selectors
+from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import RESERVED_CONFIG_KEYS
@@ -44,11 +45,41 @@ def run_as_form_data(run: Run) -> dict[str, Any]:
 
 
 def domain_catalogue(actor: Principal) -> list[dict[str, Any]]:
-    return [
-        {"slug": slug, "title": title, "kind": kind, "family": family, "team": team or ""}
-        for slug, title, kind, family, team in domain_list(actor=actor).filter(is_active=True)
-        .values_list("slug", "title", "kind", "family", "team__slug")
-    ]
+    """The run form's domains, each with its current version's audit (the form marks versions a
+    run may not pin, and pending audits, before anything is submitted)."""
+    domains = domain_selectors.with_audit_summary(
+        domain_list(actor=actor).filter(is_active=True).select_related("team")
+        .only("slug", "title", "kind", "family", "version", "team__slug"))
+    out = []
+    for d in domains:
+        audit = domain_selectors.domain_audit_summary(d)
+        out.append({"slug": d.slug, "title": d.title, "kind": d.kind, "family": d.family, "team": d.team.slug if d.team_id else "",
+                    "audit": {"version": d.version, "state": audit.state, "label": audit.label, "blocks": audit.blocks,
+                              "false_positives": audit.false_positives, "classes": audit.classes}})
+    return out
+
+
+def audit_view(*, domain, version: DomainVersion | None) -> dict[str, Any]:
+    """The domain page's audit card: the summary, the audit that decides it (its report's probe
+    classes with their failing examples, the constant-answer check), a newer open audit's
+    progress, and whether the page should watch for a result."""
+    if version is None:
+        return {"summary": domain_selectors.AuditSummary(version=domain.version, state="none"), "audit": None, "open": None,
+                "classes": [], "constant_bias": [], "watch": False}
+    summary = domain_selectors.audit_summary(version=version)
+    decisive = domain_selectors.audit_decisive(version=version)
+    latest = domain_selectors.audit_latest(version=version)
+    shown = decisive or latest
+    open_ = latest if latest is not None and not latest.is_finished else None
+    report = (shown.report or {}) if shown is not None else {}
+    classes = []
+    for name, row in sorted((report.get("classes") or {}).items()):
+        classes.append({"name": name, "probes": row.get("probes", 0), "false_positives": row.get("false_positives", 0),
+                        "false_negatives": row.get("false_negatives", 0), "examples": row.get("examples") or []})
+    # Classes with failures first: they are what the badge is about.
+    classes.sort(key=lambda c: (-(c["false_positives"] > 0), -(c["false_negatives"] > 0), c["name"]))
+    return {"summary": summary, "audit": shown, "open": open_, "classes": classes,
+            "constant_bias": report.get("constant_bias") or [], "watch": open_ is not None}
 
 
 def model_dirs() -> list[Path]:

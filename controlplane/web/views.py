@@ -101,8 +101,9 @@ def domains_page(request: HttpRequest) -> HttpResponse:
     actor = Principal.for_user(request.user)
     q = request.GET.get("q", "")
     kind = request.GET.get("kind", "")
-    domains = domain_list(actor=actor, search=q, kind=kind)[:500]
-    return render(request, "domains.html", {"domains": domains, "q": q, "kind": kind, "kinds": pages.DOMAIN_KINDS})
+    domains = domain_selectors.with_audit_summary(domain_list(actor=actor, search=q, kind=kind))[:500]
+    rows = [(d, domain_selectors.domain_audit_summary(d)) for d in domains]
+    return render(request, "domains.html", {"rows": rows, "q": q, "kind": kind, "kinds": pages.DOMAIN_KINDS})
 
 
 @login_required
@@ -114,11 +115,15 @@ def domain_detail(request: HttpRequest, slug: str) -> HttpResponse:
     except NotFound:
         raise Http404(f"domain {slug} not found")
     versions = list(domain.versions.order_by("-version"))
+    summaries = domain_selectors.audit_summaries(versions=versions)
+    audit = pages.audit_view(domain=domain, version=next((v for v in versions if v.version == domain.version), None))
     return render(request, "domains/detail.html", {
-        "domain": domain, "versions": versions,
+        "domain": domain, "versions": [(v, summaries[v.id]) for v in versions], "audit": audit,
         "can_edit": domain_selectors.domain_can_edit(actor=actor, domain=domain),
         "stats": run_selectors.domain_stats(actor=actor, domain=domain),
-        "page_data": {"slug": domain.slug, "versions": [v.version for v in versions]},
+        "page_data": {"slug": domain.slug, "versions": [v.version for v in versions],
+                      "audit": {"state": audit["summary"].state, "status": audit["summary"].latest_status,
+                                "watch": audit["watch"]}},
         "verifier_json": json.dumps(domain.verifier, indent=2), "sandbox_json": json.dumps(domain.sandbox, indent=2),
         "task_source_json": json.dumps(domain.task_source, indent=2),
     })

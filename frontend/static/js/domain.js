@@ -1,5 +1,7 @@
-// Domain page: the diff between two versions, and the quota form for those who may edit it
-// (PATCH /api/domains/<slug>: a new version, audited; errors shown beside their fields).
+// Domain page: the diff between two versions, the quota form for those who may edit it
+// (PATCH /api/domains/<slug>: a new version, audited; errors shown beside their fields), and the
+// verifier audit: "Audit again" and the override form for admins, and a watch on an audit that is
+// waiting or running (the page reloads when its result is in).
 "use strict";
 
 (() => {
@@ -54,5 +56,50 @@
         if (!(err.errors || []).length) Temper.flash(err.detail);
       }
     });
+  }
+
+  // ------------------------------------------------------------------ the verifier audit
+  const rerun = document.getElementById("audit-rerun");
+  if (rerun) {
+    rerun.addEventListener("click", async () => {
+      rerun.disabled = true;
+      try {
+        await api("POST", `/api/domains/${page.slug}/audit`, { note: "re-run from the domain page" });
+        location.reload();
+      } catch (err) {
+        rerun.disabled = false;
+        Temper.flash(err.detail || "the audit could not be requested");
+      }
+    });
+  }
+
+  const override = document.getElementById("audit-override");
+  if (override) {
+    override.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      override.querySelectorAll("[data-path-error]").forEach((n) => { n.textContent = ""; });
+      try {
+        await api("POST", `/api/domains/${page.slug}/audit/override`, { reason: override.reason.value });
+        location.reload();
+      } catch (err) {
+        for (const x of err.errors || []) {
+          const slot = override.querySelector(`[data-path-error="${x.path}"]`);
+          if (slot) slot.textContent = x.message; else Temper.flash(`${x.path}: ${x.message}`);
+        }
+        if (!(err.errors || []).length) Temper.flash(err.detail);
+      }
+    });
+  }
+
+  // An audit waiting or running: show its progress, and reload once it has finished.
+  if (page.audit && page.audit.watch) {
+    const timer = setInterval(async () => {
+      try {
+        const view = await api("GET", `/api/domains/${page.slug}/audit`);
+        const bar = document.getElementById("audit-progress");
+        if (view.open && bar && view.open.total) { bar.max = view.open.total; bar.value = view.open.done; }
+        if (!view.open) { clearInterval(timer); location.reload(); }
+      } catch (err) { /* the next tick tries again */ }
+    }, 3000);
   }
 })();

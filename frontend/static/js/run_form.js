@@ -26,9 +26,36 @@
       box.checked = mix.has(d.slug);
       box.addEventListener("change", () => { box.checked ? mix.set(d.slug, 1) : mix.delete(d.slug); renderMix(); });
       return el("label", { class: "domain-item" }, box, " ", el("b", { text: d.slug }), " ",
-        el("span", { class: "muted", text: `${d.kind}${d.family ? " · " + d.family : ""}${d.team ? " · team " + d.team : ""}` }));
+        el("span", { class: "muted", text: `${d.kind}${d.family ? " · " + d.family : ""}${d.team ? " · team " + d.team : ""}` }),
+        auditBadge(d));
     }));
     document.getElementById("domain-count").textContent = `${shown.length} shown`;
+  }
+
+  // ------------------------------------------------------------------ verifier audits
+  // A version whose audit found false positives (not overridden) cannot be pinned: the server
+  // refuses it with the error at `domains.<slug>`; the form says so as soon as it is picked.
+  const bySlug = new Map(data.domains.map((d) => [d.slug, d]));
+  const MARKED = new Set(["unsafe", "pending", "running", "failed", "overridden"]);
+
+  function auditBadge(d) {
+    const a = d.audit;
+    if (!a || !MARKED.has(a.state)) return null;
+    return el("span", { class: `badge audit-${a.state}`, "data-testid": `audit-${d.slug}`, title: auditNote(d), text: a.label });
+  }
+
+  function auditNote(d) {
+    const a = d.audit;
+    if (!a) return "";
+    const n = a.false_positives;
+    if (a.blocks) {
+      return `${d.slug} v${a.version}: its verifier audit found ${n} false positive${n === 1 ? "" : "s"}` +
+        `${a.classes.length ? " in " + a.classes.join(", ") : ""}; a run may use this version only after an admin overrides the audit`;
+    }
+    if (a.state === "pending" || a.state === "running") return `v${a.version}: verifier audit ${a.state} (does not block)`;
+    if (a.state === "failed") return `v${a.version}: the verifier audit failed to run (does not block)`;
+    if (a.state === "overridden") return `v${a.version}: audit overridden by an admin (${n} false positive${n === 1 ? "" : "s"})`;
+    return "";
   }
 
   function renderMix() {
@@ -37,8 +64,12 @@
       const input = el("input", { type: "number", min: "0", step: "any", value: weight, "data-path": `domains[${i}].weight`,
         "aria-label": `weight of ${slug}`, "data-testid": `weight-${slug}` });
       input.addEventListener("input", () => { mix.set(slug, parseFloat(input.value)); renderShares(); });
-      return el("tr", { "data-slug": slug },
-        el("td", { "data-path": `domains[${i}].slug`, text: slug }),
+      const d = bySlug.get(slug);
+      const note = d ? auditNote(d) : "";
+      return el("tr", { "data-slug": slug, class: d && d.audit && d.audit.blocks ? "blocked" : undefined },
+        el("td", { "data-path": `domains[${i}].slug` }, el("a", { href: `/domains/${slug}/#verifier-audit`, text: slug }),
+          note ? el("div", { class: `audit-note ${d.audit.blocks ? "blocks" : "pending"}`, "data-testid": `audit-note-${slug}`, text: note }) : null,
+          el("div", { class: "field-error", "data-path-error": `domains.${slug}` })),
         el("td", {}, input, el("div", { class: "field-error", "data-path-error": `domains[${i}].weight` })),
         el("td", { class: "share", "data-testid": `share-${slug}`, text: total ? (100 * weight / total).toFixed(1) + "%" : "–" }),
         el("td", {}, el("button", { type: "button", class: "link", text: "remove",

@@ -1,14 +1,21 @@
 """``python manage.py domains sync``: register the trainer's catalogue as Domains and versions.
+``python manage.py domains audit [SLUG...]``: run the verifier audit of the current versions here.
 
-Running it twice changes nothing: a domain whose catalogue entry is unchanged keeps its version.
+Running sync twice changes nothing: a domain whose catalogue entry is unchanged keeps its version.
+Every new version gets a verifier audit requested (a verify worker runs it).
 """
 from __future__ import annotations
 
+import argparse
+
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane import dispatch
 from controlplane.accounts.principal import SYSTEM
 from controlplane.common.errors import InvalidInput
-from controlplane.domains.services import domain_sync
+from controlplane.domains.models import AuditStatus, Domain, DomainVersion
+from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
+from controlplane.web.management.commands._output import table
 
 
 def catalogue_specs(only: list[str] | None = None) -> list[dict]:
@@ -34,16 +41,38 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
     return specs
 
 
+EXAMPLES_PER_CLASS = 3
+"""Failing examples printed per probe class with ``-v 2``."""
+
+
+def _why(audit) -> str:
+    """The classes with false positives, or the last line of a failed audit's error."""
+    if audit.status == AuditStatus.DONE:
+        return ", ".join(audit.false_positive_classes)
+    lines = audit.error.strip().splitlines()
+    return lines[-1][:100] if lines else ""
+
+
 class Command(BaseCommand):
-    help = "Manage the domain registry. `domains sync` registers the trainer's catalogue."
+    help = ("Manage the domain registry. `domains sync` registers the trainer's catalogue; "
+            "`domains audit [SLUG...]` runs the verifier audit of the current versions in this process.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        p = sub.add_parser("sync", help="create or update the catalogue's domains (idempotent)")
+        p = sub.add_parser("sync", help="create or update the catalogue's domains (idempotent); new versions get an audit")
         p.add_argument("--only", nargs="*", help="only these slugs")
         p.add_argument("--no-progress", action="store_true")
+        p = sub.add_parser("audit", help="audit the current versions of these domains (all when none) here; "
+                                         "exit status 1 when a false positive is found, 2 when an audit failed")
+        p.add_argument("slugs", nargs="*", metavar="SLUG")
+        p.add_argument("--no-progress", action="store_true")
+        # `domains audit SLUG -v 2` as well as `domains -v 2 audit SLUG`: with -v 2 the failing examples.
+        p.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS,
+                       help="2: also print the failing examples of each probe class")
 
     def handle(self, *args, **opts):
+        if opts["action"] == "audit":
+            return self.audit(opts["slugs"], progress=not opts["no_progress"], verbosity=opts["verbosity"])
         from tqdm import tqdm
 
         specs = catalogue_specs(opts.get("only"))
@@ -55,3 +84,69 @@ class Command(BaseCommand):
             except InvalidInput as exc:
                 raise CommandError("a catalogue entry is invalid:\n  " + "\n  ".join(map(str, exc.errors))) from None
         self.stdout.write(f"{len(specs)} domains: {counts['created']} created, {counts['updated']} updated, {counts['unchanged']} unchanged")
+        if counts["created"] + counts["updated"]:
+            self.stdout.write(f"{counts['created'] + counts['updated']} verifier audits requested (a verify worker runs them; "
+                              "`manage.py domains audit` runs them here)")
+
+    def audit(self, slugs: list[str], *, progress: bool, verbosity: int) -> None:
+        """Audit each domain's current version in this process, as a verify worker would (by task
+        name, ``dispatch.run_here``); a table, the failing examples with ``-v 2``, and an exit
+        status that says whether any version is unsafe."""
+        from tqdm import tqdm
+
+        domains = Domain.objects.order_by("slug")
+        if slugs:
+            domains = domains.filter(slug__in=slugs)
+            missing = sorted(set(slugs) - set(domains.values_list("slug", flat=True)))
+            if missing:
+                raise CommandError(f"no such domain: {', '.join(missing)} (run `manage.py domains sync` first?)")
+        domains = list(domains)
+        if not domains:
+            raise CommandError("no domains to audit (run `manage.py domains sync` first)")
+        versions = {v.domain_id: v for v in DomainVersion.objects.filter(domain__in=domains).select_related("domain")
+                    if v.version == v.domain.version}
+        audits = []
+        with tqdm(total=len(domains), desc="verifier audit", unit="domain", disable=not progress) as bar:
+            for domain in domains:
+                bar.set_postfix_str(domain.slug)
+                audit = verifier_audit_request(actor=SYSTEM, version=versions[domain.id], note="manage.py domains audit",
+                                               enqueue=False)
+                dispatch.run_here(AUDIT_TASK, audit.pk)
+                audit.refresh_from_db()
+                audits.append(audit)
+                bar.update(1)
+        rows = [(a.domain_version.domain.slug, f"v{a.domain_version.version}", a.status, a.probes, a.false_positives,
+                 a.false_negatives_gold, a.false_negatives_equivalent, a.masked, _why(a))
+                for a in audits]
+        self.stdout.write(table(rows, ["domain", "version", "status", "probes", "false positives", "fn gold",
+                                       "fn equivalent", "masked", "classes / error"]))
+        if verbosity >= 2:
+            for a in audits:
+                self._examples(a)
+        unsafe = [a for a in audits if a.is_unsafe]
+        failed = [a for a in audits if a.status != AuditStatus.DONE]
+        total = sum(a.probes or 0 for a in audits)
+        self.stdout.write(f"{len(audits)} domains, {total} probes: {sum(a.false_positives or 0 for a in audits)} false positives "
+                          f"in {len(unsafe)} domains, {sum(a.false_negatives_gold or 0 for a in audits)} gold answers failing, "
+                          f"{len(failed)} audits failed")
+        if unsafe:
+            raise CommandError("false positives in: " + ", ".join(a.domain_version.domain.slug for a in unsafe), returncode=1)
+        if failed:
+            raise CommandError("audits failed: " + ", ".join(a.domain_version.domain.slug for a in failed), returncode=2)
+
+    def _examples(self, audit) -> None:
+        """Each probe class's failing examples (false positives, then false negatives)."""
+        for name, row in sorted((audit.report.get("classes") or {}).items()):
+            if not (row.get("false_positives") or row.get("false_negatives")):
+                continue
+            self.stdout.write(f"\n{audit.domain_version.domain.slug} v{audit.domain_version.version} · {name}: "
+                              f"{row.get('false_positives', 0)} false positives, {row.get('false_negatives', 0)} false negatives "
+                              f"of {row.get('probes', 0)} probes")
+            for ex in (row.get("examples") or [])[:EXAMPLES_PER_CLASS]:
+                completion = str(ex.get("completion", ""))
+                completion = completion if len(completion) <= 200 else completion[:200] + f"... ({len(completion)} chars)"
+                self.stdout.write(f"  task {ex.get('task_id')}: expected {ex.get('expect', '?')}, got {ex.get('outcome')} "
+                                  f"(score {ex.get('score')}){' - ' + ex['note'] if ex.get('note') else ''}\n"
+                                  f"    {completion!r}")
+        if audit.status == AuditStatus.FAILED:
+            self.stdout.write(f"\n{audit.domain_version.domain.slug} v{audit.domain_version.version}: the audit failed\n{audit.error}")
