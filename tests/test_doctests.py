@@ -7,10 +7,10 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments"]
+PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit"]
 MODULES = [
     "trainer.outcomes", "trainer.pipeline", "trainer.tasks.builtin", "controlplane.common.validation", "controlplane.domains.selectors",
-    "controlplane.runs.driving", "workers.driver", "workers.verify",
+    "controlplane.runs.driving", "controlplane.runs.watch", "workers.driver", "workers.verify",
 ]
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from controlplane.runs import driving
+from controlplane.runs import driving, watch
 from trainer.holdout import HOLDOUT_FRACTION
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 
@@ -274,10 +274,14 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             metrics["verify/resent_batches"] = float(gatherer.stats["resent"])
             metrics["verify/lost_items"] = float(gatherer.stats["lost_items"])
             tokens = int(sum(s.get("tokens", 0) for s in collected.get("samples", [])))
+            counts, examples = watch.tampering_counts(job.last_generated)
+            metrics.update(watch.tampering_metrics(counts))
             driving.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
                                     samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens)
+            watch.run_watch_tampering(run=run, step=step, counts=counts, examples=examples)
             if eval_every and step % eval_every == 0:
                 periodic_eval(job, run, step)
+                watch.run_watch_heldout(run=run, step=step)
             if step % every == 0:
                 _checkpoint(job, run)
             if run.budget_seconds and time.monotonic() - started > run.budget_seconds:
