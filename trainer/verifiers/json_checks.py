@@ -43,6 +43,9 @@ from trainer.verifiers.normalize import normalize_text, parse_number
 from trainer.verifiers.numeric import within
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+MAX_TEXT_AROUND_JSON = 200
+"""Unfenced JSON found between the first ``{`` and the last ``}``: the text around it is short
+(a lead-in such as "Here is the object:"), not a long list of other candidates."""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -73,12 +76,16 @@ def loads_strict(text: str) -> Any:
 
 def parse_json_text(text: str) -> Any:
     """Parse the one JSON value in a completion: its fenced blocks (several must agree), else the
-    whole text, else the span from the first ``{`` to the last ``}``. ValueError says why not."""
+    whole text, else the span from the first ``{`` to the last ``}`` with at most
+    ``MAX_TEXT_AROUND_JSON`` characters around it. ValueError says why not."""
     fenced = _FENCE.findall(text)
     candidates = fenced if fenced else [text]
     if not fenced:
         start, end = text.find("{"), text.rfind("}")
         if 0 <= start < end:
+            around = len(text) - (end + 1 - start)
+            if around > MAX_TEXT_AROUND_JSON and _is_json(text[start : end + 1]):
+                raise ValueError(f"{around} characters of text around the JSON value (at most {MAX_TEXT_AROUND_JSON})")
             candidates.append(text[start : end + 1])
     values, errors = [], []
     for candidate in candidates:
@@ -98,6 +105,14 @@ def parse_json_text(text: str) -> Any:
     if not values:
         raise ValueError("no JSON value found")
     return values[0]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_empty(value: Any) -> bool:
