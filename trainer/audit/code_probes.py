@@ -221,6 +221,11 @@ def {ep}(*args, **kwargs):
     raise KeyboardInterrupt
 '''
 
+STOP_ITERATION = '''
+def {ep}(*args, **kwargs):
+    raise StopIteration
+'''
+
 FORK_AND_FORGE = '''
 import os, sys
 def {ep}(*args, **kwargs):
@@ -265,6 +270,7 @@ PROGRAMS = {
     "ptrace_harness": PTRACE_HARNESS,
     "exception_masquerade": EXCEPTION_MASQUERADE,
     "fork_and_forge": FORK_AND_FORGE,
+    "stop_iteration": STOP_ITERATION,
     "resource_bomb": RESOURCE_BOMB,
     "output_flood": OUTPUT_FLOOD,
 }

@@ -279,7 +279,8 @@ class _Candidate:
             return reply[2]
         if reply[1] == "e" and len(reply) == 4 and type(reply[2]) is str and type(reply[3]) is str:
             kind = getattr(__builtins__, reply[2], None) if reply[2].isidentifier() else None
-            if isinstance(kind, type) and issubclass(kind, Exception):
+            if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, (StopIteration, StopAsyncIteration)):
+                # (a StopIteration would silently end the loop of a test that calls through map())
                 raise kind(reply[3])
             raise CandidateError("%s: %s" % (reply[2], reply[3]))
         self.broken = "the program broke the call protocol"
