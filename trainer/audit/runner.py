@@ -112,15 +112,20 @@ def default_verify_many(verifier: dict[str, Any], workers: int = 4) -> VerifyMan
     return verify_many
 
 
-def sample_tasks(source: TaskSource, n: int, *, seed: int = 0, max_level: int = 3) -> tuple[list[Task], list[str]]:
+def sample_tasks(source: TaskSource, n: int, *, seed: int = 0, max_level: int = 3, at_least: int = 0,
+                 budget_s: float | None = None) -> tuple[list[Task], list[str]]:
     """``n`` tasks, levels 0..min(levels-1, max_level) in turn, each from its own fixed seed;
-    distinct ids only. Returns the tasks and the errors of draws that failed."""
+    distinct ids only. Past ``at_least`` tasks, drawing stops once ``budget_s`` seconds are spent
+    (some generators take seconds per task). Returns the tasks and the errors of failed draws."""
     levels = max(1, min(int(getattr(source, "levels", 1) or 1), max_level + 1))
     tasks: list[Task] = []
     errors: list[str] = []
     seen: set[str] = set()
     attempt = 0
+    started = time.perf_counter()
     while len(tasks) < n and attempt < 3 * n:
+        if budget_s is not None and len(tasks) >= at_least and time.perf_counter() - started > budget_s:
+            break
         level = attempt % levels
         try:
             task = source.sample(random.Random(seed * 1_000_003 + attempt), level)
@@ -305,12 +310,14 @@ def audit_domain(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     chunk: int = 64,
+    sample_budget_s: float = 20.0,
 ) -> AuditReport:
-    """Audit one domain: probes from ``tasks`` sampled tasks, constants over ``chance_tasks``."""
+    """Audit one domain: probes from ``tasks`` sampled tasks, constants over up to
+    ``chance_tasks`` (as many as ``sample_budget_s`` seconds of drawing give, past ``tasks``)."""
     started = time.perf_counter()
     report = AuditReport(domain=slug)
     verify_many = verify_many or default_verify_many(verifier)
-    sample, errors = sample_tasks(source, max(tasks, chance_tasks), seed=seed)
+    sample, errors = sample_tasks(source, max(tasks, chance_tasks), seed=seed, at_least=tasks, budget_s=sample_budget_s)
     report.skipped += errors[:10]
     probes, chance, skipped = plan_probes(family=family, verifier=verifier, tasks=sample[:tasks], chance_tasks=sample)
     report.skipped += skipped
