@@ -32,7 +32,11 @@ from typing import Any
 
 CONTAINER_METHODS = ("boxed", "answer_tag")
 METHODS = ("boxed", "answer_tag", "final_line")
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+_JOINED_AFTER = re.compile(r"^[\s$.)\]]*(?:/|\bor\b|\beither\b|\bnor\b|\\text\s*\{\s*or\b)", re.I)
+_JOINED_BEFORE = re.compile(r"(?:\bor\b|\beither\b|\bnor\b|\\text\s*\{\s*or\s*\})[\s$(\[]*$", re.I)
+"""Only "or"-words (and a slash after): a comma or "and" next to a box is ordinary prose
+("Therefore, \\boxed{5}, as required")."""
 _FINAL_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*", re.I)
 
 
@@ -50,22 +54,29 @@ def _closing_brace(text: str, i: int) -> int | None:
 
 
 def boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, content)`` of every outermost ``\\boxed{...}`` / ``\\fbox{...}``, in order.
+    """``(start, end, content)`` of every outermost ``\\boxed{...}`` / ``\\fbox{...}`` (and
+    ``\\boxed 5`` without braces, up to the next space), in order.
 
-    >>> [c for _, _, c in boxed_spans(r"\\boxed{\\frac{1}{2}} and \\fbox{3}")]
-    ['\\\\frac{1}{2}', '3']
+    >>> [c for _, _, c in boxed_spans(r"\\boxed{\\frac{1}{2}} and \\fbox{3}, \\boxed 4")]
+    ['\\\\frac{1}{2}', '3', '4']
     """
     spans: list[tuple[int, int, str]] = []
     pos = 0
     while True:
-        m = _BOX_OPEN.search(text, pos)
+        m = _BOX.search(text, pos)
         if m is None:
             return spans
-        close = _closing_brace(text, m.end())
-        if close is None:  # unbalanced: not a container
-            return spans
-        spans.append((m.start(), close + 1, text[m.end():close].strip()))
-        pos = close + 1
+        if m.end() < len(text) and text[m.end()] == "{":
+            close = _closing_brace(text, m.end() + 1)
+            if close is None:  # unbalanced: not a container
+                return spans
+            spans.append((m.start(), close + 1, text[m.end() + 1:close].strip()))
+            pos = close + 1
+            continue
+        token = re.match(r"[^\s{}$\\]+", text[m.end():])
+        if token:
+            spans.append((m.start(), m.end() + token.end(), token.group(0)))
+        pos = m.end() + (token.end() if token else 0)
 
 
 def unbox(text: str) -> str:
@@ -88,7 +99,7 @@ def unbox(text: str) -> str:
 
 def tag_spans(text: str, tag: str = "answer") -> list[tuple[int, int, str]]:
     """``(start, end, content)`` of every ``<tag>...</tag>`` pair (case-insensitive), in order."""
-    pattern = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.S | re.I)
+    pattern = re.compile(rf"<{re.escape(tag)}(?:\s[^<>]*)?>(.*?)</{re.escape(tag)}\s*>", re.S | re.I)
     return [(m.start(), m.end(), m.group(1).strip()) for m in pattern.finditer(text)]
 
 
@@ -104,22 +115,45 @@ def final_line(text: str) -> str | None:
     return _FINAL_PREFIX.sub("", lines[-1]).strip() or None
 
 
-def answer_containers(text: str, methods: tuple[str, ...] | list[str] = CONTAINER_METHODS,
-                      tag: str = "answer") -> list[tuple[str, str]]:
-    """``(method, content)`` of every answer container, in order of position.
+def container_spans(text: str, methods: tuple[str, ...] | list[str] = CONTAINER_METHODS,
+                    tag: str = "answer") -> list[tuple[int, int, str, str]]:
+    """``(start, end, method, content)`` of every answer container, in order of position.
 
     A tag that holds boxes is one answer (its text with the boxes unwrapped), so
     ``<answer>\\boxed{3} or 5</answer>`` is the answer ``3 or 5``, not ``3``.
     """
-    found: list[tuple[int, str, str]] = []
+    found: list[tuple[int, int, str, str]] = []
     tags = tag_spans(text, tag) if "answer_tag" in methods else []
-    for start, _, content in tags:
-        found.append((start, "answer_tag", unbox(content).strip()))
+    for start, end, content in tags:
+        found.append((start, end, "answer_tag", unbox(content).strip()))
     if "boxed" in methods:
         for start, end, content in boxed_spans(text):
             if not any(t_start <= start and end <= t_end for t_start, t_end, _ in tags):
-                found.append((start, "boxed", unbox(content).strip()))
-    return [(method, content) for _, method, content in sorted(found, key=lambda f: f[0])]
+                found.append((start, end, "boxed", unbox(content).strip()))
+    return sorted(found, key=lambda f: f[0])
+
+
+def answer_containers(text: str, methods: tuple[str, ...] | list[str] = CONTAINER_METHODS,
+                      tag: str = "answer") -> list[tuple[str, str]]:
+    """``(method, content)`` of every answer container, in order of position."""
+    return [(method, content) for _, _, method, content in container_spans(text, methods, tag)]
+
+
+def joined_outside(text: str, methods: tuple[str, ...] | list[str] = CONTAINER_METHODS, tag: str = "answer") -> str | None:
+    """Why the containers' answer is joined to another value outside them (``<answer>5</answer>
+    or 7``, ``7, \\boxed{5}``), else None.
+
+    >>> joined_outside("<answer>5</answer> or 7"), joined_outside(r"It is 7 or $\\boxed{5}$"), joined_outside(r"So \\boxed{5}.")
+    ('a value is joined after the final answer', 'a value is joined before the final answer', None)
+    """
+    spans = container_spans(text, methods, tag)
+    if not spans:
+        return None
+    if _JOINED_AFTER.match(text[spans[-1][1]:]):
+        return "a value is joined after the final answer"
+    if _JOINED_BEFORE.search(text[:spans[0][0]]):
+        return "a value is joined before the final answer"
+    return None
 
 
 def final_answers(text: str, methods: tuple[str, ...] | list[str] = METHODS, tag: str = "answer") -> list[str]:
@@ -170,6 +204,8 @@ _SEPARATORS: list[tuple[str, re.Pattern[str]]] = [
     ("a comma or semicolon", re.compile(r"[,;]")),
     ("a slash between words", re.compile(r"[A-Za-z]{2,}\s*/\s*[A-Za-z]{2,}")),
     ("plus-or-minus", re.compile(r"\\pm\b|\\mp\b|±|∓|\+/-|\+-")),
+    ("a LaTeX line break", re.compile(r"\\\\|\\newline\b")),
+    ("LaTeX spacing between values", re.compile(r"\\q?quad\b")),
 ]
 # One number: optional sign, digits with a decimal part, an exponent or "x 10^k", or a fraction.
 _ONE_NUMBER = re.compile(
@@ -240,6 +276,8 @@ def hedge_reason(answer: str, gold: Any) -> str | None:
     'states 2 lines (the gold 1)'
     >>> hedge_reason("\\\\pm 3", "3")
     'plus-or-minus joins several values (the gold has none)'
+    >>> hedge_reason("3 \\\\\\\\ 5", "5")
+    'a LaTeX line break joins several values (the gold has none)'
     >>> hedge_reason("3 5", "5")
     'states 2 numbers where the gold is one number'
     >>> hedge_reason("3x + 5", "5")
@@ -296,6 +334,9 @@ def one_final_answer(text: str, methods: tuple[str, ...] | list[str] = METHODS, 
     answer = distinct[0]
     if not answer.strip():
         return None, "empty answer"
+    joined = joined_outside(text, tuple(m for m in methods if m != "final_line"), tag)
+    if joined is not None:
+        return None, f"hedged answer: {joined}"
     reason = hedge_reason(answer, gold)
     if reason is not None:
         return None, f"hedged answer: {reason}"
