@@ -162,8 +162,6 @@ class VerifierAudit(models.Model):
             models.CheckConstraint(condition=~Q(status=AuditStatus.FAILED) | ~Q(error=""), name="verifieraudit_failed_has_error"),
             models.CheckConstraint(condition=Q(*[Q(**{f"{c}__isnull": True}) | Q(**{f"{c}__gte": 0}) for c in AUDIT_COUNTS]),
                                    name="verifieraudit_counts_gte_0"),
-            models.CheckConstraint(condition=Q(false_positives__isnull=True) | Q(false_positives__lte=models.F("probes")),
-                                   name="verifieraudit_fp_lte_probes"),
             models.CheckConstraint(condition=Q(progress_done__gte=0) & Q(progress_total__gte=0), name="verifieraudit_progress_gte_0"),
             # At most one audit of a version waits or runs at a time (a second request joins it).
             models.UniqueConstraint(fields=["domain_version"], condition=Q(status__in=AUDIT_OPEN), name="verifieraudit_one_open_per_version"),

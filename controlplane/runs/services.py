@@ -95,8 +95,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
             errors.append(FieldError(f"domains[{i}].slug", f"domain {slug!r} is disabled"))
         else:
             domains.append((domain, float(entry["weight"])))
-    if not errors:
-        errors += _unsafe_pins(DomainVersion.objects.filter(domain__in=[d for d, _ in domains], version=F("domain__version")))
+    errors += _unsafe_pins(DomainVersion.objects.filter(domain__in=[d for d, _ in domains], version=F("domain__version")))
     if errors:
         raise InvalidInput(errors)
 

@@ -59,6 +59,10 @@ def domain_catalogue(actor: Principal) -> list[dict[str, Any]]:
     return out
 
 
+EXPECT_TEXT = {"pass": "must pass", "no_pass": "must not pass", "no_reward": "must earn nothing"}
+"""How the page words a probe's expectation (the auditor's ``expect`` values)."""
+
+
 def audit_view(*, domain, version: DomainVersion | None) -> dict[str, Any]:
     """The domain page's audit card: the summary, the audit that decides it (its report's probe
     classes with their failing examples, the constant-answer check), a newer open audit's
@@ -74,8 +78,9 @@ def audit_view(*, domain, version: DomainVersion | None) -> dict[str, Any]:
     report = (shown.report or {}) if shown is not None else {}
     classes = []
     for name, row in sorted((report.get("classes") or {}).items()):
+        examples = [{**ex, "expect_text": EXPECT_TEXT.get(ex.get("expect"), ex.get("expect") or "?")} for ex in row.get("examples") or []]
         classes.append({"name": name, "probes": row.get("probes", 0), "false_positives": row.get("false_positives", 0),
-                        "false_negatives": row.get("false_negatives", 0), "examples": row.get("examples") or []})
+                        "false_negatives": row.get("false_negatives", 0), "examples": examples})
     # Classes with failures first: they are what the badge is about.
     classes.sort(key=lambda c: (-(c["false_positives"] > 0), -(c["false_negatives"] > 0), c["name"]))
     return {"summary": summary, "audit": shown, "open": open_, "classes": classes,

@@ -19,7 +19,7 @@ def report(*, domain: str = "addition", false_positives: dict[str, int] | None =
         fp = false_positives.get(name, 0)
         fn = gold_failing if name == "gold" else equivalent_failing if name == "equivalent" else 0
         examples = [{"task_id": f"t{i}", "completion": f"\\boxed{{wrong}} or \\boxed{{{i}}}", "outcome": "pass", "score": 1.0,
-                     "expect": "fail", "note": f"{name} probe passed"} for i in range(fp)]
+                     "expect": "no_pass", "note": f"{name} probe passed"} for i in range(fp)]
         examples += [{"task_id": f"g{i}", "completion": f"{i}", "outcome": "fail", "score": 0.0, "expect": "pass",
                       "note": "gold did not pass"} for i in range(fn)]
         classes[name] = {"probes": probes_per_class, "false_positives": fp, "false_negatives": fn, "examples": examples}

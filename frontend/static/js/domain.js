@@ -59,6 +59,10 @@
   }
 
   // ------------------------------------------------------------------ the verifier audit
+  // The badge in the header opens the probe classes and their failing examples.
+  const badge = document.querySelector("[data-testid=audit-badge]");
+  const details = document.getElementById("audit-details");
+  if (badge && details) badge.addEventListener("click", () => { details.open = true; });
   const rerun = document.getElementById("audit-rerun");
   if (rerun) {
     rerun.addEventListener("click", async () => {

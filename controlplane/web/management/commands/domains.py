@@ -7,6 +7,7 @@ Every new version gets a verifier audit requested (a verify worker runs it).
 from __future__ import annotations
 
 import argparse
+import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -106,15 +107,21 @@ class Command(BaseCommand):
         versions = {v.domain_id: v for v in DomainVersion.objects.filter(domain__in=domains).select_related("domain")
                     if v.version == v.domain.version}
         audits = []
-        with tqdm(total=len(domains), desc="verifier audit", unit="domain", disable=not progress) as bar:
-            for domain in domains:
-                bar.set_postfix_str(domain.slug)
-                audit = verifier_audit_request(actor=SYSTEM, version=versions[domain.id], note="manage.py domains audit",
-                                               enqueue=False)
-                dispatch.run_here(AUDIT_TASK, audit.pk)
-                audit.refresh_from_db()
-                audits.append(audit)
-                bar.update(1)
+        trace = logging.getLogger("celery.app.trace")  # "Task ... succeeded" lines would break the bar
+        level = trace.level
+        trace.setLevel(logging.WARNING)
+        try:
+            with tqdm(total=len(domains), desc="verifier audit", unit="domain", disable=not progress) as bar:
+                for domain in domains:
+                    bar.set_postfix_str(domain.slug)
+                    audit = verifier_audit_request(actor=SYSTEM, version=versions[domain.id], note="manage.py domains audit",
+                                                   enqueue=False)
+                    dispatch.run_here(AUDIT_TASK, audit.pk)
+                    audit.refresh_from_db()
+                    audits.append(audit)
+                    bar.update(1)
+        finally:
+            trace.setLevel(level)
         rows = [(a.domain_version.domain.slug, f"v{a.domain_version.version}", a.status, a.probes, a.false_positives,
                  a.false_negatives_gold, a.false_negatives_equivalent, a.masked, _why(a))
                 for a in audits]
