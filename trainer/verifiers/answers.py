@@ -195,7 +195,7 @@ def distinct_answers(answers: list[str]) -> list[str]:
 
 # --- hedges -------------------------------------------------------------------------------------
 
-_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\{,\}|\\,|\u2009|\u202f)\d{3})+(?![\d]|,\d)")
+_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\{,\}|\\,|\\ |~|\u2009|\u202f)\d{3})+(?![\d]|,\d)")
 _SUBSCRIPT = re.compile(r"_\{[^{}]*\}|_\w")
 _SEPARATORS: list[tuple[str, re.Pattern[str]]] = [
     ("'or'", re.compile(r"\bor\b|\beither\b|\bnor\b|\\lor\b|\\vee\b|∨|\|\||\\text\s*\{\s*or\s*\}", re.I)),
@@ -208,18 +208,24 @@ _SEPARATORS: list[tuple[str, re.Pattern[str]]] = [
     ("LaTeX spacing between values", re.compile(r"\\q?quad\b")),
 ]
 # One number: optional sign, digits with a decimal part, an exponent or "x 10^k", or a fraction.
+_FRAC = r"\\[dt]?frac\s*\{\s*[-+]?\s*\d+(?:\.\d+)?\s*\}\s*\{\s*[-+]?\s*\d+(?:\.\d+)?\s*\}"
 _ONE_NUMBER = re.compile(
-    r"[-+\u2212]?\s*(?:\\[dt]?frac\s*\{\s*[-+]?\s*\d+(?:\.\d+)?\s*\}\s*\{\s*[-+]?\s*\d+(?:\.\d+)?\s*\}"
+    r"[-+\u2212]?\s*(?:(?:\d+\s*)?" + _FRAC +  # a fraction, or a mixed number 5\frac{2}{3}
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+|\s*(?:\\times|\\cdot|×|\*)\s*10\s*\^\s*\{?\s*[-+]?\d+\s*\}?)?"
     r"(?:\s*/\s*\d+(?:\.\d+)?)?)"
 )
 _BRACKETS = {"[": "]", "{": "}", "(": ")"}
 
 
+_LATEX_SPACE = re.compile(r"(?<!\\)\\[,;:! ]")
+_LIST_GAP = re.compile(r"[\s()\[\]{}'\"]*")
+
+
 def _plain(text: str) -> str:
-    """Thousands separators and subscripts removed: they are not separators between values."""
+    """Thousands separators, LaTeX spacing and subscripts removed: they separate no values."""
     s = unicodedata.normalize("NFKC", str(text)).replace("\u2212", "-")
-    s = _THOUSANDS.sub(lambda m: re.sub(r"\{,\}|\\,|,|\s", "", m.group(0)), s)
+    s = _THOUSANDS.sub(lambda m: re.sub(r"\D", "", m.group(0)), s)
+    s = _LATEX_SPACE.sub(" ", s)
     return _SUBSCRIPT.sub("", s)
 
 
@@ -239,6 +245,23 @@ def count_numbers(text: str) -> int:
     (1, 1, 2, 4)
     """
     return len(_ONE_NUMBER.findall(_plain(text)))
+
+
+def listed_numbers(text: str) -> int:
+    """The longest run of numbers with nothing but spaces or brackets between them: ``1 2 3 4``
+    lists four, ``3x + 5`` and ``(-17)/3`` none (an operator or a letter joins them into one value).
+
+    >>> listed_numbers("1 2 3 4"), listed_numbers("3x + 5"), listed_numbers("(-17)/3"), listed_numbers("5 (6)"), listed_numbers("1\\\\,000"), listed_numbers("x^2 + 1")
+    (4, 1, 1, 2, 1, 1)
+    """
+    s = _plain(text)
+    matches = list(_ONE_NUMBER.finditer(s))
+    best = run = 1 if matches else 0
+    for prev, cur in zip(matches, matches[1:]):
+        signed = cur.group(0).lstrip()[:1] in "+-"  # "x^2 + 1": the sign is an operator
+        run = run + 1 if _LIST_GAP.fullmatch(s[prev.end():cur.start()]) and not signed else 1
+        best = max(best, run)
+    return best
 
 
 def is_single_number(gold: Any) -> bool:
@@ -279,13 +302,12 @@ def hedge_reason(answer: str, gold: Any) -> str | None:
     >>> hedge_reason("3 \\\\\\\\ 5", "5")
     'a LaTeX line break joins several values (the gold has none)'
     >>> hedge_reason("3 5", "5")
-    'states 2 numbers where the gold is one number'
-    >>> hedge_reason("3x + 5", "5")
-    'states 2 numbers where the gold is one number'
+    'lists 2 numbers where the gold is one number'
     >>> [hedge_reason(a, g) for a, g in [("1,000", "1000"), ("1{,}000", 1000), ("x = -7/3", "-\\\\frac{7}{3}"),
     ...                                  ("2, 1", "1, 2"), ("Alice is a knight and Bob is a knave", "Alice is a knight, and Bob is a knave"),
-    ...                                  ("1 - 3x + 2x^2", "2x^{2} - 3x + 1"), ("1.5 \\\\times 10^{3}", "1500")]]
-    [None, None, None, None, None, None, None]
+    ...                                  ("1 - 3x + 2x^2", "2x^{2} - 3x + 1"), ("1.5 \\\\times 10^{3}", "1500"),
+    ...                                  ("-5\\\\frac{2}{3}", "-\\\\frac{17}{3}"), ("5\\\\,", "5"), ("(-17)/3", "-\\\\frac{17}{3}")]]
+    [None, None, None, None, None, None, None, None, None, None]
     >>> hedge_reason("3", {"a": 1}) is None
     True
     """
@@ -302,9 +324,9 @@ def hedge_reason(answer: str, gold: Any) -> str | None:
         if n_a > n_g:
             return f"{name} joins several values (the gold has {n_g or 'none'})"
     if is_single_number(gold):
-        n = count_numbers(a)
+        n = listed_numbers(a)
         if n > 1:
-            return f"states {n} numbers where the gold is one number"
+            return f"lists {n} numbers where the gold is one number"
     if len(a) > 200 + 10 * len(g):
         return f"the answer is {len(a)} characters long where the gold is {len(g)}"
     return None

@@ -120,16 +120,42 @@ def strip_lhs(answer: str, allowed: list[str] | None) -> str:
     return m.group(2).strip() if ok else answer
 
 
-def latex_for_math_verify(text: str) -> str:
-    """Delimited LaTeX for math-verify: the whole answer in ``\\boxed{}``, ``**`` as ``^``, digit
-    groups (``1\\,000``, ``1{,}000``) joined.
+_FONT = re.compile(r"\\(?:mathbf|mathrm|mathit|textbf|boldsymbol|bm|displaystyle)\s*(?=\{|\s)")
+_TEXT_NUMBER = re.compile(r"\\text\s*\{\s*([-+]?[\d.,/]+)\s*\}")
+_E_NOTATION = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)\s*$")
 
-    >>> latex_for_math_verify("2*x**2 - 1\\\\,000")
-    '\\\\boxed{2*x^{2} - 1000}'
+
+def _strip_grouping(text: str) -> str:
+    """``{5}`` is 5 (a group), not the set of 5; ``\\{5\\}`` stays a set."""
+    s = text.strip()
+    while s.startswith("{") and s.endswith("}") and _closing(s) == len(s) - 1:
+        s = s[1:-1].strip()
+    return s
+
+
+def _closing(s: str) -> int:
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth == 0:
+            return i
+    return -1
+
+
+def latex_for_math_verify(text: str) -> str:
+    """Delimited LaTeX for math-verify: the whole answer in ``\\boxed{}``; ``**`` as ``^``; digit
+    groups (``1\\,000``, ``1{,}000``) joined; ``1e3`` as ``1 \\times 10^{3}``; font commands
+    (``\\mathbf``, ``\\text{5}``) and a grouping ``{...}`` around the whole answer dropped.
+
+    >>> latex_for_math_verify("2*x**2 - 1\\\\,000"), latex_for_math_verify("{\\\\mathbf{5}}"), latex_for_math_verify("1e3")
+    ('\\\\boxed{2*x^{2} - 1000}', '\\\\boxed{5}', '\\\\boxed{1 \\\\times 10^{3}}')
     """
     s = _GROUPED.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
     s = _POWER.sub(lambda m: "^{" + m.group(1) + "}", s)
-    return "\\boxed{" + s + "}"
+    s = _TEXT_NUMBER.sub(lambda m: m.group(1), _FONT.sub("", s))
+    s = _E_NOTATION.sub(lambda m: f"{m.group(1)} \\times 10^{{{m.group(2)}}}", s)
+    return "\\boxed{" + _strip_grouping(s) + "}"
 
 
 def parse_math(text: str) -> Any:
@@ -215,18 +241,21 @@ def is_literal_number(value: Any) -> bool:
 
 
 def is_expanded(value: Any) -> bool:
-    """No product or power of a sum anywhere (``2x^2 - 3x + 1`` yes, ``(2x - 1)(x - 1)`` no).
+    """No product of a sum with anything but numbers, no power of a sum (``2x^2 - 3x + 1`` and
+    ``-(2x^2 - 3x + 1)`` yes; ``(2x - 1)(x - 1)``, ``x(2x - 3) + 1`` and ``(x + 1)^2`` no).
 
-    >>> is_expanded(parse_math("2x^2 - 3x + 1")), is_expanded(parse_math("(2x - 1)(x - 1)")), is_expanded(parse_math("(x+1)^2"))
-    (True, False, False)
+    >>> [is_expanded(parse_math(s)) for s in ["2x^2 - 3x + 1", "-(2x^2 - 3x + 1)", "(2x - 1)(x - 1)", "x(2x - 3) + 1", "(x+1)^2"]]
+    [True, True, False, False, False]
     """
     from sympy import Add, Basic, Mul, Pow, preorder_traversal
 
     if not isinstance(value, Basic):
         return False
     for node in preorder_traversal(value):
-        if isinstance(node, Mul) and any(isinstance(a, Add) for a in node.args):
-            return False
+        if isinstance(node, Mul):
+            sums = [a for a in node.args if isinstance(a, Add)]
+            if len(sums) > 1 or (sums and any(not a.is_number for a in node.args if not isinstance(a, Add))):
+                return False
         if isinstance(node, Pow) and isinstance(node.base, Add):
             return False
     return True
