@@ -10,7 +10,7 @@ if ROOT not in sys.path:  # the repository root, so `workers` imports without an
 
 import pytest  # noqa: E402
 
-from sandbox_helpers import live_pool_cgroups, ready, require, wait_no_sandbox_processes  # noqa: E402,F401
+from sandbox_helpers import live_pool_cgroups, own_cgroup, ready, require, wait_no_sandbox_processes  # noqa: E402,F401
 from workers.sandbox import PoolConfig, close_runtimes, get_runtime, reap  # noqa: E402
 from workers.sandbox import cgroups  # noqa: E402
 
@@ -50,7 +50,7 @@ def clean(backend):
     settle(backend)
     leftovers = wait_no_sandbox_processes()
     assert not leftovers, f"sandbox processes left behind: {leftovers}"
-    left = [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if d not in live_pool_cgroups()]
+    left = [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if own_cgroup(d) and d not in live_pool_cgroups()]
     assert left == [], "execution cgroups left behind"
 
 

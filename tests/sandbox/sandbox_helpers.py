@@ -9,7 +9,7 @@ import pytest  # noqa: F401
 
 from workers.sandbox import Limits
 from workers.sandbox.bwrap_backend import SLOT_UID_BASE
-from workers.sandbox.bwrap_pool import WARM_UID_BASE
+from workers.sandbox.bwrap_pool import MAX_SLOTS, WARM_UID_BASE
 from workers.sandbox.docker_backend import JOB_UID_BASE
 
 REQUIRE = os.environ.get("TEMPER_REQUIRE_SERVICES") == "1"
@@ -78,9 +78,21 @@ EXTRA_POOLS: list = []
 """Pools tests create outside get_runtime (their sandboxes are expected to be alive)."""
 
 
-def sandbox_uids() -> dict[int, list[str]]:
-    """Host processes running as a sandbox uid (bwrap slots or docker job uids) -> cmdlines,
-    except the agents of live pool containers."""
+def own_uid(uid: int) -> bool:
+    """True for a sandbox uid of this process's blocks (other test runs on the machine have theirs)."""
+    n = os.getpid() % 1000
+    return any(base + n * size <= uid < base + (n + 1) * size for base, size in
+               ((SLOT_UID_BASE, MAX_SLOTS), (WARM_UID_BASE, MAX_SLOTS), (JOB_UID_BASE, 1000)))
+
+
+def own_cgroup(d: Path) -> bool:
+    """True for an execution cgroup this process created (named `<pid>-<n>`)."""
+    return d.name.startswith(f"{os.getpid()}-")
+
+
+def sandbox_uids(own_only: bool = False) -> dict[int, list[str]]:
+    """Host processes running as a sandbox uid (bwrap slots or docker job uids; with `own_only`
+    only this process's) -> cmdlines, except the agents of live pool sandboxes."""
     found: dict[int, list[str]] = {}
     agents = _live_agents()
     for d in Path("/proc").iterdir():
@@ -89,6 +101,8 @@ def sandbox_uids() -> dict[int, list[str]]:
         try:
             uid_line = next(l for l in (d / "status").read_text().splitlines() if l.startswith("Uid:"))
             uid = int(uid_line.split()[1])
+            if own_only and not own_uid(uid):
+                continue
             if SLOT_UID_BASE <= uid < WARM_UID_BASE + 100_000 or JOB_UID_BASE <= uid < JOB_UID_BASE + 1_000_000:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.setdefault(uid, []).append(f"{d.name}: {cmd}")
@@ -97,10 +111,9 @@ def sandbox_uids() -> dict[int, list[str]]:
     return found
 
 
-
-
 def wait_no_sandbox_processes(match: str = "", timeout_s: float = 15.0) -> dict[int, list[str]]:
-    """Poll until no sandbox process (whose cmdline contains `match`) exists; returns what is left.
+    """Poll until no sandbox process whose cmdline contains `match` (any test run's), or without
+    `match` no sandbox process of this test run, exists; returns what is left.
 
     Killed processes vanish asynchronously (the kernel reaps them after SIGKILL), so the check
     waits for the condition instead of looking once.
@@ -109,7 +122,7 @@ def wait_no_sandbox_processes(match: str = "", timeout_s: float = 15.0) -> dict[
 
     end = time.monotonic() + timeout_s
     while True:
-        left = {u: [p for p in ps if match in p] for u, ps in sandbox_uids().items()}
+        left = {u: [p for p in ps if match in p] for u, ps in sandbox_uids(own_only=not match).items()}
         left = {u: ps for u, ps in left.items() if ps}
         if not left or time.monotonic() > end:
             return left

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from sandbox_helpers import EXTRA_POOLS, bwrap_ready, require
-from workers.sandbox import Limits, PoolConfig, SandboxPool, bwrap, cgroups
+from workers.sandbox import Limits, PoolConfig, SandboxPool, cgroups
+from workers.sandbox.bwrap_backend import BwrapBackend
 from workers.sandbox.bwrap_pool import WarmBwrapBackend
-from workers.sandbox.bwrap_backend import SLOT_UID_BASE
 
 
 @pytest.fixture
@@ -20,17 +20,16 @@ LIMITS = Limits(cpu_s=1, wall_s=10, memory_mb=128, pids=32)
 """Wall time well above CPU time: a loaded machine may need seconds to give 1 s of CPU."""
 
 
-@pytest.fixture(params=["cold", "warm"])
+@pytest.fixture(params=[BwrapBackend, WarmBwrapBackend], ids=["cold", "warm"])
 def runner(request, no_cgroups):
-    """Runs one job on the cold path (bwrap.run) or through a warm sandbox pool, both without cgroups."""
-    if request.param == "cold":
-        yield lambda files, command: bwrap.run(bwrap.BwrapSlot(SLOT_UID_BASE + 99_999, "fallback"), files, command, LIMITS, None)
-        return
-    pool = SandboxPool(WarmBwrapBackend(PoolConfig(warm_per_domain=1)), PoolConfig(warm_per_domain=1))
+    """Runs one job through a cold or a warm bwrap pool, both without cgroups."""
+    config = PoolConfig(warm_per_domain=1)
+    pool = SandboxPool(request.param(config), config)
     EXTRA_POOLS.append(pool)
     try:
         yield lambda files, command: pool.execute(files, command, LIMITS, domain="fallback")
     finally:
+        pool.backend.wait_idle(30)
         EXTRA_POOLS.remove(pool)
         pool.close()
 

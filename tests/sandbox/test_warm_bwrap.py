@@ -11,7 +11,7 @@ import secrets
 
 import pytest
 
-from sandbox_helpers import EXTRA_POOLS, SMALL, bwrap_ready, live_pool_cgroups, require, wait_no_sandbox_processes
+from sandbox_helpers import EXTRA_POOLS, SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, require, wait_no_sandbox_processes
 from workers.sandbox import Limits, PoolConfig, SandboxPool, cgroups
 from workers.sandbox.bwrap_pool import RESIDENT, WarmBwrapBackend
 
@@ -29,7 +29,7 @@ def pool():
     EXTRA_POOLS.remove(pool)
     pool.close()
     assert wait_no_sandbox_processes() == {}, "sandbox processes left after the pool closed"
-    assert [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if d not in live_pool_cgroups()] == []
+    assert [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if own_cgroup(d) and d not in live_pool_cgroups()] == []
 
 
 def run(pool, program: str, limits: Limits = SMALL, domain: str = "reuse"):

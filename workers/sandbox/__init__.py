@@ -5,9 +5,10 @@
     verdict = execute(files, command, Limits(cpu_s=2, wall_s=5))
     verdict.status, [t.passed for t in verdict.tests]
 
-Backends: `bwrap` (fresh namespaces per execution) and `docker` (pre-warmed containers per
-domain). Chosen by the `backend` argument, else TEMPER_SANDBOX_BACKEND, else bwrap when
-bubblewrap is installed. Never imports Django.
+Backends: `bwrap` (warm bubblewrap sandboxes per domain), `bwrap-cold` (a fresh bubblewrap
+sandbox per execution) and `docker` (pre-warmed containers per domain); every one runs the
+Temper agent (agent.py) as the sandbox's pid 1. Chosen by the `backend` argument, else
+TEMPER_SANDBOX_BACKEND, else bwrap when bubblewrap is installed. Never imports Django.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _make_backend(name: str, config: PoolConfig):
     if name in ("bwrap", "bwrap-cold"):
         from .bwrap_backend import BwrapBackend
 
-        return BwrapBackend(slots=config.global_limit)
+        return BwrapBackend(config)
     if name == "docker":
         from .docker_backend import DockerBackend
 

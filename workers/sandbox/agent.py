@@ -1,30 +1,47 @@
-"""The in-container agent of the Docker backend, run as the container's pid 1.
+"""The in-sandbox agent: pid 1 of every sandbox (Docker containers, warm and cold bwrap).
 
-Why: a `docker exec` per job costs a runc exec (~100 ms here). Instead the container's first
-process is this small agent, which the host talks to over the container's attached stdin/stdout.
-Being pid 1 of the container's pid namespace it cannot be killed from inside (the kernel drops
-SIGKILL/SIGSTOP sent to a namespace init by its own processes, and it installs no handlers), it
-marks itself non-dumpable (so the job, which runs as the same unprivileged uid, can neither
-ptrace it nor read /proc/1/*), reaps every orphan as an init must, and ends each job with
-`kill(-1, SIGKILL)`, which reaches every process in the container except itself.
+Why: a `docker exec` per job costs a runc exec (~100 ms here), a fresh bwrap per job its
+namespace setup. Instead the sandbox's first process is this small agent, which the host talks
+to over the sandbox's stdin/stdout; a job is a frame and a fork+exec inside.
 
-The same agent is pid 1 of each warm bwrap sandbox (bwrap_pool.py, bwrap `--as-pid-1`). After
-each job it also removes System V IPC objects and clears the shared kernel keyrings (both outlive
-processes) and restores the modes of /work, /tmp and /dev/shm before reporting ready.
+The job runs as the agent's uid, so the agent defends itself by what the kernel gives a
+namespace init, not by permissions:
+- Signals: the kernel drops a signal sent to a pid namespace's init from inside the namespace
+  unless the init installed a handler for it. Python installs some (SIGINT raises
+  KeyboardInterrupt) and ignores others (SIGPIPE, SIGXFSZ, which a job would inherit across
+  exec), so the agent first resets every disposition to SIG_DFL.
+- Memory and /proc: it marks itself non-dumpable, so the job can neither ptrace it nor read or
+  write /proc/1/* (environ, mem, fd, ...).
+- What a process of the same uid may still change about another (rlimits with prlimit, nice,
+  scheduling policy, CPU affinity, I/O priority) is compared after each job with what it was at
+  start; a job inherits those, so when one differs the agent exits and the sandbox is retired.
+
+After each job (the reset) the agent kills every process in the sandbox but itself
+(`kill(-1, SIGKILL)`, repeated until it has no child left), removes what outlives processes —
+System V IPC objects, POSIX message queues, kernel keys — empties /work, /tmp, /dev/shm and
+/dev/mqueue and restores their modes, extended attributes (ACLs included) and times, then checks
+that nothing is left: the work dirs empty, no IPC object, no socket in the network namespace
+(a closed TCP connection lingers in TIME_WAIT) and its own process state as at start. Anything
+left makes it exit instead of reporting ready, so the host retires the sandbox.
 
 Protocol (big-endian): host -> agent frames `type(1) length(4) payload`: b"J" job (JSON), b"K"
 kill the running job. Agent -> host frames: 1 stdout bytes, 2 stderr bytes, 3 result (JSON),
-4 ready (after start and after each job's cleanup), 5 agent error text.
+4 ready (after start and after each job's reset), 5 agent error text.
 """
 from __future__ import annotations
 
 AGENT_SOURCE = r'''
 import base64, ctypes, json, os, resource, select, signal, struct, sys, time
 
-try:
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-except Exception:
-    pass
+for _sig in signal.valid_signals():  # SIG_DFL everywhere: the kernel's init protection applies
+    if _sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(_sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+os.umask(0o022)
 
 def write_all(fd, data):
     view = memoryview(data)
@@ -37,6 +54,11 @@ def write_all(fd, data):
 
 def send(kind, data=b""):
     write_all(1, struct.pack(">BI", kind, len(data)) + data)
+
+def retire(why):
+    """Exit instead of reporting ready: the host then retires this sandbox."""
+    os.write(2, ("temper agent: %s; retiring\n" % why).encode())
+    os._exit(3)
 
 inbuf = bytearray()
 
@@ -67,7 +89,10 @@ def killall():
         pass
 
 def reap_all(block):
+    """Reap exited children; with `block`, kill and reap until no process but us is left."""
     while True:
+        if block:
+            killall()  # again: a process forked while the last kill went round
         try:
             pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
@@ -75,27 +100,52 @@ def reap_all(block):
         if pid == 0:
             return
 
-libc = ctypes.CDLL(None, use_errno=True)
+SYSCALLS = {"x86_64": {"keyctl": 250, "ioprio_get": 252},
+            "aarch64": {"keyctl": 219, "ioprio_get": 31}}.get(os.uname().machine, {})
+
+def syscall(name, *args):
+    """A syscall glibc has no wrapper for, by number; -1 where the number is unknown."""
+    return libc.syscall(SYSCALLS[name], *args) if name in SYSCALLS else -1
+
+RLIMITS = sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")})
+
+def process_state():
+    """What another process of our uid can change about us and a job would inherit."""
+    sched = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    return ([resource.getrlimit(r) for r in RLIMITS], os.getpriority(os.PRIO_PROCESS, 0), sched,
+            sorted(os.sched_getaffinity(0)), syscall("ioprio_get", 1, 0))
+
+NET = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix", "packet")
+
+def net_state():
+    """Sockets of the network namespace (a closed TCP connection lingers in TIME_WAIT)."""
+    state = []
+    for name in NET:
+        try:
+            with open("/proc/net/" + name) as f:
+                state.append(sorted(f.read().splitlines()[1:]))
+        except OSError:
+            state.append(None)
+    return state
+
+def sysvipc():
+    """(table, id) of every System V IPC object in the namespace."""
+    found = []
+    for table in ("shm", "sem", "msg"):
+        try:
+            with open("/proc/sysvipc/" + table) as f:
+                found += [(table, int(line.split()[1])) for line in f.read().splitlines()[1:]]
+        except OSError:
+            pass
+    return found
 
 def wipe_ipc():
-    """Remove System V IPC objects a job left (they outlive processes in the IPC namespace)."""
-    for table, rm in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
-        try:
-            lines = open("/proc/sysvipc/" + table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            ident = int(line.split()[1])
-            if table == "sem":
-                rm(ident, 0, 0)  # IPC_RMID
-            else:
-                rm(ident, 0, None)
-
-KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
-
-def keyctl(*args):
-    """keyctl(2) by syscall number (glibc has no wrapper); -1 where unknown or refused."""
-    return libc.syscall(KEYCTL, *args) if KEYCTL else -1
+    """Remove System V IPC objects (they outlive processes; we are their creator, so we may)."""
+    for table, ident in sysvipc():
+        if table == "sem":
+            libc.semctl(ident, 0, 0)  # IPC_RMID
+        else:
+            (libc.shmctl if table == "shm" else libc.msgctl)(ident, 0, None)
 
 def key_serials():
     """Serials of the keys this uid can see (/proc/keys), or None where it is not readable."""
@@ -106,53 +156,105 @@ def key_serials():
 
 def wipe_keys():
     """Clear the keyrings a job shares with the agent (session, user, user-session: keys outlive
-    processes), then wait for the kernel to collect keyrings a job created for itself; if they
-    stay visible, exit, so that the host retires this sandbox rather than reuse it."""
+    processes), then wait for the kernel to collect keyrings a job created for itself."""
     for ring in (-3, -4, -5):  # KEY_SPEC_SESSION_KEYRING, _USER_KEYRING, _USER_SESSION_KEYRING
-        keyctl(7, ring)  # KEYCTL_CLEAR
+        syscall("keyctl", 7, ring)  # KEYCTL_CLEAR
     if BASE_KEYS is None:
         return
     end = time.monotonic() + 2.0
     while not key_serials() <= BASE_KEYS:
         if time.monotonic() > end:
-            os.write(2, b"temper agent: a job's keys were not collected; retiring\n")
-            os._exit(3)
+            retire("a job's keys were not collected")
         time.sleep(0.01)
 
-def wipe():
-    wipe_ipc()
-    wipe_keys()
-    for top, mode in (("/work", 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):
+TOPS = (("/work", 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777), ("/dev/mqueue", 0o1777))
+"""The writable directories (tmpfs, mqueue) and their modes."""
+
+def empty(top):
+    """Remove everything under `top` depth-first, without following links."""
+    try:
+        entries = os.listdir(top)
+    except OSError:
+        return
+    for name in entries:
+        order, stack = [], [os.path.join(top, name)]
+        while stack:
+            p = stack.pop()
+            order.append(p)
+            try:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    os.chmod(p, 0o700)
+                    stack.extend(os.path.join(p, c) for c in os.listdir(p))
+            except OSError:
+                pass
+        for p in reversed(order):
+            try:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    os.rmdir(p)
+                else:
+                    os.unlink(p)  # a message queue too (mq_unlink)
+            except OSError:
+                pass
+
+def top_state(top):
+    """What a job could set on a writable directory itself: mode, owner, xattrs and, where the
+    directory is ours (so the job's too), the times it may set to any value."""
+    try:
+        st = os.stat(top)
+    except OSError:
+        return None
+    try:
+        xattrs = sorted(os.listxattr(top))
+    except OSError:
+        xattrs = []
+    times = (st.st_atime_ns, st.st_mtime_ns) if st.st_uid == os.geteuid() else None
+    return (st.st_mode, st.st_uid, st.st_gid, xattrs, times)
+
+def restore_tops():
+    for top, mode in TOPS:
+        base = BASE_TOPS[top]
+        if base is None:
+            continue
         try:
-            os.chmod(top, mode)  # a job may have made the directory unusable for the next one
+            os.chmod(top, mode)
         except OSError:
             pass  # not ours (docker's tmpfs belongs to root): the job could not chmod it either
         try:
-            entries = os.listdir(top)
+            for name in os.listxattr(top):
+                if name not in base[3]:
+                    os.removexattr(top, name)
         except OSError:
-            continue
-        for name in entries:
-            path = os.path.join(top, name)
-            stack = [path]
-            # remove depth-first without following links
-            order = []
-            while stack:
-                p = stack.pop()
-                order.append(p)
-                try:
-                    if os.path.isdir(p) and not os.path.islink(p):
-                        os.chmod(p, 0o700)
-                        stack.extend(os.path.join(p, c) for c in os.listdir(p))
-                except OSError:
-                    pass
-            for p in reversed(order):
-                try:
-                    if os.path.isdir(p) and not os.path.islink(p):
-                        os.rmdir(p)
-                    else:
-                        os.unlink(p)
-                except OSError:
-                    pass
+            pass
+        empty(top)
+        if base[4] is not None:
+            try:
+                os.utime(top, ns=base[4])
+            except OSError:
+                pass
+
+def residue():
+    """What of the last job is still here after the reset ('' when nothing)."""
+    for top, _ in TOPS:
+        if top_state(top) != BASE_TOPS[top]:
+            return top + " changed"
+        if BASE_TOPS[top] is not None and os.listdir(top):
+            return top + " not empty"
+    if sysvipc():
+        return "System V IPC objects left"
+    if net_state() != BASE_NET:
+        return "sockets left in the network namespace"
+    if process_state() != BASE_PROCESS:
+        return "the agent's rlimits, priority or affinity were changed"
+    return ""
+
+def reset():
+    reap_all(True)
+    wipe_ipc()
+    wipe_keys()
+    restore_tops()
+    left = residue()
+    if left:
+        retire(left)
 
 def run_job(job):
     for name, b64 in job["files"].items():
@@ -182,7 +284,6 @@ def run_job(job):
                 resource.setrlimit(res, val)
             if lim.get("as"):  # no memory cgroup: address-space limit as the coarser backstop
                 resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.chdir("/work")
             os.execvpe(job["command"][0], job["command"], job["env"])
         except BaseException as e:
@@ -261,8 +362,16 @@ def run_job(job):
 
 os.chdir("/work")
 for ring in (-3, -4, -5):
-    keyctl(0, ring, 1)  # KEYCTL_GET_KEYRING_ID, create: the keyrings every job shares exist now
+    syscall("keyctl", 0, ring, 1)  # KEYCTL_GET_KEYRING_ID, create: the keyrings every job shares exist now
+for _top, _mode in TOPS:
+    try:
+        os.chmod(_top, _mode)  # the first job sees the modes every later one does
+    except OSError:
+        pass
 BASE_KEYS = key_serials()
+BASE_TOPS = {top: top_state(top) for top, _ in TOPS}
+BASE_NET = net_state()
+BASE_PROCESS = process_state()
 send(4, b"ready")
 while True:
     for kind, payload in read_frames(True):
@@ -272,9 +381,7 @@ while True:
             run_job(json.loads(payload))
         except Exception as e:
             send(5, repr(e).encode())
-        killall()
-        reap_all(True)
-        wipe()
+        reset()
         send(4, b"ready")
 '''
-"""Source of the agent, run with `python3 -c` as the container's command."""
+"""Source of the agent, run with `python3 -I -c` as the sandbox's pid 1."""

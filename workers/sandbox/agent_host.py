@@ -1,10 +1,20 @@
-"""Host side of the agent protocol (agent.py), shared by the Docker and warm bwrap backends.
+"""Host side of the agent protocol (agent.py), shared by every backend (Docker, warm and cold bwrap).
 
 A stream object provides `send(kind, payload)`, `next_frame(timeout) -> (kind, payload) | None`,
-`eof` and `agent_stderr`; `run_agent_job` sends one job over it and supervises it: output caps
-and CPU time (read from the sandbox's cgroup) end the job with a kill frame, and peak memory and
-OOM kills are read from the cgroup. The agent enforces wall time and, after the result, kills
-everything, wipes the work dirs and sends a ready frame (collected later with `wait_for(4, ...)`).
+`eof`, `agent_stderr` and `lost`; `run_agent_job` sends one job over it and supervises it:
+output caps and CPU time (read from the sandbox's cgroup) end the job with a kill frame, and
+peak memory and OOM kills are read from the cgroup. The agent enforces wall time and, after the
+result, kills everything, resets the sandbox and sends a ready frame (collected later with
+`wait_for(4, ...)`).
+
+The line between infrastructure and the job is the delivery of the job frame: until its first
+byte is accepted, a dead or silent agent is the infrastructure's failure (SandboxError:
+`sandbox_error`, retried by the pool on another sandbox). From then on whatever happens is the
+job's outcome, because the job may have caused it: an agent that dies, closes its stream, sends
+garbage or stops answering gives `runtime_error` (`memory_limit` when the cgroup counted an OOM
+kill, the limit's status when a limit had been hit), the stream is marked `lost` and the backend
+retires the sandbox, and nothing is retried. So no job can turn its own failure into the masked
+`sandbox_error`.
 """
 from __future__ import annotations
 
@@ -25,6 +35,29 @@ from .types import Limits, SandboxError, Verdict
 
 GRACE_S = 10.0
 """How long past the wall limit the host waits for the agent's result before giving up on it."""
+MAX_FRAME = 1 << 20
+"""Largest frame the agent sends (output comes in chunks of at most 64 KiB); more is garbage."""
+FRAME_KINDS = frozenset({1, 2, 3, 4, 5})
+"""Frame types the agent sends: stdout, stderr, result, ready, agent error."""
+KILLED = frozenset({None, "wall", "cpu", "output", "host"})
+"""What the agent's result may give as the reason it killed the job."""
+
+
+class FrameError(ValueError):
+    """Bytes from the agent that are not a frame it would send."""
+
+
+class SendError(SandboxError):
+    """Writing a frame to the agent failed after `accepted` bytes of it had gone through."""
+
+    def __init__(self, message: str, accepted: int):
+        super().__init__(message)
+        self.accepted = accepted
+
+
+class AgentLost(Exception):
+    """The agent failed while it held a job: died, closed its stream, sent garbage, went silent."""
+
 
 class FrameReader:
     """Parses agent frames `type(1) length(4) payload` from bytes fed in."""
@@ -33,10 +66,13 @@ class FrameReader:
         self.buf = bytearray()
 
     def parse_one(self) -> tuple[int, bytes] | None:
+        """The next complete frame, None when it has not all arrived; FrameError on garbage."""
         buf = self.buf
         if len(buf) < 5:
             return None
         kind, size = buf[0], struct.unpack(">I", buf[1:5])[0]
+        if kind not in FRAME_KINDS or size > MAX_FRAME:
+            raise FrameError(f"garbage from the sandbox agent (frame type {kind}, {size} bytes)")
         if len(buf) < 5 + size:
             return None
         frame = (kind, bytes(buf[5:5 + size]))
@@ -44,17 +80,36 @@ class FrameReader:
         return frame
 
 
+def _stderr_tail(stream) -> str:
+    return bytes(stream.agent_stderr[-1000:]).decode("utf-8", "replace").strip()
+
+
 def wait_for(stream, kind: int, timeout: float) -> None:
-    """Read frames from `stream` until one of `kind` arrives; SandboxError on timeout or EOF."""
+    """Read frames from `stream` until one of `kind` arrives; SandboxError on timeout, EOF or garbage."""
     end = time.monotonic() + timeout
     while True:
-        frame = stream.next_frame(min(0.5, max(0.0, end - time.monotonic())))
+        try:
+            frame = stream.next_frame(min(0.5, max(0.0, end - time.monotonic())))
+        except FrameError as e:
+            raise SandboxError(str(e)) from e
         if frame is not None and frame[0] == kind:
             return
         if frame is None and stream.eof:
-            raise SandboxError("sandbox agent exited: " + bytes(stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
+            raise SandboxError("sandbox agent exited: " + _stderr_tail(stream))
         if time.monotonic() > end:
             raise SandboxError(f"sandbox agent did not answer within {timeout} s")
+
+
+def check_idle(stream) -> None:
+    """SandboxError unless the agent is idle and its stream open (nothing unread, no EOF)."""
+    try:
+        frame = stream.next_frame(0)
+    except FrameError as e:
+        raise SandboxError(str(e)) from e
+    if frame is not None:
+        raise SandboxError(f"sandbox agent sent frame type {frame[0]} while idle")
+    if stream.eof:
+        raise SandboxError("sandbox agent exited: " + _stderr_tail(stream))
 
 
 class PipeAgentStream:
@@ -67,15 +122,17 @@ class PipeAgentStream:
         self.reader = FrameReader()
         self.agent_stderr = bytearray()
         self.eof = False
+        self.lost = ""
+        """Why the agent was lost during a job ('' while it is sound): the sandbox must go."""
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
         data = memoryview(kind + struct.pack(">I", len(payload)) + payload)
+        accepted = 0
         try:
-            while data:
-                n = os.write(self.w, data)
-                data = data[n:]
+            while accepted < len(data):
+                accepted += os.write(self.w, data[accepted:])
         except OSError as e:
-            raise SandboxError(f"sandbox agent unreachable: {e}") from e
+            raise SendError(f"sandbox agent unreachable: {e}", accepted) from e
 
     def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
         """The next frame from the agent, or None when none arrived within `timeout` seconds."""
@@ -138,57 +195,90 @@ def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | 
     return json.dumps(job).encode()
 
 
+def _result(payload: bytes) -> dict:
+    """The agent's result frame, checked; AgentLost when it is not one the agent would send."""
+    try:
+        result = json.loads(payload)
+        ok = (isinstance(result, dict) and result.get("killed") in KILLED
+              and (isinstance(result.get("exit_code"), int) or isinstance(result.get("signal"), int)))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise AgentLost(f"garbage result from the sandbox agent: {payload[:200]!r}")
+    return result
+
+
 def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
                   stdin: bytes | None, backend: str, address_space: int | None = None) -> Verdict:
-    """Send one job to an idle agent and supervise it to its verdict (see the module docstring)."""
+    """Send one job to an idle agent and supervise it to its verdict (see the module docstring).
+
+    Raises SandboxError only when the job did not reach the agent. When the agent is lost after
+    that, the verdict is the job's and `stream.lost` says why (the caller retires the sandbox)."""
     message = job_message(files, command, limits, stdin, address_space)
+    check_idle(stream)
     if cg is not None:
         cg.reset_peak()
         cpu0, oom0 = cg.cpu_s(), cg.oom_events()
     out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
     t0 = time.monotonic()
-    stream.send(b"J", message)
     killed_for = None
     result = None
-    while result is None:
-        now = time.monotonic()
-        if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
-            killed_for = "cpu"
-            stream.send(b"K", b"cpu")
-        if now > t0 + limits.wall_s + GRACE_S:
-            raise SandboxError("sandbox agent gave no result in time")
-        frame = stream.next_frame(0.05)
-        while frame is not None:
-            kind, payload = frame
-            if kind in (1, 2):
-                target = out if kind == 1 else err
-                if target.feed(payload) and killed_for is None:
-                    killed_for = "output"
-                    stream.send(b"K", b"output")
-            elif kind == 3:
-                result = json.loads(payload)
-                break
-            elif kind == 5:
-                raise SandboxError("sandbox agent failed: " + payload.decode("utf-8", "replace"))
-            frame = stream.next_frame(0)
-        if result is None and stream.eof:
-            raise SandboxError("sandbox agent exited: "
-                               + bytes(stream.agent_stderr[-1000:]).decode("utf-8", "replace"))
+    try:
+        stream.send(b"J", message)
+    except SendError as e:
+        if not e.accepted:
+            raise  # nothing of the job reached the sandbox: infrastructure
+        stream.lost = str(e)  # part of it did: from here on it is the job's outcome
+    try:
+        while not stream.lost and result is None:
+            now = time.monotonic()
+            if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
+                killed_for = "cpu"
+                stream.send(b"K", b"cpu")
+            if now > t0 + limits.wall_s + GRACE_S:
+                killed_for = killed_for or "wall"
+                raise AgentLost(f"the sandbox agent gave no result {GRACE_S:.0f} s past the wall limit")
+            frame = stream.next_frame(0.05)
+            while frame is not None:
+                kind, payload = frame
+                if kind in (1, 2):
+                    target = out if kind == 1 else err
+                    if target.feed(payload) and killed_for is None:
+                        killed_for = "output"
+                        stream.send(b"K", b"output")
+                elif kind == 3:
+                    result = _result(payload)
+                    break
+                elif kind == 5:
+                    raise AgentLost("the sandbox agent failed: " + payload.decode("utf-8", "replace"))
+                else:
+                    raise AgentLost(f"the sandbox agent sent frame type {kind} during a job")
+                frame = stream.next_frame(0)
+            if result is None and stream.eof:
+                raise AgentLost("the sandbox agent exited: " + _stderr_tail(stream))
+    except (AgentLost, FrameError, SendError) as e:
+        stream.lost = str(e) or type(e).__name__
     wall = time.monotonic() - t0
     cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
     peak = cg.peak_memory() if cg is not None else 0
     oom = (cg.oom_events() - oom0) if cg is not None else 0
+    result = result or {}
     if killed_for is None and result.get("killed"):
         killed_for = result["killed"]
     exit_code, sig = result.get("exit_code"), result.get("signal")
     if cg is None and result.get("rusage"):
         cpu, peak = result["rusage"]
-    verdict = Verdict(status="sandbox_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
+    verdict = Verdict(status="runtime_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
                       peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
                       stdout_truncated=out.truncated, stderr_truncated=err.truncated,
                       stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend=backend)
+    if stream.lost and killed_for is None and cpu >= limits.cpu_s:
+        killed_for = "cpu"
     verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,
                                              oom_events=oom, cpu_s=cpu, limits=limits, stderr=verdict.stderr)
+    if stream.lost:
+        verdict.error = ("the job broke its sandbox: " if verdict.status == "runtime_error"
+                         else verdict.error + "; the sandbox broke: ") + stream.lost
     return verdict
 
 

@@ -1,47 +1,33 @@
-"""Adapter of the bubblewrap runner to the pool's Backend protocol: slots are uids."""
+"""The cold bubblewrap backend (`bwrap-cold`): a fresh sandbox for every job, discarded after it.
+
+The sandbox is the warm pool's (bwrap_pool.py: the same bwrap command line, the same agent as
+pid 1, the same supervision in agent_host.py), started when the job arrives and removed after
+its one job, so nothing a job does can reach another job, and there is one supervision path for
+every backend. Costs the sandbox's start (bwrap's namespaces and the agent's start) per job.
+"""
 from __future__ import annotations
 
-import os
-import threading
+from .bwrap_pool import MAX_SLOTS, WarmBwrapBackend, WarmSandbox, _key
+from .types import Limits, Verdict
 
-from . import bwrap, cgroups
-from .types import Limits, SandboxError, Verdict
+__all__ = ["BwrapBackend", "MAX_SLOTS", "SLOT_UID_BASE"]
 
 SLOT_UID_BASE = 1_300_000
-"""Sandboxed processes run as SLOT_UID_BASE + (worker pid % 1000) * 100 + slot: unique per slot
-and (almost always) per worker process, so per-user rlimits of one job never limit another."""
-MAX_SLOTS = 100
-"""Slots per worker process (the uid block size)."""
+"""Cold sandboxes run as SLOT_UID_BASE + (worker pid % 1000) * MAX_SLOTS + n: unique per live
+sandbox and (almost always) per worker process, so per-user rlimits of one job never limit another."""
 
 
-class BwrapBackend:
-    """Fresh namespaces per job; a slot is a uid no other running job uses."""
+class BwrapBackend(WarmBwrapBackend):
+    """Fresh namespaces per job: every sandbox serves exactly one job."""
 
-    name = "bwrap"
+    uid_base = SLOT_UID_BASE
 
-    def __init__(self, slots: int):
-        if not bwrap.available():
-            raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
-        if not 1 <= slots <= MAX_SLOTS:
-            raise ValueError(f"bwrap slots must be 1..{MAX_SLOTS}, got {slots}")
-        base = SLOT_UID_BASE + (os.getpid() % 1000) * MAX_SLOTS
-        self._free = list(range(base, base + slots))
-        cgroups.reap_cgroups()  # a worker start reaps what dead workers left
-        self._lock = threading.Lock()
+    def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
+        return self._create(_key(domain, limits))
 
-    def acquire(self, domain: str, limits: Limits) -> bwrap.BwrapSlot:
-        with self._lock:
-            if not self._free:
-                raise SandboxError("no free bwrap slot (pool accounting error)")
-            return bwrap.BwrapSlot(self._free.pop(), domain)
+    def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
+        sb.retiring = True
+        self._submit(self._remove, sb)  # off the job's clock
 
-    def run(self, slot: bwrap.BwrapSlot, files: dict, command: list[str], limits: Limits,
-            stdin: bytes | None) -> Verdict:
-        return bwrap.run(slot, files, command, limits, stdin)
-
-    def release(self, slot: bwrap.BwrapSlot, verdict: Verdict | None) -> None:
-        with self._lock:
-            self._free.append(slot.uid)
-
-    def close(self) -> None:
-        pass
+    def warm(self, domain: str, limits: Limits | None = None) -> None:
+        """Nothing: no sandbox is started before its job."""

@@ -2,19 +2,20 @@
 
 Why: a fresh bwrap per job costs the namespace setup (clone with new user, mount, pid, net, ipc,
 uts and cgroup namespaces, then the mounts: 20-55 ms on the build machine), a shell + setpriv
-start, a cgroup create/remove and a supervision tail; measured 60-80 ms over a bare run. A warm
-sandbox pays that once: the same `bwrap` command line as a cold job (every namespace unshared,
-no nested user namespaces, die-with-parent, new session, cleared environment, capabilities
-dropped, read-only binds of the runtime directories only, private /proc and /dev, read-only
-root and /dev, size-capped tmpfs /work, /tmp and /dev/shm), run as its own slot uid inside its own
-cgroup, with the agent (agent.py, the Docker backend's pid 1) as the pid namespace's init
-(`--as-pid-1`). A job is then a frame over a pipe and a fork+exec inside: the agent gives it
-a fresh session, rlimits (CPU, file size, open files, processes, no core), and ends it with
-`kill(-1, SIGKILL)` (every process in the sandbox but itself), removes System V IPC objects,
-wipes /work, /tmp and /dev/shm and reports ready: the reset. The host checks the sandbox is
-still alive and that its cgroup holds only bwrap and the agent before reusing it: the health
-check. A sandbox is retired after any timeout, memory or output limit, after `max_uses` jobs,
-or when the agent stops answering (then `sandbox_error`, retried on a fresh sandbox).
+start, the agent's start and a cgroup create/remove. A warm sandbox pays that once: the bwrap
+command line of `bwrap.bwrap_args` (every namespace unshared, no nested user namespaces,
+die-with-parent, new session, cleared environment, capabilities dropped, read-only binds of the
+runtime directories only, private /proc and /dev, read-only root and /dev, size-capped tmpfs
+/work, /tmp and /dev/shm, /dev/mqueue), run as its own slot uid inside its own cgroup, with the
+agent (agent.py, also the Docker backend's pid 1) as the pid namespace's init (`--as-pid-1`).
+A job is then a frame over a pipe and a fork+exec inside: the agent gives it a fresh session,
+rlimits (CPU, file size, open files, processes, no core), and after it resets the sandbox
+(every process killed; IPC objects, message queues, keys and the writable dirs emptied; the
+agent's own state checked) and reports ready. The host checks the sandbox is still alive and
+that its cgroup holds only bwrap and the agent before reusing it: the health check. A sandbox
+is retired after any timeout, memory or output limit, when the agent was lost during a job
+(`runtime_error`, never retried: see agent_host.py), when its reset fails, and after
+`max_uses` jobs.
 
 Cgroup per sandbox, not per job: its memory limit is the idle agent's own charge (measured once
 the agent is ready, a few MiB) plus the job's `memory_mb`; CPU time and peak memory are read as
@@ -39,9 +40,11 @@ from .agent_host import BackgroundWork, PipeAgentStream, run_agent_job
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
 
+MAX_SLOTS = 100
+"""Live sandboxes per worker process and backend (the uid block size)."""
 WARM_UID_BASE = 1_400_000
-"""Warm sandboxes run as WARM_UID_BASE + (worker pid % 1000) * 100 + n: a block apart from the
-cold slots' (bwrap_backend.SLOT_UID_BASE), so no cold job shares a uid with a warm sandbox."""
+"""Warm sandboxes run as WARM_UID_BASE + (worker pid % 1000) * MAX_SLOTS + n: a block apart
+from the cold sandboxes' (bwrap_backend.SLOT_UID_BASE), so no two live sandboxes share a uid."""
 READY_TIMEOUT_S = 20.0
 """Longest wait for a new sandbox's agent to report ready."""
 RESET_TIMEOUT_S = 10.0
@@ -91,14 +94,14 @@ class WarmBwrapBackend(BackgroundWork):
     """Pool of warm bwrap sandboxes per (domain, memory/pids/tmpfs shape)."""
 
     name = "bwrap"
+    uid_base = WARM_UID_BASE
+    """First uid of this backend's blocks (one block of MAX_SLOTS uids per worker process)."""
 
     def __init__(self, config: PoolConfig | None = None):
-        from .bwrap_backend import MAX_SLOTS
-
         if not bwrap.available():
             raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
         self.config = config or PoolConfig()
-        base = WARM_UID_BASE + (os.getpid() % 1000) * MAX_SLOTS
+        base = self.uid_base + (os.getpid() % 1000) * MAX_SLOTS
         self._free_uids = list(range(base + MAX_SLOTS - 1, base - 1, -1))
         self._privileged = os.geteuid() == 0
         cgroups.reap_cgroups()  # a worker start reaps what dead workers left
@@ -110,7 +113,10 @@ class WarmBwrapBackend(BackgroundWork):
         self._bg = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-bwrap")
         self._pending: set = set()
         self._closed = False
-
+        self.started = 0
+        """Sandboxes started so far."""
+        self.retired = 0
+        """Sandboxes removed so far."""
 
     def agent_pids(self) -> set[int]:
         """Host pids of the live sandboxes' bwrap and agent processes (they belong there)."""
@@ -165,15 +171,15 @@ class WarmBwrapBackend(BackgroundWork):
                 except OSError as e:
                     raise SandboxError(f"cannot create cgroup: {e}") from e
             shape = Limits(memory_mb=memory_mb, pids=pids, tmpfs_mb=tmpfs_mb)
-            argv = bwrap.bwrap_args(shape, {}, [], None, self._privileged, as_pid_1=True)
-            argv += ["/usr/bin/python3", "-I", "-c", AGENT_SOURCE]
+            argv = bwrap.bwrap_args(shape, self._privileged) + ["/usr/bin/python3", "-I", "-c", AGENT_SOURCE]
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             fds = [in_r, in_w, out_r, out_w, err_r, err_w]
             try:
+                # cwd /: no process of the chain carries the worker's directory (nor, env={}, its environment)
                 proc = subprocess.Popen(["/bin/sh", "-c", self._wrapper_script(cg, uid, pids), "sh", *argv],
-                                        stdin=in_r, stdout=out_w, stderr=err_w, env={},
+                                        stdin=in_r, stdout=out_w, stderr=err_w, env={}, cwd="/",
                                         start_new_session=True, close_fds=True)
             except OSError as e:
                 raise SandboxError(f"cannot start bwrap: {e}") from e
@@ -184,6 +190,7 @@ class WarmBwrapBackend(BackgroundWork):
             sb = WarmSandbox(key, uid, proc, stream, cg)
             with self._lock:
                 self._all.add(sb)
+                self.started += 1
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -223,6 +230,7 @@ class WarmBwrapBackend(BackgroundWork):
             if sb in self._all:
                 self._all.discard(sb)
                 self._free_uids.append(sb.uid)
+                self.retired += 1
 
     def _missing(self, key: tuple) -> int:
         """Warm sandboxes this key lacks (idle, busy or resetting ones count: busy ones come back)."""
@@ -278,7 +286,7 @@ class WarmBwrapBackend(BackgroundWork):
         return run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
 
     def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
-        retire = (verdict is None or verdict.status in RETIRE_STATUSES
+        retire = (verdict is None or verdict.status in RETIRE_STATUSES or sb.stream.lost
                   or sb.uses >= self.config.max_uses or self._closed)
         if retire:
             sb.retiring = True

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import cgroups
 from .agent import AGENT_SOURCE
-from .agent_host import BackgroundWork, FrameReader, run_agent_job, wait_for
+from .agent_host import BackgroundWork, FrameError, FrameReader, SendError, run_agent_job, wait_for
 from .image import IMAGE
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
@@ -38,6 +38,8 @@ JOB_UID_BASE = 200000
 """Each container runs as its own uid JOB_UID_BASE + n, so per-user rlimits never collide."""
 READY_TIMEOUT_S = 30.0
 """Longest wait for a new container's agent to report ready."""
+RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
+"""Verdicts after which a container is never reused."""
 
 _worker_start = None
 
@@ -117,19 +119,24 @@ class AgentStream:
         self._frames = FrameReader()  # the agent's own frames, once docker's headers are removed
         self.agent_stderr = bytearray()
         self.eof = False
+        self.lost = ""
+        """Why the agent was lost during a job ('' while it is sound): the container must go."""
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
-        data = kind + struct.pack(">I", len(payload)) + payload
+        data = memoryview(kind + struct.pack(">I", len(payload)) + payload)
+        accepted = 0
         self.raw.setblocking(True)
         try:
-            self.raw.sendall(data)
+            while accepted < len(data):
+                accepted += self.raw.send(data[accepted:])
         except OSError as e:
-            raise SandboxError(f"sandbox agent unreachable: {e}") from e
+            raise SendError(f"sandbox agent unreachable: {e}", accepted) from e
         finally:
             self.raw.setblocking(False)
 
     def next_frame(self, timeout: float) -> tuple[int, bytes] | None:
-        """The next frame from the agent, or None when none arrived within `timeout` seconds."""
+        """The next frame from the agent, or None when none arrived within `timeout` seconds;
+        FrameError on bytes that are not docker's stream frames around the agent's frames."""
         frame = self._frames.parse_one()
         if frame is not None or self.eof:
             return frame
@@ -147,6 +154,8 @@ class AgentStream:
         self._docker += chunk
         while len(self._docker) >= 8:
             stream, size = self._docker[0], struct.unpack(">I", self._docker[4:8])[0]
+            if stream not in (1, 2):
+                raise FrameError(f"garbage from the container's attach stream (stream {stream})")
             if len(self._docker) < 8 + size:
                 break
             data = self._docker[8:8 + size]
@@ -154,7 +163,7 @@ class AgentStream:
             if stream == 1:
                 self._frames.buf += data
             else:
-                self.agent_stderr += data[-4096:]
+                self.agent_stderr = (self.agent_stderr + data)[-4096:]
         return self._frames.parse_one()
 
     def wait_for(self, kind: int, timeout: float) -> None:
@@ -162,10 +171,12 @@ class AgentStream:
         wait_for(self, kind, timeout)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except Exception:
-            pass
+        """Close the attach socket (the file object docker-py returns does not close it)."""
+        for s in (self.sock, self.raw):
+            try:
+                s.close()
+            except Exception:
+                pass
 
 
 @dataclass(eq=False)
@@ -198,6 +209,7 @@ class DockerBackend(BackgroundWork):
     def __init__(self, config: PoolConfig | None = None, image: str = IMAGE, client=None, reap_on_start: bool = True):
         self.config = config or PoolConfig()
         self.image = image
+        self._own_client = client is None
         self.client = client or _client()
         self.api = self.client.api
         self.pool_id = uuid.uuid4().hex[:12]
@@ -209,7 +221,12 @@ class DockerBackend(BackgroundWork):
         self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
         self._closed = False
+        self._stop = threading.Event()
         self._pending: set = set()
+        self.started = 0
+        """Containers started so far."""
+        self.retired = 0
+        """Containers removed so far."""
         try:
             self.client.images.get(image)
         except Exception as e:
@@ -280,11 +297,14 @@ class DockerBackend(BackgroundWork):
         cont = Container(cid, key, uid, expiry, stream, cg, pid)
         with self._lock:
             self._all.add(cont)
+            self.started += 1
         return cont
 
     def _remove(self, cont: Container) -> None:
         with self._lock:
-            self._all.discard(cont)
+            if cont in self._all:
+                self._all.discard(cont)
+                self.retired += 1
         cont.stream.close()
         try:
             self.api.remove_container(cont.id, force=True)
@@ -331,7 +351,7 @@ class DockerBackend(BackgroundWork):
         return cont
 
     def release(self, cont: Container, verdict: Verdict | None) -> None:
-        retire = (verdict is None or verdict.status in ("timeout_cpu", "timeout_wall", "memory_limit", "output_limit")
+        retire = (verdict is None or verdict.status in RETIRE_STATUSES or cont.stream.lost
                   or cont.uses >= self.config.max_uses or self._closed)
         if retire:
             self._submit(self._remove, cont)
@@ -342,10 +362,11 @@ class DockerBackend(BackgroundWork):
             self._submit(self._reset, cont)
 
     def _reset(self, cont: Container) -> None:
-        """Wait for the agent's ready frame (it killed everything and wiped the work dirs)."""
+        """Wait for the agent's ready frame (it killed everything and reset the container), then
+        check the container holds nothing but the agent."""
         try:
             cont.stream.wait_for(4, 10.0)
-            healthy = True
+            healthy = cont.cgroup is None or cont.cgroup.pids_current() <= 1
         except SandboxError:
             healthy = False
         with self._lock:
@@ -359,17 +380,17 @@ class DockerBackend(BackgroundWork):
 
     def _reap_loop(self) -> None:
         period = max(5.0, self.config.lease_s / 4)
-        while not self._closed:
-            time.sleep(period)
-            if self._closed:
-                return
+        while not self._stop.wait(period):
             try:
                 reap_containers(client=self.client)
             except SandboxError:
                 pass
 
     def close(self) -> None:
+        """Remove every container, stop the reaper and close the Docker client's connections
+        (when this backend opened the client)."""
         self._closed = True
+        self._stop.set()
         with self._lock:
             conts = list(self._all)
             self._idle.clear()
@@ -380,6 +401,9 @@ class DockerBackend(BackgroundWork):
             leftover = list(self._all)
         for c in leftover:
             self._remove(c)
+        self._reaper.join(timeout=30)
+        if self._own_client:
+            self.client.close()
 
     # ---- one job -------------------------------------------------------------------------
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,

@@ -1,5 +1,12 @@
 """Concurrency and slots: a limit per domain and a global one, a bounded queue, fast refusal,
-and retry of infrastructure failures on another slot. Backends only know how to run one job."""
+and retry of infrastructure failures on another slot. Backends only know how to run one job.
+
+Infrastructure failures are those before the job reached its sandbox (no slot, the engine down,
+a sandbox that did not start or whose agent is not ready): `SandboxError`, retried, and
+`sandbox_error` after the last attempt, which training masks out. Whatever happens once the job
+was handed over is the job's outcome, which the backend returns as a verdict and the pool never
+retries: a job that breaks its own sandbox gets `runtime_error` (or a limit's status), so no job
+can reach the mask from inside its sandbox."""
 from __future__ import annotations
 
 import os
@@ -60,10 +67,11 @@ class Backend(Protocol):
         """A ready slot for `domain` and these limits (raises SandboxError on infrastructure failure)."""
 
     def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None) -> Verdict:
-        """Run one job in the slot."""
+        """Run one job in the slot; raises SandboxError only when the job did not reach it."""
 
     def release(self, slot: Any, verdict: Verdict | None) -> None:
-        """Return the slot; verdict None or a limit status means retire it."""
+        """Return the slot; verdict None (it failed before the job), a limit status or a sandbox
+        the job broke means retire it."""
 
     def close(self) -> None:
         """Stop and remove everything the backend holds."""
@@ -111,7 +119,8 @@ class SandboxPool:
 
     def execute(self, files: dict, command: list[str], limits: Limits | None = None,
                 stdin: bytes | None = None, *, domain: str = "default") -> Verdict:
-        """Run one job; infrastructure failures come back as sandbox_error after retries."""
+        """Run one job; infrastructure failures (before the job reached a sandbox) are retried on
+        another slot and come back as sandbox_error after the last attempt."""
         limits = limits or Limits()
         t0 = time.monotonic()
         try:
@@ -130,14 +139,12 @@ class SandboxPool:
                 verdict: Verdict | None = None
                 try:
                     verdict = self.backend.run(slot, files, command, limits, stdin)
-                except SandboxError as e:
+                except SandboxError as e:  # the job did not reach the sandbox
                     last = Verdict(status="sandbox_error", error=str(e), backend=self.backend.name)
                 finally:
-                    self.backend.release(slot, verdict if verdict is not None and verdict.status != "sandbox_error" else None)
+                    self.backend.release(slot, verdict)
                 if verdict is not None:
-                    if verdict.status != "sandbox_error":
-                        return verdict
-                    last = verdict
+                    return verdict  # the job's outcome, whatever it is: never retried
             assert last is not None
             return last
         finally:
