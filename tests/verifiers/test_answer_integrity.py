@@ -218,7 +218,9 @@ def test_non_finite_numbers_never_match(text):
 
 
 def test_numeric_whole_is_one_number():
-    assert numeric_match("1 2 3 4", t(1234)).outcome is Outcome.PARSE_ERROR
+    assert numeric_match("1 2 3 4", t(1234)).outcome is Outcome.FAIL
+    assert numeric_match("1 2 3 4", t(1234)).details["error"].startswith("hedged answer")
+    assert numeric_match("4/2", t(2)).outcome is Outcome.FAIL and numeric_match("1/2", t(0.5)).outcome is Outcome.PASS
     assert numeric_match("1234", t(1234)).outcome is Outcome.PASS
     assert numeric_match("1,234", t(1234)).outcome is Outcome.PASS
     assert numeric_match("1 or 1234", t(1234), take="last").outcome is Outcome.FAIL

@@ -188,8 +188,10 @@ def test_cascade_cheap_first_and_stops_at_decisive_stage():
     v = run_cascade(spec, "so \\boxed{3}", t)
     assert v.outcome is Outcome.PASS
     assert [s["stage"] for s in v.details["stages"]] == ["extract", "exact"]  # math never ran
-    v = run_cascade(spec, "so \\boxed{6/2}", t)
+    v = run_cascade(spec, "so \\boxed{\\frac{6}{2}}", t)
     assert v.outcome is Outcome.PASS and v.details["stage"] == "math"
+    v = run_cascade(spec, "so \\boxed{6/2}", t)  # "X/Y" for a whole number reads as two answers
+    assert v.outcome is Outcome.FAIL and v.details["stage"] == "extract"
     v = run_cascade(spec, "so \\boxed{4}", t)
     assert v.outcome is Outcome.FAIL and [s["stage"] for s in v.details["stages"]] == ["extract", "exact", "math"]
     v = run_cascade(spec, "no box", t)

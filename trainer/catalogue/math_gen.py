@@ -235,7 +235,8 @@ def equivalent_forms(task: Task) -> list[str]:
     pass: other ways to write the value (fractions and decimals, ``\\dfrac``, reordered terms,
     ``2x^2`` / ``2x^{2}`` / ``2*x**2``, thousands separators, ``x = ...`` where the task names a
     variable) in a ``\\boxed{}``, and the gold in other containers (``$\\boxed{}$``, an
-    ``<answer>`` tag, the final line, the same box twice).
+    ``<answer>`` tag, a display, the same box twice). Every form holds a ``\\boxed{}`` or an
+    ``<answer>`` tag, so it is a whole completion as it stands.
 
     >>> import random
     >>> task = MathSource("math-expand", "expand").sample(random.Random(1), 0)
@@ -244,8 +245,8 @@ def equivalent_forms(task: Task) -> list[str]:
     """
     forms = [f"The answer is $\\boxed{{{text}}}$." for text in _answer_forms(task)]
     gold = task.answer
-    forms += [f"\\boxed{{{gold}}}", f"<answer>{gold}</answer>", f"Final answer: ${gold}$",
-              f"So $\\boxed{{{gold}}}$, i.e. \\boxed{{{gold}}}.", f"<answer>\\boxed{{{gold}}}</answer>"]
+    forms += [f"\\boxed{{{gold}}}", f"<answer>{gold}</answer>", f"Let me think.\n\nSo $\\boxed{{{gold}}}$, i.e. \\boxed{{{gold}}}.",
+              f"<answer>\\boxed{{{gold}}}</answer>", f"\\[\\boxed{{{gold}}}\\]"]
     return list(dict.fromkeys(forms))
 
 

@@ -203,6 +203,7 @@ _SEPARATORS: list[tuple[str, re.Pattern[str]]] = [
     ("'but' / 'vs'", re.compile(r"\bbut\b|\bvs\b\.?|\bversus\b|\binstead\b", re.I)),
     ("a comma or semicolon", re.compile(r"[,;]")),
     ("a slash between words", re.compile(r"[A-Za-z]{2,}\s*/\s*[A-Za-z]{2,}")),
+    ("a vertical bar", re.compile(r"(?<![|\\])\|(?!\|)|¦|\\mid\b|\\vert\b")),
     ("plus-or-minus", re.compile(r"\\pm\b|\\mp\b|±|∓|\+/-|\+-")),
     ("a LaTeX line break", re.compile(r"\\\\|\\newline\b")),
     ("LaTeX spacing between values", re.compile(r"\\q?quad\b")),
@@ -216,6 +217,24 @@ _ONE_NUMBER = re.compile(
 )
 _BRACKETS = {"[": "]", "{": "}", "(": ")"}
 
+
+_SLASH_LEFT = re.compile(r"(?<![\d.}])\(?\s*[-+]?\d+\s*\)?\s*$")
+_SLASH_RIGHT = re.compile(r"\s*\(?\s*[-+]?\d+(?![\d.])\s*\)?")
+_WHOLE = re.compile(r"[-+]?\d+(?:\.0*)?")
+
+
+def _slash_reason(answer: str, gold: str) -> str | None:
+    """A slash in an answer to one number is a fraction of two whole numbers (``-17/3``), and only
+    where the gold is not a whole number: ``4/2`` for 2, ``0.5/1.0`` or ``\\frac{1}{2}/1`` for
+    1/2 state two values."""
+    if "/" not in answer:
+        return None
+    if _WHOLE.fullmatch(gold.strip().strip("$ ")):
+        return "a slash between numbers where the gold is a whole number"
+    for i, ch in enumerate(answer):
+        if ch == "/" and not (_SLASH_LEFT.search(answer[:i]) and _SLASH_RIGHT.match(answer[i + 1:])):
+            return "a slash that is not a fraction of two whole numbers"
+    return None
 
 _LATEX_SPACE = re.compile(r"(?<!\\)\\[,;:! ]")
 _LIST_GAP = re.compile(r"[\s()\[\]{}'\"]*")
@@ -303,6 +322,10 @@ def hedge_reason(answer: str, gold: Any) -> str | None:
     'a LaTeX line break joins several values (the gold has none)'
     >>> hedge_reason("3 5", "5")
     'lists 2 numbers where the gold is one number'
+    >>> hedge_reason("4/2", "2"), hedge_reason("0.5/1.0", "0.5"), hedge_reason("3/4", "0.75"), hedge_reason("(-17)/3", "-5.67")
+    ('a slash between numbers where the gold is a whole number', 'a slash that is not a fraction of two whole numbers', None, None)
+    >>> hedge_reason("London | Paris", "Paris")
+    'a vertical bar joins several values (the gold has none)'
     >>> [hedge_reason(a, g) for a, g in [("1,000", "1000"), ("1{,}000", 1000), ("x = -7/3", "-\\\\frac{7}{3}"),
     ...                                  ("2, 1", "1, 2"), ("Alice is a knight and Bob is a knave", "Alice is a knight, and Bob is a knave"),
     ...                                  ("1 - 3x + 2x^2", "2x^{2} - 3x + 1"), ("1.5 \\\\times 10^{3}", "1500"),
@@ -327,6 +350,9 @@ def hedge_reason(answer: str, gold: Any) -> str | None:
         n = listed_numbers(a)
         if n > 1:
             return f"lists {n} numbers where the gold is one number"
+        reason = _slash_reason(a, g)
+        if reason is not None:
+            return reason
     if len(a) > 200 + 10 * len(g):
         return f"the answer is {len(a)} characters long where the gold is {len(g)}"
     return None

@@ -39,6 +39,7 @@ from typing import Any
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.answers import hedge_reason
 from trainer.verifiers.normalize import normalize_text, parse_number
 from trainer.verifiers.numeric import within
 
@@ -174,6 +175,8 @@ def _field_equal(found: Any, expected: Any, tol: dict[str, float]) -> bool:
     if found is None or expected is None:
         return found is expected
     exp_num = expected if isinstance(expected, (int, float)) else None
+    if isinstance(found, str) and hedge_reason(found, expected) is not None:
+        return False
     if exp_num is not None or tol:
         try:
             e = float(expected) if exp_num is not None else parse_number(str(expected))

@@ -26,7 +26,9 @@ value asked for "rounded to two decimal places" is within half a unit of that pl
 >>> numeric_match("3 or 3.14159", t, take="last").details["error"]
 'the final line states 2 numbers'
 >>> [numeric_match(s, t, abs_tol=1e9).outcome.value for s in ["nan", "inf", "1 2 3 4"]]
-['parse_error', 'parse_error', 'parse_error']
+['parse_error', 'parse_error', 'fail']
+>>> numeric_match("4/2", Task("d", "1", "q", answer=2)).details["error"]
+'hedged answer: a slash between numbers where the gold is a whole number'
 >>> numeric_match("45.23%", Task("d", "1", "q", answer=45.23, meta={"percent": "points"})).outcome.value
 'pass'
 """
@@ -66,14 +68,18 @@ def numeric_match(
     """Compare the number in the completion (``take``: the ``whole`` text is one number, or the
     ``last`` number of a final line that states only one)."""
     percent = percent or task.meta.get("percent", "fraction")
+    gold = task.answer if expected is None else expected
     if take == "whole":
+        reason = hedge_reason(completion, gold)
+        if reason is not None:
+            return Verification.failed(error=f"hedged answer: {reason}", found=completion[:200])
         found = parse_number(completion, percent=percent)
     else:
         line = final_line(completion) or ""
         n = count_numbers(line)
         if n > 1:
             return Verification.failed(error=f"the final line states {n} numbers", found=line[:200])
-        reason = hedge_reason(line, task.answer if expected is None else expected)
+        reason = hedge_reason(line, gold)
         if reason is not None:
             return Verification.failed(error=f"hedged answer: {reason}", found=line[:200])
         found = last_number(line)
