@@ -48,6 +48,8 @@ class FakeAuditor:
     reports: dict[str, dict] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
     fail_with: Exception | None = None
+    hang: bool = False
+    """Block until interrupted (a task generator that never returns)."""
 
     def module(self) -> types.ModuleType:
         mod = types.ModuleType("trainer.audit")
@@ -67,6 +69,10 @@ class FakeAuditor:
         if progress is not None:
             progress(1, 2)
             progress(2, 2)
+        if self.hang:
+            import threading
+
+            threading.Event().wait()
         if self.fail_with is not None:
             raise self.fail_with
         return FakeReport(self.reports.get(slug) or report(domain=slug))

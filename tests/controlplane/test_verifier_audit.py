@@ -455,6 +455,17 @@ def test_cli_audit_failed_audits_exit_2(world, monkeypatch):
     assert exc.value.returncode == 2
 
 
+def test_cli_audit_time_limit_fails_a_hanging_domain_and_goes_on(world, monkeypatch):
+    install(monkeypatch, FakeAuditor(hang=True))
+    out = io.StringIO()
+    with pytest.raises(CommandError) as exc:
+        call_command("domains", "audit", "parity", "--no-progress", "--timeout", "0.2", stdout=out)
+    assert exc.value.returncode == 2 and "parity" in str(exc.value)
+    audit = VerifierAudit.objects.get(domain_version__domain=world.domain2)
+    assert audit.status == AuditStatus.FAILED and "ran longer than 0.2 s" in audit.error
+    assert "ran longer than 0.2 s" in out.getvalue()  # the table's last column
+
+
 # ----------------------------------------------------------------------------- pages
 def test_domain_page_badge_examples_and_admin_controls(world):
     audited(world.team_domain, report(false_positives={"hedge": 2}, flagged_constant="0"))

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
+import threading
+from contextlib import contextmanager
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane import dispatch
 from controlplane.accounts.principal import SYSTEM
 from controlplane.common.errors import InvalidInput
 from controlplane.domains.models import AuditStatus, Domain, DomainVersion
+from controlplane.domains import services
 from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
 from controlplane.web.management.commands._output import table
 
@@ -44,6 +49,30 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
 
 EXAMPLES_PER_CLASS = 3
 """Failing examples printed per probe class with ``-v 2``."""
+AUDIT_TIMEOUT_S = 600.0
+"""``domains audit``'s time limit per domain. In a worker the task's soft time limit does this; a
+task run in this process has none, and one domain whose task generator never returns would hold
+the whole command."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise Celery's ``SoftTimeLimitExceeded`` in this (main) thread after ``seconds``, as a
+    worker's soft time limit would: the audit task records it as a failed audit and goes on."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        raise SoftTimeLimitExceeded(f"the audit ran longer than {seconds:g} s (domains audit --timeout)")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _why(audit) -> str:
@@ -67,13 +96,15 @@ class Command(BaseCommand):
                                          "exit status 1 when a false positive is found, 2 when an audit failed")
         p.add_argument("slugs", nargs="*", metavar="SLUG")
         p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--timeout", type=float, default=AUDIT_TIMEOUT_S, metavar="SECONDS",
+                       help=f"a domain whose audit runs longer fails with a time limit (default {AUDIT_TIMEOUT_S:.0f}; 0: none)")
         # `domains audit SLUG -v 2` as well as `domains -v 2 audit SLUG`: with -v 2 the failing examples.
         p.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS,
                        help="2: also print the failing examples of each probe class")
 
     def handle(self, *args, **opts):
         if opts["action"] == "audit":
-            return self.audit(opts["slugs"], progress=not opts["no_progress"], verbosity=opts["verbosity"])
+            return self.audit(opts["slugs"], progress=not opts["no_progress"], verbosity=opts["verbosity"], timeout=opts["timeout"])
         from tqdm import tqdm
 
         specs = catalogue_specs(opts.get("only"))
@@ -89,7 +120,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{counts['created'] + counts['updated']} verifier audits requested (a verify worker runs them; "
                               "`manage.py domains audit` runs them here)")
 
-    def audit(self, slugs: list[str], *, progress: bool, verbosity: int) -> None:
+    def audit(self, slugs: list[str], *, progress: bool, verbosity: int, timeout: float = 0.0) -> None:
         """Audit each domain's current version in this process, as a verify worker would (by task
         name, ``dispatch.run_here``); a table, the failing examples with ``-v 2``, and an exit
         status that says whether any version is unsafe."""
@@ -116,7 +147,11 @@ class Command(BaseCommand):
                     bar.set_postfix_str(domain.slug)
                     audit = verifier_audit_request(actor=SYSTEM, version=versions[domain.id], note="manage.py domains audit",
                                                    enqueue=False)
-                    dispatch.run_here(AUDIT_TASK, audit.pk)
+                    try:
+                        with time_limit(timeout):
+                            dispatch.run_here(AUDIT_TASK, audit.pk)
+                    except SoftTimeLimitExceeded as exc:  # it struck outside the task's own handler
+                        services.verifier_audit_record(audit=audit, error=str(exc))
                     audit.refresh_from_db()
                     audits.append(audit)
                     bar.update(1)
