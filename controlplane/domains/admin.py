@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from controlplane.common.admin import ReadOnlyAdmin
-from controlplane.domains.models import Domain, DomainVersion
+from controlplane.domains.models import Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
 
 
 @admin.register(Domain)
@@ -31,3 +31,19 @@ class DomainVersionAdmin(ReadOnlyAdmin):
     list_display = ("domain", "version", "note", "created_by", "created_at")
     list_filter = ("domain__kind",)
     search_fields = ("domain__slug",)
+
+
+@admin.register(VerifierAudit)
+class VerifierAuditAdmin(ReadOnlyAdmin):
+    """Written by the audit task; re-runs and overrides go through the API (audited)."""
+
+    list_display = ("domain_version", "status", "probes", "false_positives", "false_negatives_gold", "auditor_version",
+                    "created_at", "finished_at")
+    list_filter = ("status",)
+    search_fields = ("domain_version__domain__slug",)
+
+
+@admin.register(VerifierAuditOverride)
+class VerifierAuditOverrideAdmin(ReadOnlyAdmin):
+    list_display = ("audit", "admin_name", "reason", "created_at")
+    search_fields = ("audit__domain_version__domain__slug", "admin_name")
