@@ -47,6 +47,28 @@ def bwrap_ready() -> tuple[bool, str]:
     return (shutil.which("bwrap") is not None, "bubblewrap is not installed")
 
 
+def make_backend(name: str, config):
+    """A new backend object of that name (bwrap: warm, bwrap-cold, docker) with `config`."""
+    from workers.sandbox.bwrap_backend import BwrapBackend
+    from workers.sandbox.bwrap_pool import WarmBwrapBackend
+    from workers.sandbox.docker_backend import DockerBackend
+
+    return {"bwrap": WarmBwrapBackend, "bwrap-cold": BwrapBackend, "docker": DockerBackend}[name](config)
+
+
+def run_in(pool, program: str, limits: "Limits | None" = None, domain: str = "t", stdin: bytes | None = None):
+    """Run a Python program as a job of `pool` and wait until the sandbox's reset is done, so
+    that the next job of the domain finds it idle again (or its replacement started)."""
+    v = pool.execute({"main.py": program}, ["python3", "main.py"], limits or SMALL, stdin, domain=domain)
+    pool.backend.wait_idle(60)
+    return v
+
+
+def counts(pool) -> tuple[int, int]:
+    """(sandboxes started, sandboxes retired) by the pool's backend so far."""
+    return pool.backend.started, pool.backend.retired
+
+
 SMALL = Limits(cpu_s=2, wall_s=4, memory_mb=256, pids=48, output_bytes=256 << 10, tmpfs_mb=32)
 """Limits used by the hostile suite: small enough to hit quickly."""
 

@@ -2,6 +2,7 @@
 infrastructure failures of the real backends coming back as sandbox_error."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -132,3 +133,37 @@ def test_unreachable_engine_is_sandbox_error(monkeypatch):
         if saved is not None:
             sandbox._runtimes["docker"] = saved
     assert v.status == "sandbox_error" and "unreachable" in v.error
+
+
+def test_a_verdict_is_never_retried():
+    """Whatever the backend returns is the job's outcome; only a SandboxError (the job did not
+    reach the sandbox) is retried."""
+
+    class Broken(ScriptedBackend):
+        def run(self, slot, files, command, limits, stdin):
+            self.slots_used.append(slot)
+            return Verdict(status="runtime_error", error="the job broke its sandbox", backend=self.name)
+
+    backend = Broken()
+    v = SandboxPool(backend, PoolConfig(retries=2)).execute({"a.py": "pass"}, ["python3", "a.py"])
+    assert v.status == "runtime_error" and backend.slots_used == [1]
+
+
+@pytest.mark.parametrize("name", ["bwrap", "bwrap-cold", "docker"])
+def test_closing_a_pool_releases_its_file_descriptors(name):
+    from sandbox_helpers import make_backend, ready
+
+    ok, reason = ready(name)
+    require(ok, reason)
+    config = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=2)
+
+    def cycle() -> int:
+        pool = SandboxPool(make_backend(name, config), config)
+        v = pool.execute({"a.py": "print(1)"}, ["python3", "a.py"], Limits(), domain="fds")
+        assert v.status == "ok", v
+        pool.backend.wait_idle(60)
+        pool.close()
+        return len(os.listdir("/proc/self/fd"))
+
+    first = cycle()
+    assert [cycle() for _ in range(3)] == [first] * 3

@@ -167,13 +167,27 @@ def wipe_keys():
             retire("a job's keys were not collected")
         time.sleep(0.01)
 
-TOPS = (("/work", 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777), ("/dev/mqueue", 0o1777))
-"""The writable directories (tmpfs, mqueue) and their modes."""
+MODES = {"/tmp": 0o1777, "/dev/shm": 0o1777}
+"""Modes the agent gives shared writable directories at start (bwrap makes its tmpfs 0755)."""
 
-def empty(top):
-    """Remove everything under `top` depth-first, without following links."""
+def writable_mounts():
+    """Directories a job could change: read-write mounts outside /proc that it may write to or
+    owns (so may chmod): /work, /tmp, /dev/shm, /dev/mqueue, bwrap's /dev/pts."""
+    found = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            point, opts = line.split()[1], line.split()[3].split(",")
+            if "rw" not in opts or point == "/proc" or point.startswith("/proc/") or not os.path.isdir(point):
+                continue
+            if os.access(point, os.W_OK) or os.stat(point).st_uid == os.geteuid():
+                found.append(point)
+    return found
+
+def empty(top, keep):
+    """Remove everything under `top` but the entries named in `keep`, depth-first, without
+    following links."""
     try:
-        entries = os.listdir(top)
+        entries = [n for n in os.listdir(top) if n not in keep]
     except OSError:
         return
     for name in entries:
@@ -197,48 +211,44 @@ def empty(top):
                 pass
 
 def top_state(top):
-    """What a job could set on a writable directory itself: mode, owner, xattrs and, where the
-    directory is ours (so the job's too), the times it may set to any value."""
-    try:
-        st = os.stat(top)
-    except OSError:
-        return None
+    """What a job could set on a writable directory: its entries, mode, owner, xattrs (ACLs
+    too) and, where the directory is ours (so the job's too), the times it may set at will."""
+    st = os.stat(top)
     try:
         xattrs = sorted(os.listxattr(top))
     except OSError:
         xattrs = []
     times = (st.st_atime_ns, st.st_mtime_ns) if st.st_uid == os.geteuid() else None
-    return (st.st_mode, st.st_uid, st.st_gid, xattrs, times)
+    return (sorted(os.listdir(top)), st.st_mode, st.st_uid, st.st_gid, xattrs, times)
 
 def restore_tops():
-    for top, mode in TOPS:
-        base = BASE_TOPS[top]
-        if base is None:
-            continue
+    for top, base in BASE_TOPS.items():
+        entries, mode, _, _, xattrs, times = base
         try:
             os.chmod(top, mode)
         except OSError:
             pass  # not ours (docker's tmpfs belongs to root): the job could not chmod it either
         try:
             for name in os.listxattr(top):
-                if name not in base[3]:
+                if name not in xattrs:
                     os.removexattr(top, name)
         except OSError:
             pass
-        empty(top)
-        if base[4] is not None:
+        empty(top, entries)
+        if times is not None:
             try:
-                os.utime(top, ns=base[4])
+                os.utime(top, ns=times)
             except OSError:
                 pass
 
 def residue():
     """What of the last job is still here after the reset ('' when nothing)."""
-    for top, _ in TOPS:
-        if top_state(top) != BASE_TOPS[top]:
-            return top + " changed"
-        if BASE_TOPS[top] is not None and os.listdir(top):
-            return top + " not empty"
+    for top, base in BASE_TOPS.items():
+        try:
+            if top_state(top) != base:
+                return top + " not as it was"
+        except OSError as e:
+            return "%s: %s" % (top, e)
     if sysvipc():
         return "System V IPC objects left"
     if net_state() != BASE_NET:
@@ -363,13 +373,13 @@ def run_job(job):
 os.chdir("/work")
 for ring in (-3, -4, -5):
     syscall("keyctl", 0, ring, 1)  # KEYCTL_GET_KEYRING_ID, create: the keyrings every job shares exist now
-for _top, _mode in TOPS:
+for _top, _mode in MODES.items():
     try:
-        os.chmod(_top, _mode)  # the first job sees the modes every later one does
+        os.chmod(_top, _mode)
     except OSError:
-        pass
+        pass  # not ours: docker's tmpfs is root's, already 1777
 BASE_KEYS = key_serials()
-BASE_TOPS = {top: top_state(top) for top, _ in TOPS}
+BASE_TOPS = {top: top_state(top) for top in writable_mounts()}
 BASE_NET = net_state()
 BASE_PROCESS = process_state()
 send(4, b"ready")

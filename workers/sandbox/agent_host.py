@@ -27,6 +27,7 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from . import cgroups
 from .bwrap import ENV_ALLOW
@@ -209,11 +210,14 @@ def _result(payload: bytes) -> dict:
 
 
 def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
-                  stdin: bytes | None, backend: str, address_space: int | None = None) -> Verdict:
+                  stdin: bytes | None, backend: str, address_space: int | None = None,
+                  oom_killed: Callable[[], bool] | None = None) -> Verdict:
     """Send one job to an idle agent and supervise it to its verdict (see the module docstring).
 
     Raises SandboxError only when the job did not reach the agent. When the agent is lost after
-    that, the verdict is the job's and `stream.lost` says why (the caller retires the sandbox)."""
+    that, the verdict is the job's and `stream.lost` says why (the caller retires the sandbox);
+    `oom_killed` then tells whether the sandbox was OOM-killed where its cgroup went with it
+    (a container whose pid 1 died)."""
     message = job_message(files, command, limits, stdin, address_space)
     check_idle(stream)
     if cg is not None:
@@ -259,9 +263,11 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
     except (AgentLost, FrameError, SendError) as e:
         stream.lost = str(e) or type(e).__name__
     wall = time.monotonic() - t0
-    cpu = (cg.cpu_s() - cpu0) if cg is not None else 0.0
+    cpu = max(0.0, cg.cpu_s() - cpu0) if cg is not None else 0.0
     peak = cg.peak_memory() if cg is not None else 0
-    oom = (cg.oom_events() - oom0) if cg is not None else 0
+    oom = max(0, cg.oom_events() - oom0) if cg is not None else 0
+    if stream.lost and not oom and oom_killed is not None and oom_killed():
+        oom = 1
     result = result or {}
     if killed_for is None and result.get("killed"):
         killed_for = result["killed"]

@@ -51,6 +51,8 @@ RESET_TIMEOUT_S = 10.0
 """Longest wait for the agent's ready frame after a job (kill, wipe)."""
 START_HEADROOM_MB = 64
 """Memory allowed while the agent starts, before the limit is set to its charge + the job's."""
+KEYS_GONE_S = 5.0
+"""Longest wait for a removed sandbox's keys to be collected before its uid may be used again."""
 RESIDENT = 2
 """Processes of an idle sandbox in its cgroup: bwrap (outside the namespaces) and the agent."""
 RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
@@ -83,6 +85,15 @@ class WarmSandbox:
     """When it was started."""
 
 
+def _key_owners() -> set[int]:
+    """Uids that own kernel keys now (/proc/key-users; keys outlive their sandbox a moment)."""
+    try:
+        with open("/proc/key-users") as f:
+            return {int(line.split(":", 1)[0]) for line in f}
+    except (OSError, ValueError):
+        return set()
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -102,7 +113,7 @@ class WarmBwrapBackend(BackgroundWork):
             raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
         self.config = config or PoolConfig()
         base = self.uid_base + (os.getpid() % 1000) * MAX_SLOTS
-        self._free_uids = list(range(base + MAX_SLOTS - 1, base - 1, -1))
+        self._free_uids = list(range(base, base + MAX_SLOTS))  # freed ones go to the back
         self._privileged = os.geteuid() == 0
         cgroups.reap_cgroups()  # a worker start reaps what dead workers left
         self._lock = threading.RLock()
@@ -135,17 +146,36 @@ class WarmBwrapBackend(BackgroundWork):
 
     # ---- sandbox lifecycle ---------------------------------------------------------------
     def _take_uid(self) -> int:
+        """The free uid freed longest ago that owns no kernel keys: a sandbox's keys are
+        collected a moment after it ends, and until then a new sandbox of the same uid would
+        see them. When none is free, the oldest idle sandbox is removed for one."""
         with self._lock:
-            if self._free_uids:
-                return self._free_uids.pop()
+            uid = self._clean_uid()
+            if uid is not None:
+                return uid
             victims = [sb for idle in self._idle.values() for sb in idle]
             if not victims:
                 raise SandboxError("no free bwrap sandbox uid: too many live sandboxes")
             oldest = min(victims, key=lambda sb: sb.created)
             self._idle[oldest.key].remove(oldest)
         self._remove(oldest)
-        with self._lock:
-            return self._free_uids.pop()
+        end = time.monotonic() + KEYS_GONE_S
+        while True:
+            with self._lock:
+                uid = self._clean_uid()
+            if uid is not None:
+                return uid
+            if time.monotonic() > end:
+                raise SandboxError("no free bwrap sandbox uid: the kernel kept the last sandboxes' keys")
+            time.sleep(0.02)
+
+    def _clean_uid(self) -> int | None:
+        """Take the first free uid (freed longest ago) that owns no key; call with the lock held."""
+        owners = _key_owners()
+        for i, uid in enumerate(self._free_uids):
+            if uid not in owners:
+                return self._free_uids.pop(i)
+        return None
 
     def _wrapper_script(self, cg: cgroups.JobCgroup | None, uid: int, pids: int) -> str:
         """sh: join the cgroup, set the sandbox-wide rlimits, drop to the slot uid, exec bwrap."""

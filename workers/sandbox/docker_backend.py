@@ -199,6 +199,8 @@ class Container:
     """Host pid of the agent (the container's pid 1)."""
     uses: int = 0
     """Jobs served so far."""
+    retiring: bool = False
+    """Being removed: no longer counted as one of its domain's warm containers."""
 
 
 class DockerBackend(BackgroundWork):
@@ -301,6 +303,7 @@ class DockerBackend(BackgroundWork):
         return cont
 
     def _remove(self, cont: Container) -> None:
+        cont.retiring = True
         with self._lock:
             if cont in self._all:
                 self._all.discard(cont)
@@ -313,7 +316,7 @@ class DockerBackend(BackgroundWork):
 
     def _top_up(self, key: tuple) -> None:
         with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
-            missing = self.config.warm_per_domain - sum(c.key == key for c in self._all)
+            missing = self.config.warm_per_domain - sum(c.key == key and not c.retiring for c in self._all)
         for _ in range(max(0, missing)):
             if self._closed:
                 return
@@ -354,6 +357,7 @@ class DockerBackend(BackgroundWork):
         retire = (verdict is None or verdict.status in RETIRE_STATUSES or cont.stream.lost
                   or cont.uses >= self.config.max_uses or self._closed)
         if retire:
+            cont.retiring = True
             self._submit(self._remove, cont)
             self._submit(self._top_up, cont.key)
         else:
@@ -409,7 +413,17 @@ class DockerBackend(BackgroundWork):
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
             stdin: bytes | None) -> Verdict:
         cont.uses += 1
-        return run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker")
+        return run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker",
+                             oom_killed=lambda: self._oom_killed(cont))
+
+    def _oom_killed(self, cont: Container) -> bool:
+        """Whether the container's pid 1 was OOM-killed (its cgroup is gone with it): asked once
+        the agent was lost during a job."""
+        try:
+            self.api.wait(cont.id, timeout=10)
+            return bool(self.api.inspect_container(cont.id)["State"].get("OOMKilled"))
+        except Exception:
+            return False
 
 
 def _key(domain: str, limits: Limits) -> tuple:
