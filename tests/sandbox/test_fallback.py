@@ -43,3 +43,12 @@ def runner(request, no_cgroups):
 def test_rlimits_alone(runner, program, status):
     v = runner({"a.py": program}, ["python3", "a.py"])
     assert v.status == status, v
+
+
+def test_peak_memory_is_the_jobs_own(runner):
+    """Without a cgroup the peak comes from the job's own rusage, not the largest of every job
+    the (warm) agent ran before."""
+    big = runner({"a.py": "x = bytearray(100 << 20)\nx[::4096] = b'1' * len(x[::4096])"}, ["python3", "a.py"])
+    assert big.status == "ok" and big.peak_memory_bytes >= 100 << 20, big
+    small = runner({"a.py": "print(1)"}, ["python3", "a.py"])
+    assert small.status == "ok" and small.peak_memory_bytes < 50 << 20, small

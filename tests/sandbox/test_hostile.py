@@ -272,3 +272,8 @@ def test_forged_markers_do_not_pass(clean):
     )
     v = execute(files, command, SMALL, backend=clean, domain="hostile")
     assert not any(t.passed for t in v.tests)
+
+
+def test_a_program_text_no_codec_can_encode_is_the_programs_failure(clean):
+    v = run(clean, "print('half a pair: \ud800')")
+    assert v.status == "runtime_error" and b"SyntaxError" in v.stderr, v

@@ -52,7 +52,7 @@ me = os.getpid()
 obs["processes"] = sorted(open("/proc/%s/cmdline" % p, "rb").read().decode(errors="replace")
                           for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me))
 obs["net"] = {}
-for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix"):
+for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "dev", "snmp", "snmp6", "netstat"):
     try:
         obs["net"][name] = open("/proc/net/" + name).read().splitlines()[1:]
     except OSError as e:
@@ -200,6 +200,11 @@ AGENT_STATE = {
         "cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()\n"
         "cli.close(); conn.recv(1); conn.close(); srv.close()\n"  # the client closes first
         "print(any(l.split()[3] == '06' for l in open('/proc/net/tcp').read().splitlines()[1:]))\n"),
+    "loopback traffic": (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "for _ in range(123):\n    s.sendto(b'x' * 45, ('127.0.0.1', 9))\n"  # counters: 123 datagrams
+        "print(True)\n"),
     "agent's open files": "import resource\nresource.prlimit(1, resource.RLIMIT_NOFILE, (200, 200))\nprint(True)\n",
     "agent's stack": "import resource\nresource.prlimit(1, resource.RLIMIT_STACK, (1 << 20, resource.prlimit(1, resource.RLIMIT_STACK)[1]))\nprint(True)\n",
     "agent's cpu time": "import resource\nresource.prlimit(1, resource.RLIMIT_CPU, (1, 1))\nprint(True)\n",

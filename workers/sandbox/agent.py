@@ -18,11 +18,15 @@ namespace init, not by permissions:
 
 After each job (the reset) the agent kills every process in the sandbox but itself
 (`kill(-1, SIGKILL)`, repeated until it has no child left), removes what outlives processes —
-System V IPC objects, POSIX message queues, kernel keys — empties /work, /tmp, /dev/shm and
-/dev/mqueue and restores their modes, extended attributes (ACLs included) and times, then checks
-that nothing is left: the work dirs empty, no IPC object, no socket in the network namespace
-(a closed TCP connection lingers in TIME_WAIT) and its own process state as at start. Anything
-left makes it exit instead of reporting ready, so the host retires the sandbox.
+System V IPC objects, POSIX message queues, kernel keys — empties the writable mounts (/work,
+/tmp, /dev/shm, /dev/mqueue; bwrap's /dev/pts) and restores their modes, extended attributes
+(ACLs included) and times, then checks
+that nothing is left: the writable mounts as they were, no IPC object, no socket in the
+network namespace (a closed TCP connection lingers in TIME_WAIT) and its counters unchanged (a
+job that sent N bytes over loopback would leave N to read), and its own process state as at
+start. Anything left makes it exit instead of reporting ready, so the host retires the sandbox.
+Counters the agent cannot check or reset (the next pid and inode numbers) still carry a few bits
+from one job to the next in a warm sandbox; `bwrap-cold` leaves nothing at all.
 
 Protocol (big-endian): host -> agent frames `type(1) length(4) payload`: b"J" job (JSON), b"K"
 kill the running job. Agent -> host frames: 1 stdout bytes, 2 stderr bytes, 3 result (JSON),
@@ -115,10 +119,12 @@ def process_state():
     return ([resource.getrlimit(r) for r in RLIMITS], os.getpriority(os.PRIO_PROCESS, 0), sched,
             sorted(os.sched_getaffinity(0)), syscall("ioprio_get", 1, 0))
 
-NET = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix", "packet")
+NET = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix", "packet",
+       "dev", "snmp", "snmp6", "netstat")
 
 def net_state():
-    """Sockets of the network namespace (a closed TCP connection lingers in TIME_WAIT)."""
+    """Sockets of the network namespace (a closed TCP connection lingers in TIME_WAIT) and its
+    counters (a job sending N bytes over loopback would leave N for the next one to read)."""
     state = []
     for name in NET:
         try:
@@ -308,6 +314,7 @@ def run_job(job):
     deadline = time.monotonic() + lim["wall"]
     streams = {out_r: 1, err_r: 2}
     status = None
+    job_usage = None
     killed = None
     exited_at = None
     while streams:
@@ -345,7 +352,7 @@ def run_job(job):
                 os.close(fd)
         if status is None:
             try:
-                done, st = os.waitpid(pid, os.WNOHANG)
+                done, st, job_usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:
                 done, st = pid, 0
             if done == pid:
@@ -359,11 +366,12 @@ def run_job(job):
         os.close(in_w)
     killall()
     if status is None:
-        _, status = os.waitpid(pid, 0)
+        _, status, job_usage = os.wait4(pid, 0)
     reap_all(True)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
-    result = {"killed": killed, "rusage": [cpu, usage.ru_maxrss * 1024]}
+    # peak RSS of the job's own tree (RUSAGE_CHILDREN's is the largest of every job so far)
+    result = {"killed": killed, "rusage": [cpu, job_usage.ru_maxrss * 1024 if job_usage else 0]}
     if os.WIFSIGNALED(status):
         result["signal"] = os.WTERMSIG(status)
     else:

@@ -39,7 +39,11 @@ class Capture:
 
 
 def check_files(files: dict[str, str | bytes]) -> dict[str, bytes]:
-    """Validate job files (relative paths inside the work dir) and encode text as UTF-8."""
+    """Validate job files (relative paths inside the work dir) and encode text as UTF-8.
+
+    Text is encoded whatever it holds (lone surrogates pass through as their three bytes): a
+    file's content is the job's, and what the program makes of it is the job's outcome, not an
+    exception on the host."""
     if not isinstance(files, dict):
         raise TypeError(f"files must be a dict of path -> str|bytes, got {type(files).__name__}")
     out: dict[str, bytes] = {}
@@ -50,7 +54,7 @@ def check_files(files: dict[str, str | bytes]) -> dict[str, bytes]:
         if any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"file name {name!r}: no empty, '.' or '..' components allowed")
         if isinstance(content, str):
-            content = content.encode("utf-8")
+            content = content.encode("utf-8", "surrogatepass")
         if not isinstance(content, (bytes, bytearray)):
             raise TypeError(f"file {name!r}: content must be str or bytes, got {type(content).__name__}")
         out[name] = bytes(content)
