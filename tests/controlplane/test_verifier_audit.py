@@ -312,6 +312,9 @@ def test_audit_api_reads(world, django_assert_max_num_queries):
         rows = {d["slug"]: d["audit"] for d in c.get("/api/domains?limit=100").json()["items"]}
     assert rows["addition"]["state"] == "pending" and rows["parity"]["state"] == "clean" and rows["acme-private"]["state"] == "none"
     assert c.get("/api/domains/parity").json()["audit"]["label"] == "audited clean"
+    paths = c.get("/api/openapi.json").json()["paths"]
+    assert {"/api/domains/{slug}/audit", "/api/domains/{slug}/versions/{version}/audit",
+            "/api/domains/{slug}/audit/override"} <= set(paths)
 
 
 def test_audit_api_re_run_and_override(world, sent, django_capture_on_commit_callbacks):
