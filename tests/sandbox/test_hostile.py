@@ -277,3 +277,16 @@ def test_forged_markers_do_not_pass(clean):
 def test_a_program_text_no_codec_can_encode_is_the_programs_failure(clean):
     v = run(clean, "print('half a pair: \ud800')")
     assert v.status == "runtime_error" and b"SyntaxError" in v.stderr, v
+
+
+def test_the_exit_status_is_never_lost(clean):
+    """The job's exit status is what it exited with, also when it closed its output first (the
+    agent once killed it as soon as its output closed) or exited among orphans the agent reaps
+    (its status was once reaped with them: a failed job then read as exit 0, or broke the agent)."""
+    v = execute({}, ["python3", "-c", "import os, sys\nos.close(1); os.close(2)\nsum(range(10 ** 6))\nsys.exit(4)"],
+                SMALL, backend=clean, domain="hostile")
+    assert v.status == "runtime_error" and v.exit_code == 4, v
+    for command in (["sh", "-c", "exec >&- 2>&-; exit 3"], ["sh", "-c", "for i in 1 2 3 4; do (true &); done; exit 3"]):
+        for _ in range(30 if clean == "bwrap-cold" else 100):
+            v = execute({}, command, SMALL, backend=clean, domain="hostile")
+            assert v.status == "runtime_error" and v.exit_code == 3, v

@@ -92,16 +92,13 @@ def killall():
     except ProcessLookupError:
         pass
 
-def reap_all(block):
-    """Reap exited children; with `block`, kill and reap until no process but us is left."""
+def reap_all():
+    """Kill and reap until no process but us is left."""
     while True:
-        if block:
-            killall()  # again: a process forked while the last kill went round
+        killall()  # again: a process forked while the last kill went round
         try:
-            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+            os.waitpid(-1, 0)
         except ChildProcessError:
-            return
-        if pid == 0:
             return
 
 SYSCALLS = {"x86_64": {"keyctl": 250, "ioprio_get": 252},
@@ -264,7 +261,7 @@ def residue():
     return ""
 
 def reset():
-    reap_all(True)
+    reap_all()
     wipe_ipc()
     wipe_keys()
     restore_tops()
@@ -317,7 +314,11 @@ def run_job(job):
     job_usage = None
     killed = None
     exited_at = None
-    while streams:
+    try:
+        pidfd = os.pidfd_open(pid)  # readable when the job exits, even after it closed its output
+    except OSError:
+        pidfd = -1
+    while streams or status is None:
         now = time.monotonic()
         if killed is None and now >= deadline:
             killed = "wall"
@@ -325,7 +326,8 @@ def run_job(job):
         if exited_at is not None and now - exited_at > 2:
             break
         wl = [in_w] if in_w >= 0 and pending else []
-        r, w, _ = select.select(list(streams) + [0], wl, [], 0.02)
+        rl = list(streams) + [0] + ([pidfd] if pidfd >= 0 and status is None else [])
+        r, w, _ = select.select(rl, wl, [], 0.02)
         if w:
             try:
                 n = os.write(in_w, pending[:65536])
@@ -335,6 +337,8 @@ def run_job(job):
             if not pending:
                 os.close(in_w); in_w = -1
         for fd in r:
+            if fd == pidfd:
+                continue  # reaped below
             if fd == 0:
                 for kind, payload in read_frames(False):
                     if kind == ord("K") and killed is None:
@@ -350,24 +354,24 @@ def run_job(job):
             else:
                 del streams[fd]
                 os.close(fd)
-        if status is None:
+        while True:  # reap whatever exited; the job's own status is kept when it comes
             try:
-                done, st, job_usage = os.wait4(pid, os.WNOHANG)
+                done, st, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
-                done, st = pid, 0
+                break
+            if done == 0:
+                break
             if done == pid:
-                status = st
+                status, job_usage = st, ru
                 exited_at = time.monotonic()
                 killall()  # daemons holding the pipes, anything left
-        reap_all(False)
-    for fd in streams:
-        os.close(fd)
-    if in_w >= 0:
-        os.close(in_w)
+    for fd in list(streams) + [pidfd, in_w]:
+        if fd >= 0:
+            os.close(fd)
     killall()
-    if status is None:
+    if status is None:  # nothing but the loop above reaps, so the job is still ours to wait for
         _, status, job_usage = os.wait4(pid, 0)
-    reap_all(True)
+    reap_all()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
     # peak RSS of the job's own tree (RUSAGE_CHILDREN's is the largest of every job so far)
