@@ -55,7 +55,8 @@ def test_good_upload_becomes_a_versioned_team_domain(world):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_run_trains_on_uploaded_tasks(tmp_path, settings):
+def test_a_run_trains_on_uploaded_tasks(tmp_path, settings, monkeypatch):
+    from controlplane import dispatch
     from controlplane.accounts.models import Membership
     from controlplane.domains.services import domain_upload_jsonl
     from controlplane.runs.models import MetricPoint, Trajectory
@@ -64,11 +65,14 @@ def test_a_run_trains_on_uploaded_tasks(tmp_path, settings):
     from workers.driver import drive
 
     settings.VAR_DIR = tmp_path
+    sent = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: sent.append(name))  # no broker message left behind
     team = factories.team("acme")
     admin = factories.member(team, "admin")
     actor = factories.actor(admin)
     domain_upload_jsonl(actor=actor, team=team, jsonl=GOOD, data={
         "slug": "sums", "title": "Sums", "kind": "math", "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}})
+    assert sent == ["temper.verify.audit"]  # committed: the upload's version is audited by a worker
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(["sums"], team="acme", base_model=model, budget={"steps": 2},
                                                              config={"rollout": {"prompts_per_step": 4, "n": 2, "max_new_tokens": 3}}))
