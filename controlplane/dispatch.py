@@ -20,7 +20,7 @@ TASK_QUEUES = {
     "temper.control.schedule_tick": "control",
     "temper.rollout.drive_run": "rollout",
     "temper.verify.batch": "verify",
-    "temper.verify.audit": "verify",
+    "temper.verify.audit": "audit",
     "temper.eval.run": "eval",
     "temper.judge.batch": "judge",
     "temper.judge.shadow": "judge",

@@ -59,7 +59,7 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     return verify_items(snapshot["verifier"], items, max_concurrent_sandboxes=int(snapshot.get("max_concurrent_sandboxes", 8)))
 
 
-@shared_task(name="temper.verify.audit", queue="verify", acks_late=True, soft_time_limit=3600, time_limit=3720)
+@shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)
 def verify_audit(audit_id: int) -> str:
     """Run one domain version's verifier audit and record it (safe to run twice; a crash is
     recorded as a failed audit). Below ``AUDIT_LOST_AFTER_S`` in controlplane/domains/services.py."""

@@ -112,7 +112,8 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 def server(transactional_db, tmp_path, request):
     """daphne on a free port over the test database, with Redis as the channel layer and broker.
 
-    Mark a test ``@pytest.mark.workers`` to also start a Celery worker on every queue."""
+    Mark a test ``@pytest.mark.workers`` to also start a Celery worker on every queue a run uses
+    (not ``audit``: the audits of the domains a test syncs are not what it looks at)."""
     require_postgres()
     redis_url = require_redis()
     var_dir = tmp_path / "var"
@@ -130,7 +131,7 @@ def server(transactional_db, tmp_path, request):
         if request.node.get_closest_marker("workers"):
             from django.conf import settings
 
-            procs.append(start_celery_worker(env, "browser", ",".join(settings.CELERY_QUEUES_ALL), concurrency=2,
+            procs.append(start_celery_worker(env, "browser", ",".join(settings.CELERY_QUEUES_RUN), concurrency=2,
                                              log_path=tmp_path / "worker.log"))
         yield Server(url, var_dir, env)
     finally:

@@ -429,7 +429,7 @@ def test_the_task_is_registered_under_its_dispatch_name():
 
     app.loader.import_default_modules()
     task = app.tasks["temper.verify.audit"]
-    assert dispatch.TASK_QUEUES["temper.verify.audit"] == "verify" == task.queue and task.acks_late
+    assert dispatch.TASK_QUEUES["temper.verify.audit"] == "audit" == task.queue and task.acks_late
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -372,6 +372,7 @@ def audit_domain(
                           f"where a blind guess of the domain's answers scores {c['chance']:.2f}", "error": ""}
                          for c in flagged[:EXAMPLES_PER_CLASS]]
         report.classes["constant_bias"] = bias
+        report.probes += bias.probes
         report.false_positives += len(flagged)
     report.wall_s = time.perf_counter() - started
     return report

@@ -49,8 +49,12 @@ class Command(BaseCommand):
             "web": ([py, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]), "controlplane.asgi:application"], "web.log"),
         }
         if not opts["no_worker"]:
-            queues = ",".join(settings.CELERY_QUEUES_ALL)
+            queues = ",".join(settings.CELERY_QUEUES_RUN)
             procs["worker"] = ([py, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
+            # Verifier audits of the catalogue sync take minutes of CPU: one process of their own,
+            # at a lower CPU priority, so the demo run's steps go first.
+            procs["audit"] = (["nice", "-n", "10", py, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "audit", "-c", "1",
+                               "-n", "audit@%h", "-l", "info"], "audit.log")
             procs["beat"] = ([py, "-m", "celery", "-A", "workers.celery", "beat", "-l", "info", "-s", str(settings.VAR_DIR / "celerybeat-schedule")], "beat.log")
         # The worker's two processes (the run's driver, and the evaluations of its checkpoints or the
         # verifications) each take one torch thread unless told otherwise: the tiny model gains
