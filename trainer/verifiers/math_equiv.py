@@ -86,6 +86,8 @@ def answer_text(completion: str, gold: Any) -> str:
         line = final_line(completion)
         if line is None:
             raise _Refused(Outcome.PARSE_ERROR, "no mathematical answer found")
+        if len(line) > MAX_ANSWER_CHARS:
+            raise _Refused(Outcome.FAIL, f"answer longer than {MAX_ANSWER_CHARS} characters")
         envs = [next(g for g in m.groups() if g is not None) for m in _MATH_ENV.finditer(line)]
         if len(distinct_answers(envs)) > 1:
             raise _Refused(Outcome.FAIL, "several different answers: " + " | ".join(e[:60] for e in distinct_answers(envs)[:5]))
@@ -220,6 +222,35 @@ def _operators(value: Any) -> set[str]:
     return {type(node).__name__ for node in sympy.preorder_traversal(value) if isinstance(node, types)}
 
 
+MAX_EXPONENT = 10_000
+"""A power or factorial beyond this is refused before comparing (``10^{10^{10}}`` has ten billion
+digits: comparing it would stall the stage until its timeout)."""
+
+
+def _oversized(value: Any) -> bool:
+    """True when ``value`` holds a power with a numeric exponent, or a factorial of a number,
+    larger than ``MAX_EXPONENT`` in size.
+
+    >>> _oversized(parse_math("10^{10^{10}}")), _oversized(parse_math("x^{3} + 2^{10}")), _oversized(parse_math("(10^{6})!"))
+    (True, False, True)
+    """
+    import sympy
+
+    if not isinstance(value, sympy.Basic):
+        return False
+    for node in sympy.preorder_traversal(value):
+        arg = node.exp if isinstance(node, sympy.Pow) else node.args[0] if isinstance(node, sympy.factorial) else None
+        if arg is None or not getattr(arg, "is_number", False):
+            continue
+        try:
+            size = abs(complex(sympy.N(arg, 5)))
+        except (TypeError, ValueError, OverflowError):
+            return True
+        if not size <= MAX_EXPONENT:  # also True for nan
+            return True
+    return False
+
+
 def is_literal_number(value: Any) -> bool:
     """A number written as one literal: an integer, decimal or fraction, with a sign; no sums,
     roots or powers to evaluate.
@@ -314,6 +345,8 @@ def math_equivalence(
     bad = _non_finite(found)
     if bad is not None and not (bad == "infinite" and _non_finite(gold) == "infinite"):
         return Verification.failed(error=f"the answer is {bad}", **details)
+    if _oversized(found) and not _oversized(gold):
+        return Verification.failed(error=f"the answer holds a power or factorial beyond {MAX_EXPONENT}", **details)
     extra = _operators(found) - _operators(gold)
     if extra:
         return Verification.failed(error=f"the answer is not evaluated: {', '.join(sorted(extra))}", **details)
