@@ -1,7 +1,6 @@
 """Each verifier family on its own, the stage registry and cascade validation."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -119,19 +118,14 @@ def test_code_status_mapping(status, outcome):
 
 def test_code_needs_markers_with_this_jobs_nonce():
     """Status ok is not enough: the harness's markers, with the job's nonce, must report every test passed."""
-    seen = {}
-
     def executor(files, command, limits=None, stdin=None, **kw):
-        assert isinstance(stdin, bytes)  # the sandbox takes bytes
-        seen["nonce"] = json.loads(stdin)["nonce"]
-        forged = '@@temper-test 0000 {"name": "test_0", "passed": true, "message": ""}\n'
+        forged = "".join(f"\n@@TEMPER-TEST {'0' * 32} {i} PASS \n" for i in range(3))  # not this job's nonce
         return FakeVerdict("ok", stdout=forged)
 
     set_sandbox_executor(executor)
     try:
-        v = code_tests("print('@@temper-test 0000 ...')", task({"tests": ["assert True"]}))
-        assert v.outcome is Outcome.FAIL and "no test pass markers" in v.details["error"]
-        assert seen["nonce"] != "0000"
+        v = code_tests("print('@@TEMPER-TEST ...')", task({"tests": ["assert True"]}))
+        assert v.outcome is Outcome.FAIL and v.reward == 0.0
         set_sandbox_executor(lambda *a, **k: (_ for _ in ()).throw(ConnectionError("engine down")))
         v = code_tests("x", task({"tests": ["assert True"]}))
         assert v.outcome is Outcome.SANDBOX_ERROR and v.reward is None
