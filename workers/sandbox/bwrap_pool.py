@@ -201,7 +201,7 @@ class WarmBwrapBackend(BackgroundWork):
                 except OSError as e:
                     raise SandboxError(f"cannot create cgroup: {e}") from e
             shape = Limits(memory_mb=memory_mb, pids=pids, tmpfs_mb=tmpfs_mb)
-            argv = bwrap.bwrap_args(shape, self._privileged) + ["/usr/bin/python3", "-I", "-c", AGENT_SOURCE]
+            argv = bwrap.bwrap_args(shape, self._privileged) + ["/usr/bin/python3", "-I", "-S", "-c", AGENT_SOURCE]
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()

@@ -277,7 +277,7 @@ class DockerBackend(BackgroundWork):
                          docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
             )
             cid = self.api.create_container(
-                self.image, ["python3", "-c", AGENT_SOURCE], user=f"{uid}:{uid}", stdin_open=True,
+                self.image, ["python3", "-I", "-S", "-c", AGENT_SOURCE], user=f"{uid}:{uid}", stdin_open=True,
                 labels=labels, environment={}, hostname="sandbox", working_dir="/work",
                 network_disabled=True, host_config=host_config,
             )["Id"]
