@@ -257,3 +257,18 @@ def test_a_result_is_the_verdict():
     assert v.status == "ok" and v.stdout == b"hi\n" and not agent.stream.lost, v
     agent.die()
     agent.stream.close()
+
+
+def test_a_sandbox_outlives_the_thread_that_started_it(backend, fresh_pool):
+    """bwrap's --die-with-parent follows the thread that forked it: a sandbox started from a
+    caller's thread (no idle one) was killed when that thread ended, during a later job."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(run_in(fresh_pool, "print('first')")))
+    t.start()
+    t.join()
+    assert out[0].status == "ok", out[0]
+    started, retired = counts(fresh_pool)
+    v = run_in(fresh_pool, "print('second')")
+    assert v.status == "ok" and v.stdout == b"second\n", v
+    if backend != "bwrap-cold":  # the same sandbox, alive
+        assert counts(fresh_pool) == (started, retired)

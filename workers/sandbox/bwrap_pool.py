@@ -21,7 +21,9 @@ Cgroup per sandbox, not per job: its memory limit is the idle agent's own charge
 the agent is ready, a few MiB) plus the job's `memory_mb`; CPU time and peak memory are read as
 differences / after a peak reset per job; pids.max is the job's `pids` plus bwrap and the agent.
 If the worker dies, bwrap dies with it (die-with-parent), the agent sees EOF and exits, and the
-cgroup is removed by the next `reap_cgroups()` (a worker start).
+cgroup is removed by the next `reap_cgroups()` (a worker start). The kernel takes "parent" to be
+the thread that forked bwrap, so every sandbox is started from one long-lived thread of the
+backend, never from a caller's thread (whose end would kill the sandbox under a later job).
 """
 from __future__ import annotations
 
@@ -122,6 +124,10 @@ class WarmBwrapBackend(BackgroundWork):
         self._resetting: dict[tuple, int] = {}
         self._all: set[WarmSandbox] = set()
         self._bg = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-bwrap")
+        # bwrap runs with --die-with-parent, whose "parent" is the thread that forked it: a
+        # sandbox started from a caller's thread died when that thread ended, in the middle of a
+        # later job. One long-lived thread of the backend starts them all.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-bwrap-spawn")
         self._pending: set = set()
         self._closed = False
         self.started = 0
@@ -208,10 +214,11 @@ class WarmBwrapBackend(BackgroundWork):
             fds = [in_r, in_w, out_r, out_w, err_r, err_w]
             try:
                 # cwd /: no process of the chain carries the worker's directory (nor, env={}, its environment)
-                proc = subprocess.Popen(["/bin/sh", "-c", self._wrapper_script(cg, uid, pids), "sh", *argv],
-                                        stdin=in_r, stdout=out_w, stderr=err_w, env={}, cwd="/",
-                                        start_new_session=True, close_fds=True)
-            except OSError as e:
+                proc = self._spawner.submit(
+                    subprocess.Popen, ["/bin/sh", "-c", self._wrapper_script(cg, uid, pids), "sh", *argv],
+                    stdin=in_r, stdout=out_w, stderr=err_w, env={}, cwd="/",
+                    start_new_session=True, close_fds=True).result()
+            except (OSError, RuntimeError) as e:  # RuntimeError: the backend is closed
                 raise SandboxError(f"cannot start bwrap: {e}") from e
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
@@ -312,6 +319,12 @@ class WarmBwrapBackend(BackgroundWork):
     def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits,
             stdin: bytes | None) -> Verdict:
         sb.uses += 1
+        try:  # a sandbox that died while idle is not the next job's doing (WNOWAIT: not reaped)
+            gone = os.waitid(os.P_PID, sb.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            gone = True
+        if gone:
+            raise SandboxError("warm bwrap sandbox exited while idle")
         address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
         return run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
 
@@ -357,6 +370,7 @@ class WarmBwrapBackend(BackgroundWork):
             leftover = list(self._all)
         for sb in leftover:
             self._remove(sb)
+        self._spawner.shutdown(wait=True)
 
 
 def _key(domain: str, limits: Limits) -> tuple:
