@@ -272,3 +272,32 @@ def test_a_sandbox_outlives_the_thread_that_started_it(backend, fresh_pool):
     assert v.status == "ok" and v.stdout == b"second\n", v
     if backend != "bwrap-cold":  # the same sandbox, alive
         assert counts(fresh_pool) == (started, retired)
+
+
+def test_closing_the_backend_under_a_job_is_infrastructure(backend):
+    """Shutting a pool down is ours, not the job's: the job in flight gets sandbox_error."""
+    config = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=1)
+    pool = SandboxPool(make_backend(backend, config), config)
+    EXTRA_POOLS.append(pool)
+    out = []
+    token = "closing-" + secrets.token_hex(6)
+    try:
+        job = threading.Thread(target=lambda: out.append(pool.execute(
+            {"main.py": "import time\ntime.sleep(60)\n"}, ["python3", "main.py", token],
+            Limits(cpu_s=5, wall_s=30), domain="t")))
+        job.start()
+        while not any(token in c for c in _sandbox_cmdlines()):  # the job runs
+            threading.Event().wait(0.01)
+        pool.close()
+        job.join(60)
+        assert out and out[0].status == "sandbox_error" and "closed" in out[0].error, out
+    finally:
+        EXTRA_POOLS.remove(pool)
+        pool.close()
+
+
+def _sandbox_cmdlines() -> list[str]:
+    """Command lines of the processes running as this test run's sandbox uids."""
+    from sandbox_helpers import sandbox_uids
+
+    return [c for cmds in sandbox_uids(own_only=True).values() for c in cmds]

@@ -127,6 +127,8 @@ class PipeAgentStream:
         """Why the agent was lost during a job ('' while it is sound): the sandbox must go."""
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
+        if self.w < 0:
+            raise SendError("sandbox agent stream closed", 0)
         data = memoryview(kind + struct.pack(">I", len(payload)) + payload)
         accepted = 0
         try:
@@ -140,6 +142,9 @@ class PipeAgentStream:
         frame = self.reader.parse_one()
         if frame is not None or self.eof:
             return frame
+        if self.r < 0:  # closed
+            self.eof = True
+            return None
         fds = [self.r] + ([self.e] if self.e >= 0 else [])
         ready, _, _ = select.select(fds, [], [], timeout)
         if self.e in ready:

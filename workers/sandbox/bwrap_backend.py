@@ -8,7 +8,7 @@ every backend. Costs the sandbox's start (bwrap's namespaces and the agent's sta
 from __future__ import annotations
 
 from .bwrap_pool import MAX_SLOTS, WarmBwrapBackend, WarmSandbox, _key
-from .types import Limits, Verdict
+from .types import Limits, SandboxError, Verdict
 
 __all__ = ["BwrapBackend", "MAX_SLOTS", "SLOT_UID_BASE"]
 
@@ -23,6 +23,8 @@ class BwrapBackend(WarmBwrapBackend):
     uid_base = SLOT_UID_BASE
 
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
+        if self._closed:
+            raise SandboxError("the sandbox backend is closed")
         return self._create(_key(domain, limits))
 
     def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:

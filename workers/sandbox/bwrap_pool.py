@@ -83,6 +83,10 @@ class WarmSandbox:
     """Jobs served so far."""
     retiring: bool = False
     """Being removed: no longer counted as one of its domain's warm sandboxes."""
+    removed: bool = False
+    """Killed and its cgroup removed (once)."""
+    busy: bool = False
+    """A job's thread is using its stream (the stream is closed only after)."""
     created: float = field(default_factory=time.monotonic)
     """When it was started."""
 
@@ -249,25 +253,31 @@ class WarmBwrapBackend(BackgroundWork):
         return sb
 
     def _remove(self, sb: WarmSandbox) -> None:
-        """Kill the sandbox (bwrap's pid namespace dies with it), remove its cgroup, free its uid."""
+        """Kill the sandbox (bwrap's pid namespace dies with it), remove its cgroup, free its uid.
+        Runs once per sandbox (a second call, after shutdown removed it under a job, only closes
+        the stream, which is left to the job's thread while it runs)."""
         sb.retiring = True
-        sb.stream.close()  # the agent sees EOF and exits
-        try:
-            os.killpg(sb.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            sb.proc.kill()
-        except ProcessLookupError:
-            pass
-        if sb.cgroup is not None:
-            sb.cgroup.remove()
-        sb.proc.wait()
         with self._lock:
-            if sb in self._all:
-                self._all.discard(sb)
-                self._free_uids.append(sb.uid)
-                self.retired += 1
+            first, sb.removed = not sb.removed, True
+        if first:
+            try:  # bwrap is not reaped before the wait below, so its pid (and group) is still its own
+                os.killpg(sb.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                sb.proc.kill()
+            except ProcessLookupError:
+                pass
+            if sb.cgroup is not None:
+                sb.cgroup.remove()
+            sb.proc.wait()
+            with self._lock:
+                if sb in self._all:
+                    self._all.discard(sb)
+                    self._free_uids.append(sb.uid)
+                    self.retired += 1
+        if not sb.busy:
+            sb.stream.close()
 
     def _missing(self, key: tuple) -> int:
         """Warm sandboxes this key lacks (idle, busy or resetting ones count: busy ones come back)."""
@@ -298,6 +308,8 @@ class WarmBwrapBackend(BackgroundWork):
     # ---- Backend protocol ----------------------------------------------------------------
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
         key = _key(domain, limits)
+        if self._closed:
+            raise SandboxError("the sandbox backend is closed")
         sb = None
         with self._lock:
             idle = self._idle.setdefault(key, [])
@@ -326,7 +338,14 @@ class WarmBwrapBackend(BackgroundWork):
         if gone:
             raise SandboxError("warm bwrap sandbox exited while idle")
         address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
-        return run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
+        sb.busy = True
+        try:
+            verdict = run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
+        finally:
+            sb.busy = False
+        if sb.stream.lost and self._closed:  # we removed it (shutdown), not the job
+            raise SandboxError("the sandbox backend was closed during the job")
+        return verdict
 
     def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
         retire = (verdict is None or verdict.status in RETIRE_STATUSES or sb.stream.lost

@@ -201,6 +201,10 @@ class Container:
     """Jobs served so far."""
     retiring: bool = False
     """Being removed: no longer counted as one of its domain's warm containers."""
+    removed: bool = False
+    """Removed from the engine (once)."""
+    busy: bool = False
+    """A job's thread is using its stream (the stream is closed only after)."""
 
 
 class DockerBackend(BackgroundWork):
@@ -303,16 +307,20 @@ class DockerBackend(BackgroundWork):
         return cont
 
     def _remove(self, cont: Container) -> None:
+        """Remove the container (once); its stream is closed once no job's thread uses it."""
         cont.retiring = True
         with self._lock:
+            first, cont.removed = not cont.removed, True
             if cont in self._all:
                 self._all.discard(cont)
                 self.retired += 1
-        cont.stream.close()
-        try:
-            self.api.remove_container(cont.id, force=True)
-        except Exception:
-            pass
+        if first:
+            try:
+                self.api.remove_container(cont.id, force=True)
+            except Exception:
+                pass
+        if not cont.busy:
+            cont.stream.close()
 
     def _top_up(self, key: tuple) -> None:
         with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
@@ -333,6 +341,8 @@ class DockerBackend(BackgroundWork):
 
     def acquire(self, domain: str, limits: Limits) -> Container:
         key = _key(domain, limits)
+        if self._closed:
+            raise SandboxError("the sandbox backend is closed")
         cont = None
         with self._lock:
             idle = self._idle.setdefault(key, [])
@@ -413,8 +423,15 @@ class DockerBackend(BackgroundWork):
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
             stdin: bytes | None) -> Verdict:
         cont.uses += 1
-        return run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker",
-                             oom_killed=lambda: self._oom_killed(cont))
+        cont.busy = True
+        try:
+            verdict = run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker",
+                                    oom_killed=lambda: self._oom_killed(cont))
+        finally:
+            cont.busy = False
+        if cont.stream.lost and self._closed:  # we removed it (shutdown), not the job
+            raise SandboxError("the sandbox backend was closed during the job")
+        return verdict
 
     def _oom_killed(self, cont: Container) -> bool:
         """Whether the container's pid 1 was OOM-killed (its cgroup is gone with it): asked once
