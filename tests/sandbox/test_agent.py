@@ -240,6 +240,19 @@ def test_an_agent_lost_after_delivery_is_the_jobs_outcome(what):
     agent.stream.close()
 
 
+def test_an_agent_silent_after_delivery_is_the_jobs_timeout(monkeypatch):
+    from workers.sandbox import agent_host
+
+    monkeypatch.setattr(agent_host, "GRACE_S", 0.2)
+    agent = StandIn()
+    t = _after_the_job_arrives(agent, lambda: None)  # reads the job, then never answers
+    v = agent.run(Limits(cpu_s=1, wall_s=0.3))
+    t.join()
+    assert v.status == "timeout_wall" and agent.stream.lost, v
+    agent.die()
+    agent.stream.close()
+
+
 def test_an_agent_dead_before_delivery_is_infrastructure():
     agent = StandIn()
     agent.die()  # nothing of the job can reach it
