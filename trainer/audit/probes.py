@@ -292,8 +292,10 @@ def constant_probes(task: Task, fmt: AnswerFormat, gold: str | None, extra: list
 
 
 def _prompt_copy_probes(task: Task, fmt: AnswerFormat) -> list[Probe]:
-    """JSON answers holding only fields whose values the question itself states."""
-    question = task.prompt[-600:]
+    """JSON answers holding only fields whose values the question itself states (the question:
+    the prompt's last short paragraphs, not a document quoted above them)."""
+    paragraphs = [p for p in task.prompt.split("\n\n") if p.strip()]
+    question = "\n\n".join(p for p in paragraphs[-2:] if len(p) < 500)
     given = {k: v for k, v in task.answer.items()
              if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) in question}
     if not given:
