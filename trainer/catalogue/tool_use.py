@@ -35,12 +35,15 @@ def calculator_kv_task(rng: random.Random, level: int) -> tuple[str, list[str], 
     for item in items:
         store[f"price:{item}"] = round(rng.uniform(0.5, 20), 2)
         store[f"qty:{item}"] = rng.randint(1, 12)
-    total = round(sum(store[f"price:{i}"] * store[f"qty:{i}"] for i in items), 2)
+    exact_total = sum(store[f"price:{i}"] * store[f"qty:{i}"] for i in items)
+    total = round(exact_total, 2)
     targets: dict[str, float] = {"total": total}
+    exact: dict[str, float] = {"total": exact_total}
     goal = "store the total cost (the sum of price times quantity over all items, rounded to 2 decimals) under the key 'total'"
     if level >= 1:
         store["discount"] = rng.choice([0.05, 0.1, 0.15, 0.2])
-        targets["discounted"] = round(total * (1 - store["discount"]), 2)
+        exact["discounted"] = total * (1 - store["discount"])
+        targets["discounted"] = round(exact["discounted"], 2)
         goal += ", and the total after applying the discount stored under 'discount' (a fraction) under 'discounted'"
     prompt = (f"A key-value store holds prices under price:<item> and quantities under qty:<item> for these items: "
               f"{', '.join(items)}. Using the tools, {goal}. Then submit.\n{KV_TOOLS}")
@@ -51,7 +54,8 @@ def calculator_kv_task(rng: random.Random, level: int) -> tuple[str, list[str], 
         actions += [_call(tool="calc", expression=f"{total} * (1 - {store['discount']})"),
                     _call(tool="set", key="discounted", value=targets["discounted"])]
     actions.append(_call(tool="submit"))
-    return prompt, actions, {"environment": "calculator_kv", "initial_store": store, "targets": targets, "max_steps": 40}
+    return prompt, actions, {"environment": "calculator_kv", "initial_store": store, "targets": targets,
+                             "exact_targets": exact, "max_steps": 40}
 
 
 SETTINGS = {

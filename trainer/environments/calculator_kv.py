@@ -38,6 +38,8 @@ from trainer.verifiers.normalize import is_finite_number
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Pow: operator.pow, ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv}
 TOLERANCE = 0.01
+CENT_HALF = 0.005 + 1e-9
+"""Half a cent (and float noise): how far a value asked for to the cent may be from the exact one."""
 
 
 def safe_eval(expression: str) -> float:
@@ -132,10 +134,21 @@ class CalculatorKVEnv(ToolEnvironment):
         raise ActionError(f"unknown tool {tool!r}; tools: get, set, keys, calc, submit")
 
     def evaluate(self) -> Verification:
-        """Reward from the store: the fraction of target keys holding their expected value."""
+        """Reward from the store: the fraction of target keys holding their expected value.
+
+        A task that knows its targets before rounding (``meta["exact_targets"]``, asked for to
+        the cent) takes a value within half a cent of the exact one: either rounding of a tie,
+        never a cent off. Otherwise a value within ``TOLERANCE`` of the target passes."""
         assert self.task is not None
         targets: dict[str, float] = self.task.meta["targets"]
-        wrong = [k for k, v in targets.items() if not within(self.store.get(k), v)]
+        exact: dict[str, float] = self.task.meta.get("exact_targets") or {}
+
+        def right(key: str, target: float) -> bool:
+            if key in exact:
+                return within(self.store.get(key), exact[key], CENT_HALF)
+            return within(self.store.get(key), target)
+
+        wrong = [k for k, v in targets.items() if not right(k, v)]
         details = {"expected": targets, "found": {k: self.store.get(k) for k in targets}, "wrong": wrong, "steps": self.steps}
         if not wrong:
             return Verification.passed(**details)
