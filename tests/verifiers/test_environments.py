@@ -54,3 +54,21 @@ def test_step_budget_ends_the_episode_with_final_state_reward():
     env.step('{"tool": "ls"}')
     result = env.step('{"tool": "ls"}')
     assert result.done and result.outcome.outcome is Outcome.FAIL
+
+
+def test_calculator_totals_asked_to_the_cent_are_not_a_cent_off():
+    """Targets are rounded to 2 decimals; the check takes either rounding of a tie, not a cent off."""
+    import json
+    import random
+
+    from trainer.registry import get
+
+    spec = get("tool-calculator-kv")
+    for seed in range(40):
+        task = spec.source.sample(random.Random(seed), seed % 2)
+        assert spec.verify(task.answer, task).outcome.value == "pass"
+        calls = [json.loads(line) for line in task.answer.splitlines()]
+        for delta in (0.01, -0.01):
+            off = "\n".join(json.dumps({**c, "value": round(c["value"] + delta, 2)}) if c.get("tool") == "set" else json.dumps(c)
+                            for c in calls)
+            assert spec.verify(off, task).outcome.value != "pass", (task.id, delta)
