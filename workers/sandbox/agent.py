@@ -124,11 +124,11 @@ hash, 7 ms each; sockstat counts the namespace's TCP sockets, TIME_WAIT included
 NET_COUNTERS = ("dev", "snmp", "snmp6", "netstat")
 """Traffic counters of the namespace."""
 
-def net_state():
-    """Sockets of the network namespace (a closed TCP connection lingers in TIME_WAIT) and its
-    counters (a job sending N bytes over loopback would leave N for the next one to read)."""
+def net_state(names):
+    """The named /proc/net files: socket tables (sorted lines), counters (as they are), sockstat
+    (the namespace's own TCP, UDP, RAW counts: alloc, mem and orphan are the host's)."""
     state = []
-    for name in NET_TABLES + NET_COUNTERS + ("sockstat", "sockstat6"):
+    for name in names:
         try:
             with open("/proc/net/" + name) as f:
                 text = f.read()
@@ -139,11 +139,25 @@ def net_state():
             state.append(sorted(text.splitlines()[1:]))
         elif name in NET_COUNTERS:
             state.append(text)
-        else:  # the namespace's own counts only (alloc, mem, orphan are the host's)
+        else:
             words = text.split()
             state.append([(words[i], words[i + 1]) for i in range(len(words) - 1)
-                          if words[i] in ("used", "inuse", "tw")])
+                          if words[i] in ("inuse", "tw")])  # not "used": bwrap's own netlink
+                                                            # socket leaves it late, after we start
     return state
+
+NET_SOCKETS = NET_TABLES + ("sockstat", "sockstat6")
+
+def sockets_settled():
+    """Whether the namespace's sockets are back to what they were at start. A closed socket
+    leaves the counts a moment after its process (freed after an RCU grace period), so this
+    waits up to a second; one still there (TIME_WAIT, an fd cycle in flight) stays."""
+    end = time.monotonic() + 1.0
+    while net_state(NET_SOCKETS) != BASE_SOCKETS:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
 
 def sysvipc():
     """(table, id) of every System V IPC object in the namespace."""
@@ -268,7 +282,9 @@ def residue():
             return "%s: %s" % (top, e)
     if sysvipc():
         return "System V IPC objects left"
-    if net_state() != BASE_NET:
+    if net_state(NET_COUNTERS) != BASE_COUNTERS:
+        return "the network namespace's traffic counters moved"
+    if not sockets_settled():
         return "sockets left in the network namespace"
     if process_state() != BASE_PROCESS:
         return "the agent's rlimits, priority or affinity were changed"
@@ -417,7 +433,8 @@ for _top, _mode in MODES.items():
         pass  # not ours: docker's tmpfs is root's, already 1777
 BASE_KEYS = key_serials()
 BASE_TOPS = {top: top_state(top) for top in writable_mounts()}
-BASE_NET = net_state()
+BASE_COUNTERS = net_state(NET_COUNTERS)
+BASE_SOCKETS = net_state(NET_SOCKETS)
 BASE_PROCESS = process_state()
 send(4, b"ready")
 while True:
