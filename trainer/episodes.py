@@ -7,11 +7,14 @@ of each model token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from trainer.outcomes import Verification
 from trainer.rollout.base import RolloutEngine, SamplingParams
 from trainer.tasks.base import Task
+
+if TYPE_CHECKING:
+    from trainer.environments import Environment
 
 
 @dataclass
@@ -79,7 +82,7 @@ def single_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int
 
 
 def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int, int]],
-               params: SamplingParams, make_env: Callable[[Task], object], *, max_turns: int,
+               params: SamplingParams, make_env: Callable[[Task], Environment], *, max_turns: int,
                max_episode_tokens: int, max_prompt_tokens: int) -> list[Trajectory]:
     """Run environment episodes, all active ones batched per turn; returns verified trajectories.
 
@@ -87,7 +90,7 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
     final ``step`` of its last turn) when it reaches ``max_turns`` model turns or
     ``max_episode_tokens`` tokens after the prompt.
     """
-    episodes: list[tuple[Trajectory, object]] = []
+    episodes: list[tuple[Trajectory, Environment]] = []
     for task, n, group in requests:
         for _ in range(n):
             env = make_env(task)

@@ -46,7 +46,7 @@ class DomainSpec:
     task_source_spec: dict[str, Any] = field(default_factory=dict)
     """The task source as data (family, generator name, level mapping)."""
     environment: Callable[[Task], Any] | None = None
-    """Multi-turn domains: builds a ``trainer.envs.Environment`` per episode (None: single turn)."""
+    """Multi-turn domains: builds a ``trainer.environments.Environment`` per episode (None: single turn)."""
 
 
 _DOMAINS: dict[str, DomainSpec] = {}

@@ -7,7 +7,7 @@ import torch
 
 from trainer import registry
 from trainer.config import load_config
-from trainer.envs import RetryEnv
+from trainer.environments import RetryEnv
 from trainer.episodes import multi_turn
 from trainer.job import Job, pack_batch
 from trainer.models.load import load_model, load_tokenizer

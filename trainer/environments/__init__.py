@@ -1,24 +1,32 @@
-"""Multi-turn tool-use environments (see :mod:`trainer.environments.base` for the interface)."""
+"""Multi-turn environments (see :mod:`trainer.environments.base` for the interface).
+
+A domain becomes multi-turn by setting ``DomainSpec.environment`` to a function that builds one
+environment per episode. The tool-use environments are made by name (:func:`make_environment`);
+:class:`RetryEnv` wraps any single-turn verifier.
+"""
 from __future__ import annotations
 
 from typing import Callable
 
-from trainer.environments.base import Environment, StepResult, parse_action, split_actions
+from trainer.environments.base import (Environment, StepResult, ToolEnvironment, parse_action,
+                                       split_actions)
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
+from trainer.environments.retry import RetryEnv
 
-ENVIRONMENTS: dict[str, Callable[[], Environment]] = {
+ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
     CalculatorKVEnv.name: CalculatorKVEnv,
     FileSystemEnv.name: FileSystemEnv,
 }
 
 
-def make_environment(name: str) -> Environment:
-    """A fresh environment by name; KeyError lists the known names."""
+def make_environment(name: str) -> ToolEnvironment:
+    """A fresh tool-use environment by name; KeyError lists the known names."""
     try:
         return ENVIRONMENTS[name]()
     except KeyError:
         raise KeyError(f"unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}") from None
 
 
-__all__ = ["ENVIRONMENTS", "Environment", "StepResult", "make_environment", "parse_action", "split_actions"]
+__all__ = ["ENVIRONMENTS", "Environment", "RetryEnv", "StepResult", "ToolEnvironment", "make_environment",
+           "parse_action", "split_actions"]

@@ -1,11 +1,14 @@
-"""The multi-turn Environment interface the tool-use domains implement.
+"""The multi-turn Environment interface: what the trainer's episode runner drives.
 
-``reset(task) -> observation``; ``step(action) -> StepResult(observation, done, outcome)``.
-:class:`StepResult` is a NamedTuple, so it unpacks as ``observation, done, verification`` and
-also reads as ``.observation``/``.done``/``.outcome``, the shape of ``trainer.envs.StepResult``
-on the trainer branch; the protocols are structurally the same, so the trainer's episode runner
-can drive these environments. ``evaluate()`` scores the current state (reward from the final
-state), which is what a replay of a whole transcript uses when it ends without ``submit``.
+``reset(task) -> observation``; ``step(action) -> StepResult(observation, done, outcome)``. An
+environment keeps its state across the turns of one episode; the tokens of its observations are
+appended to the trajectory with loss mask 0 (:func:`trainer.episodes.multi_turn`).
+:class:`StepResult` is a NamedTuple, so it unpacks as ``observation, done, verification`` and also
+reads as ``.observation``/``.done``/``.outcome``.
+
+:class:`ToolEnvironment` is the turn loop of the tool-use environments; their ``evaluate()``
+scores the current state (reward from the final state), which is what a replay of a whole
+transcript uses when it ends without ``submit``.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ class StepResult(NamedTuple):
     """What the environment says after one model turn."""
 
     observation: str
-    """Text shown to the model next (tool output or error)."""
+    """Text shown to the model next (tool output, error or feedback); masked out of the loss."""
     done: bool
     """True once the episode is over."""
     outcome: Verification | None = None
@@ -29,15 +32,15 @@ class StepResult(NamedTuple):
 
 
 class Environment(Protocol):
-    """A stateful tool-use environment for one episode at a time."""
+    """State kept across the turns of one episode."""
 
-    name: str
+    def reset(self, task: Task) -> str:
+        """Start an episode; returns the first observation (the prompt text)."""
+        ...
 
-    def reset(self, task: Task) -> str: ...
-
-    def step(self, action: str) -> StepResult: ...
-
-    def evaluate(self) -> Verification: ...
+    def step(self, action: str) -> StepResult:
+        """Take the model's turn text; return the next observation."""
+        ...
 
 
 class ActionError(ValueError):
@@ -48,6 +51,7 @@ class ToolEnvironment:
     """The turn loop shared by the tool-use environments: parse the call, run the tool, end on
     ``submit`` or when the step budget is used up. Subclasses give ``_tool`` and ``evaluate``."""
 
+    name: str
     task: Task | None
     done: bool
     steps: int
