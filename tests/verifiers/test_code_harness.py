@@ -104,3 +104,18 @@ def test_exported_names_and_prelude():
     assert exported_names(["assert candidate(1)"], "def poly(x): pass\n", "find_zero") == ["find_zero"]
     assert trusted_prelude("def f(x):") == "def f(x):\n    pass\n"
     assert trusted_prelude("this is not code (") == ""
+
+
+def test_bytecode_for_another_python_falls_back_to_the_source():
+    from trainer.verifiers.code_harness import BYTECODE_FILE
+
+    job = build_job("def f(x):\n    return x + 1\n", ["assert f(1) == 2"])
+    with tempfile.TemporaryDirectory() as work:
+        for name, content in job.files.items():
+            data = content.encode() if isinstance(content, str) else content
+            if name == BYTECODE_FILE:
+                data = b"\x00\x00\r\n" + data[4:]  # another Python's magic
+            with open(os.path.join(work, name), "wb") as f:
+                f.write(data)
+        proc = subprocess.run([sys.executable, *job.command[1:]], cwd=work, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and parse_results(proc.stdout, job) == [("test_0", True, "")]

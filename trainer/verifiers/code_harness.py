@@ -24,8 +24,8 @@ exited 0. What the candidate can do to the harness (kill it, stop it, exhaust li
 job as a failure, a timeout or a limit, never a pass.
 
 >>> job = build_job("def inc(x):\\n    return x + 1\\n", ["assert inc(1) == 2"], nonce="0" * 32)
->>> sorted(job.files), job.command, job.names, job.exports
-(['.temper_tests', 'solution.py', 'temper_harness.py'], ['python3', '-I', '-S', 'temper_harness.py'], ['test_0'], ['inc'])
+>>> sorted(job.files), job.command[:4], job.names, job.exports
+(['.temper_tests', 'solution.py', 'temper_harness.bin', 'temper_harness.py'], ['python3', '-I', '-S', '-c'], ['test_0'], ['inc'])
 >>> parse_results(b"@@TEMPER-TEST " + b"0" * 32 + b" 0 PASS \\n@@TEMPER-TEST " + b"1" * 32 + b" 0 FAIL x\\n", job)
 [('test_0', True, '')]
 >>> exported_names(["assert abs(f(x)) < 1 and g(2)"], "x = 3\\n", None)
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import marshal
 import re
 import secrets
@@ -44,10 +45,21 @@ from typing import Any
 SPEC_FILE = ".temper_tests"
 """Job file holding the tests and the nonce (marshal); the harness unlinks it before it forks."""
 HARNESS_FILE = "temper_harness.py"
-"""Job file holding the harness."""
+"""Job file holding the harness's source."""
+BYTECODE_FILE = "temper_harness.bin"
+"""Job file holding the harness compiled by this process (the import magic, then marshal):
+compiling ~400 lines costs ~4 ms of CPU per job; the sandbox's Python runs the bytecode when its
+magic matches and compiles the source otherwise."""
 PROGRAM_FILE = "solution.py"
 """Job file holding the program under test."""
-COMMAND = ["python3", "-I", "-S", HARNESS_FILE]
+BOOTSTRAP = (
+    "import marshal, sys, _frozen_importlib_external as e\n"
+    f"f = open({BYTECODE_FILE!r}, 'rb')\n"
+    "code = marshal.load(f) if f.read(4) == e.MAGIC_NUMBER else None\n"
+    f"exec(code or compile(open({HARNESS_FILE!r}).read(), {HARNESS_FILE!r}, 'exec'), {{'__name__': '__main__'}})\n"
+)
+"""Runs the harness's bytecode, or its source when the bytecode is for another Python."""
+COMMAND = ["python3", "-I", "-S", "-c", BOOTSTRAP]
 """``-I``: no environment, user site or script directory on the path; ``-S``: no site-packages."""
 LOAD_FAILED_EXIT = 3
 """The harness's exit code when the program failed to load (the job is then a runtime_error)."""
@@ -55,12 +67,25 @@ MAX_REPLY_BYTES = 8 << 20
 """Longest encoded value the candidate may return from one call."""
 
 HARNESS = r'''
-import marshal, os, sys, _json
+import builtins, marshal, os, sys, _json
 
 def _protect():
-    """Non-dumpable: same-uid processes can neither ptrace this one nor open its /proc files."""
-    import ctypes
-    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+    """Non-dumpable: same-uid processes can neither ptrace this one nor open its /proc files.
+    (prctl through _ctypes itself: the ctypes package costs 5-10 ms to import.)"""
+    import _ctypes
+
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class Libc:
+        _handle = _ctypes.dlopen(None)
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = Int
+
+    prctl = Function(("prctl", Libc()))
+    if prctl(4, 0, 0, 0, 0) != 0 or prctl(3, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0; PR_GET_DUMPABLE
         os.write(2, b"temper harness: prctl(PR_SET_DUMPABLE) failed\n")
         os._exit(120)
 
@@ -198,7 +223,7 @@ def _serve(rfd, wfd):
         wf.write(line.encode("ascii") + b"\n")
         wf.flush()
 
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
+    ns = {"__name__": "solution", "__builtins__": builtins}
     try:
         with open(__PROGRAM__, encoding="utf-8") as f:
             source = f.read()
@@ -278,7 +303,7 @@ class _Candidate:
         if reply[1] == "r" and len(reply) == 3:
             return reply[2]
         if reply[1] == "e" and len(reply) == 4 and type(reply[2]) is str and type(reply[3]) is str:
-            kind = getattr(__builtins__, reply[2], None) if reply[2].isidentifier() else None
+            kind = getattr(builtins, reply[2], None) if reply[2].isidentifier() else None
             if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, (StopIteration, StopAsyncIteration)):
                 # (a StopIteration would silently end the loop of a test that calls through map())
                 raise kind(reply[3])
@@ -327,8 +352,18 @@ def _fork_candidate():
     os.close(resp_w)
     return _Candidate(pid, req_w, resp_r)
 
+def _warm(names):
+    """Import the modules the task's prompt imports before forking, so the program and the tests
+    share them (a stdlib import such as typing costs ~10 ms per process)."""
+    for name in names:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+
 def main():
     _protect()
+    _warm(sys.argv[1:])
     spec_fd = os.open(__SPEC__, os.O_RDONLY)
     os.unlink(__SPEC__)
     os.set_inheritable(spec_fd, False)
@@ -353,7 +388,7 @@ def main():
             mark(i, False, failed_load)
         child.close()
         return __LOAD_FAILED__
-    g = {"__name__": "__temper_tests__", "__builtins__": __builtins__}
+    g = {"__name__": "__temper_tests__", "__builtins__": builtins}
     try:
         exec(compile(spec["prelude"], "prelude.py", "exec"), g)
         for name in spec["exports"]:
@@ -464,6 +499,24 @@ def trusted_prelude(prompt: str | None) -> str:
     return ""
 
 
+def imported_modules(source: str) -> list[str]:
+    """Top-level modules a piece of trusted code imports (the harness imports them before it
+    forks, so both of its processes share them).
+
+    >>> imported_modules("from typing import List\\nimport math, os.path\\nfrom . import x")
+    ['math', 'os', 'typing']
+    """
+    if not source:
+        return []
+    names = set()
+    for node in ast.walk(_parse(source, "the prompt")):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if n.isidentifier())
+
+
 def exported_names(tests: list[str], prelude: str, entry_point: str | None) -> list[str]:
     """Names the tests take from the program: free names of the tests that neither the tests,
     the prelude nor the builtins define, plus the entry point. A program cannot shadow ``abs``."""
@@ -539,8 +592,17 @@ def build_job(
     else:
         raise ValueError("tests must be a non-empty list of code strings or a test module string")
     spec.update(nonce=nonce, names=names, prelude=prelude, exports=exports)
-    files: dict[str, str | bytes] = {HARNESS_FILE: HARNESS, PROGRAM_FILE: program, SPEC_FILE: marshal.dumps(spec)}
-    return CodeTestJob(files, list(COMMAND), nonce, names, exports)
+    files: dict[str, str | bytes] = {HARNESS_FILE: HARNESS, BYTECODE_FILE: harness_bytecode(), PROGRAM_FILE: program,
+                                     SPEC_FILE: marshal.dumps(spec)}
+    return CodeTestJob(files, [*COMMAND, *imported_modules(prelude)], nonce, names, exports)
+
+
+@functools.lru_cache(maxsize=1)
+def harness_bytecode() -> bytes:
+    """This Python's import magic and the harness's code object (see BYTECODE_FILE)."""
+    import importlib.util
+
+    return importlib.util.MAGIC_NUMBER + marshal.dumps(compile(HARNESS, HARNESS_FILE, "exec"))
 
 
 def job_from_files(files: dict[str, Any]) -> CodeTestJob | None:
