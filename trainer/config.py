@@ -3,6 +3,12 @@
 This module must not import torch: the control plane imports it to validate run configs and to
 render run forms from :func:`config_json_schema`.
 
+It is the one source of every run setting: each field's type, default, bounds (``_num``) and help
+(the docstring under it) are written here once, and the run form, the API's validation and the
+Run model derive from them (:func:`config_settings`, :func:`config_json_schema`). Which settings a
+control-plane run fills from its own fields is listed once too (:data:`RUN_OWNED`), as are the
+defaults that differ in a run (:data:`RUN_DEFAULTS`).
+
 >>> cfg = load_config({"rollout": {"n": 4}, "domains": {"builtin-addition": 1}})
 >>> cfg.rollout.n, cfg.algorithm.name
 (4, 'grpo')
@@ -25,7 +31,9 @@ import os
 import textwrap
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Iterator, Literal, Union
+
+from trainer.holdout import HOLDOUT_FRACTION
 
 
 class ConfigError(ValueError):
@@ -39,7 +47,10 @@ class ConfigError(ValueError):
 
 def _num(default: Any, *, gt: float | None = None, ge: float | None = None,
          le: float | None = None, lt: float | None = None) -> Any:
-    """A field with numeric bounds, checked by :func:`load_config` and exported to the schema."""
+    """A field with numeric bounds, checked by :func:`load_config` and exported to the schema.
+
+    Give every setting that multiplies memory or work (sequences, tokens, batch sizes) an upper
+    bound a host survives: the API refuses a run beyond it before anything is queued."""
     bounds = {k: v for k, v in {"gt": gt, "ge": ge, "le": le, "lt": lt}.items() if v is not None}
     return field(default=default, metadata={"bounds": bounds})
 
@@ -71,7 +82,7 @@ class TokenizerConfig:
 
     path: str = ""
     """Directory of the tokenizer; empty means the model path."""
-    max_prompt_tokens: int = _num(512, ge=1)
+    max_prompt_tokens: int = _num(512, ge=1, le=131_072)
     """Prompts longer than this are cut from the left."""
     use_chat_template: bool = False
     """Wrap prompts with the tokenizer's chat template when it has one."""
@@ -95,9 +106,9 @@ class AlgorithmConfig:
     """Weight of the k3 KL estimate to the frozen reference; 0 disables the reference model."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal and draw new ones to refill the batch."""
-    max_refills: int = _num(2, ge=0)
+    max_refills: int = _num(2, ge=0, le=64)
     """Dynamic sampling: at most this many extra generation rounds per step."""
-    updates_per_batch: int = _num(1, ge=1)
+    updates_per_batch: int = _num(1, ge=1, le=64)
     """Optimizer steps taken on each generated batch (mini-batches of the batch)."""
 
 
@@ -107,23 +118,23 @@ class RolloutConfig:
 
     engine: Literal["torch", "vllm"] = "torch"
     """``torch``: batched sampling with a KV cache; ``vllm``: vLLM's offline engine."""
-    prompts_per_step: int = _num(16, ge=1)
+    prompts_per_step: int = _num(16, ge=1, le=4096)
     """Tasks drawn per step (groups per batch)."""
-    n: int = _num(8, ge=1)
+    n: int = _num(8, ge=1, le=1024)
     """Completions per task (group size); the adaptive budget may vary it per task."""
-    max_new_tokens: int = _num(64, ge=1)
+    max_new_tokens: int = _num(64, ge=1, le=65_536)
     """Tokens generated per model turn at most."""
     temperature: float = _num(1.0, gt=0)
     """Sampling temperature; logprobs are those of the tempered distribution."""
     top_p: float = _num(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
-    staleness: int = _num(0, ge=0)
+    staleness: int = _num(0, ge=0, le=16)
     """Steps that generation may run ahead of the update (0 = synchronous)."""
     max_turns: int = _num(1, ge=1)
     """Model turns per episode in multi-turn environments."""
-    max_episode_tokens: int = _num(1024, ge=1)
+    max_episode_tokens: int = _num(1024, ge=1, le=262_144)
     """Token budget per episode (model and environment tokens after the prompt)."""
-    batch_size: int = _num(256, ge=1)
+    batch_size: int = _num(256, ge=1, le=4096)
     """Sequences generated together by the torch engine."""
     gpu_memory_utilization: float = _num(0.2, gt=0, le=1)
     """vLLM: share of device memory (of RAM on CPU) the engine may reserve."""
@@ -145,7 +156,7 @@ class OptimizerConfig:
     """Adam epsilon."""
     max_grad_norm: float = _num(1.0, ge=0)
     """Clip the global gradient norm to this; 0 disables clipping."""
-    micro_batch_size: int = _num(64, ge=1)
+    micro_batch_size: int = _num(64, ge=1, le=4096)
     """Sequences per forward/backward; gradients accumulate over the micro-batches."""
     warmup_steps: int = _num(0, ge=0)
     """Linear learning-rate warm-up steps."""
@@ -161,9 +172,9 @@ class SamplerConfig:
 
     adaptive_budget: bool = False
     """Set each task's number of samples from its running pass rate (uncertain tasks get more)."""
-    min_samples: int = _num(2, ge=2)
+    min_samples: int = _num(2, ge=2, le=1024)
     """Adaptive budget: fewest samples for a solved or hopeless task."""
-    max_samples: int = _num(16, ge=2)
+    max_samples: int = _num(16, ge=2, le=1024)
     """Adaptive budget: most samples for a task whose pass rate is near 0.5."""
     pass_rate_decay: float = _num(0.9, gt=0, lt=1)
     """Running pass rate: weight kept by the old estimate at each update."""
@@ -193,7 +204,7 @@ class CheckpointConfig:
 class LimitsConfig:
     """When a job stops."""
 
-    max_steps: int = _num(100, ge=0)
+    max_steps: int = _num(100, ge=0, le=10_000_000)
     """RL steps to run."""
     max_wall_s: float = _num(0.0, ge=0)
     """Stop after this many seconds; 0 means no limit."""
@@ -207,7 +218,7 @@ class SFTConfig:
     """Next-token-loss steps on reference answers; 0 skips the stage."""
     lr: float = _num(1e-3, gt=0)
     """Learning rate of the SFT stage."""
-    batch_size: int = _num(64, ge=1)
+    batch_size: int = _num(64, ge=1, le=4096)
     """Tasks per SFT step."""
 
 
@@ -217,11 +228,11 @@ class EvalConfig:
 
     every_steps: int = _num(0, ge=0)
     """Evaluate every this many steps (and once before the first); 0 disables it."""
-    tasks_per_domain: int = _num(16, ge=1)
+    tasks_per_domain: int = _num(16, ge=1, le=10_000)
     """Held-out tasks per domain in each evaluation (the same tasks every time)."""
     seed: int = 1234
     """Picks which held-out tasks are evaluated."""
-    max_new_tokens: int = _num(0, ge=0)
+    max_new_tokens: int = _num(0, ge=0, le=65_536)
     """Tokens per answer; 0 means rollout.max_new_tokens."""
 
 
@@ -233,7 +244,8 @@ class TrainerConfig:
     """Label shown in logs."""
     seed: int = 0
     """Seeds task sampling, generation and initialisation."""
-    domains: dict[str, float] = field(default_factory=lambda: {"builtin-addition": 1.0})
+    domains: dict[str, float] = field(default_factory=lambda: {"builtin-addition": 1.0}, metadata={"schema": {
+        "additionalProperties": {"type": "number", "exclusiveMinimum": 0}, "minProperties": 1}})
     """Domain slug -> sampling weight (weights are normalised)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
@@ -261,10 +273,95 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
+# ----------------------------------------------------------------------------- in a run
+@dataclass(frozen=True)
+class RunOwned:
+    """A setting that a control-plane run fills from one of its own fields; a run's ``config``
+    section may not set it."""
+
+    path: str
+    """The setting's dotted path in :class:`TrainerConfig`."""
+    source: str
+    """Where the run takes it from: a field of the run's API body (``staleness``, ``budget.steps``),
+    or, when ``assigned``, what the control plane gives every run (its ``id``, its ``storage``)."""
+    assigned: bool = False
+    """No field of the API body sets it: the control plane assigns it."""
+
+    def refusal(self) -> str:
+        """Why a run's ``config`` may not set this setting (the API's error message)."""
+        if self.assigned:
+            return f"set by the control plane from the run's {self.source}; leave it out"
+        return f"set it with the run's '{self.source}' field instead"
+
+
+RUN_OWNED: tuple[RunOwned, ...] = (
+    RunOwned("name", "id", assigned=True),
+    RunOwned("model.path", "base_model"),
+    RunOwned("domains", "domains"),
+    RunOwned("rollout.staleness", "staleness"),
+    RunOwned("limits.max_steps", "budget.steps"),
+    RunOwned("limits.max_wall_s", "budget.wall_s"),
+    RunOwned("checkpoint.dir", "storage", assigned=True),
+)
+"""The settings a run owns, listed once: the API refuses them in a run's ``config`` (naming the
+run field to use), the run form leaves them out, and the run driver fills each one from its
+source when it builds the run's trainer config."""
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "checkpoint.every_steps": 5,
+    "sampler.holdout_fraction": HOLDOUT_FRACTION,
+}
+"""Settings whose default differs in a run, by path: a run checkpoints every few steps (a
+preempted or failed worker loses little), and keeps the model registry's held-out share of every
+domain out of training. The run form shows these defaults; the run driver applies them where the
+run's ``config`` leaves the setting out."""
+
+MAX_SEQUENCES_PER_STEP = 65_536
+"""``rollout.prompts_per_step`` times the group size (``rollout.n``, or ``sampler.max_samples``
+with the adaptive budget) may not exceed this: each sequence is generated, kept and scored."""
+
+
+def has_path(data: Any, path: str) -> bool:
+    """Whether the nested dict ``data`` holds a value at the dotted ``path``.
+
+    >>> has_path({"rollout": {"staleness": 1}}, "rollout.staleness"), has_path({"rollout": 3}, "rollout.n")
+    (True, False)
+    """
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def put_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set the dotted ``path`` of the nested dict ``data`` to ``value``, making the dicts on the way.
+
+    >>> cfg = {"rollout": {"n": 4}}
+    >>> put_path(cfg, "rollout.staleness", 1); put_path(cfg, "limits.max_steps", 9); cfg
+    {'rollout': {'n': 4, 'staleness': 1}, 'limits': {'max_steps': 9}}
+    """
+    *parents, leaf = path.split(".")
+    for part in parents:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    data[leaf] = value
+
+
 # ----------------------------------------------------------------------------- docstrings
 @functools.lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
-    """The one-line docstring written under each field of a dataclass, by field name."""
+    """The one-line docstring written under each field of a dataclass (and of the dataclasses it
+    extends), by field name."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is cls or dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
@@ -371,6 +468,12 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
         errors.append(("sampler.min_samples", "must be at most sampler.max_samples"))
     if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
         errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
+    group, group_path = ((cfg.sampler.max_samples, "sampler.max_samples") if cfg.sampler.adaptive_budget
+                         else (cfg.rollout.n, "rollout.n"))
+    if cfg.rollout.prompts_per_step * group > MAX_SEQUENCES_PER_STEP:
+        errors.append(("rollout.prompts_per_step",
+                       f"times {group_path} is {cfg.rollout.prompts_per_step * group} sequences a step; "
+                       f"at most {MAX_SEQUENCES_PER_STEP} are allowed"))
     return errors
 
 
@@ -427,22 +530,29 @@ def _schema_for(tp: Any, default: Any) -> dict[str, Any]:
             str: {"type": "string"}}[tp]
 
 
+SCHEMA_BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+"""A field's bound operator -> its JSON Schema keyword."""
+
+
+def _field_schema(tp: Any, default: Any, bounds: dict[str, float], doc: str,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    prop = {**_schema_for(tp, default), **(extra or {})}
+    if doc:
+        prop["description"] = doc
+    if not dataclasses.is_dataclass(default):
+        prop["default"] = default
+    for op, value in bounds.items():
+        prop[SCHEMA_BOUNDS[op]] = value
+    return prop
+
+
 def _object_schema(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     instance = cls()
-    props: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        default = getattr(instance, f.name)
-        prop = _schema_for(hints[f.name], default)
-        if f.name in docs:
-            prop["description"] = docs[f.name]
-        if not dataclasses.is_dataclass(default):
-            prop["default"] = default
-        keys = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
-        for op, value in f.metadata.get("bounds", {}).items():
-            prop[keys[op]] = value
-        props[f.name] = prop
+    props = {f.name: _field_schema(hints[f.name], getattr(instance, f.name), f.metadata.get("bounds", {}),
+                                   docs.get(f.name, ""), f.metadata.get("schema"))
+             for f in dataclasses.fields(cls)}
     return {"type": "object", "title": cls.__name__, "description": (cls.__doc__ or "").strip(),
             "properties": props, "additionalProperties": False}
 
@@ -450,7 +560,60 @@ def _object_schema(cls: type) -> dict[str, Any]:
 def config_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of :class:`TrainerConfig`, with defaults and descriptions."""
     schema = _object_schema(TrainerConfig)
-    schema["properties"]["domains"]["additionalProperties"]["exclusiveMinimum"] = 0
-    schema["properties"]["domains"]["minProperties"] = 1
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://temper.local/schemas/trainer-config.json", **schema}
+
+
+# ----------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class Setting:
+    """One leaf of :class:`TrainerConfig` as everything else sees it: the run form, the API's
+    validation and the Run model read these, never a copy of a default or a bound.
+
+    >>> s = config_setting("rollout.staleness")
+    >>> s.default, s.bounds, s.schema()["maximum"]
+    (0, {'ge': 0, 'le': 16}, 16)
+    """
+
+    path: str
+    """Dotted path, e.g. ``rollout.staleness``."""
+    type: Any
+    """The type hint: ``int``, ``float``, ``bool``, ``str``, a ``Literal`` or a ``dict``."""
+    default: Any
+    """The trainer's default."""
+    bounds: dict[str, float]
+    """Numeric bounds by operator (``gt``, ``ge``, ``lt``, ``le``)."""
+    help: str
+    """The field's docstring."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """JSON Schema keywords the type and bounds do not give (e.g. the weights of ``domains``)."""
+
+    def schema(self) -> dict[str, Any]:
+        """This setting's JSON Schema, as :func:`config_json_schema` gives it."""
+        return _field_schema(self.type, self.default, self.bounds, self.help, self.extra)
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[Setting]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaves(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield Setting(path=f"{prefix}{f.name}", type=hints[f.name], default=getattr(instance, f.name),
+                          bounds=dict(f.metadata.get("bounds", {})), help=docs.get(f.name, ""),
+                          extra=dict(f.metadata.get("schema", {})))
+
+
+def config_settings() -> dict[str, Setting]:
+    """Every setting of :class:`TrainerConfig` by dotted path, in the order they are declared."""
+    return {s.path: s for s in _leaves(TrainerConfig, "")}
+
+
+def config_setting(path: str) -> Setting:
+    """The setting at the dotted ``path``; ``KeyError`` when there is none."""
+    found = config_settings()
+    if path not in found:
+        raise KeyError(f"no trainer setting {path!r}")
+    return found[path]

@@ -8,7 +8,8 @@ import sys
 import jsonschema
 import pytest
 
-from trainer.config import ConfigError, TrainerConfig, config_json_schema, load_config
+from trainer.config import (MAX_SEQUENCES_PER_STEP, RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig,
+                            config_json_schema, config_setting, config_settings, has_path, load_config, put_path)
 
 
 def errors_of(data) -> list[tuple[str, str]]:
@@ -89,3 +90,72 @@ def test_config_module_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_docstring_examples():
+    import doctest
+
+    import trainer.config
+
+    result = doctest.testmod(trainer.config)
+    assert result.attempted and not result.failed
+
+
+HOST_BOUND = ["tokenizer.max_prompt_tokens", "rollout.prompts_per_step", "rollout.n", "rollout.max_new_tokens",
+              "rollout.max_episode_tokens", "rollout.batch_size", "optimizer.micro_batch_size", "sampler.max_samples",
+              "sft.batch_size", "eval.tasks_per_domain", "eval.max_new_tokens", "limits.max_steps"]
+"""Settings that multiply memory or work: each has an upper bound a host survives."""
+
+
+@pytest.mark.parametrize("path", HOST_BOUND)
+def test_settings_that_can_take_the_host_down_have_an_upper_bound(path):
+    setting = config_setting(path)
+    assert "le" in setting.bounds, f"{path} has no upper bound"
+    top = setting.bounds["le"]
+    data: dict = {}
+    put_path(data, path, top)
+    if path == "rollout.prompts_per_step":
+        data["rollout"]["n"] = 2  # alone at its bound; the per-step product has a cap of its own
+    assert load_config(data) is not None
+    put_path(data, path, top + 1)
+    assert (path, f"must be at most {top:g}") in errors_of(data)
+
+
+def test_a_step_of_too_many_sequences_is_refused_with_the_product():
+    n = config_setting("rollout.n").bounds["le"]
+    prompts = MAX_SEQUENCES_PER_STEP // n + 1
+    errs = errors_of({"rollout": {"prompts_per_step": prompts, "n": n}})
+    assert [p for p, _ in errs] == ["rollout.prompts_per_step"]
+    assert str(prompts * n) in errs[0][1] and str(MAX_SEQUENCES_PER_STEP) in errs[0][1]
+    assert load_config({"rollout": {"prompts_per_step": MAX_SEQUENCES_PER_STEP // n, "n": n}})
+    adaptive = {"rollout": {"prompts_per_step": prompts, "n": 2},
+                "sampler": {"adaptive_budget": True, "min_samples": 2, "max_samples": n}}
+    assert "sampler.max_samples" in errors_of(adaptive)[0][1]
+
+
+def test_each_setting_is_its_schema():
+    """``config_settings`` and ``config_json_schema`` are one description: same default, bounds, help."""
+    schema = config_json_schema()
+    for path, setting in config_settings().items():
+        node = schema
+        for part in path.split("."):
+            node = node["properties"][part]
+        expected = setting.schema()
+        assert {k: node[k] for k in expected} == expected, path
+        assert setting.help and setting.default == node["default"]
+
+
+def test_the_run_tables_name_real_settings_with_valid_values():
+    paths = [o.path for o in RUN_OWNED]
+    assert len(paths) == len(set(paths))
+    for owned in RUN_OWNED:
+        config_setting(owned.path)  # KeyError when the table names a setting that is gone
+    data: dict = {}
+    for path, value in RUN_DEFAULTS.items():
+        assert path not in paths, f"{path} is the run's own; it has no run default"
+        assert config_setting(path).default != value, f"{path}: the run default is the trainer's; drop it"
+        put_path(data, path, value)
+    loaded = load_config(data).to_dict()
+    assert all(has_path(loaded, p) for p in RUN_DEFAULTS)
+    with pytest.raises(KeyError):
+        config_setting("rollout.nope")
