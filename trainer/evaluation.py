@@ -221,11 +221,7 @@ def evaluate_job(job, specs: Sequence[EvalSpec] | None = None) -> tuple[dict[str
         finally:
             job.engine.load_state_dict(saved)
 
-    if job.rollout_thread is None:
-        results = run()
-    else:  # the engine belongs to the pipeline's rollout thread: evaluate there, after what is queued,
-        job._sync_now()  # with the engine holding the current policy
-        results = job.rollout_thread.submit(run).result()
+    results = job.pipeline.on_engine(run)  # where the engine runs, after what is queued, current weights
     return eval_metrics(results), results
 
 

@@ -10,17 +10,13 @@
 fans verification out to worker queues); by default each domain's ``verify`` runs inline.
 Callbacks get ``(step, metrics, samples)``; ``samples`` are plain dicts of sampled trajectories.
 
-With ``rollout.staleness = s > 0`` the next ``s`` batches are generated and verified in the
-background while the current one trains (see :mod:`trainer.pipeline`); with ``s = 0`` each step
-generates, verifies and updates in turn.
+How a step gets its batch, and when the engine takes new weights, is the pipeline's business
+(:mod:`trainer.pipeline`: in turn with ``rollout.staleness = 0``, overlapped with ``s > 0``);
+the SFT stage is :mod:`trainer.sft`, the checkpoint format :mod:`trainer.checkpoint`.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import json
 import os
-import random
-import shutil
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -32,21 +28,21 @@ import torch
 from trainer import registry
 from trainer.algorithms import (clipped_policy_loss, group_advantages, token_entropy,
                                 token_logprobs, zero_variance_groups)
+from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
 from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import make_backend
 from trainer.outcomes import Outcome, Verification
-from trainer.pipeline import Batch, StageClock, engine_chunks
+from trainer.pipeline import Request, StageClocks, VerifyBatch, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
-from trainer.sft import sft_step
+from trainer.sft import SupervisedStage
 from trainer.tasks.base import Task
 
 Callback = Callable[[int, dict, list], None]
-VerifyBatch = Callable[[list[tuple[str, Task]]], list[Verification]]
 
 
 # ----------------------------------------------------------------------------- verification
@@ -177,28 +173,20 @@ class Job:
                 self.lean = None
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
-        self.sft_rng = random.Random(cfg.seed + 1)
-        asynchronous = cfg.rollout.staleness > 0
+        self.sft_stage = SupervisedStage(self.model, self.tokenizer, self.sampler, cfg, self.device)
+        pipeline_cls = pipeline_for(cfg.rollout.staleness)  # chosen once: in turn, or overlapped
         self.engine = make_engine(cfg.rollout.engine, self.model, self.tokenizer, seed=cfg.seed,
-                                  batch_size=cfg.rollout.batch_size, share_weights=not asynchronous,
+                                  batch_size=cfg.rollout.batch_size, share_weights=pipeline_cls.shares_weights,
                                   lean_forward=cfg.model.lean_forward,
                                   gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
                                   max_model_len=cfg.tokenizer.max_prompt_tokens
                                   + cfg.rollout.max_episode_tokens)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+        self.clocks = StageClocks()
+        self.pipeline = pipeline_cls(self.engine, self.model, self._generate, self.verify_batch, self.clocks,
+                                 staleness=cfg.rollout.staleness, chunk_size=cfg.rollout.batch_size)
         self.step_count = 0
-        self.sft_steps_done = 0
-        # Overlap: one thread generates (and applies weight syncs in order), one verifies.
-        self.rollout_thread = cf.ThreadPoolExecutor(1, "rollout") if asynchronous else None
-        self.verify_thread = cf.ThreadPoolExecutor(1, "verify") if asynchronous else None
-        self.pending: list[cf.Future] = []
-        """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``staleness``."""
-        self.engine_version = 0
-        """Policy updates reflected in the rollout engine's weights (rollout thread's view)."""
-        self.clocks = {stage: StageClock() for stage in ("generate", "verify", "update")}
-        self._window_start: float | None = None
-        self._busy_at_window_start: dict[str, float] = {}
         self.last_generated: list[Trajectory] = []
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
 
@@ -210,13 +198,75 @@ class Job:
             raise ConfigError(missing)
         return {s: known[s] for s in cfg.domains}
 
-    # -- generation ------------------------------------------------------------------------
-    def _generate(self, requests: list[tuple[Task, int, int]]) -> list[Trajectory]:
-        """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env."""
-        with self.clocks["generate"].running():
-            return self._generate_untimed(requests)
+    # -- one step --------------------------------------------------------------------------
+    def step(self) -> dict[str, float]:
+        """Run one RL step; returns its metrics (also passed to every callback)."""
+        t_step = time.perf_counter()
+        self.clocks.open(t_step)
+        metrics: dict[str, float] = {}
+        trajs = self._collect(metrics)
+        rewards, groups, valid = rewards_of(trajs)
+        alg = self.config.algorithm
+        adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
+        with self.clocks.running("update"):
+            t0 = time.perf_counter()
+            self._update(trajs, adv, metrics)
+            metrics["stage/update_s"] = time.perf_counter() - t0
+            metrics["stage/sync_s"] = self.pipeline.sync(self.step_count + 1)
+        self.step_count += 1
+        step_s = time.perf_counter() - t_step
+        metrics["stage/step_s"] = step_s
+        metrics.update(self.clocks.window_metrics())
+        metrics.update(outcome_metrics(self.last_generated))
+        n_gen = len(self.last_generated)
+        gen_tokens = sum(sum(t.loss_mask) for t in self.last_generated)
+        metrics["perf/completions_per_s"] = n_gen / step_s
+        metrics["perf/tokens_per_s"] = (gen_tokens + metrics.get("perf/train_tokens", 0.0)) / step_s
+        metrics["perf/gen_tokens_per_s"] = gen_tokens / max(metrics["pipeline/generate_busy_s"], 1e-9)
+        # The verify stage's rate while it works (completions verified per busy second).
+        metrics["perf/verifications_per_s"] = n_gen / max(metrics["pipeline/verify_busy_s"], 1e-9)
+        metrics["perf/generator_idle_frac"] = metrics["pipeline/generate_idle_frac"]
+        metrics["batch/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
+        for slug, level in self.sampler.levels.items():
+            metrics[f"sampler/level/{slug}"] = float(level)
+        samples = self._samples(trajs, adv)
+        for cb in self.callbacks:
+            cb(self.step_count, metrics, samples)
+        return metrics
 
-    def _generate_untimed(self, requests: list[tuple[Task, int, int]]) -> list[Trajectory]:
+    # -- the batch -------------------------------------------------------------------------
+    def _collect(self, metrics: dict) -> list[Trajectory]:
+        """A verified batch; with dynamic sampling, flat groups are dropped and refilled."""
+        alg, k = self.config.algorithm, self.config.rollout.prompts_per_step
+        metrics["stage/generate_s"] = metrics["stage/verify_s"] = 0.0
+        trajs = self.pipeline.next_batch(lambda: self._draw_requests(k), metrics).trajs
+        self._update_sampler(trajs)
+        metrics["batch/groups_generated"] = len({t.group for t in trajs})
+        self.last_generated = list(trajs)
+        if not alg.dynamic_sampling:
+            return trajs
+        kept, refills, dropped = self._drop_flat(trajs), 0, 0
+        dropped += len({t.group for t in trajs}) - len({t.group for t in kept})
+        while len({t.group for t in kept}) < k and refills < alg.max_refills:
+            refills += 1
+            requests = self._draw_requests(k - len({t.group for t in kept}), refills * k * 2)
+            more = self.pipeline.refill(requests, metrics).trajs
+            self._update_sampler(more)
+            self.last_generated += more
+            good = self._drop_flat(more)
+            dropped += len({t.group for t in more}) - len({t.group for t in good})
+            kept += good
+        keep_groups = list(dict.fromkeys(t.group for t in kept))[:k]
+        metrics["batch/refills"] = refills
+        metrics["batch/dropped_groups"] = dropped
+        return [t for t in kept if t.group in set(keep_groups)]
+
+    def _draw_requests(self, k: int, first_group: int = 0) -> list[Request]:
+        return [(task, n, first_group + i) for i, (task, n) in enumerate(self.sampler.draw(k))]
+
+    def _generate(self, requests: list[Request]) -> list[Trajectory]:
+        """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env.
+        Called by the pipeline (on its rollout thread with overlap)."""
         cfg = self.config
         single = [r for r in requests if self.domains[r[0].domain].environment is None]
         multi = [r for r in requests if self.domains[r[0].domain].environment is not None]
@@ -232,112 +282,6 @@ class Job:
                                 max_episode_tokens=cfg.rollout.max_episode_tokens,
                                 max_prompt_tokens=cfg.tokenizer.max_prompt_tokens)
         return trajs
-
-    def _draw_requests(self, k: int, first_group: int = 0) -> list[tuple[Task, int, int]]:
-        return [(task, n, first_group + i) for i, (task, n) in enumerate(self.sampler.draw(k))]
-
-    def _produce(self, requests: list[tuple[Task, int, int]]) -> Batch:
-        """On the rollout thread: generate a batch chunk by chunk, each chunk going to the verify
-        thread as soon as it is generated (its verification overlaps the next chunk's generation,
-        the next batch's, and the caller's update)."""
-        batch = Batch([], policy_version=self.engine_version)
-        for chunk in engine_chunks(requests, self.config.rollout.batch_size):
-            trajs = self._generate(chunk)
-            batch.trajs += trajs
-            batch.checks.append(self.verify_thread.submit(self._verify, trajs))
-        return batch
-
-    def _submit(self, requests: list[tuple[Task, int, int]]) -> cf.Future:
-        """Queue a batch on the rollout thread (behind every sync queued before it)."""
-        return self.rollout_thread.submit(self._produce, requests)
-
-    @staticmethod
-    def _ready(future: cf.Future, metrics: dict | None = None) -> Batch:
-        """Wait for a queued batch to be generated, then verified; time each wait."""
-        t0 = time.perf_counter()
-        batch = future.result()
-        t1 = time.perf_counter()
-        for check in batch.checks:
-            check.result()
-        batch.checks = []
-        if metrics is not None:
-            metrics["stage/generate_s"] += t1 - t0
-            metrics["stage/verify_s"] += time.perf_counter() - t1
-        return batch
-
-    def _in_turn(self, requests: list[tuple[Task, int, int]], metrics: dict) -> Batch:
-        """Synchronous: generate the whole batch with the current weights, then verify it."""
-        t0 = time.perf_counter()
-        batch = Batch(self._generate(requests), policy_version=self.step_count)
-        t1 = time.perf_counter()
-        self._verify(batch.trajs)
-        metrics["stage/generate_s"] += t1 - t0
-        metrics["stage/verify_s"] += time.perf_counter() - t1
-        return batch
-
-    def _next_batch(self, metrics: dict) -> Batch:
-        """This step's verified batch: produced now (synchronous) or taken from the pipeline,
-        after queueing the batches that may be generated ahead (``staleness`` of them)."""
-        k = self.config.rollout.prompts_per_step
-        if self.rollout_thread is None:
-            return self._in_turn(self._draw_requests(k), metrics)
-        while len(self.pending) < self.config.rollout.staleness + 1:
-            self.pending.append(self._submit(self._draw_requests(k)))
-        return self._ready(self.pending.pop(0), metrics)
-
-    def _refill(self, k: int, first_group: int, metrics: dict) -> Batch:
-        requests = self._draw_requests(k, first_group)
-        if self.rollout_thread is None:
-            return self._in_turn(requests, metrics)
-        return self._ready(self._submit(requests), metrics)
-
-    # -- verification ----------------------------------------------------------------------
-    def _verify(self, trajs: list[Trajectory]) -> None:
-        todo = [t for t in trajs if t.verification is None]
-        if todo:
-            with self.clocks["verify"].running():
-                results = self.verify_batch([(t.completion, t.task) for t in todo])
-            for t, v in zip(todo, results):
-                t.verification = v
-
-    def _collect(self, metrics: dict) -> list[Trajectory]:
-        """A verified batch; with dynamic sampling, flat groups are dropped and refilled."""
-        alg, k = self.config.algorithm, self.config.rollout.prompts_per_step
-        metrics["stage/generate_s"] = metrics["stage/verify_s"] = 0.0
-        batch = self._next_batch(metrics)
-        self._check_staleness(batch, metrics)
-        trajs = batch.trajs
-        self._update_sampler(trajs)
-        metrics["batch/groups_generated"] = len({t.group for t in trajs})
-        self.last_generated = list(trajs)
-        if not alg.dynamic_sampling:
-            return trajs
-        kept, refills, dropped = self._drop_flat(trajs), 0, 0
-        dropped += len({t.group for t in trajs}) - len({t.group for t in kept})
-        while len({t.group for t in kept}) < k and refills < alg.max_refills:
-            refills += 1
-            more = self._refill(k - len({t.group for t in kept}), refills * k * 2, metrics)
-            self._check_staleness(more, metrics)
-            self._update_sampler(more.trajs)
-            self.last_generated += more.trajs
-            good = self._drop_flat(more.trajs)
-            dropped += len({t.group for t in more.trajs}) - len({t.group for t in good})
-            kept += good
-        keep_groups = list(dict.fromkeys(t.group for t in kept))[:k]
-        metrics["batch/refills"] = refills
-        metrics["batch/dropped_groups"] = dropped
-        return [t for t in kept if t.group in set(keep_groups)]
-
-    def _check_staleness(self, batch: Batch, metrics: dict) -> None:
-        """Record the policy version a batch was generated with; refuse one older than allowed."""
-        lag = self.step_count - batch.policy_version
-        if not 0 <= lag <= self.config.rollout.staleness:
-            raise RuntimeError(f"batch generated by policy version {batch.policy_version} reached "
-                               f"update {self.step_count + 1}: staleness {lag} is outside "
-                               f"0..{self.config.rollout.staleness}")
-        if "batch/policy_version" not in metrics:  # the step's first batch is its oldest
-            metrics["batch/policy_version"] = float(batch.policy_version)
-            metrics["batch/policy_lag"] = float(lag)
 
     @staticmethod
     def _drop_flat(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -431,85 +375,6 @@ class Job:
         return {"policy/entropy": sums["entropy"] / tok, "mismatch/logprob_abs": sums["abs"] / tok,
                 "mismatch/kl": sums["kl"] / tok}
 
-    def _sync(self, version: int) -> float:
-        """Make the rollout engine hold the policy after ``version`` updates. With overlap, a
-        snapshot is synced on the rollout thread behind the generations queued before it."""
-        if self.rollout_thread is None:
-            seconds = self.engine.sync_weights(self.model)
-            self.engine_version = version
-            return seconds
-        snapshot = [p.detach().clone() for p in self.model.parameters()]
-        self.rollout_thread.submit(self._sync_engine, _ParamsView(snapshot), version)
-        return 0.0
-
-    def _sync_engine(self, weights, version: int) -> None:
-        self.engine.sync_weights(weights)
-        self.engine_version = version
-
-    def _sync_now(self) -> None:
-        """The engine takes the current weights now (after whatever is queued ahead of it)."""
-        if self.rollout_thread is None:
-            self._sync(self.step_count)
-        else:
-            self.rollout_thread.submit(self._sync_engine, self.model, self.step_count).result()
-
-    # -- one step --------------------------------------------------------------------------
-    def step(self) -> dict[str, float]:
-        """Run one RL step; returns its metrics (also passed to every callback)."""
-        t_step = time.perf_counter()
-        if self._window_start is None:
-            self._window_start = t_step
-        metrics: dict[str, float] = {}
-        trajs = self._collect(metrics)
-        rewards, groups, valid = rewards_of(trajs)
-        alg = self.config.algorithm
-        adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
-        with self.clocks["update"].running():
-            t0 = time.perf_counter()
-            self._update(trajs, adv, metrics)
-            metrics["stage/update_s"] = time.perf_counter() - t0
-            metrics["stage/sync_s"] = self._sync(self.step_count + 1)
-        self.step_count += 1
-        step_s = time.perf_counter() - t_step
-        metrics["stage/step_s"] = step_s
-        metrics.update(self._stage_metrics())
-        metrics.update(outcome_metrics(self.last_generated))
-        n_gen = len(self.last_generated)
-        gen_tokens = sum(sum(t.loss_mask) for t in self.last_generated)
-        metrics["perf/completions_per_s"] = n_gen / step_s
-        metrics["perf/tokens_per_s"] = (gen_tokens + metrics.get("perf/train_tokens", 0.0)) / step_s
-        metrics["perf/gen_tokens_per_s"] = gen_tokens / max(metrics["pipeline/generate_busy_s"], 1e-9)
-        # The verify stage's rate while it works (completions verified per busy second).
-        metrics["perf/verifications_per_s"] = n_gen / max(metrics["pipeline/verify_busy_s"], 1e-9)
-        metrics["perf/generator_idle_frac"] = metrics["pipeline/generate_idle_frac"]
-        metrics["batch/advantage_abs"] = float(adv.abs().mean()) if len(adv) else 0.0
-        for slug, level in self.sampler.levels.items():
-            metrics[f"sampler/level/{slug}"] = float(level)
-        samples = self._samples(trajs, adv)
-        for cb in self.callbacks:
-            cb(self.step_count, metrics, samples)
-        return metrics
-
-    def _stage_metrics(self) -> dict[str, float]:
-        """Busy seconds and idle fraction of each stage since the previous step ended.
-
-        Windows tile the job's time from its first step on, so the time between steps (the
-        caller's bookkeeping) counts too: work the pipeline does then is busy, waiting is idle.
-        """
-        now = time.perf_counter()
-        window = max(now - self._window_start, 1e-9)
-        previous = self._busy_at_window_start
-        out = {"pipeline/window_s": window}
-        for stage, clock in self.clocks.items():
-            busy = clock.busy_s(now)
-            spent = min(max(busy - previous.get(stage, 0.0), 0.0), window)
-            out[f"pipeline/{stage}_busy_s"] = spent
-            out[f"pipeline/{stage}_idle_frac"] = 1.0 - spent / window
-            previous[stage] = busy
-        self._busy_at_window_start = previous
-        self._window_start = now
-        return out
-
     def _samples(self, trajs: list[Trajectory], adv: torch.Tensor) -> list[dict]:
         """Up to ``samples_per_step`` trajectories, spread over groups, as plain dicts."""
         firsts = list({t.group: i for i, t in reversed(list(enumerate(trajs)))}.values())[::-1]
@@ -527,24 +392,13 @@ class Job:
     # -- SFT and evaluation ----------------------------------------------------------------
     def sft(self, steps: int | None = None, callback: Callable[[int, float], None] | None = None) -> list[float]:
         """Supervised steps on reference answers (next-token loss on the answer only)."""
-        cfg = self.config.sft
-        steps = cfg.steps if steps is None else steps
-        if not hasattr(self, "_sft_backend"):
-            self._sft_backend = make_backend(
-                self.model, replace(self.config.optimizer, warmup_steps=0, lr_schedule="constant"),
-                lr=cfg.lr)
-        losses = []
-        for _ in range(steps):
-            tasks = [self.sampler.sample_task(s, self.sft_rng)  # held-out tasks stay out of SFT too
-                     for s in self.sft_rng.choices(self.sampler.slugs, self.sampler.weights,
-                                                   k=cfg.batch_size)]
-            loss = sft_step(self.model, self._sft_backend, self.tokenizer, tasks, self.device)
-            self.sft_steps_done += 1
-            losses.append(loss)
-            if callback:
-                callback(self.sft_steps_done, loss)
-        self._sync_now()
+        losses = self.sft_stage.train(self.config.sft.steps if steps is None else steps, callback)
+        self.pipeline.resync()
         return losses
+
+    @property
+    def sft_steps_done(self) -> int:
+        return self.sft_stage.steps_done
 
     def evaluate(self, tasks: list[Task], *, greedy: bool = True, n: int = 1) -> dict[str, float]:
         """Mean reward of ``n`` completions per task (greedy by default); engine RNG is untouched."""
@@ -556,13 +410,8 @@ class Job:
             self.engine.load_state_dict(saved)
             return out
 
-        if self.rollout_thread is None:
-            trajs = greedy_pass()
-            self._verify(trajs)
-        else:  # the current weights, on the pipeline's own threads (after what is queued)
-            self._sync_now()
-            trajs = self.rollout_thread.submit(greedy_pass).result()
-            self.verify_thread.submit(self._verify, trajs).result()
+        trajs = self.pipeline.on_engine(greedy_pass)  # the current weights, after what is queued
+        self.pipeline.verify(trajs)
         rewards = [t.verification.reward for t in trajs if t.verification.reward is not None]
         return {"reward": sum(rewards) / max(len(rewards), 1),
                 "exact": sum(t.verification.outcome is Outcome.PASS for t in trajs) / len(trajs)}
@@ -599,93 +448,39 @@ class Job:
         return metrics
 
     def close(self) -> None:
-        for thread in (self.rollout_thread, self.verify_thread):  # batches queued ahead are dropped
-            if thread is not None:
-                thread.shutdown(wait=True, cancel_futures=True)
+        self.pipeline.close()  # batches queued ahead are dropped
         close = getattr(self.engine, "close", None)
         if close:
             close()
 
     # -- checkpoints -----------------------------------------------------------------------
     def save_checkpoint(self, directory: str | os.PathLike) -> Path:
-        """Model, tokenizer, optimizer, sampler state, RNGs, config and step in one directory.
+        """Model, tokenizer, optimizer, sampler state, RNGs, config and step in one directory
+        (:mod:`trainer.checkpoint`).
 
         Batches already generated ahead (overlap) are saved too, verified and with their policy
         versions, so a resumed job trains on exactly what this one would have.
         """
-        path = Path(directory)
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        pending = [{"trajs": b.trajs, "policy_version": b.policy_version}
-                   for b in (self._ready(f) for f in self.pending)]
-        self.model.save_pretrained(tmp / "model")
-        self.tokenizer.save_pretrained(tmp / "model")
-        torch.save({"backend": self.backend.state_dict(),
-                    "sft_backend": self._sft_backend.state_dict() if hasattr(self, "_sft_backend") else None},
-                   tmp / "optimizer.pt")
-        torch.save({"engine": self.engine.state_dict(), "torch": torch.get_rng_state(),
-                    "pending": pending, "sft_rng": self.sft_rng.getstate()}, tmp / "rng.pt")
-        state = {"step": self.step_count, "sft_steps_done": self.sft_steps_done,
-                 "initial_model_path": self.config.model.path,
-                 "config": self.config.to_dict(), "sampler": self.sampler.state_dict()}
-        (tmp / "state.json").write_text(json.dumps(state, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-        self._prune(path.parent)
-        return path
-
-    def _prune(self, parent: Path) -> None:
-        keep = self.config.checkpoint.keep_last
-        steps = sorted((p for p in parent.glob("step-*") if p.name[5:].isdigit()),
-                       key=lambda p: int(p.name[5:]))
-        if self.config.checkpoint.dir and Path(self.config.checkpoint.dir) == parent:
-            for old in steps[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+        ahead = self.pipeline.ahead()  # first: generating them advances the engine's RNG
+        saved = Checkpoint(step=self.step_count, config=self.config, sampler=self.sampler.state_dict(),
+                           optimizer=self.backend.state_dict(), engine_rng=self.engine.state_dict(),
+                           torch_rng=torch.get_rng_state(), ahead=ahead, sft=self.sft_stage.state_dict())
+        return saved.save(directory, self.model, self.tokenizer)
 
     @classmethod
     def resume(cls, directory: str | os.PathLike, callbacks: Sequence[Callback] = (),
                verify_batch: VerifyBatch | None = None, **kwargs) -> "Job":
         """A job that continues exactly where the checkpoint in ``directory`` left off."""
-        path = Path(directory)
-        state = json.loads((path / "state.json").read_text())
-        config = load_config(state["config"])
-        if not config.model.reference_path and config.algorithm.kl_coef > 0:
-            config.model.reference_path = state["initial_model_path"]
-        job = cls(config, callbacks, verify_batch, weights_path=str(path / "model"), **kwargs)
-        opt = torch.load(path / "optimizer.pt", weights_only=False)
-        job.backend.load_state_dict(opt["backend"])
-        if opt["sft_backend"] is not None:
-            job._sft_backend = make_backend(
-                job.model, replace(config.optimizer, warmup_steps=0, lr_schedule="constant"),
-                lr=config.sft.lr)
-            job._sft_backend.load_state_dict(opt["sft_backend"])
-        rng = torch.load(path / "rng.pt", weights_only=False)
-        job.engine.load_state_dict(rng["engine"])
-        torch.set_rng_state(rng["torch"])
-        job.sft_rng.setstate(rng["sft_rng"])
-        job.sampler.load_state_dict(state["sampler"])
-        job.step_count = state["step"]
-        job.sft_steps_done = state["sft_steps_done"]
-        job.engine_version = job.step_count  # the engine was built from the checkpoint's weights
-        for i, saved in enumerate(rng["pending"]):
-            if isinstance(saved, list):  # saved before batches kept their version: the i-th batch
-                # ahead was queued i+1 steps before the checkpoint, behind that step's sync
-                saved = {"trajs": saved, "policy_version": max(0, job.step_count - config.rollout.staleness + i)}
-            done: cf.Future = cf.Future()
-            done.set_result(Batch(saved["trajs"], saved["policy_version"]))
-            job.pending.append(done)
+        saved = Checkpoint.load(directory)
+        job = cls(saved.config, callbacks, verify_batch, weights_path=str(Path(directory) / "model"), **kwargs)
+        job.backend.load_state_dict(saved.optimizer)
+        job.sft_stage.load_state_dict(saved.sft)
+        job.engine.load_state_dict(saved.engine_rng)
+        torch.set_rng_state(saved.torch_rng)
+        job.sampler.load_state_dict(saved.sampler)
+        job.step_count = saved.step
+        job.pipeline.restore(saved.ahead, version=saved.step)  # the engine has the checkpoint's weights
         return job
-
-
-class _ParamsView:
-    """Something with ``parameters()``: a frozen snapshot handed to an engine's sync."""
-
-    def __init__(self, params: list[torch.Tensor]):
-        self._params = params
-
-    def parameters(self):
-        return iter(self._params)
 
 
 # ----------------------------------------------------------------------------- metrics

@@ -1,7 +1,12 @@
-"""Pieces of the asynchronous rollout pipeline: batches labelled with their policy version, stage
-clocks, and the split of a batch into engine-sized chunks that are verified as they are generated.
+"""The rollout pipeline: how a step gets its verified batch and how the engine gets new weights.
 
-With ``rollout.staleness = s > 0`` the job runs three stages at once::
+Two pipelines with the same methods, chosen once from ``rollout.staleness`` (:func:`pipeline_for`):
+
+:class:`SyncPipeline` (``staleness = 0``) runs everything in turn in the caller: generate the
+batch with the current weights (the engine shares the policy's parameters), verify it, update,
+sync.
+
+:class:`OverlappedPipeline` (``staleness = s > 0``) runs three stages at once::
 
     rollout thread:  generate batch k+s (chunk by chunk)      weight syncs, in order
     verify thread:         verify each chunk as soon as it is generated
@@ -9,20 +14,34 @@ With ``rollout.staleness = s > 0`` the job runs three stages at once::
 
 Batch k+s is drawn and queued when step k starts, behind the sync of update k, so it is generated
 by weights that are exactly ``s`` updates older than the update that consumes it (fewer in the
-first steps). With ``s = 0`` everything runs in turn in the caller: generate, verify, update.
+first steps). A sync copies a snapshot, so generation never sees half an update.
+
+Either way every batch carries the policy version that generated it, and a batch more than
+``staleness`` updates old is refused.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from trainer.episodes import Trajectory
+from trainer.outcomes import Verification
 from trainer.tasks.base import Task
+
+if TYPE_CHECKING:
+    import torch
 
 Request = tuple[Task, int, int]
 """``(task, n, group)``: ``n`` completions of one task, forming one group."""
+Generate = Callable[[list[Request]], list[Trajectory]]
+"""Unverified trajectories for requests (multi-turn episodes come back verified)."""
+VerifyBatch = Callable[[list[tuple[str, Task]]], list[Verification]]
+"""``[(completion, task)] -> [Verification]``, one per item, in order."""
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,6 +56,7 @@ class Batch:
     """Futures of the chunk verifications still running (empty once the batch is ready)."""
 
 
+# ----------------------------------------------------------------------------- stage clocks
 class StageClock:
     """Busy seconds of one pipeline stage: time during which at least one of its jobs runs.
 
@@ -75,6 +95,51 @@ class StageClock:
             return self._busy + (now - self._since if self._active else 0.0)
 
 
+class StageClocks:
+    """The clocks of the stages ``generate``, ``verify`` and ``update``, read in windows.
+
+    Windows tile the job's time from its first step on, so the time between steps (the caller's
+    bookkeeping) counts too: work the pipeline does then is busy, waiting is idle.
+
+    >>> clocks = StageClocks()
+    >>> clocks.open(time.perf_counter())
+    >>> with clocks.running("update"):
+    ...     pass
+    >>> sorted(clocks.window_metrics())[:3]
+    ['pipeline/generate_busy_s', 'pipeline/generate_idle_frac', 'pipeline/update_busy_s']
+    """
+
+    def __init__(self) -> None:
+        self.clocks = {stage: StageClock() for stage in ("generate", "verify", "update")}
+        self._window_start: float | None = None
+        self._busy_at_window_start: dict[str, float] = {}
+
+    def running(self, stage: str):
+        """Context manager: ``stage`` is busy while it runs."""
+        return self.clocks[stage].running()
+
+    def open(self, now: float) -> None:
+        """Start the first window at ``now`` (the job's first step); later calls do nothing."""
+        if self._window_start is None:
+            self._window_start = now
+
+    def window_metrics(self) -> dict[str, float]:
+        """Busy seconds and idle fraction of each stage since the previous window ended."""
+        now = time.perf_counter()
+        window = max(now - self._window_start, 1e-9)
+        previous = self._busy_at_window_start
+        out = {"pipeline/window_s": window}
+        for stage, clock in self.clocks.items():
+            busy = clock.busy_s(now)
+            spent = min(max(busy - previous.get(stage, 0.0), 0.0), window)
+            out[f"pipeline/{stage}_busy_s"] = spent
+            out[f"pipeline/{stage}_idle_frac"] = 1.0 - spent / window
+            previous[stage] = busy
+        self._busy_at_window_start = previous
+        self._window_start = now
+        return out
+
+
 def engine_chunks(requests: list[Request], size: int) -> list[list[Request]]:
     """Requests split, whole groups at a time, into chunks of at most ``size`` completions (a
     group larger than ``size`` is a chunk of its own). Each chunk is one engine call whose
@@ -96,3 +161,229 @@ def engine_chunks(requests: list[Request], size: int) -> list[list[Request]]:
             out.append([req])
             count = req[1]
     return out
+
+
+# ----------------------------------------------------------------------------- the pipelines
+class Pipeline:
+    """The interface both pipelines implement, and what they share: the timed generate and verify
+    stages, the engine's weight load and the staleness check."""
+
+    shares_weights: bool
+    """Whether the engine may generate with the policy's own parameters (else it keeps a copy)."""
+
+    def __init__(self, engine, policy: torch.nn.Module, generate: Generate, verify_batch: VerifyBatch,
+                 clocks: StageClocks, *, staleness: int, chunk_size: int):
+        self.engine = engine
+        self.policy = policy
+        self._generate_untimed = generate
+        self.verify_batch = verify_batch
+        self.clocks = clocks
+        self.staleness = staleness
+        self.chunk_size = chunk_size
+        self.version = 0
+        """Policy updates handed to :meth:`sync` so far (the caller's view)."""
+        self.engine_version = 0
+        """Policy updates reflected in the engine's weights (the generating side's view)."""
+
+    def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
+        """This step's verified batch (of requests from ``draw()``); adds the seconds the caller
+        waited for generation, then verification, to ``stage/generate_s`` and ``stage/verify_s``."""
+        raise NotImplementedError
+
+    def refill(self, requests: list[Request], metrics: dict) -> Batch:
+        """A further verified batch in this step (dynamic sampling), timed like :meth:`next_batch`."""
+        raise NotImplementedError
+
+    def sync(self, version: int) -> float:
+        """The engine is to take the policy after ``version`` updates; seconds the caller spent."""
+        raise NotImplementedError
+
+    def resync(self) -> None:
+        """The engine takes the current weights now (they changed without an update: SFT)."""
+        raise NotImplementedError
+
+    def on_engine(self, fn: Callable[[], T]) -> T:
+        """``fn()``, which uses the engine, with the engine holding the current policy."""
+        raise NotImplementedError
+
+    def verify(self, trajs: list[Trajectory]) -> None:
+        """Verify ``trajs`` now, on the verify stage."""
+        raise NotImplementedError
+
+    def ahead(self) -> list[Batch]:
+        """The batches generated ahead of the current step, verified (for a checkpoint)."""
+        raise NotImplementedError
+
+    def restore(self, ahead: list[Batch], version: int) -> None:
+        """Continue from a checkpoint taken after ``version`` updates, whose weights the engine was
+        built from; ``ahead`` are the batches that were generated ahead then."""
+        self.version = self.engine_version = version
+
+    def close(self) -> None:
+        """Stop; batches queued ahead are dropped."""
+
+    def _generate(self, requests: list[Request]) -> list[Trajectory]:
+        with self.clocks.running("generate"):
+            return self._generate_untimed(requests)
+
+    def _verify(self, trajs: list[Trajectory]) -> None:
+        """Fill in the verification of each trajectory that has none yet."""
+        todo = [t for t in trajs if t.verification is None]
+        if todo:
+            with self.clocks.running("verify"):
+                results = self.verify_batch([(t.completion, t.task) for t in todo])
+            for t, v in zip(todo, results):
+                t.verification = v
+
+    def _load_weights(self, weights, version: int) -> float:
+        """Make the engine hold ``weights``, the policy after ``version`` updates; seconds spent."""
+        seconds = self.engine.sync_weights(weights)
+        self.engine_version = version
+        return seconds
+
+    def _checked(self, batch: Batch, metrics: dict) -> Batch:
+        """Record the policy version a batch was generated with; refuse one older than allowed."""
+        lag = self.version - batch.policy_version
+        if not 0 <= lag <= self.staleness:
+            raise RuntimeError(f"batch generated by policy version {batch.policy_version} reached "
+                               f"update {self.version + 1}: staleness {lag} is outside "
+                               f"0..{self.staleness}")
+        if "batch/policy_version" not in metrics:  # the step's first batch is its oldest
+            metrics["batch/policy_version"] = float(batch.policy_version)
+            metrics["batch/policy_lag"] = float(lag)
+        return batch
+
+
+class SyncPipeline(Pipeline):
+    """``staleness = 0``: each batch is generated with the current weights, then verified, in the
+    caller; the engine shares the policy's parameters and holds the current policy between steps."""
+
+    shares_weights = True
+
+    def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
+        return self._in_turn(draw(), metrics)
+
+    def refill(self, requests: list[Request], metrics: dict) -> Batch:
+        return self._in_turn(requests, metrics)
+
+    def _in_turn(self, requests: list[Request], metrics: dict) -> Batch:
+        t0 = time.perf_counter()
+        batch = Batch(self._generate(requests), policy_version=self.engine_version)
+        t1 = time.perf_counter()
+        self._verify(batch.trajs)
+        metrics["stage/generate_s"] += t1 - t0
+        metrics["stage/verify_s"] += time.perf_counter() - t1
+        return self._checked(batch, metrics)
+
+    def sync(self, version: int) -> float:
+        self.version = version
+        return self._load_weights(self.policy, version)
+
+    def resync(self) -> None:
+        self.sync(self.version)
+
+    def on_engine(self, fn: Callable[[], T]) -> T:
+        return fn()
+
+    def verify(self, trajs: list[Trajectory]) -> None:
+        self._verify(trajs)
+
+    def ahead(self) -> list[Batch]:
+        return []
+
+
+class OverlappedPipeline(Pipeline):
+    """``staleness > 0``: one thread generates (and applies weight syncs in order), one verifies;
+    the engine keeps its own copy of the weights."""
+
+    shares_weights = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rollout_thread = cf.ThreadPoolExecutor(1, "rollout")
+        self.verify_thread = cf.ThreadPoolExecutor(1, "verify")
+        self.pending: list[cf.Future] = []
+        """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``staleness``."""
+
+    def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
+        while len(self.pending) < self.staleness + 1:  # queue the batches generated ahead
+            self.pending.append(self._submit(draw()))
+        return self._checked(self._ready(self.pending.pop(0), metrics), metrics)
+
+    def refill(self, requests: list[Request], metrics: dict) -> Batch:
+        return self._checked(self._ready(self._submit(requests), metrics), metrics)
+
+    def sync(self, version: int) -> float:
+        # a snapshot, synced on the rollout thread behind the generations queued before it
+        self.version = version
+        snapshot = [p.detach().clone() for p in self.policy.parameters()]
+        self.rollout_thread.submit(self._load_weights, _ParamsView(snapshot), version)
+        return 0.0
+
+    def resync(self) -> None:
+        self.rollout_thread.submit(self._load_weights, self.policy, self.version).result()
+
+    def on_engine(self, fn: Callable[[], T]) -> T:
+        self.resync()  # the engine belongs to the rollout thread: run there, after what is queued
+        return self.rollout_thread.submit(fn).result()
+
+    def verify(self, trajs: list[Trajectory]) -> None:
+        self.verify_thread.submit(self._verify, trajs).result()
+
+    def ahead(self) -> list[Batch]:
+        return [self._ready(f) for f in self.pending]
+
+    def restore(self, ahead: list[Batch], version: int) -> None:
+        super().restore(ahead, version)
+        for batch in ahead:
+            done: cf.Future = cf.Future()
+            done.set_result(batch)
+            self.pending.append(done)
+
+    def close(self) -> None:
+        for thread in (self.rollout_thread, self.verify_thread):
+            thread.shutdown(wait=True, cancel_futures=True)
+
+    def _produce(self, requests: list[Request]) -> Batch:
+        """On the rollout thread: generate a batch chunk by chunk, each chunk going to the verify
+        thread as soon as it is generated (its verification overlaps the next chunk's generation,
+        the next batch's, and the caller's update)."""
+        batch = Batch([], policy_version=self.engine_version)
+        for chunk in engine_chunks(requests, self.chunk_size):
+            trajs = self._generate(chunk)
+            batch.trajs += trajs
+            batch.checks.append(self.verify_thread.submit(self._verify, trajs))
+        return batch
+
+    def _submit(self, requests: list[Request]) -> cf.Future:
+        """Queue a batch on the rollout thread (behind every sync queued before it)."""
+        return self.rollout_thread.submit(self._produce, requests)
+
+    @staticmethod
+    def _ready(future: cf.Future, metrics: dict | None = None) -> Batch:
+        """Wait for a queued batch to be generated, then verified; time each wait."""
+        t0 = time.perf_counter()
+        batch = future.result()
+        t1 = time.perf_counter()
+        for check in batch.checks:
+            check.result()
+        batch.checks = []
+        if metrics is not None:
+            metrics["stage/generate_s"] += t1 - t0
+            metrics["stage/verify_s"] += time.perf_counter() - t1
+        return batch
+
+
+class _ParamsView:
+    """Something with ``parameters()``: a frozen snapshot handed to an engine's sync."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self._params = params
+
+    def parameters(self):
+        return iter(self._params)
+
+
+def pipeline_for(staleness: int) -> type[SyncPipeline] | type[OverlappedPipeline]:
+    """The pipeline a run with ``rollout.staleness = staleness`` uses."""
+    return OverlappedPipeline if staleness > 0 else SyncPipeline

@@ -1,12 +1,20 @@
 """The supervised stage: next-token loss on reference answers, before RL.
 
 Real post-training starts RL from a supervised model; the demo and the benches use a short SFT
-stage to make a weak "base model" from random init.
+stage to make a weak "base model" from random init. :class:`SupervisedStage` is a job's SFT
+state: its own optimizer, its own task RNG and the steps taken, all saved in checkpoints.
 """
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+from typing import Callable
+
 import torch
 
+from trainer.config import TrainerConfig
+from trainer.optim import make_backend
+from trainer.sampler import TaskSampler
 from trainer.tasks.base import Task
 
 
@@ -49,3 +57,48 @@ def sft_step(model, backend, tokenizer, tasks: list[Task], device) -> float:
     backend.backward(loss)
     backend.step()
     return float(loss.detach())
+
+
+class SupervisedStage:
+    """SFT steps on tasks drawn with the job's domain weights; held-out tasks stay out of SFT too.
+
+    The optimizer (constant learning rate ``sft.lr``, no warm-up) is made on the first step.
+    """
+
+    def __init__(self, model, tokenizer, sampler: TaskSampler, config: TrainerConfig, device):
+        self.model, self.tokenizer, self.sampler, self.device = model, tokenizer, sampler, device
+        self.config = config
+        self.rng = random.Random(config.seed + 1)
+        self.steps_done = 0
+        self.backend = None
+
+    def train(self, steps: int, callback: Callable[[int, float], None] | None = None) -> list[float]:
+        """``steps`` optimizer steps; returns their losses (``callback(steps_done, loss)`` after each)."""
+        cfg = self.config.sft
+        if self.backend is None:
+            self.backend = self._make_backend()
+        losses = []
+        for _ in range(steps):
+            tasks = [self.sampler.sample_task(s, self.rng)
+                     for s in self.rng.choices(self.sampler.slugs, self.sampler.weights, k=cfg.batch_size)]
+            loss = sft_step(self.model, self.backend, self.tokenizer, tasks, self.device)
+            self.steps_done += 1
+            losses.append(loss)
+            if callback:
+                callback(self.steps_done, loss)
+        return losses
+
+    def state_dict(self) -> dict:
+        return {"steps_done": self.steps_done, "rng": self.rng.getstate(),
+                "optimizer": self.backend.state_dict() if self.backend is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps_done = state["steps_done"]
+        self.rng.setstate(state["rng"])
+        if state["optimizer"] is not None:
+            self.backend = self._make_backend()
+            self.backend.load_state_dict(state["optimizer"])
+
+    def _make_backend(self):
+        return make_backend(self.model, replace(self.config.optimizer, warmup_steps=0, lr_schedule="constant"),
+                            lr=self.config.sft.lr)

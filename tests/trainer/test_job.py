@@ -12,6 +12,7 @@ import torch
 from trainer.config import ConfigError
 from trainer.job import Job
 from trainer.outcomes import Outcome, Verification
+from trainer.pipeline import OverlappedPipeline, SyncPipeline
 from trainer.tasks.builtin import verify_exact
 
 
@@ -101,8 +102,8 @@ def test_dynamic_sampling_refill_is_bounded(base_config):
     base_config["algorithm"] = {"dynamic_sampling": True, "max_refills": 2}
     generated = []
     job = Job(base_config, verify_batch=lambda items: [Verification.failed() for _ in items])
-    original = job._generate
-    job._generate = lambda requests: generated.append(len(requests)) or original(requests)
+    draw = job.sampler.draw
+    job.sampler.draw = lambda k: generated.append(k) or draw(k)
     metrics = job.step()
     assert generated == [4, 4, 4]  # the batch and exactly max_refills refills, then give up
     assert metrics["batch/refills"] == 2 and metrics["batch/dropped_groups"] == 12
@@ -157,6 +158,41 @@ def test_resume_reproduces_the_next_batch(base_config, tmp_path, staleness):
     assert resumed_seen[0][1]["batch/policy_version"] == straight[2][1]["batch/policy_version"] == 2 - staleness
     for a, b in zip(job.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_resume_reads_batches_ahead_saved_without_their_version(base_config, tmp_path):
+    """Checkpoints from before batches kept their policy version: the i-th batch ahead was queued
+    behind the sync of the update ``staleness - i`` steps before the checkpoint."""
+    base_config["rollout"]["staleness"] = 1
+    straight = []
+    job = Job(base_config, callbacks=[record(straight)], verify_batch=alternate, samples_per_step=200)
+    job.step()
+    job.step()
+    job.save_checkpoint(tmp_path / "step-2")
+    job.step()
+    job.close()
+    rng = torch.load(tmp_path / "step-2" / "rng.pt", weights_only=False)
+    rng["pending"] = [saved["trajs"] for saved in rng["pending"]]
+    torch.save(rng, tmp_path / "step-2" / "rng.pt")
+    resumed_seen = []
+    resumed = Job.resume(tmp_path / "step-2", callbacks=[record(resumed_seen)], verify_batch=alternate,
+                         samples_per_step=200)
+    resumed.step()
+    resumed.close()
+    assert resumed_seen[0][1]["batch/policy_version"] == straight[2][1]["batch/policy_version"] == 1
+    assert batch_signature(resumed_seen[0][2]) == batch_signature(straight[2][2])
+
+
+def test_resume_continues_the_sft_stage(base_config, tmp_path):
+    base_config["sft"] = {"steps": 0, "lr": 3e-3, "batch_size": 8}
+    job = Job(base_config)
+    job.sft(2)
+    job.save_checkpoint(tmp_path / "sft")
+    straight = job.sft(2)
+    resumed = Job.resume(tmp_path / "sft")
+    assert resumed.sft_steps_done == 2
+    assert resumed.sft(2) == pytest.approx(straight, abs=1e-6)  # same tasks, same optimizer state
+    assert resumed.sft_steps_done == job.sft_steps_done == 4
 
 
 def test_sft_stage_lowers_loss(base_config):
@@ -258,6 +294,7 @@ def test_with_staleness_the_next_batch_is_verified_while_the_current_one_trains(
         return alternate(items)
 
     job = Job(base_config, verify_batch=verify)
+    assert isinstance(job.pipeline, OverlappedPipeline) and not job.engine.shares_weights
     update, during_first_update = job._update, []
 
     def watched_update(trajs, adv, metrics):
@@ -287,7 +324,7 @@ def test_without_staleness_each_step_generates_verifies_and_updates_in_turn(base
     for _ in range(3):
         job.step()
     assert verified_before_update == [("generate", 0), 1, ("generate", 1), 2, ("generate", 2), 3]
-    assert job.rollout_thread is None and job.verify_thread is None
+    assert isinstance(job.pipeline, SyncPipeline) and job.engine.shares_weights
 
 
 def test_completions_are_verified_as_soon_as_each_engine_batch_is_generated(base_config):
