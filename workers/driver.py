@@ -11,6 +11,7 @@ is kept in memory (:class:`InFlight`) and written by the driver's threads.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
 import socket
@@ -24,12 +25,12 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.runs import driving, watch
-from trainer.holdout import HOLDOUT_FRACTION
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
+from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHECKPOINT_EVERY = 5
+DEFAULT_CHECKPOINT_EVERY = RUN_DEFAULTS["checkpoint.every_steps"]
 QUARANTINE_RATE = 0.5
 """A domain whose share of infrastructure outcomes (sandbox or judge errors) over the last
 QUARANTINE_WINDOW steps exceeds this, with at least QUARANTINE_MIN_SAMPLES samples, is quarantined."""
@@ -151,18 +152,23 @@ def capped_shares(weights: dict[str, float], caps: dict[str, float]) -> dict[str
 
 
 def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
-    """The trainer config of a run: its config section plus what the run's own fields set."""
-    cfg = {k: dict(v) if isinstance(v, dict) else v for k, v in (run.config or {}).items()}
-    cfg["name"] = f"run-{run.id}"
-    cfg["model"] = {**cfg.get("model", {}), "path": run.base_model}
-    cfg["domains"] = capped_shares({rd.domain.slug: rd.weight for rd in domains}, _caps(domains))
-    cfg["limits"] = {**cfg.get("limits", {}), "max_steps": run.budget_steps}
-    if run.budget_seconds:
-        cfg["limits"]["max_wall_s"] = run.budget_seconds
-    cfg["rollout"] = {**cfg.get("rollout", {}), "staleness": run.staleness}
-    every = cfg.get("checkpoint", {}).get("every_steps") or DEFAULT_CHECKPOINT_EVERY
-    cfg["checkpoint"] = {**cfg.get("checkpoint", {}), "dir": str(checkpoint_root(run.id)), "every_steps": every}
-    cfg["sampler"] = {"holdout_fraction": HOLDOUT_FRACTION, **cfg.get("sampler", {})}  # held-out tasks are the registry's
+    """The trainer config of a run: its config section, a run's defaults (``RUN_DEFAULTS``) for
+    the settings it leaves out, and every setting the run owns (``RUN_OWNED``) from its source."""
+    cfg = copy.deepcopy(run.config or {})
+    for path, value in RUN_DEFAULTS.items():
+        if not has_path(cfg, path):
+            put_path(cfg, path, value)
+    sources = {
+        "id": f"run-{run.id}",
+        "base_model": run.base_model,
+        "domains": capped_shares({rd.domain.slug: rd.weight for rd in domains}, _caps(domains)),
+        "staleness": run.staleness,
+        "budget.steps": run.budget_steps,
+        "budget.wall_s": run.budget_seconds or 0.0,  # the trainer's "no limit" is 0
+        "storage": str(checkpoint_root(run.id)),
+    }
+    for owned in RUN_OWNED:
+        put_path(cfg, owned.path, sources[owned.source])
     return cfg
 
 

@@ -12,7 +12,7 @@ from ninja.pagination import paginate
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.runs import selectors, series, services
-from controlplane.runs.schemas import RUN_SCHEMA
+from controlplane.runs.schemas import run_body_schema
 
 router = Router(tags=["runs"])
 
@@ -133,14 +133,18 @@ WEIGHTS_IN = {
 }
 
 
-@router.post("/runs/validate", response={200: ValidateOut, **ERRORS}, openapi_extra=body_doc(RUN_SCHEMA))
+RUN_BODY = body_doc(run_body_schema())
+"""The documented run body: its config section is the trainer's settings less those the run owns."""
+
+
+@router.post("/runs/validate", response={200: ValidateOut, **ERRORS}, openapi_extra=RUN_BODY)
 def run_validate(request: HttpRequest):
     plan = services.run_validate(actor=request.auth, data=json_body(request))
     as_dict = plan.as_dict()
     return {"valid": True, "team": as_dict["team"], "domains": as_dict["domains"]}
 
 
-@router.post("/runs", response={201: RunDetailOut, **ERRORS}, openapi_extra=body_doc(RUN_SCHEMA))
+@router.post("/runs", response={201: RunDetailOut, **ERRORS}, openapi_extra=RUN_BODY)
 def run_create(request: HttpRequest):
     return Status(201, services.run_create(actor=request.auth, data=json_body(request)))
 

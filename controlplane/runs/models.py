@@ -9,6 +9,7 @@ from django.utils import timezone
 from controlplane.accounts.models import Team
 from controlplane.common.errors import Conflict
 from controlplane.domains.models import Domain, DomainVersion
+from trainer.config import Setting, config_setting
 from trainer.outcomes import OUTCOME_VALUES
 
 
@@ -41,13 +42,23 @@ class IllegalTransition(Conflict):
     """A state change the run's state machine does not allow."""
 
 
+def within_bounds(column: str, setting: Setting) -> Q:
+    """The condition that ``column`` keeps to the bounds of the trainer ``setting`` it fills."""
+    lookups = {"gt": "gt", "ge": "gte", "lt": "lt", "le": "lte"}
+    return Q(**{f"{column}__{lookups[op]}": value for op, value in setting.bounds.items()})
+
+
+STALENESS = config_setting("rollout.staleness")
+"""What the run's ``staleness`` fills: its default, help and bounds are the trainer's."""
+
+
 class Run(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     name = models.CharField(max_length=200)
     base_model = models.CharField(max_length=500, help_text="A local directory or a model id.")
     config = models.JSONField(default=dict, blank=True, help_text="Trainer config (algorithm, rollout, optimizer, ...).")
-    staleness = models.IntegerField(default=0, help_text="Steps of lag allowed between generation and update.")
+    staleness = models.IntegerField(default=STALENESS.default, help_text=STALENESS.help)
     budget_steps = models.IntegerField()
     budget_tokens = models.BigIntegerField(null=True, blank=True)
     budget_seconds = models.FloatField(null=True, blank=True)
@@ -77,7 +88,7 @@ class Run(models.Model):
             models.CheckConstraint(condition=Q(state__in=[s.value for s in RunState]), name="run_state_valid"),
             models.CheckConstraint(condition=Q(priority__gte=1) & Q(priority__lte=99), name="run_priority_1_99"),
             models.CheckConstraint(condition=Q(gpus__gte=0), name="run_gpus_gte_0"),
-            models.CheckConstraint(condition=Q(staleness__gte=0), name="run_staleness_gte_0"),
+            models.CheckConstraint(condition=within_bounds("staleness", STALENESS), name="run_staleness_in_bounds"),
             models.CheckConstraint(condition=Q(budget_steps__gte=1), name="run_budget_steps_gte_1"),
             models.CheckConstraint(condition=Q(budget_tokens__isnull=True) | Q(budget_tokens__gte=1), name="run_budget_tokens_gte_1"),
             models.CheckConstraint(condition=Q(budget_seconds__isnull=True) | Q(budget_seconds__gt=0), name="run_budget_seconds_gt_0"),

@@ -1,13 +1,39 @@
-"""The run configuration as a JSON Schema, and the trainer's own checks of its config section."""
+"""The run configuration as a JSON Schema, and the trainer's own checks of its config section.
+
+Every trainer setting a run has comes from ``trainer.config``: the run's ``staleness`` and
+``budget`` fields take their type, default and bounds from the settings they fill
+(``rollout.staleness``, ``limits.max_steps``, ``limits.max_wall_s``), and the ``config`` section is
+the trainer's config less the settings the run owns (``RUN_OWNED``), with the run's defaults
+(``RUN_DEFAULTS``). Nothing here repeats a default or a bound.
+"""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
+from trainer.config import (RUN_DEFAULTS, RUN_OWNED, ConfigError, config_json_schema, config_setting, has_path,
+                            load_config)
 
 MAX_MEMBER_PRIORITY = 50
 """Members may set priorities up to this; higher ones need a team admin."""
+
+
+def from_setting(path: str, **override: Any) -> dict[str, Any]:
+    """The JSON Schema of the trainer setting at ``path``, with ``override`` keys replaced (a key
+    set to None is dropped), for a run field that fills that setting."""
+    schema = {**config_setting(path).schema(), **override}
+    return {k: v for k, v in schema.items() if v is not None}
+
+
+STALENESS = from_setting("rollout.staleness")
+"""The run's ``staleness`` field: the trainer's ``rollout.staleness``."""
+BUDGET_STEPS = from_setting("limits.max_steps", minimum=1)
+"""The run's ``budget.steps``: ``limits.max_steps``, and a run takes at least one step."""
+BUDGET_WALL_S = from_setting("limits.max_wall_s", type=["number", "null"], minimum=None, exclusiveMinimum=0,
+                             default=None, description="Stop after this many seconds; null means no limit.")
+"""The run's ``budget.wall_s``: ``limits.max_wall_s``, where null (not 0) means no limit."""
 
 RUN_SCHEMA = {
     "type": "object",
@@ -31,16 +57,16 @@ RUN_SCHEMA = {
                 },
             },
         },
-        "config": {"type": "object"},
-        "staleness": {"type": "integer", "minimum": 0, "maximum": 16},
+        "config": {"type": "object"},  # checked by the trainer: trainer_config_errors
+        "staleness": STALENESS,
         "budget": {
             "type": "object",
             "required": ["steps"],
             "additionalProperties": False,
             "properties": {
-                "steps": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
+                "steps": BUDGET_STEPS,
                 "tokens": {"type": ["integer", "null"], "minimum": 1},
-                "wall_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                "wall_s": BUDGET_WALL_S,
             },
         },
         "priority": {"type": "integer", "minimum": 1, "maximum": 99},
@@ -49,28 +75,55 @@ RUN_SCHEMA = {
     },
 }
 
-# Sections of the trainer config the run sets through its own fields.
-RESERVED_CONFIG_KEYS = {"model": "base_model", "domains": "domains"}
+
+def run_config_schema() -> dict[str, Any]:
+    """The JSON Schema of a run's ``config`` section: the trainer's config schema without the
+    settings the run owns, with the defaults a run gets. The run form renders it."""
+    schema = copy.deepcopy(config_json_schema())
+    for owned in RUN_OWNED:
+        *parents, leaf = owned.path.split(".")
+        node = schema
+        for part in parents:
+            node = node["properties"][part]
+        del node["properties"][leaf]
+    for path, value in RUN_DEFAULTS.items():
+        node = schema
+        for part in path.split("."):
+            node = node["properties"][part]
+        node["default"] = value
+    schema["properties"] = {name: prop for name, prop in schema["properties"].items()
+                            if "properties" not in prop or prop["properties"]}
+    return schema
+
+
+def run_body_schema() -> dict[str, Any]:
+    """The body of ``POST /api/runs`` as documented: :data:`RUN_SCHEMA` with its config section."""
+    config = {k: v for k, v in run_config_schema().items() if not k.startswith("$")}
+    return {**RUN_SCHEMA, "properties": {**RUN_SCHEMA["properties"], "config": config}}
+
+
+def _without(config: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    rest = copy.deepcopy(config)
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = rest
+        for part in parents:
+            node = node[part]
+        del node[leaf]
+    return rest
 
 
 def trainer_config_errors(config: dict[str, Any], prefix: str = "config") -> list[FieldError]:
-    """The trainer's validation of the config section, with paths under ``prefix``."""
-    errors = [
-        FieldError(f"{prefix}.{key}", f"set it with the run's '{field}' field instead")
-        for key, field in RESERVED_CONFIG_KEYS.items()
-        if key in config
-    ]
-    if errors:
-        return errors
+    """The trainer's validation of a run's config section, with paths under ``prefix``: a setting
+    the run owns is refused with the run field that sets it, every other one is checked by
+    ``trainer.config.load_config``."""
+    owned = [o for o in RUN_OWNED if has_path(config, o.path)]
+    errors = [FieldError(f"{prefix}.{o.path}", o.refusal()) for o in owned]
     try:
-        from trainer.config import ConfigError, load_config
-    except ImportError:
-        return []
-    try:
-        load_config({k: v for k, v in config.items()})
+        load_config(_without(config, [o.path for o in owned]))
     except ConfigError as exc:
-        return [FieldError(f"{prefix}.{path}" if path else prefix, message) for path, message in exc.errors]
-    return []
+        errors += [FieldError(f"{prefix}.{path}" if path else prefix, message) for path, message in exc.errors]
+    return errors
 
 
 def run_schema_errors(data: Any) -> list[FieldError]:

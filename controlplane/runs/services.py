@@ -20,7 +20,7 @@ from controlplane.common.errors import FieldError, InvalidInput, NotFound
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
-from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, run_schema_errors
+from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
         "name": data["name"].strip() or data["name"],
         "base_model": ref,
         "config": data.get("config", {}),
-        "staleness": data.get("staleness", 0),
+        "staleness": data.get("staleness", STALENESS["default"]),
         "budget_steps": budget["steps"],
         "budget_tokens": budget.get("tokens"),
         "budget_seconds": budget.get("wall_s"),

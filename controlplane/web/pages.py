@@ -16,15 +16,16 @@ from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.runs.models import MetricPoint, Run, RunState
-from controlplane.runs.schemas import RESERVED_CONFIG_KEYS
+from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
 from trainer.outcomes import OUTCOME_VALUES
 
 OUTCOME_ORDER = list(OUTCOME_VALUES)
 DOMAIN_KINDS = [(k.value, k.label) for k in DomainKind]
-SET_BY_RUN = {"rollout": {"staleness"}, "limits": {"max_steps", "max_wall_s"}, "checkpoint": {"dir"}}
-"""Config fields the driver fills from the run's own fields (staleness, budget) or its storage."""
-FORM_SECTIONS = ("algorithm", "rollout", "optimizer", "sampler", "checkpoint", "limits", "sft", "tokenizer")
-"""Trainer config sections the run form shows (model and domains are the run's own fields)."""
+FORM_FIRST = ("algorithm", "rollout")
+"""Trainer config sections the run form shows first (and open); the others follow in the order the
+trainer declares them."""
+RUN_FIELDS = {"staleness": STALENESS, "budget_steps": BUDGET_STEPS, "budget_wall_s": BUDGET_WALL_S}
+"""The run form's own fields that fill trainer settings: their default, bounds and help."""
 
 
 def runs_with_reward(runs: QuerySet[Run]) -> list[Run]:
@@ -106,18 +107,12 @@ def model_catalogue() -> list[dict[str, str]]:
 
 
 def config_form_schema() -> dict[str, Any]:
-    """The trainer's config JSON Schema, cut to the sections the run form edits."""
-    from trainer.config import config_json_schema
-
-    schema = config_json_schema()
-    props = {}
-    for name, section in schema["properties"].items():
-        if name not in FORM_SECTIONS or name in RESERVED_CONFIG_KEYS:
-            continue
-        fields = {k: v for k, v in section.get("properties", {}).items() if k not in SET_BY_RUN.get(name, ())}
-        if fields:
-            props[name] = {**section, "properties": fields}
-    return {"properties": props, "order": [k for k in FORM_SECTIONS if k in props]}
+    """What the run form's trainer settings are rendered from: the schema of a run's config section
+    (every trainer setting but those the run owns, with a run's defaults) and the order to show
+    its sections and top-level settings in."""
+    props = run_config_schema()["properties"]
+    order = [k for k in FORM_FIRST if k in props] + [k for k in props if k not in FORM_FIRST]
+    return {"properties": props, "order": order, "open": [k for k in FORM_FIRST if k in props]}
 
 
 def queue_view(*, actor: Principal) -> dict[str, Any]:

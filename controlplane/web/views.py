@@ -56,6 +56,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
         "can_create": bool(team) and actor.can(team.id, "run.control"),
         "is_admin": bool(team) and actor.can(team.id, "team.admin"),
         "max_member_priority": MAX_MEMBER_PRIORITY,
+        "run_fields": pages.RUN_FIELDS,
         "form_data": {
             "team": team.slug if team else "",
             "domains": pages.domain_catalogue(actor),

@@ -69,7 +69,8 @@ def test_new_run_form_data_and_clone(client, world):
     slugs = {d["slug"] for d in data["domains"]}
     assert {"addition", "parity", "acme-private"} <= slugs and "globex-private" not in slugs
     sections = data["config_schema"]["properties"]
-    assert "algorithm" in sections and "model" not in sections and "domains" not in sections
+    assert "algorithm" in sections and "domains" not in sections
+    assert "path" not in sections["model"]["properties"]  # the run's base_model sets it; dtype and others stay
     assert "staleness" not in sections["rollout"]["properties"]  # the run's own field sets it
     assert sections["algorithm"]["properties"]["clip_high"]["description"]
     clone = _page_data(client.get(f"/runs/new/?clone={source.id}"), "form-data")["clone"]
@@ -164,3 +165,47 @@ def test_run_page_warns_about_an_unconfigured_or_uncalibrated_judge(client, worl
     body = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="run-warning"' in body and "judge &#x27;nobody&#x27;" in body
     assert 'data-testid="run-warning"' not in client.get(f"/runs/{plain.id}/").content.decode()
+
+
+def _at(schema, path):
+    node = schema
+    for part in path.split("."):
+        node = (node.get("properties") or {}).get(part)
+        if node is None:
+            return None
+    return node
+
+
+def test_the_run_form_shows_every_trainer_setting_with_the_trainers_default_bounds_and_help(client, world):
+    """Every setting of trainer/config.py but those the run owns is in the form, as the trainer
+    declares it (a run's own default where RUN_DEFAULTS gives one); the owned ones are not."""
+    from trainer.config import RUN_DEFAULTS, RUN_OWNED, SCHEMA_BOUNDS, config_settings
+
+    client.force_login(world.users["member"])
+    form = _page_data(client.get("/runs/new/"), "form-data")["config_schema"]
+    owned = {o.path for o in RUN_OWNED}
+    for path, setting in config_settings().items():
+        field = _at(form, path)
+        if path in owned:
+            assert field is None, f"{path} is the run's, yet the form shows it"
+            continue
+        assert field is not None, f"{path} is missing from the run form"
+        assert field["default"] == RUN_DEFAULTS.get(path, setting.default), path
+        assert {k: field[k] for k in SCHEMA_BOUNDS.values() if k in field} == \
+               {SCHEMA_BOUNDS[op]: v for op, v in setting.bounds.items()}, path
+        assert field["description"] == setting.help, path
+    assert set(form["order"]) == set(form["properties"])
+
+
+def test_the_run_forms_own_fields_render_the_trainers_default_and_bounds(client, world):
+    from trainer.config import config_setting
+
+    client.force_login(world.users["member"])
+    body = client.get("/runs/new/").content.decode()
+    staleness = config_setting("rollout.staleness")
+    tag = re.search(r'<input[^>]*name="staleness"[^>]*>', body).group(0)
+    assert f'value="{staleness.default}"' in tag
+    assert f'min="{staleness.bounds["ge"]}"' in tag and f'max="{staleness.bounds["le"]}"' in tag
+    steps = config_setting("limits.max_steps")
+    tag = re.search(r'<input[^>]*name="budget.steps"[^>]*>', body).group(0)
+    assert f'value="{steps.default}"' in tag and f'max="{steps.bounds["le"]}"' in tag

@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 import pytest
 from django.test import Client
+
+import trainer.config as trainer_config_module
 
 from controlplane.common.errors import InvalidInput
 from controlplane.domains.schemas import domain_errors, verifier_errors
 from controlplane.domains.models import Domain
 from controlplane.runs.models import Run
+from controlplane.runs.schemas import RUN_SCHEMA
 from controlplane.runs.services import run_validate
 from tests import factories
+from trainer.config import (RUN_OWNED, ConfigError, RolloutConfig, _num, config_setting, config_settings, load_config,
+                            put_path)
 
 
 def messages(errors):
@@ -70,7 +77,8 @@ def test_domain_create_lists_every_missing_field():
     (lambda p: p.update(priority=0), "priority: must be at least 1"),
     (lambda p: p.update(config={"algorithm": {"clip_high": 0}}), "config.algorithm.clip_high: must be greater than 0"),
     (lambda p: p.update(config={"rollout": {"n": "eight"}}), "config.rollout.n: must be an integer"),
-    (lambda p: p.update(config={"model": {"path": "/x"}}), "config.model: set it with the run's 'base_model' field instead"),
+    (lambda p: p.update(config={"model": {"path": "/x"}}), "config.model.path: set it with the run's 'base_model' field instead"),
+    (lambda p: p.update(config={"rollout": {"staleness": 2}}), "config.rollout.staleness: set it with the run's 'staleness' field instead"),
     (lambda p: p["domains"].append({"slug": "nope", "weight": 1}), "domains[1].slug: unknown domain 'nope'"),
     (lambda p: p["domains"].append({"slug": "addition", "weight": 1}), "domains[1].slug: 'addition' is listed twice"),
     (lambda p: p.update(base_model="/does/not/exist"), "base_model: no model at /does/not/exist (expected a directory with config.json)"),
@@ -120,3 +128,141 @@ def test_quota_errors(world):
     client.force_login(world.staff)
     r = client.put("/api/teams/acme/quota", json.dumps({"max_gpus": -1}), content_type="application/json")
     assert r.status_code == 422 and r.json()["errors"] == [{"path": "quota.max_gpus", "message": "must be at least 0"}]
+
+
+# ----------------------------------------------------------------------------- one source per setting
+# The trainer's dataclasses (trainer/config.py) give every run setting its type, default, bounds and
+# help; the run form, the API and the Run model derive from them, and the settings a run owns are
+# listed once (RUN_OWNED). These tests hold every setting to that, so a new one is covered unasked.
+
+def _violations(setting):
+    """``(bad value, trainer bound operator)`` for each bound of a setting."""
+    out = []
+    for op, bound in setting.bounds.items():
+        bad = {"ge": bound - 1, "gt": bound, "le": bound + 1, "lt": bound}[op]
+        out.append((int(bad) if setting.type is int else float(bad), op))
+    return out
+
+
+def _config_at(path, value):
+    config = {}
+    put_path(config, path, value)
+    return config
+
+
+def test_every_bound_of_every_setting_is_the_apis(world):
+    """A value beyond any bound of any trainer setting is refused at ``config.<path>`` with the
+    trainer's own message; settings the run owns are refused whatever their value."""
+    actor = factories.actor(world.users["member"])
+    owned = {o.path for o in RUN_OWNED}
+    checked, wrong = set(), []
+    for path, setting in config_settings().items():
+        if path in owned:
+            continue
+        for bad, op in _violations(setting):
+            with pytest.raises(ConfigError) as trainer:
+                load_config(_config_at(path, bad))
+            expected = [(f"config.{p}", m) for p, m in trainer.value.errors]
+            with pytest.raises(InvalidInput) as api:
+                run_validate(actor=actor, data=factories.run_payload(["addition"], team="acme", config=_config_at(path, bad)))
+            got = [(e.path, e.message) for e in api.value.errors]
+            checked.add((path, op))
+            if got != expected or expected[0][0] != f"config.{path}":
+                wrong.append((path, op, bad, got, expected))
+    assert not wrong
+    assert {("rollout.n", "le"), ("rollout.prompts_per_step", "le"), ("algorithm.clip_high", "gt")} <= checked
+
+
+@pytest.mark.parametrize("owned", RUN_OWNED, ids=lambda o: o.path)
+def test_a_setting_the_run_owns_is_refused_in_config_naming_the_run_field(world, owned):
+    client = Client()
+    client.force_login(world.users["member"])
+    config = _config_at(owned.path, config_setting(owned.path).default)  # a valid value, still refused
+    payload = factories.run_payload(["addition"], team="acme", config=config)
+    for url in ("/api/runs/validate", "/api/runs"):
+        r = client.post(url, json.dumps(payload), content_type="application/json")
+        assert r.status_code == 422
+        assert r.json()["errors"] == [{"path": f"config.{owned.path}", "message": owned.refusal()}]
+    assert Run.objects.count() == 0
+    if not owned.assigned:  # the message names a field of the run body that sets it
+        node = RUN_SCHEMA
+        for part in owned.source.split("."):
+            node = node["properties"][part]
+        assert f"'{owned.source}'" in owned.refusal()
+
+
+def test_settings_beside_run_owned_ones_are_accepted(world):
+    config = {"model": {"dtype": "bfloat16"}, "checkpoint": {"every_steps": 3}, "rollout": {"n": 4}, "seed": 7}
+    plan = run_validate(actor=factories.actor(world.users["member"]),
+                        data=factories.run_payload(["addition"], team="acme", config=config))
+    assert plan.fields["config"] == config
+
+
+def test_run_fields_take_the_trainer_settings_bounds_and_default(world):
+    actor = factories.actor(world.users["member"])
+    staleness = config_setting("rollout.staleness")
+    max_steps = config_setting("limits.max_steps")
+
+    def errors(**overrides):
+        with pytest.raises(InvalidInput) as err:
+            run_validate(actor=actor, data=factories.run_payload(["addition"], team="acme", **overrides))
+        return [(e.path, e.message) for e in err.value.errors]
+
+    assert errors(staleness=staleness.bounds["le"] + 1) == [("staleness", f"must be at most {staleness.bounds['le']}")]
+    assert errors(budget={"steps": max_steps.bounds["le"] + 1}) == [("budget.steps", f"must be at most {max_steps.bounds['le']}")]
+    plan = run_validate(actor=actor, data=factories.run_payload(["addition"], team="acme", staleness=staleness.bounds["le"]))
+    assert plan.fields["staleness"] == staleness.bounds["le"]
+    plan = run_validate(actor=actor, data=factories.run_payload(["addition"], team="acme"))
+    assert plan.fields["staleness"] == staleness.default
+    assert Run._meta.get_field("staleness").default == staleness.default
+    assert Run._meta.get_field("staleness").help_text == staleness.help
+
+
+def test_the_database_holds_the_staleness_bounds(world):
+    from django.db import IntegrityError, transaction
+
+    bounds = config_setting("rollout.staleness").bounds
+    factories.run(world.team, staleness=bounds["le"])
+    for bad in (bounds["ge"] - 1, bounds["le"] + 1):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            factories.run(world.team, staleness=bad)
+
+
+def test_the_run_models_migrations_follow_the_trainer_settings(db):
+    """A bound changed in trainer/config.py that the Run model holds needs its migration."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "runs", "--check", "--dry-run", verbosity=0)
+
+
+@dataclass
+class RolloutWithTopK(RolloutConfig):
+    top_k: int = _num(0, ge=0, le=1000)
+    """Sample only from the k most likely tokens; 0 samples from all of them."""
+
+
+def test_a_setting_added_to_the_trainer_reaches_the_form_the_api_and_the_trainer(world, monkeypatch):
+    """The one edit of docs/controlplane.md ("Adding a run setting"), made here: a field with its
+    bounds and docstring in a trainer dataclass, and nothing else."""
+    from workers.driver import trainer_config
+
+    monkeypatch.setattr(trainer_config_module, "RolloutConfig", RolloutWithTopK)
+    client = Client()
+    client.force_login(world.users["member"])
+
+    page = client.get("/runs/new/").content.decode()
+    form = json.loads(re.search(r'<script id="form-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    top_k = form["config_schema"]["properties"]["rollout"]["properties"]["top_k"]
+    assert top_k == {"type": "integer", "default": 0, "minimum": 0, "maximum": 1000,
+                     "description": "Sample only from the k most likely tokens; 0 samples from all of them."}
+
+    payload = factories.run_payload(["addition"], team="acme", config={"rollout": {"top_k": 1001}})
+    r = client.post("/api/runs/validate", json.dumps(payload), content_type="application/json")
+    assert r.status_code == 422 and r.json()["errors"] == [{"path": "config.rollout.top_k", "message": "must be at most 1000"}]
+
+    payload["config"]["rollout"]["top_k"] = 40
+    r = client.post("/api/runs", json.dumps(payload), content_type="application/json")
+    assert r.status_code == 201, r.json()
+    run = Run.objects.get(pk=r.json()["id"])
+    cfg = load_config(trainer_config(run, list(run.run_domains.select_related("domain", "domain_version"))))
+    assert cfg.rollout.top_k == 40

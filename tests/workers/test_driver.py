@@ -253,3 +253,36 @@ def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings)
 
     assert drive_run.soft_time_limit >= 7 * 24 * 3600 > settings.CELERY_TASK_SOFT_TIME_LIMIT
     assert drive_run.time_limit > drive_run.soft_time_limit
+
+
+def test_trainer_config_gives_the_trainer_the_runs_own_values(settings, tmp_path):
+    """Every setting the run owns comes from the run (whatever an older config row says); the run's
+    defaults fill what its config leaves out and never override what it sets."""
+    from trainer.config import RUN_DEFAULTS, RUN_OWNED, config_setting, has_path, load_config
+    from workers.driver import checkpoint_root, trainer_config
+
+    settings.VAR_DIR = tmp_path
+    team = factories.team("acme")
+    addition, parity = factories.domain("addition"), factories.domain("parity")
+    stale = config_setting("rollout.staleness").bounds["le"]
+    run = factories.run(team, domains=[addition, parity], base_model="/models/tiny", staleness=stale,
+                        budget_steps=7, budget_seconds=90.0,
+                        # a row written before the API refused run-owned settings in config
+                        config={"rollout": {"staleness": 0, "n": 4}, "limits": {"max_wall_s": 5.0}, "sampler": {"holdout_fraction": 0.25}})
+    rows = list(run.run_domains.select_related("domain", "domain_version"))
+    raw = trainer_config(run, rows)
+    cfg = load_config(raw)
+    assert cfg.name == f"run-{run.id}" and cfg.model.path == "/models/tiny"
+    assert set(cfg.domains) == {"addition", "parity"} and sum(cfg.domains.values()) == pytest.approx(1.0)
+    assert cfg.rollout.staleness == stale and cfg.rollout.n == 4
+    assert (cfg.limits.max_steps, cfg.limits.max_wall_s) == (7, 90.0)
+    assert cfg.checkpoint.dir == str(checkpoint_root(run.id))
+    assert cfg.sampler.holdout_fraction == 0.25  # set by the run's config: kept
+    assert cfg.checkpoint.every_steps == RUN_DEFAULTS["checkpoint.every_steps"]  # left out: the run's default
+    assert all(has_path(raw, o.path) for o in RUN_OWNED)
+
+    run.budget_seconds = None
+    run.config = {}
+    cfg = load_config(trainer_config(run, rows))
+    assert cfg.limits.max_wall_s == 0.0  # the trainer's "no limit"
+    assert cfg.sampler.holdout_fraction == RUN_DEFAULTS["sampler.holdout_fraction"]

@@ -90,12 +90,15 @@
   kindSelect.addEventListener("change", renderList);
 
   // ------------------------------------------------------------------ trainer config from its schema
+  // The schema is the trainer's (trainer/config.py) less the settings the run owns, with a run's
+  // defaults: a setting added to the trainer's dataclasses appears here with no edit to this file.
   const sections = document.getElementById("config-sections");
   const schema = data.config_schema;
 
-  function fieldInput(section, name, spec) {
-    const path = `config.${section}.${name}`;
-    const attrs = { name: path, "data-path": path, "data-testid": `cfg-${section}-${name}` };
+  function fieldInput(key, spec) { // key: "rollout.n", or "seed" for a top-level setting
+    const path = `config.${key}`;
+    const name = key.split(".").at(-1);
+    const attrs = { name: path, "data-path": path, "data-testid": `cfg-${key.replaceAll(".", "-")}` };
     let input;
     if (spec.enum) {
       input = el("select", attrs, ...spec.enum.map((v) => el("option", { value: v, text: v })));
@@ -119,14 +122,21 @@
       el("div", { class: "field-error", "data-path-error": path }));
   }
 
-  for (const section of schema.order) {
-    const spec = schema.properties[section];
-    const fields = Object.entries(spec.properties).map(([name, f]) => fieldInput(section, name, f));
-    sections.append(el("details", { class: "cfg-section", open: ["algorithm", "rollout"].includes(section) || undefined },
-      el("summary", {}, el("b", { text: section }), " ", el("span", { class: "muted", text: spec.description || "" })),
+  function sectionBlock(key, title, description, fields) {
+    return el("details", { class: "cfg-section", open: schema.open.includes(key) || undefined },
+      el("summary", {}, el("b", { text: title }), " ", el("span", { class: "muted", text: description })),
       el("div", { class: "cfg-grid" }, ...fields),
-      el("div", { class: "field-error", "data-path-error": `config.${section}` })));
+      el("div", { class: "field-error", "data-path-error": key ? `config.${key}` : "config" }));
   }
+
+  const topLevel = [];
+  for (const key of schema.order) {
+    const spec = schema.properties[key];
+    if (!spec.properties) { topLevel.push(fieldInput(key, spec)); continue; }
+    const fields = Object.entries(spec.properties).map(([name, f]) => fieldInput(`${key}.${name}`, f));
+    sections.append(sectionBlock(key, key, spec.description || "", fields));
+  }
+  if (topLevel.length) sections.append(sectionBlock("", "general", "settings of the whole job", topLevel));
 
   function readValue(input) {
     const kind = input.dataset.kind;
@@ -148,9 +158,11 @@
     sections.querySelectorAll("[data-path^='config.']").forEach((input) => {
       if (!input.dataset.kind) return;
       const value = readValue(input);
-      if (JSON.stringify(value) === input.dataset.default) return; // unchanged: the trainer's default applies
-      const [, section, name] = input.dataset.path.split(".");
-      (config[section] ||= {})[name] = value;
+      if (JSON.stringify(value) === input.dataset.default) return; // unchanged: the default applies
+      const parts = input.dataset.path.split(".").slice(1);
+      let node = config;
+      for (const part of parts.slice(0, -1)) node = (node[part] ||= {});
+      node[parts.at(-1)] = value;
     });
     return config;
   }
@@ -248,12 +260,16 @@
     set("staleness", c.staleness); set("budget.steps", c.budget.steps); set("budget.tokens", c.budget.tokens);
     set("budget.wall_s", c.budget.wall_s);
     c.domains.forEach((d) => mix.set(d.slug, d.weight));
-    for (const [section, values] of Object.entries(c.config || {})) {
-      for (const [name, v] of Object.entries(values || {})) {
-        const input = form.querySelector(`[data-path="config.${section}.${name}"]`);
-        if (!input) continue;
-        if (input.dataset.kind === "boolean") input.checked = !!v; else input.value = v;
-      }
+    prefillConfig(c.config || {}, "config");
+  }
+
+  function prefillConfig(values, prefix) {
+    for (const [name, v] of Object.entries(values)) {
+      const path = `${prefix}.${name}`;
+      if (v && typeof v === "object" && !Array.isArray(v)) { prefillConfig(v, path); continue; }
+      const input = form.querySelector(`[data-path="${CSS.escape(path)}"]`);
+      if (!input) continue; // e.g. a setting the run now owns: its own field carries it
+      if (input.dataset.kind === "boolean") input.checked = !!v; else input.value = v;
     }
   }
 
