@@ -119,3 +119,12 @@ def test_bytecode_for_another_python_falls_back_to_the_source():
                 f.write(data)
         proc = subprocess.run([sys.executable, *job.command[1:]], cwd=work, capture_output=True, timeout=60)
     assert proc.returncode == 0 and parse_results(proc.stdout, job) == [("test_0", True, "")]
+
+
+@pytest.mark.parametrize("sig", [9, 11, 24])
+def test_a_program_killed_by_a_signal_ends_the_job_by_that_signal(sig):
+    """SIGXCPU is the CPU limit and SIGKILL may be the memory limit: the job's outcome is that
+    limit (the sandbox classifies the signal), not a test failure."""
+    program = f"import os\ndef f(x):\n    os.kill(os.getpid(), {sig})\n"
+    rc, results = run(program, ["assert f(1) is None"])
+    assert rc == -sig and passed(results) == [False]
