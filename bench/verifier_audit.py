@@ -34,10 +34,10 @@ def main() -> None:
     ap.add_argument("--out", help="write each domain's report as a JSON line here")
     args = ap.parse_args()
 
-    from trainer.verifiers.code import set_sandbox_executor
+    from trainer.verifiers import VerifyContext
     from workers.sandbox import close_runtimes, execute
 
-    set_sandbox_executor(execute)
+    context = VerifyContext(execute=execute)
     domains = all_domains()
     slugs = args.domains or sorted(domains)
     totals = {"domains": 0, "probes": 0, "false_positives": 0, "false_negatives_gold": 0,
@@ -48,7 +48,7 @@ def main() -> None:
     problems = []
     try:
         for slug in tqdm(slugs, desc="verifier audit", unit="domain"):
-            report = audit_catalogue_domain(slug, tasks=args.tasks, chance_tasks=args.chance_tasks)
+            report = audit_catalogue_domain(slug, tasks=args.tasks, chance_tasks=args.chance_tasks, context=context)
             d = report.to_dict()
             totals["domains"] += 1
             for key in ("probes", "false_positives", "false_negatives_gold", "false_negatives_equivalent", "masked"):

@@ -3,9 +3,8 @@
 Tasks are drawn first (not timed); then reference and wrong completions are verified through each
 domain's cascade with its real isolation (worker processes with outside-enforced timeouts).
 Stage families are also measured inline (no isolation) side by side, to show what the isolation
-costs. HumanEval runs through the real sandbox when ``workers.sandbox`` is importable; otherwise
-it is measured with a plain local subprocess runner and reported as ``humaneval_local_subprocess``
-(NOT sandboxed).
+costs. HumanEval runs through the real sandbox (``workers.sandbox``), handed to its cascade in a
+VerifyContext as a verify worker does.
 
 Usage: python bench/verify_throughput.py [--seconds 3] [--tasks 40]
 The last line is one JSON object with keys domains_registered, per_family, per_stage, ...
@@ -15,13 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -29,19 +25,8 @@ from trainer.catalogue.references import reference_completion, wrong_completion 
 from trainer.registry import all_domains  # noqa: E402
 from trainer.tasks.base import Task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402
-from trainer.verifiers.code import set_sandbox_executor  # noqa: E402
-
-
-def local_subprocess_execute(files, command, limits=None, stdin=None, *, backend=None, domain="default"):
-    """Plain subprocess runner, used only when the sandbox is not importable (NOT isolated)."""
-    with tempfile.TemporaryDirectory() as work:
-        for name, content in files.items():
-            (Path(work) / name).write_text(content)
-        try:
-            proc = subprocess.run(command, input=stdin, capture_output=True, cwd=work, timeout=10)
-        except subprocess.TimeoutExpired:
-            return SimpleNamespace(status="timeout_wall", stdout=b"", stderr=b"", tests=[])
-        return SimpleNamespace(status="ok" if proc.returncode == 0 else "runtime_error", stdout=proc.stdout, stderr=proc.stderr, tests=[])
+from trainer.verifiers.context import VerifyContext  # noqa: E402
+from workers.sandbox import execute  # noqa: E402
 
 
 def timed(pairs, verify, seconds: float) -> tuple[float, int]:
@@ -80,14 +65,7 @@ def main() -> None:
 
     domains = all_domains()
     print(f"domains registered: {len(domains)}")
-    sandboxed = True
-    try:
-        from workers.sandbox import execute  # noqa: PLC0415
-
-        set_sandbox_executor(execute)
-    except ImportError:
-        sandboxed = False
-        set_sandbox_executor(local_subprocess_execute)
+    context = VerifyContext(execute=execute)
 
     by_family = defaultdict(list)
     for spec in domains.values():
@@ -101,7 +79,7 @@ def main() -> None:
             spec = specs[i % len(specs)]
             task = spec.source.sample(rng, 0)
             completion = reference_completion(spec, task) if i % 2 == 0 else wrong_completion(spec, task)
-            pairs.append((spec.verify, completion, task))
+            pairs.append((compile_cascade(spec.verifier_spec, context), completion, task))
         for fn, completion, task in pairs[:4]:
             fn(completion, task)  # warm the worker processes and imports
         counts: dict[str, int] = defaultdict(int)
@@ -110,7 +88,7 @@ def main() -> None:
             counts[fn(completion, task).outcome.value] += 1
 
         rate, n = timed(pairs, verify, args.seconds)
-        name = family if family != "humaneval" or sandboxed else "humaneval_local_subprocess"
+        name = family
         per_family[name] = round(rate, 1)
         outcomes[name] = dict(counts)
         print(f"family {name:28s} {rate:9.1f} verifications/s  ({n} runs, {len(specs)} domains) {dict(counts)}")

@@ -37,4 +37,3 @@ app.conf.beat_schedule = {
 app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
 
 import workers.heartbeat  # noqa: E402,F401  (connects the worker_ready signal)
-import workers.judge  # noqa: E402,F401  (judge queue tasks: judged verification batches, shadow re-scoring)

@@ -13,8 +13,6 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from celery import shared_task
-
 log = logging.getLogger(__name__)
 
 CACHE_S = 5.0
@@ -24,7 +22,8 @@ _slots: list[object] = []
 
 
 def resolve_judge(name: str):
-    """The built judge for the active version of the judge named ``name`` (None if there is none)."""
+    """The built judge for the active version of the judge named ``name`` (None if there is none),
+    its requests in flight bounded across every worker (:func:`shared_limit`)."""
     from controlplane.review.models import Judge
     from controlplane.review.services import judge_spec
     from trainer.verifiers.judges import build_judge
@@ -35,7 +34,7 @@ def resolve_judge(name: str):
         if hit and now - hit[0] < CACHE_S:
             return hit[1]
     judge = Judge.objects.select_related("active__judge").filter(slug=name).first()
-    built = build_judge(judge_spec(judge.active)) if judge is not None and judge.active is not None else None
+    built = build_judge(judge_spec(judge.active), shared_limit) if judge is not None and judge.active is not None else None
     with _cache_lock:
         _cache[name] = (now, built)
     return built
@@ -72,55 +71,31 @@ def shared_limit(name: str, limit: int, wait_s: float) -> Iterator[None]:
         raise JudgeError(str(exc).replace("sandbox slots of domain", "slots of judge")) from None
 
 
-def install(spec: dict | None = None) -> None:
-    """Limit judges across workers, and install the active version of every judge ``spec``'s
-    stages name (resolved here, on the task's thread: stage threads never touch the database;
-    a judge that does not exist stays missing, so its stage reports judge_error)."""
-    from trainer.verifiers.judge import set_judge, set_judge_limiter
-
-    set_judge_limiter(shared_limit)
-    for stage in (spec or {}).get("stages", []):
-        if isinstance(stage, dict) and stage.get("type") == "judge":
-            name = str((stage.get("params") or {}).get("judge", "default"))
-            set_judge(name, resolve_judge(name))
+def judges_for(spec: dict | None) -> dict:
+    """The active version of every judge ``spec``'s stages name, by name (a judge that does not
+    exist maps to None, so its stage reports judge_error)."""
+    names = {str((stage.get("params") or {}).get("judge", "default"))
+             for stage in (spec or {}).get("stages", []) if isinstance(stage, dict) and stage.get("type") == "judge"}
+    return {name: resolve_judge(name) for name in sorted(names)}
 
 
 def shadow_run(config_id: int) -> dict:
     """Score every labelled item of the judge's other versions with version ``config_id``."""
     from trainer.tasks.base import Task
-    from trainer.verifiers.judge import judge_stage, set_judge
+    from trainer.verifiers import VerifyContext
+    from trainer.verifiers.judge import judge_stage
     from trainer.verifiers.judges import build_judge
 
     from controlplane.review.models import JudgeConfig
     from controlplane.review.services import judge_spec, shadow_candidates, shadow_record
 
-    install()
     config = JudgeConfig.objects.select_related("judge").get(pk=config_id)
     name = f"shadow:{config.judge.slug}:v{config.version}"
-    set_judge(name, build_judge(judge_spec(config)))
+    context = VerifyContext.with_judges({name: build_judge(judge_spec(config), shared_limit)})
     counts = {"scored": 0, "errors": 0}
-    try:
-        for item in shadow_candidates(config).select_related("queue"):
-            task = Task(item.queue.domain.slug, item.task_id or str(item.pk), item.prompt, answer=item.reference or None)
-            verification = judge_stage(item.completion, task, judge=name).to_dict()
-            shadow = shadow_record(config=config, item=item, verification=verification)
-            counts["scored" if shadow.raw is not None else "errors"] += 1
-    finally:
-        set_judge(name, None)
+    for item in shadow_candidates(config).select_related("queue"):
+        task = Task(item.queue.domain.slug, item.task_id or str(item.pk), item.prompt, answer=item.reference or None)
+        verification = judge_stage(item.completion, task, judge=name, context=context).to_dict()
+        shadow = shadow_record(config=config, item=item, verification=verification)
+        counts["scored" if shadow.raw is not None else "errors"] += 1
     return counts
-
-
-@shared_task(name="temper.judge.batch", queue="judge", acks_late=True, soft_time_limit=600, time_limit=660)
-def judge_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
-    """Verify a batch whose cascade has a judge stage (same contract as temper.verify.batch)."""
-    from controlplane.domains.models import DomainVersion
-    from workers.verify import verify_items
-
-    snapshot = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot
-    return verify_items(snapshot["verifier"], items, max_concurrent_sandboxes=int(snapshot.get("max_concurrent_sandboxes", 8)))
-
-
-@shared_task(name="temper.judge.shadow", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)
-def judge_shadow(config_id: int) -> dict:
-    """Shadow re-scoring (idempotent: items already scored by the version are skipped)."""
-    return shadow_run(config_id)

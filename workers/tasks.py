@@ -75,3 +75,17 @@ def eval_run(eval_run_id: int) -> str:
     from workers.evaluate import run_eval
 
     return run_eval(eval_run_id)
+
+
+@shared_task(name="temper.judge.batch", queue="judge", acks_late=True, soft_time_limit=600, time_limit=660)
+def judge_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
+    """Verify a batch whose cascade has a judge stage (same contract as temper.verify.batch)."""
+    return verify_batch(domain, version, items)
+
+
+@shared_task(name="temper.judge.shadow", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)
+def judge_shadow(config_id: int) -> dict:
+    """Shadow re-scoring of a judge version (idempotent: items already scored are skipped)."""
+    from workers.judge import shadow_run
+
+    return shadow_run(config_id)

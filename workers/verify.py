@@ -41,31 +41,33 @@ def verification_from_dict(data: dict[str, Any]) -> Verification:
     return Verification(Outcome(data["outcome"]), float(data.get("score", 0.0)), dict(data.get("details") or {}))
 
 
-def limited_executor(max_concurrent: int, wait_s: float = 60.0):
-    """``workers.sandbox.execute`` behind the domain's sandbox concurrency quota (all workers)."""
-    from workers import sandbox
-    from workers.slots import SlotsBusy, default_slots, domain_slot
+def sandbox_slot(max_concurrent: int, wait_s: float = 60.0):
+    """The domain's sandbox concurrency quota across all workers, as a VerifyContext slot."""
+    from workers.slots import default_slots, domain_slot
 
-    def execute(files, command, limits=None, stdin=None, *, backend=None, domain="default"):
-        wall = limits.get("wall_s") if isinstance(limits, dict) else getattr(limits, "wall_s", None)
-        try:
-            # A killed worker's slot frees itself once the job could no longer be running.
-            with domain_slot(default_slots(), domain, max_concurrent, wait_s, lease_s=(wall or 60.0) + 30.0):
-                return sandbox.execute(files, command, limits, stdin, backend=backend, domain=domain)
-        except SlotsBusy as exc:
-            return sandbox.Verdict(status="sandbox_error", error=str(exc))
+    def slot(domain: str, limits):
+        # A killed worker's slot frees itself once the job could no longer be running.
+        return domain_slot(default_slots(), domain, max_concurrent, wait_s, lease_s=limits.wall_s + 30.0)
 
-    return execute
+    return slot
+
+
+def verify_context(spec: dict, max_concurrent_sandboxes: int | None = None):
+    """The VerifyContext a worker verifies ``spec`` with: the sandbox (behind the domain's quota
+    when one is given) and the active version of every judge its stages name, resolved here, on
+    the task's thread (stage threads never touch the database)."""
+    from trainer.verifiers import VerifyContext
+    from workers import judge, sandbox
+
+    slot = sandbox_slot(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else None
+    return VerifyContext(execute=sandbox.execute, judges=judge.judges_for(spec).get, sandbox_slot=slot)
 
 
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:
     """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
-    from trainer.verifiers import compile_cascade, set_sandbox_executor
-    from workers import judge, sandbox
+    from trainer.verifiers import compile_cascade
 
-    judge.install(spec)
-    set_sandbox_executor(limited_executor(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else sandbox.execute)
-    cascade = compile_cascade(spec)
+    cascade = compile_cascade(spec, verify_context(spec, max_concurrent_sandboxes))
     out = []
     for item in items:
         try:

@@ -38,10 +38,6 @@ def judged_queue(server):
     api.force_login(admin)
     yield truth, api
     worker_judge._cache.clear()
-    from trainer.verifiers.judge import set_judge, set_judge_limiter
-
-    set_judge("sim", None)
-    set_judge_limiter(None)
 
 
 THRESHOLD = 0.3

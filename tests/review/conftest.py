@@ -72,7 +72,3 @@ def judged(world, settings):
     world.admin = admin
     yield world
     worker_judge._cache.clear()
-    from trainer.verifiers.judge import set_judge, set_judge_limiter
-
-    set_judge("sim", None)
-    set_judge_limiter(None)

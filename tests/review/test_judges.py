@@ -10,7 +10,8 @@ from tests.review.fake_openai import FakeOpenAI
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.verifiers import run_cascade
-from trainer.verifiers.judge import JudgeSpec, set_judge
+from trainer.verifiers.context import VerifyContext
+from trainer.verifiers.judge import JudgeSpec
 from trainer.verifiers.judges import HttpJudge, SimilarityJudge, build_judge, parse_score
 
 TASK = Task("essays", "1", "Name the capital of France.", answer="Paris is the capital of France.")
@@ -23,11 +24,9 @@ def http_spec(url, **kw):
 
 
 def judged(spec, completion="Paris.", timeout_s=10.0, **params):
-    set_judge(spec.name, HttpJudge(spec) if spec.kind == "http" else build_judge(spec))
-    try:
-        return run_cascade({"stages": [{"type": "judge", "params": {"judge": spec.name, **params}, "timeout_s": timeout_s}]}, completion, TASK)
-    finally:
-        set_judge(spec.name, None)
+    context = VerifyContext.with_judges({spec.name: HttpJudge(spec) if spec.kind == "http" else build_judge(spec)})
+    return run_cascade({"stages": [{"type": "judge", "params": {"judge": spec.name, **params}, "timeout_s": timeout_s}]}, completion, TASK,
+                       context=context)
 
 
 @pytest.mark.parametrize("text,fmt,expected", [
@@ -111,31 +110,25 @@ def test_unreachable_endpoint_is_a_judge_error():
 
 def test_concurrency_limit_per_judge():
     with FakeOpenAI([("sleep", 0.2, "SCORE: PASS")]) as server:
-        judge = HttpJudge(http_spec(server.url, max_concurrent=2))
-        set_judge("grader", judge)
-        try:
-            threads = [threading.Thread(target=run_cascade, args=({"stages": [{"type": "judge", "params": {"judge": "grader"}}]}, "x", TASK))
-                       for _ in range(6)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            set_judge("grader", None)
+        context = VerifyContext.with_judges({"grader": HttpJudge(http_spec(server.url, max_concurrent=2))})
+        threads = [threading.Thread(target=run_cascade, args=({"stages": [{"type": "judge", "params": {"judge": "grader"}}]}, "x", TASK),
+                                    kwargs={"context": context})
+                   for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert len(server.requests) == 6
     assert server.max_in_flight == 2
 
 
 def test_similarity_judge_on_the_shipped_minilm_weights():
     spec = JudgeSpec("sim", kind="similarity", score_format="unit")
-    judge = SimilarityJudge(spec)
-    set_judge("sim", judge)
-    try:
-        good = run_cascade({"stages": [{"type": "judge", "params": {"judge": "sim", "threshold": 0.6}}]}, "The capital of France is Paris.", TASK)
-        bad = run_cascade({"stages": [{"type": "judge", "params": {"judge": "sim", "threshold": 0.6}}]}, "I like turtles.", TASK)
-        no_ref = run_cascade({"stages": [{"type": "judge", "params": {"judge": "sim"}}]}, "x", Task("d", "2", "q"))
-    finally:
-        set_judge("sim", None)
+    context = VerifyContext.with_judges({"sim": SimilarityJudge(spec)})
+    cascade = {"stages": [{"type": "judge", "params": {"judge": "sim", "threshold": 0.6}}]}
+    good = run_cascade(cascade, "The capital of France is Paris.", TASK, context=context)
+    bad = run_cascade(cascade, "I like turtles.", TASK, context=context)
+    no_ref = run_cascade({"stages": [{"type": "judge", "params": {"judge": "sim"}}]}, "x", Task("d", "2", "q"), context=context)
     assert good.outcome is Outcome.PASS and good.details["similarity"] > 0.9
     assert bad.outcome is Outcome.FAIL and bad.details["similarity"] < 0.3
     assert no_ref.outcome is Outcome.JUDGE_ERROR and no_ref.reward is None
@@ -157,19 +150,12 @@ def test_local_judge_runs_a_locally_built_model(tmp_path):
 
     path = str(build_tiny(tmp_path / "judge-model", layers=1))
     spec = JudgeSpec("local", kind="local", model=path, rubric="{completion}", max_tokens=6, score_format="binary")
-    set_judge("local", build_judge(spec))
-    try:
-        v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "local"}}]}, "Paris", TASK)
-    finally:
-        set_judge("local", None)
+    v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "local"}}]}, "Paris", TASK,
+                    context=VerifyContext.with_judges({"local": build_judge(spec)}))
     assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
     assert "unparseable binary answer" in v.details["error"]
-    missing = build_judge(JudgeSpec("nowhere", kind="local", model=str(tmp_path / "none")))
-    set_judge("nowhere", missing)
-    try:
-        assert run_cascade({"stages": [{"type": "judge", "params": {"judge": "nowhere"}}]}, "x", TASK).outcome is Outcome.JUDGE_ERROR
-    finally:
-        set_judge("nowhere", None)
+    missing = VerifyContext.with_judges({"nowhere": build_judge(JudgeSpec("nowhere", kind="local", model=str(tmp_path / "none")))})
+    assert run_cascade({"stages": [{"type": "judge", "params": {"judge": "nowhere"}}]}, "x", TASK, context=missing).outcome is Outcome.JUDGE_ERROR
 
 
 def test_judge_slots_are_shared_across_workers_through_redis(settings):

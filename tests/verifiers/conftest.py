@@ -32,14 +32,12 @@ def sandbox_execute():
 
 @pytest.fixture
 def real_sandbox():
-    """Install the real sandbox executor for the test (skip, or fail in CI, when it is missing)."""
-    from trainer.verifiers.code import set_sandbox_executor
+    """A VerifyContext with the real sandbox (skip, or fail in CI, when it is missing)."""
+    from trainer.verifiers.context import VerifyContext
 
     execute = sandbox_execute()
     require(execute is not None, "workers.sandbox is not importable in this checkout")
-    set_sandbox_executor(execute)
-    yield execute
-    set_sandbox_executor(None)
+    return VerifyContext(execute=execute)
 
 
 def pytest_configure(config):

@@ -9,7 +9,7 @@ import pytest
 from trainer.catalogue.references import reference_completion, wrong_completion
 from trainer.outcomes import Outcome
 from trainer.registry import all_domains
-from trainer.verifiers import validate_cascade
+from trainer.verifiers import compile_cascade, validate_cascade
 
 DOMAINS = all_domains()
 # Level 0 and one harder level per domain; reasoning-gym's hardest levels take seconds per task
@@ -33,8 +33,9 @@ def test_every_reasoning_gym_generator_is_a_domain():
 @pytest.mark.parametrize("slug", sorted(DOMAINS))
 def test_domain(slug, request):
     spec = DOMAINS[slug]
-    if spec.sandbox_spec or spec.family == "humaneval":
-        request.getfixturevalue("real_sandbox")
+    verify = spec.verify
+    if any(stage["type"] == "code_tests" for stage in spec.verifier_spec["stages"]):
+        verify = compile_cascade(spec.verifier_spec, request.getfixturevalue("real_sandbox"))
     assert validate_cascade(spec.verifier_spec) == []
     json.dumps([spec.verifier_spec, spec.task_source_spec, spec.sandbox_spec])  # plain JSON data
     assert spec.source.levels >= 1
@@ -44,10 +45,10 @@ def test_domain(slug, request):
         assert (again.id, again.prompt, repr(again.answer)) == (task.id, task.prompt, repr(task.answer))
         assert task.domain == slug and task.prompt
 
-        good = spec.verify(reference_completion(spec, task), task)
+        good = verify(reference_completion(spec, task), task)
         assert good.outcome is Outcome.PASS, (level, good.details)
         assert good.reward == 1.0
 
-        bad = spec.verify(wrong_completion(spec, task), task)
+        bad = verify(wrong_completion(spec, task), task)
         assert bad.outcome in NOT_PASSING, (level, bad.details)
         assert bad.reward is not None and bad.reward < 1.0

@@ -117,7 +117,7 @@ def test_builtin_domains_audit_clean(slug):
 
 
 def test_code_domain_audit_runs_hostile_programs_in_the_sandbox(real_sandbox):
-    report = audit_catalogue_domain("code-humaneval", tasks=2, chance_tasks=2)
+    report = audit_catalogue_domain("code-humaneval", tasks=2, chance_tasks=2, context=real_sandbox)
     hostile = {name: c for name, c in report.classes.items() if name.startswith("code.")}
     assert len(hostile) >= 12 and all(c.probes == 2 for c in hostile.values())
     assert report.false_negatives_gold == 0, report.to_dict()["classes"]["gold"]

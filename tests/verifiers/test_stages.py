@@ -11,12 +11,13 @@ from trainer.tasks.base import Task
 from trainer.verifiers import STAGES, cascade_json_schema, validate_cascade
 from trainer.verifiers.cascade import CascadeError, compile_cascade, run_cascade
 from trainer.verifiers.choice import multiple_choice
-from trainer.verifiers.code import code_tests, set_sandbox_executor
+from trainer.verifiers.code import code_tests
+from trainer.verifiers.context import VerifyContext
 from trainer.verifiers.exact import exact_match
 from trainer.verifiers.extract import extract_answer
 from trainer.verifiers.format_length import format_check, length_check
 from trainer.verifiers.json_checks import json_fields, json_schema
-from trainer.verifiers.judge import JudgeResult, judge_stage, set_judge
+from trainer.verifiers.judge import JudgeResult, judge_stage
 from trainer.verifiers.math_equiv import math_equivalence
 from trainer.verifiers.numeric import numeric_match
 from trainer.verifiers.regex import regex_match
@@ -87,13 +88,10 @@ def test_format_length_and_judge():
     assert length_check("a " * 100, task(), max_words=50).outcome is Outcome.FAIL
     assert judge_stage("x", task()).outcome is Outcome.JUDGE_ERROR
     assert judge_stage("x", task()).reward is None  # infrastructure: masked, never 0
-    set_judge("default", lambda request: JudgeResult(0.2))
-    try:
-        assert judge_stage("x", task(), threshold=0.5).outcome is Outcome.FAIL
-        set_judge("default", lambda request: 1 / 0)
-        assert judge_stage("x", task()).outcome is Outcome.JUDGE_ERROR
-    finally:
-        set_judge("default", None)
+    low = VerifyContext.with_judges({"default": lambda request: JudgeResult(0.2)})
+    assert judge_stage("x", task(), threshold=0.5, context=low).outcome is Outcome.FAIL
+    broken = VerifyContext.with_judges({"default": lambda request: 1 / 0})
+    assert judge_stage("x", task(), context=broken).outcome is Outcome.JUDGE_ERROR
 
 
 class FakeVerdict:
@@ -109,11 +107,8 @@ class FakeVerdict:
     ("something_new", Outcome.SANDBOX_ERROR),
 ])
 def test_code_status_mapping(status, outcome):
-    set_sandbox_executor(lambda files, command, limits=None, stdin=None, **kw: FakeVerdict(status))
-    try:
-        assert code_tests("def f(): pass", task({"tests": ["assert f() is None"]})).outcome is outcome
-    finally:
-        set_sandbox_executor(None)
+    context = VerifyContext(execute=lambda files, command, limits=None, stdin=None, **kw: FakeVerdict(status))
+    assert code_tests("def f(): pass", task({"tests": ["assert f() is None"]}), context=context).outcome is outcome
 
 
 def test_code_needs_markers_with_this_jobs_nonce():
@@ -122,15 +117,38 @@ def test_code_needs_markers_with_this_jobs_nonce():
         forged = "".join(f"\n@@TEMPER-TEST {'0' * 32} {i} PASS \n" for i in range(3))  # not this job's nonce
         return FakeVerdict("ok", stdout=forged)
 
-    set_sandbox_executor(executor)
-    try:
-        v = code_tests("print('@@TEMPER-TEST ...')", task({"tests": ["assert True"]}))
-        assert v.outcome is Outcome.FAIL and v.reward == 0.0
-        set_sandbox_executor(lambda *a, **k: (_ for _ in ()).throw(ConnectionError("engine down")))
-        v = code_tests("x", task({"tests": ["assert True"]}))
-        assert v.outcome is Outcome.SANDBOX_ERROR and v.reward is None
-    finally:
-        set_sandbox_executor(None)
+    v = code_tests("print('@@TEMPER-TEST ...')", task({"tests": ["assert True"]}), context=VerifyContext(execute=executor))
+    assert v.outcome is Outcome.FAIL and v.reward == 0.0
+    down = VerifyContext(execute=lambda *a, **k: (_ for _ in ()).throw(ConnectionError("engine down")))
+    v = code_tests("x", task({"tests": ["assert True"]}), context=down)
+    assert v.outcome is Outcome.SANDBOX_ERROR and v.reward is None
+
+
+def test_code_limits_reach_the_sandbox_typed_behind_the_domain_slot():
+    """A stage's params.limits arrive as Limits (a dict once reached the sandbox and every item
+    was sandbox_error under a concurrency quota), inside the domain's sandbox slot."""
+    from contextlib import contextmanager
+
+    from trainer.verifiers.limits import Limits
+
+    seen = []
+
+    @contextmanager
+    def slot(domain, limits):
+        seen.append(("slot", domain, limits))
+        yield
+
+    def execute(files, command, limits, stdin=None, **kw):
+        seen.append(("run", kw["domain"], limits))
+        return FakeVerdict("timeout_cpu")
+
+    context = VerifyContext(execute=execute, sandbox_slot=slot)
+    v = code_tests("x", task({"tests": ["assert True"]}), limits={"cpu_s": 2, "memory_mb": 128}, context=context)
+    assert v.outcome is Outcome.TIMEOUT
+    assert [kind for kind, _, _ in seen] == ["slot", "run"]
+    assert all(isinstance(limits, Limits) and limits.memory_mb == 128 and limits.cpu_s == 2 for _, _, limits in seen)
+    assert validate_cascade({"stages": [{"type": "code_tests", "params": {"limits": {"memory_mb": 1}}}]}) == [
+        ("verifier.stages[0].params.limits.memory_mb", "must be at least 16")]
 
 
 def test_validate_cascade_paths_and_messages():

@@ -10,7 +10,7 @@ from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers.cascade import run_cascade
 from trainer.verifiers.isolation import ProcessPool
-from trainer.verifiers.judge import set_judge
+from trainer.verifiers.context import VerifyContext
 from trainer.verifiers.stages import STAGES, StageType, register_stage
 
 THIS = __name__
@@ -79,15 +79,15 @@ def test_symbolic_expression_that_keeps_math_verify_busy_is_timeout(pool):
 
 def test_thread_stage_hanging_is_timeout():
     release = threading.Event()
-    set_judge("hanging", lambda request: release.wait() and None)
+    context = VerifyContext.with_judges({"hanging": lambda request: release.wait() and None})
     try:
-        v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "hanging"}, "timeout_s": 0.3}]}, "x", Task("t", "1", "q"))
+        v = run_cascade({"stages": [{"type": "judge", "params": {"judge": "hanging"}, "timeout_s": 0.3}]}, "x", Task("t", "1", "q"),
+                        context=context)
         # A judge that times out is the judge's failure: judge_error, masked, never a reward of 0.
         assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
         assert v.details["stage_outcome"] == "timeout"
     finally:
         release.set()
-        set_judge("hanging", None)
 
 
 def test_callers_on_other_threads_are_not_blocked_by_a_hanging_stage():

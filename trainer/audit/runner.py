@@ -34,6 +34,7 @@ from trainer.audit.probes import (
 )
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task, TaskSource
+from trainer.verifiers.context import VerifyContext
 
 AUDITOR_VERSION = "2026-12-01.1"
 """Changes whenever the probe set changes: audits of different versions are not comparable."""
@@ -93,11 +94,12 @@ class AuditReport:
         }
 
 
-def default_verify_many(verifier: dict[str, Any], workers: int = 4) -> VerifyMany:
-    """The cascade in this process (its stages under their own isolation), a few items at once."""
+def default_verify_many(verifier: dict[str, Any], workers: int = 4, context: VerifyContext | None = None) -> VerifyMany:
+    """The cascade in this process (its stages under their own isolation, its sandbox and judges
+    from ``context``), a few items at once."""
     from trainer.verifiers import compile_cascade
 
-    cascade = compile_cascade(verifier)
+    cascade = compile_cascade(verifier, context)
 
     def one(item: tuple[str, Task]) -> Verification:
         try:
@@ -311,12 +313,13 @@ def audit_domain(
     progress: Callable[[int, int], None] | None = None,
     chunk: int = 64,
     sample_budget_s: float = 20.0,
+    context: VerifyContext | None = None,
 ) -> AuditReport:
     """Audit one domain: probes from ``tasks`` sampled tasks, constants over up to
     ``chance_tasks`` (as many as ``sample_budget_s`` seconds of drawing give, past ``tasks``)."""
     started = time.perf_counter()
     report = AuditReport(domain=slug)
-    verify_many = verify_many or default_verify_many(verifier)
+    verify_many = verify_many or default_verify_many(verifier, context=context)
     sample, errors = sample_tasks(source, max(tasks, chance_tasks), seed=seed, at_least=tasks, budget_s=sample_budget_s)
     report.skipped += errors[:10]
     probes, chance, skipped = plan_probes(family=family, verifier=verifier, tasks=sample[:tasks], chance_tasks=sample)

@@ -9,10 +9,11 @@ Public API:
     STAGES                                   stage type name -> StageType (fn, params_schema, ...)
     validate_cascade(spec, path="verifier")  -> list[(path, message)]
     cascade_json_schema()                    -> JSON Schema of a cascade spec
-    run_cascade(spec, completion, task)      -> Verification
-    compile_cascade(spec)                    -> Cascade (callable, reusable); CascadeError if invalid
-    set_sandbox_executor(fn)                 inject the sandbox's execute (code_tests stage)
-    set_judge(name, judge)                   install a judge (judge stage)
+    run_cascade(spec, completion, task, context=None) -> Verification
+    compile_cascade(spec, context=None)      -> Cascade (callable, reusable); CascadeError if invalid
+    VerifyContext(execute=, judges=, sandbox_slot=)   the sandbox and judges a cascade's
+                                             code_tests and judge stages use (handed in, never global)
+    Limits                                   a sandbox job's resource limits (code_tests params.limits)
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ __all__ = [
     "compile_cascade",
     "register_stage",
     "run_cascade",
-    "set_judge",
-    "set_sandbox_executor",
     "validate_cascade",
+    "VerifyContext",
+    "Limits",
 ]
 
 _LAZY = {
@@ -39,9 +40,8 @@ _LAZY = {
     "CascadeError": "trainer.verifiers.cascade",
     "compile_cascade": "trainer.verifiers.cascade",
     "run_cascade": "trainer.verifiers.cascade",
-    "set_sandbox_executor": "trainer.verifiers.code",
-    "get_sandbox_executor": "trainer.verifiers.code",
-    "set_judge": "trainer.verifiers.judge",
+    "VerifyContext": "trainer.verifiers.context",
+    "Limits": "trainer.verifiers.limits",
 }
 
 

@@ -22,6 +22,7 @@ overrides that. When no stage is decisive, the last checker's verification is th
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.isolation import ISOLATIONS, ProcessPool, default_pool, run_in_thread, run_inline
 from trainer.verifiers.stages import STAGES, StageType, validate_cascade
 
@@ -81,9 +83,11 @@ class Cascade:
     """Stages in the order they run (cheapest first)."""
     spec: dict[str, Any]
     """The spec it was built from."""
+    context: VerifyContext = NO_CONTEXT
+    """The sandbox and judges its ``code_tests`` and ``judge`` stages use."""
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> "Cascade":
+    def from_spec(cls, spec: dict[str, Any], context: VerifyContext | None = None) -> "Cascade":
         errors = validate_cascade(spec)
         if errors:
             raise CascadeError(errors)
@@ -99,7 +103,7 @@ class Cascade:
                 name=raw.get("name") or stype.name,
             ))
         ordered = tuple(sorted(stages, key=lambda s: s.stage_type.cost))  # stable: equal costs keep order
-        return cls(ordered, spec)
+        return cls(ordered, spec, context or NO_CONTEXT)
 
     def __call__(self, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
         return self.run(completion, task, isolation=isolation, pool=pool)
@@ -116,7 +120,7 @@ class Cascade:
         started = time.perf_counter()
         for stage in self.stages:
             t0 = time.perf_counter()
-            verification = run_stage(stage, text, task, isolation=isolation, pool=pool)
+            verification = run_stage(stage, text, task, isolation=isolation, pool=pool, context=self.context)
             seconds = time.perf_counter() - t0
             trail.append({"stage": stage.name, "outcome": verification.outcome.value, "seconds": round(seconds, 6)})
             timings[stage.name] = timings.get(stage.name, 0.0) + seconds
@@ -137,16 +141,21 @@ class Cascade:
         return Verification(final.outcome, final.score, details)
 
 
-def run_stage(stage: StageConfig, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
-    """Run one stage under its isolation and timeout; adds ``stage`` to the details."""
+def run_stage(stage: StageConfig, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None,
+              context: VerifyContext = NO_CONTEXT) -> Verification:
+    """Run one stage under its isolation and timeout; adds ``stage`` to the details. A stage that
+    needs the context gets it and runs in this process (``process`` isolation would mean pickling it)."""
     stype = stage.stage_type
     mode = isolation or stype.isolation
+    params = {**stage.params, "context": context} if stype.needs_context else stage.params
+    if stype.needs_context and mode == "process":
+        mode = "thread"
     if mode == "process":
-        verification = (pool or default_pool()).call(stype.function, completion, task, stage.params, stage.timeout_s)
+        verification = (pool or default_pool()).call(stype.function, completion, task, params, stage.timeout_s)
     elif mode == "thread":
-        verification = run_in_thread(stype.fn, completion, task, stage.params, stage.timeout_s)
+        verification = run_in_thread(stype.fn, completion, task, params, stage.timeout_s)
     else:
-        verification = run_inline(stype.fn, completion, task, stage.params)
+        verification = run_inline(stype.fn, completion, task, params)
     infra = INFRASTRUCTURE_ON_FAILURE.get(stype.name)
     if infra is not None and verification.outcome in (Outcome.TIMEOUT, Outcome.RUNTIME_ERROR, Outcome.MEMORY_LIMIT):
         # The stage's service failed, not the policy: masked, never a reward of 0.
@@ -160,8 +169,10 @@ _cache: dict[str, Cascade] = {}
 _cache_lock = threading.Lock()
 
 
-def compile_cascade(spec: dict[str, Any]) -> Cascade:
-    """A validated :class:`Cascade` for ``spec`` (cached by its JSON); raises :class:`CascadeError`."""
+def compile_cascade(spec: dict[str, Any], context: VerifyContext | None = None) -> Cascade:
+    """A validated :class:`Cascade` for ``spec`` bound to ``context`` (the sandbox and judges
+    its stages use; none: those stages report their infrastructure outcome). The validated
+    stages are cached by the spec's JSON; raises :class:`CascadeError`."""
     key = json.dumps(spec, sort_keys=True, default=str)
     with _cache_lock:
         cascade = _cache.get(key)
@@ -171,9 +182,10 @@ def compile_cascade(spec: dict[str, Any]) -> Cascade:
             if len(_cache) > 1024:
                 _cache.clear()
             _cache[key] = cascade
-    return cascade
+    return cascade if context is None else dataclasses.replace(cascade, context=context)
 
 
-def run_cascade(spec: dict[str, Any], completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
+def run_cascade(spec: dict[str, Any], completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None,
+                context: VerifyContext | None = None) -> Verification:
     """Verify ``completion`` for ``task`` with the cascade ``spec``."""
-    return compile_cascade(spec).run(completion, task, isolation=isolation, pool=pool)
+    return compile_cascade(spec, context).run(completion, task, isolation=isolation, pool=pool)

@@ -1,39 +1,34 @@
 """Code unit tests, run in the sandbox against hostile code.
 
-The sandbox runtime lives in ``workers/`` and ``trainer/`` never imports it: the executor is
-injected with :func:`set_sandbox_executor`; when none was set, ``workers.sandbox:execute`` is
-resolved with importlib on first use. An executor has the signature of
-``workers.sandbox.execute(files, command, limits=None, stdin=None, *, backend=None,
-domain="default") -> Verdict`` where the verdict has ``status`` (ok, runtime_error, timeout_cpu,
-timeout_wall, memory_limit, output_limit, sandbox_error), ``stdout`` and ``stderr``.
+The sandbox runtime lives in ``workers/`` and ``trainer/`` never names it: the stage runs jobs
+through the :class:`~trainer.verifiers.context.VerifyContext` its cascade was compiled with
+(``context.execute``, inside one of the domain's sandbox places, ``context.slot``). Without an
+executor the stage reports ``sandbox_error`` (infrastructure: masked, never a reward of 0).
 
 The job is built by :mod:`trainer.verifiers.code_harness`: a trusted harness process holds the
 tests and the verdict, the program runs in a second process and every call to it crosses the
 process boundary as plain data. A pass needs status ``ok`` and a passed marker carrying the job's
-nonce for every test; a program that fails to load is a ``runtime_error``.
+nonce for every test; a program that fails to load is a ``runtime_error``. ``params.limits`` are
+a :class:`~trainer.verifiers.limits.Limits` (validated with the domain; the defaults without).
 
 >>> extract_code("Here:\\n```python\\nprint(1)\\n```\\n")
 'print(1)\\n'
 >>> normalize_tests(["assert f(1) == 2", {"name": "big", "source": "assert f(9) == 10"}])
 (['assert f(1) == 2', 'assert f(9) == 10'], ['test_0', 'big'])
+>>> from trainer.tasks.base import Task
+>>> code_tests("def f(x):\\n    return x", Task("d", "1", "q", answer=["assert f(1) == 1"])).outcome.value
+'sandbox_error'
 """
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-import threading
-from typing import Any, Callable
+from typing import Any
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, CodeTestJob, build_job, parse_results
-
-Executor = Callable[..., Any]
-DEFAULT_EXECUTOR_PATH = "workers.sandbox:execute"
-
-_executor: Executor | None = None
-_lock = threading.Lock()
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
+from trainer.verifiers.limits import Limits
 
 STATUS_OUTCOMES = {
     "runtime_error": Outcome.RUNTIME_ERROR,
@@ -44,52 +39,7 @@ STATUS_OUTCOMES = {
     "output_limit": Outcome.OUTPUT_LIMIT,
     "sandbox_error": Outcome.SANDBOX_ERROR,
 }
-
-
-def set_sandbox_executor(fn: Executor | None) -> None:
-    """Inject the function that runs sandbox jobs (None: resolve ``workers.sandbox:execute`` again).
-
-    A ``limits`` dict from a stage's params is turned into the executor module's ``Limits`` class
-    when that module has one.
-    """
-    global _executor
-    if fn is not None:
-        module = sys.modules.get(getattr(fn, "__module__", "") or "")
-        if module is not None:
-            fn = _adapt_limits(fn, module)
-    with _lock:
-        _executor = fn
-
-
-def get_sandbox_executor() -> Executor:
-    """The injected executor, else ``workers.sandbox.execute`` resolved by importlib.
-
-    Raises RuntimeError when neither is available.
-    """
-    global _executor
-    with _lock:
-        if _executor is None:
-            module_name, attr = DEFAULT_EXECUTOR_PATH.split(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise RuntimeError(f"no sandbox executor: set_sandbox_executor() was not called and {module_name} cannot be imported ({exc})") from None
-            _executor = _adapt_limits(getattr(module, attr), module)
-        return _executor
-
-
-def _adapt_limits(execute: Executor, module: Any) -> Executor:
-    """Turn a plain ``limits`` dict into the sandbox module's ``Limits`` class when it has one."""
-    limits_cls = getattr(module, "Limits", None)
-    if limits_cls is None:
-        return execute
-
-    def run(files, command, limits=None, stdin=None, **kwargs):
-        if isinstance(limits, dict):
-            limits = limits_cls(**limits)
-        return execute(files, command, limits, stdin, **kwargs)
-
-    return run
+"""Sandbox statuses other than ``ok``, as outcomes (an unknown status is ``sandbox_error``)."""
 
 
 def extract_code(completion: str) -> str:
@@ -173,9 +123,10 @@ def code_tests(
     tests: Any = None,
     entry_point: str | None = None,
     prompt: str | None = None,
-    limits: dict[str, Any] | None = None,
+    limits: dict[str, Any] | Limits | None = None,
     backend: str | None = None,
     partial_credit: bool = False,
+    context: VerifyContext = NO_CONTEXT,
 ) -> Verification:
     """Stage ``code_tests``: run the task's tests against the completion's code in the sandbox.
 
@@ -194,9 +145,13 @@ def code_tests(
         job = build_job(code, sources, entry_point=entry_point, prelude=prompt, test_names=names)
     except ValueError as exc:
         raise ValueError(f"task {task.id}: {exc}") from None
+    typed = Limits.from_params(limits)
+    if context.execute is None:
+        return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
+    domain = task.domain or "default"
     try:
-        execute = get_sandbox_executor()
-        verdict = execute(job.files, job.command, limits, None, backend=backend, domain=task.domain or "default")
+        with context.slot(domain, typed):
+            verdict = context.execute(job.files, job.command, typed, None, backend=backend, domain=domain)
     except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
     return verdict_to_verification(verdict, job, partial_credit=partial_credit)

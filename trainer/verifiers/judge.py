@@ -1,19 +1,20 @@
 """The judge stage: a model grades a completion against a rubric.
 
 A judge is anything callable as ``judge(JudgeRequest) -> JudgeResult`` (raising means the judge
-failed: ``judge_error``, an infrastructure outcome that is masked, never a reward of 0). Judges are
-found by name: installed with :func:`set_judge`, or built on demand by a resolver
-(:func:`set_judge_resolver`; the control plane's workers install one that reads the judge's
-active version). :mod:`trainer.verifiers.judges` builds judges from a :class:`JudgeSpec`:
-an OpenAI-compatible HTTP endpoint, a local causal LM, or a sentence-embedding similarity judge.
+failed: ``judge_error``, an infrastructure outcome that is masked, never a reward of 0). The stage
+finds judges by name through its :class:`~trainer.verifiers.context.VerifyContext` (the control
+plane's workers resolve a name to the judge's active version).
+:mod:`trainer.verifiers.judges` builds judges from a :class:`JudgeSpec`: an OpenAI-compatible HTTP
+endpoint, a local causal LM, or a sentence-embedding similarity judge; each limits its requests
+in flight with the limiter it was built with (:func:`local_limit` in one process).
 
 >>> from trainer.tasks.base import Task
+>>> from trainer.verifiers.context import VerifyContext
 >>> judge_stage("anything", Task("d", "1", "q")).outcome.value
 'judge_error'
->>> set_judge("default", lambda request: JudgeResult(score=0.9, reason="good"))
->>> judge_stage("anything", Task("d", "1", "q"), threshold=0.5).outcome.value
+>>> ctx = VerifyContext.with_judges({"default": lambda request: JudgeResult(score=0.9, reason="good")})
+>>> judge_stage("anything", Task("d", "1", "q"), threshold=0.5, context=ctx).outcome.value
 'pass'
->>> set_judge("default", None)
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 
 SCORE_FORMATS = ("binary", "ordinal", "unit")
 """``binary``: pass/fail (0 or 1); ``ordinal``: 1-5; ``unit``: a number in [0, 1]."""
@@ -117,31 +119,9 @@ class JudgeSpec:
     """The control plane's JudgeConfig id (recorded with every reward)."""
 
 
-_JUDGES: dict[str, Judge] = {}
-_resolver: list[Callable[[str], Judge | None]] = []
-_limiter: list[Callable[[str, int, float], ContextManager[Any]]] = []
-
-
-def set_judge(name: str, judge: Judge | None) -> None:
-    """Install (or with None remove) the judge the ``judge`` stage uses under ``name``."""
-    if judge is None:
-        _JUDGES.pop(name, None)
-    else:
-        _JUDGES[name] = judge
-
-
-def set_judge_resolver(resolver: Callable[[str], Judge | None] | None) -> None:
-    """Install the function that finds judges not installed with :func:`set_judge` (None removes it)."""
-    _resolver.clear()
-    if resolver is not None:
-        _resolver.append(resolver)
-
-
-def get_judge(name: str) -> Judge | None:
-    judge = _JUDGES.get(name)
-    if judge is None and _resolver:
-        judge = _resolver[0](name)
-    return judge
+JudgeLimiter = Callable[[str, int, float], ContextManager[Any]]
+"""``limit(judge name, requests in flight at most, seconds to wait) -> context manager``;
+raising JudgeError when no slot frees in time."""
 
 
 _local_slots: dict[str, threading.BoundedSemaphore] = {}
@@ -164,24 +144,13 @@ def local_limit(name: str, limit: int, wait_s: float) -> Iterator[None]:
         sem.release()
 
 
-def set_judge_limiter(limiter: Callable[[str, int, float], ContextManager[Any]] | None) -> None:
-    """Install the concurrency limiter judges call through (workers: one shared by all workers)."""
-    _limiter.clear()
-    if limiter is not None:
-        _limiter.append(limiter)
-
-
-def judge_limit(name: str, limit: int, wait_s: float) -> ContextManager[Any]:
-    return (_limiter[0] if _limiter else local_limit)(name, limit, wait_s)
-
-
 def judge_stage(completion: str, task: Task, *, judge: str = "default", rubric: str | None = None, threshold: float = 0.5,
-                graded: bool = False) -> Verification:
+                graded: bool = False, context: VerifyContext = NO_CONTEXT) -> Verification:
     """Grade with the named judge: score >= threshold is pass, else fail (``graded``: the score
     itself is the reward, partial between 0 and 1). No judge, an error, a timeout or an
     unparseable answer is ``judge_error``."""
     try:
-        fn = get_judge(judge)
+        fn = context.judge(judge)
     except Exception as exc:  # noqa: BLE001 - a resolver failure is infrastructure
         return Verification.failed(Outcome.JUDGE_ERROR, error=f"judge {judge!r} could not be loaded: {type(exc).__name__}: {exc}", judge=judge)
     if fn is None:

@@ -35,7 +35,7 @@ import urllib.request
 from functools import lru_cache
 from typing import Any
 
-from trainer.verifiers.judge import SCORE_FORMATS, JudgeError, JudgeRequest, JudgeResult, JudgeSpec, judge_limit
+from trainer.verifiers.judge import SCORE_FORMATS, JudgeError, JudgeLimiter, JudgeRequest, JudgeResult, JudgeSpec, local_limit
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,12 @@ def from_similarity(similarity: float, fmt: str, cut: float) -> float:
 
 
 class _Base:
-    def __init__(self, spec: JudgeSpec):
+    def __init__(self, spec: JudgeSpec, limit: JudgeLimiter = local_limit):
         if spec.score_format not in SCORE_FORMATS:
             raise ValueError(f"score_format must be one of {SCORE_FORMATS}")
         self.spec = spec
+        self.limit = limit
+        """Bounds this judge's requests in flight (workers: one limiter shared by all workers)."""
 
     def _result(self, raw: float, reason: str, attempts: int = 1, **extra: Any) -> JudgeResult:
         s = self.spec
@@ -164,7 +166,7 @@ class HttpJudge(_Base):
                 time.sleep(min(s.backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S))
             attempts += 1
             try:
-                with judge_limit(s.name, s.max_concurrent, s.timeout_s):
+                with self.limit(s.name, s.max_concurrent, s.timeout_s):
                     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
                     with urllib.request.urlopen(req, timeout=s.timeout_s) as resp:
                         payload = json.loads(resp.read().decode())
@@ -226,7 +228,7 @@ class SimilarityJudge(_Base):
         if request.reference is None or request.reference == "":
             raise JudgeError("the similarity judge needs a reference answer and the task has none")
         ref = request.reference if isinstance(request.reference, str) else json.dumps(request.reference)
-        with judge_limit(self.spec.name, self.spec.max_concurrent, self.spec.timeout_s):
+        with self.limit(self.spec.name, self.spec.max_concurrent, self.spec.timeout_s):
             vectors = embed([request.completion, ref], self.spec.model)
         similarity = float((vectors[0] * vectors[1]).sum())
         raw = from_similarity(similarity, self.spec.score_format, self.spec.similarity_cut)
@@ -243,7 +245,7 @@ class LocalJudge(_Base):
         if not self.spec.model or not os.path.isdir(self.spec.model):
             raise JudgeError(f"local judge model {self.spec.model!r} is not a directory")
         tokenizer, model, lock = _load_causal(self.spec.model, AutoTokenizer, AutoModelForCausalLM)
-        with judge_limit(self.spec.name, self.spec.max_concurrent, self.spec.timeout_s), lock, torch.no_grad():
+        with self.limit(self.spec.name, self.spec.max_concurrent, self.spec.timeout_s), lock, torch.no_grad():
             ids = tokenizer(self.prompt_for(request), return_tensors="pt")
             out = model.generate(**ids, max_new_tokens=self.spec.max_tokens, do_sample=False)
             text = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -264,8 +266,9 @@ KINDS = {"http": HttpJudge, "local": LocalJudge, "similarity": SimilarityJudge}
 
 
 @lru_cache(maxsize=256)
-def build_judge(spec: JudgeSpec) -> _Base:
-    """The judge for ``spec`` (cached: a spec is immutable, like the version it comes from)."""
+def build_judge(spec: JudgeSpec, limit: JudgeLimiter = local_limit) -> _Base:
+    """The judge for ``spec`` whose requests in flight ``limit`` bounds (cached: a spec is
+    immutable, like the version it comes from)."""
     if spec.kind not in KINDS:
         raise ValueError(f"judge kind must be one of {sorted(KINDS)}")
-    return KINDS[spec.kind](spec)
+    return KINDS[spec.kind](spec, limit)

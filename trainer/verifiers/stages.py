@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from trainer.outcomes import OUTCOME_VALUES
+from trainer.verifiers.limits import limits_json_schema
 
 ANY: dict[str, Any] = {}
 STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -52,6 +53,9 @@ class StageType:
     waiting at the timeout."""
     default_timeout_s: float = 5.0
     """Timeout when the spec gives none."""
+    needs_context: bool = False
+    """The function takes a ``context`` keyword (a :class:`~trainer.verifiers.context.VerifyContext`:
+    sandbox, judges); such a stage runs in the caller's process (``thread`` isolation)."""
     _fn: list[Callable[..., Any]] = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -117,13 +121,14 @@ for _stage in [
         "env": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1},
     }), "Replay the tool calls in the completion through a tool-use environment; reward from the final state.", 2, default_timeout_s=10.0),
     StageType("code_tests", _V + "code:code_tests", params_schema({
-        "tests": ANY, "entry_point": {"type": "string"}, "prompt": {"type": "string"}, "limits": {"type": "object"},
+        "tests": ANY, "entry_point": {"type": "string"}, "prompt": {"type": "string"}, "limits": limits_json_schema(),
         "backend": {"type": ["string", "null"]}, "partial_credit": {"type": "boolean"},
-    }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0),
+    }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0, needs_context=True),
     StageType("judge", _V + "judge:judge_stage", params_schema({
         "judge": {"type": "string"}, "rubric": {"type": "string"}, "threshold": {"type": "number", "minimum": 0, "maximum": 1},
         "graded": {"type": "boolean"},
-    }), "A model judge grades the completion against a rubric (HTTP endpoint, local model or embedding similarity).", 4, isolation="thread", default_timeout_s=120.0),
+    }), "A model judge grades the completion against a rubric (HTTP endpoint, local model or embedding similarity).", 4, isolation="thread", default_timeout_s=120.0,
+        needs_context=True),
 ]:
     register_stage(_stage)
 

@@ -1,10 +1,15 @@
-"""Limits and verdicts of one sandboxed execution (no Django, no backend code)."""
+"""Limits and verdicts of one sandboxed execution (no Django, no backend code).
+
+``Limits`` is the trainer's (:mod:`trainer.verifiers.limits`): the contract a verifier asks for.
+"""
 from __future__ import annotations
 
 import base64
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainer.verifiers.limits import Limits
 
 STATUSES = (
     "ok",
@@ -24,38 +29,6 @@ class SandboxError(RuntimeError):
 
 class SandboxBusy(SandboxError):
     """Refused fast: the domain or global concurrency limit is reached and the queue is full or timed out."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for one execution; every backend enforces all of them."""
-
-    cpu_s: float = 10.0
-    """CPU seconds for the whole process tree (cgroup accounting; RLIMIT_CPU per process as backstop)."""
-    wall_s: float = 20.0
-    """Wall-clock seconds from start until the whole tree is killed."""
-    memory_mb: int = 512
-    """Memory (RAM, swap included) for the whole tree, tmpfs pages included."""
-    pids: int = 64
-    """Maximum number of processes and threads alive at once."""
-    output_bytes: int = 1 << 20
-    """Bytes kept of stdout and of stderr each; more than this ends the run with output_limit."""
-    file_size_mb: int = 16
-    """Largest file the program may write (RLIMIT_FSIZE)."""
-    open_files: int = 256
-    """Open file descriptors per process (RLIMIT_NOFILE)."""
-    tmpfs_mb: int = 64
-    """Size of each of the tmpfs mounts /work, /tmp and /dev/shm."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe copy."""
-        return dataclasses.asdict(self)
 
 
 @dataclass
