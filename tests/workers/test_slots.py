@@ -74,3 +74,20 @@ def test_zero_means_no_sandboxes():
     with pytest.raises(SlotsBusy, match="allows no sandboxes"):
         with domain_slot(LocalSlots(), "code", 0, wait_s=1):
             pass
+
+
+def test_code_stage_with_limits_under_a_quota_runs_in_the_sandbox(settings):
+    """Issue 15's bug: on the verify queue a code_tests stage that sets params.limits gave
+    sandbox_error for every item whenever a concurrency quota applied (the limits reached the
+    sandbox as a dict)."""
+    from tests.verifiers.conftest import require, sandbox_execute
+    from workers.verify import verify_items
+
+    require(sandbox_execute() is not None, "workers.sandbox is not importable")
+    settings.REDIS_URL = ""  # the process-local quota
+    spec = {"stages": [{"type": "code_tests", "params": {"limits": {"cpu_s": 3, "wall_s": 6, "memory_mb": 256}}}]}
+    task = {"domain": "quota-code", "id": "1", "prompt": "add", "answer": {"tests": ["assert add(2, 3) == 5"], "entry_point": "add"}}
+    items = [{"completion": "def add(a, b):\n    return a + b\n", "task": task},
+             {"completion": "def add(a, b):\n    return a - b\n", "task": task}]
+    results = verify_items(spec, items, max_concurrent_sandboxes=1)
+    assert [r["outcome"] for r in results] == ["pass", "fail"], results
