@@ -41,8 +41,6 @@ class DomainSpec:
     """What the domain asks of the model."""
     verifier_spec: dict[str, Any] = field(default_factory=dict)
     """The default verifier cascade as data (``{"stages": [...]}``), stored by the control plane."""
-    sandbox_spec: dict[str, Any] = field(default_factory=dict)
-    """Sandbox settings for code domains (empty when no sandbox is needed)."""
     task_source_spec: dict[str, Any] = field(default_factory=dict)
     """The task source as data (family, generator name, level mapping)."""
     environment: Callable[[Task], Any] | None = None

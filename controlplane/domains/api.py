@@ -67,7 +67,6 @@ class DomainOut(Schema):
 class DomainDetailOut(DomainOut):
     task_source: dict[str, Any]
     verifier: dict[str, Any]
-    sandbox: dict[str, Any]
 
 
 class VersionOut(Schema):

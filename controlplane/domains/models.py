@@ -28,7 +28,6 @@ VERSIONED_FIELDS = (
     "description",
     "task_source",
     "verifier",
-    "sandbox",
     "max_concurrent_sandboxes",
     "max_share",
     "task_timeout_s",
@@ -48,8 +47,7 @@ class Domain(models.Model):
     family = models.CharField(max_length=64, blank=True)
     description = models.TextField(blank=True)
     task_source = models.JSONField(default=dict)
-    verifier = models.JSONField(default=dict)
-    sandbox = models.JSONField(default=dict, blank=True)
+    verifier = models.JSONField(default=dict, help_text="The verifier cascade; a code_tests stage's sandbox limits are its params.limits.")
     max_concurrent_sandboxes = models.IntegerField(default=8)
     max_share = models.FloatField(default=1.0, help_text="Largest share of a run's samples this domain may take.")
     task_timeout_s = models.FloatField(default=10.0)

@@ -6,6 +6,7 @@ from typing import Any
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
 from controlplane.domains.models import KIND_VALUES
+from trainer.verifiers import validate_cascade
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 
@@ -28,36 +29,6 @@ VERIFIER_SCHEMA = {
     "properties": {
         "stages": {"type": "array", "minItems": 1, "items": STAGE_SCHEMA},
         "stop_on": {"type": "string", "enum": ["decisive", "never"]},
-    },
-}
-
-LIMITS_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "cpu_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-        "wall_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-        "memory_mb": {"type": "integer", "minimum": 16, "maximum": 65536},
-        "pids": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "output_bytes": {"type": "integer", "minimum": 1024, "maximum": 1 << 30},
-        "file_size_mb": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "open_files": {"type": "integer", "minimum": 8, "maximum": 65536},
-        "tmpfs_mb": {"type": "integer", "minimum": 1, "maximum": 16384},
-    },
-}
-
-SANDBOX_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "backend": {"type": "string", "enum": ["default", "bwrap", "docker"]},
-        "image": {"type": "string", "minLength": 1},
-        "language": {"type": "string", "enum": ["python"]},
-        "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-        "network": {"type": "boolean", "const": False},
-        "limits": LIMITS_SCHEMA,
-        "pool_size": {"type": "integer", "minimum": 0, "maximum": 256},
-        "max_uses": {"type": "integer", "minimum": 1, "maximum": 100000},
     },
 }
 
@@ -89,7 +60,6 @@ DOMAIN_SCHEMA = {
         "description": {"type": "string"},
         "task_source": TASK_SOURCE_SCHEMA,
         "verifier": VERIFIER_SCHEMA,
-        "sandbox": SANDBOX_SCHEMA,
         "is_active": {"type": "boolean"},
         **QUOTA_SCHEMA["properties"],
     },
@@ -101,10 +71,6 @@ def verifier_errors(spec: Any, prefix: str = "verifier") -> list[FieldError]:
     errors = schema_errors(spec, VERIFIER_SCHEMA, prefix)
     if errors:
         return errors
-    try:
-        from trainer.verifiers import validate_cascade
-    except ImportError:  # the verifier library is not installed with this build
-        return []
     return [FieldError(path.replace("verifier", prefix, 1), msg) for path, msg in validate_cascade(spec)]
 
 

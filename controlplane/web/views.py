@@ -14,13 +14,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.principal import Principal
+from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import NotFound
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
-from controlplane.web.context import current_team
 
 VISIBLE_AT_FIRST = 12
 """Domains drawn when the run page opens (the others are one click away in the toolbar)."""
@@ -79,10 +79,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
     can_control = actor.can(run.team_id, "run.control")
     first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
-    from controlplane.review.selectors import run_judge_warnings
-
     return render(request, "runs/detail.html", {
-        "warnings": run_judge_warnings(run),
+        "warnings": run_selectors.run_warnings(run=run),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
@@ -125,7 +123,7 @@ def domain_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "page_data": {"slug": domain.slug, "versions": [v.version for v in versions],
                       "audit": {"state": audit["summary"].state, "status": audit["summary"].latest_status,
                                 "watch": audit["watch"]}},
-        "verifier_json": json.dumps(domain.verifier, indent=2), "sandbox_json": json.dumps(domain.sandbox, indent=2),
+        "verifier_json": json.dumps(domain.verifier, indent=2),
         "task_source_json": json.dumps(domain.task_source, indent=2),
     })
 

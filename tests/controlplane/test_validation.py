@@ -48,9 +48,13 @@ def test_verifier_shape_errors(spec, expected):
 
 
 @pytest.mark.parametrize("data,expected", [
-    ({"sandbox": {"limits": {"memory_mb": 1}}}, "sandbox.limits.memory_mb: must be at least 16"),
-    ({"sandbox": {"backend": "vm"}}, "sandbox.backend: must be one of: default, bwrap, docker"),
-    ({"sandbox": {"limits": {"wall_s": -1}}}, "sandbox.limits.wall_s: must be greater than 0"),
+    ({"verifier": {"stages": [{"type": "code_tests", "params": {"limits": {"memory_mb": 1}}}]}},
+     "verifier.stages[0].params.limits.memory_mb: must be at least 16"),
+    ({"verifier": {"stages": [{"type": "code_tests", "params": {"limits": {"wall_s": -1}}}]}},
+     "verifier.stages[0].params.limits.wall_s: must be greater than 0"),
+    ({"verifier": {"stages": [{"type": "code_tests", "params": {"limits": {"gpus": 1}}}]}},
+     "verifier.stages[0].params.limits.gpus: unknown parameter"),
+    ({"sandbox": {"limits": {"memory_mb": 512}}}, "sandbox: unknown field"),
     ({"max_share": 0}, "max_share: must be greater than 0"),
     ({"max_share": 1.5}, "max_share: must be at most 1"),
     ({"priority": 100}, "priority: must be at most 99"),

