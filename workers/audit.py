@@ -18,6 +18,8 @@ from typing import Callable
 
 from django.conf import settings
 
+from controlplane.domains.pins import PinnedDomain, domain_quotas
+
 log = logging.getLogger(__name__)
 
 CHUNK = 8
@@ -28,15 +30,15 @@ PROGRESS_EVERY_S = 1.0
 """How often a running audit writes its progress (probes done of total)."""
 
 
-def verify_path(snapshot: dict) -> Callable | None:
-    """``verify_many(list[(completion, Task)]) -> list[Verification]`` for a pinned snapshot, or
+def verify_path(pin: PinnedDomain) -> Callable | None:
+    """``verify_many(list[(completion, Task)]) -> list[Verification]`` for a pinned domain, or
     None when its cascade runs in this process (the trainer's own in-process cascade)."""
     from workers.verify import needs_worker, task_to_dict, verification_from_dict, verify_items
 
-    spec = snapshot["verifier"]
+    spec = pin.verifier
     if not needs_worker(spec):
         return None
-    limit = int(snapshot.get("max_concurrent_sandboxes", 8)) if settings.REDIS_URL else None
+    limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
     threads = max(1, min(THREADS, limit or THREADS))
 
     def verify_chunk(chunk: list[dict]) -> list[dict]:
@@ -81,10 +83,9 @@ def run_audit(audit_id: int) -> str:
     try:
         from trainer.audit import audit_domain, source_for_snapshot
 
-        snapshot = version.snapshot
-        slug = version.domain.slug
-        report = audit_domain(slug=slug, verifier=snapshot["verifier"], source=source_for_snapshot(slug, snapshot),
-                              family=snapshot.get("family", ""), verify_many=verify_path(snapshot), progress=progress)
+        pin = PinnedDomain.from_version(version)
+        report = audit_domain(slug=pin.slug, verifier=pin.verifier, source=source_for_snapshot(pin.slug, version.snapshot),
+                              family=pin.family, verify_many=verify_path(pin), progress=progress)
         services.verifier_audit_record(audit=audit, report=report.to_dict())
     except Exception:  # noqa: BLE001 - a crashed audit is a failed audit with its reason (time limits included)
         error = traceback.format_exc()

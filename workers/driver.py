@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
-import socket
 import threading
 import time
 import traceback
@@ -24,6 +23,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from controlplane.domains.pins import PinnedDomain, domain_quotas
+from workers.domains import register_data_domains, worker_name
+from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.runs import driving, watch
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
@@ -31,40 +33,6 @@ from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_EVERY = RUN_DEFAULTS["checkpoint.every_steps"]
-QUARANTINE_RATE = 0.5
-"""A domain whose share of infrastructure outcomes (sandbox or judge errors) over the last
-QUARANTINE_WINDOW steps exceeds this, with at least QUARANTINE_MIN_SAMPLES samples, is quarantined."""
-QUARANTINE_WINDOW = 3
-QUARANTINE_MIN_SAMPLES = 8
-INFRA_OUTCOMES = ("sandbox_error", "judge_error")
-
-
-class Quarantine:
-    """Per-domain infrastructure error rates over a window of steps; decides what to stop sampling."""
-
-    def __init__(self, already: set[str]):
-        self.quarantined = set(already)
-        self.window: dict[str, list[tuple[float, float]]] = {}
-
-    def observe(self, metrics: dict[str, float], domains: list[str]) -> list[tuple[str, float, float]]:
-        """Record one step; returns the newly quarantined ``(domain, infra, total)``."""
-        new = []
-        for slug in domains:
-            if slug in self.quarantined:
-                continue
-            prefix = f"outcome/{slug}/"
-            total = sum(v for k, v in metrics.items() if k.startswith(prefix))
-            infra = sum(metrics.get(prefix + o, 0.0) for o in INFRA_OUTCOMES)
-            history = (self.window.setdefault(slug, []) + [(infra, total)])[-QUARANTINE_WINDOW:]
-            self.window[slug] = history
-            seen = sum(t for _, t in history)
-            bad = sum(i for i, _ in history)
-            if seen >= QUARANTINE_MIN_SAMPLES and bad / seen > QUARANTINE_RATE:
-                self.quarantined.add(slug)
-                new.append((slug, bad, seen))
-        return new
-
-
 class InFlight:
     """What the driver waits on, shared by its threads: the step loop's phase and the items in
     verification per domain (from any batch of the pipeline), with the time it last changed.
@@ -123,35 +91,7 @@ def checkpoint_root(run_id: int) -> Path:
     return Path(settings.VAR_DIR) / "checkpoints" / f"run-{run_id}"
 
 
-def capped_shares(weights: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
-    """Sampling shares from weights, no domain above its ``max_share`` (the excess goes to the
-    others in proportion to their weights). When the caps sum below 1 they are the shares.
-
-    >>> capped_shares({"a": 8, "b": 1, "c": 1}, {"a": 0.5})
-    {'a': 0.5, 'b': 0.25, 'c': 0.25}
-    >>> capped_shares({"a": 1, "b": 1}, {"a": 0.2, "b": 0.2})
-    {'a': 0.5, 'b': 0.5}
-    """
-    total = sum(weights.values())
-    shares = {d: w / total for d, w in weights.items()}
-    capped: dict[str, float] = {}
-    while True:
-        free = [d for d in shares if d not in capped]
-        budget = 1.0 - sum(capped.values())
-        free_total = sum(weights[d] for d in free)
-        if not free or free_total <= 0:
-            break
-        shares.update({d: budget * weights[d] / free_total for d in free})
-        over = [d for d in free if shares[d] > caps.get(d, 1.0) + 1e-12]
-        if not over:
-            break
-        capped.update({d: caps[d] for d in over})
-        shares.update(capped)
-    total = sum(shares.values())
-    return {d: round(v / total, 12) for d, v in shares.items()}
-
-
-def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
+def trainer_config(run: Run, domains: list[RunDomain], caps: dict[str, float] | None = None) -> dict:
     """The trainer config of a run: its config section, a run's defaults (``RUN_DEFAULTS``) for
     the settings it leaves out, and every setting the run owns (``RUN_OWNED``) from its source."""
     cfg = copy.deepcopy(run.config or {})
@@ -161,7 +101,8 @@ def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
     sources = {
         "id": f"run-{run.id}",
         "base_model": run.base_model,
-        "domains": capped_shares({rd.domain.slug: rd.weight for rd in domains}, _caps(domains)),
+        "domains": capped_shares({rd.domain.slug: rd.weight for rd in domains},
+                                 caps if caps is not None else _caps([rd.domain.slug for rd in domains])),
         "staleness": run.staleness,
         "budget.steps": run.budget_steps,
         "budget.wall_s": run.budget_seconds or 0.0,  # the trainer's "no limit" is 0
@@ -170,33 +111,6 @@ def trainer_config(run: Run, domains: list[RunDomain]) -> dict:
     for owned in RUN_OWNED:
         put_path(cfg, owned.path, sources[owned.source])
     return cfg
-
-
-def register_data_domains(domains: list[RunDomain]) -> None:
-    """Domains defined by data (JSONL uploads) join the trainer's registry, as pinned."""
-    from trainer import registry
-    from trainer.catalogue.jsonl import UploadedSource
-    from trainer.tasks.base import Task
-    from trainer.verifiers import compile_cascade
-
-    for rd in domains:
-        snap = rd.domain_version.snapshot
-        source = snap.get("task_source") or {}
-        if source.get("family") != "jsonl":
-            continue
-        tasks = [Task(**t) for t in source.get("tasks", [])]
-        registry.register(registry.DomainSpec(
-            slug=rd.domain.slug, title=snap.get("title", rd.domain.slug), kind=snap.get("kind", "other"), family="jsonl",
-            source=UploadedSource(rd.domain.slug, tasks), verify=compile_cascade(snap["verifier"]),
-            verifier_spec=snap["verifier"], task_source_spec={"family": "jsonl"},
-        ), replace=True)
-
-
-def worker_name() -> str:
-    from celery import current_task
-
-    request = getattr(current_task, "request", None)
-    return getattr(request, "hostname", None) or f"local@{socket.gethostname()}"
 
 
 def drive(run_id: int, worker: str | None = None, send=None) -> str:
@@ -211,12 +125,14 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     if run is None:
         return "not claimed (not running, or another live driver owns it)"
     domains = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
-    cascades = {rd.domain.slug: rd.domain_version.snapshot["verifier"] for rd in domains}
-    versions = {rd.domain.slug: rd.domain_version.version for rd in domains}
-    timeouts = {rd.domain.slug: float(rd.domain_version.snapshot.get("task_timeout_s", 10.0)) for rd in domains}
-    send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name]))
-    verify_remote, gatherer = make_verify_batch(cascades=cascades, versions=versions, timeouts=timeouts, send=send,
-                                                deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
+    pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
+    live = LiveQuotas([pin.slug for pin in pins])
+    send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
+                                                                     priority=live.message_priority(args[0])))
+    versions = {pin.slug: pin.version for pin in pins}
+    verify_remote, gatherer = make_verify_batch(
+        cascades={pin.slug: pin.verifier for pin in pins}, versions=versions,
+        timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
     inflight = InFlight()
 
     def verify_batch(items):
@@ -233,7 +149,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     stop_renewing = threading.Event()
     threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing, inflight), name=f"lease-run-{run.id}", daemon=True).start()
     try:
-        register_data_domains(domains)
+        register_data_domains(pins)
         ckpt = driving.latest_checkpoint(run)
         if ckpt is not None:
             driving.run_rewind(run=run, to_step=ckpt.step)
@@ -243,12 +159,12 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         else:
             driving.run_rewind(run=run, to_step=0)
             shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)
-            job = Job(trainer_config(run, domains), callbacks=[collect], verify_batch=verify_batch)
+            job = Job(trainer_config(run, domains, live.caps), callbacks=[collect], verify_batch=verify_batch)
             if job.config.sft.steps > 0:
                 losses = job.sft()
                 RunEvent.objects.create(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
         weights = {rd.domain.slug: rd.weight for rd in domains}
-        caps = _caps(domains)
+        caps = live.caps
         quarantine = Quarantine(set(RunEvent.objects.filter(run=run, kind="quarantine").values_list("data__domain", flat=True)))
         if quarantine.quarantined:
             _apply_quarantine(job, weights, caps, quarantine.quarantined)
@@ -266,7 +182,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 _checkpoint(job, run)
                 driving.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
-            weights = _apply_weights(job, run, weights, caps, quarantine.quarantined)
+            weights, caps = _apply_weights(job, run, weights, live, quarantine.quarantined)
             inflight.set_phase("step")
             _inflight(run.id, worker, inflight)
             metrics = job.step()
@@ -386,9 +302,35 @@ def _checkpoint(job, run: Run) -> None:
     driving.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
 
 
-def _caps(domains: list[RunDomain]) -> dict[str, float]:
-    """Each domain's pinned ``max_share`` quota."""
-    return {rd.domain.slug: float(rd.domain_version.snapshot.get("max_share", 1.0)) for rd in domains}
+def _caps(slugs: list[str]) -> dict[str, float]:
+    """Each domain's current ``max_share`` quota."""
+    return {slug: q.max_share for slug, q in domain_quotas(slugs=slugs).items()}
+
+
+class LiveQuotas:
+    """A run's domains' quota and priority, re-read at every step: an admin's change reaches the
+    run within a step. ``timeouts`` and ``priorities`` are updated in place (the verify path
+    reads them at each call); ``caps`` is replaced."""
+
+    def __init__(self, slugs: list[str]) -> None:
+        self.slugs = list(slugs)
+        self.timeouts: dict[str, float] = {}
+        self.priorities: dict[str, int] = {}
+        self.caps: dict[str, float] = {}
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Read the quotas; True when a share cap changed."""
+        quotas = domain_quotas(slugs=self.slugs)
+        self.timeouts.update({slug: q.task_timeout_s for slug, q in quotas.items()})
+        self.priorities.update({slug: q.priority for slug, q in quotas.items()})
+        caps = {slug: q.max_share for slug, q in quotas.items()}
+        changed, self.caps = caps != self.caps, caps
+        return changed
+
+    def message_priority(self, slug: str) -> int:
+        """The Celery message priority of a domain's verification batch (Redis: 0 goes first)."""
+        return round(9 * (99 - self.priorities.get(slug, 50)) / 98)
 
 
 def _apply_quarantine(job, weights: dict[str, float], caps: dict[str, float], quarantined: set[str]) -> None:
@@ -400,11 +342,18 @@ def _apply_quarantine(job, weights: dict[str, float], caps: dict[str, float], qu
     job.sampler.set_weights({d: shares.get(d, 0.0) for d in weights})
 
 
-def _apply_weights(job, run: Run, current: dict[str, float], caps: dict[str, float], quarantined: set[str]) -> dict[str, float]:
-    """Domain weights changed through the API take effect at this step boundary."""
+def _apply_weights(job, run: Run, current: dict[str, float], live: LiveQuotas,
+                   quarantined: set[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Domain weights changed through the API, and share caps changed by an admin, take effect
+    at this step boundary. Returns the weights and caps now in force."""
     latest = dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
+    caps_changed = live.refresh()
+    if latest != current or caps_changed:
+        _apply_quarantine(job, latest, live.caps, quarantined)
     if latest != current:
-        _apply_quarantine(job, latest, caps, quarantined)
         RunEvent.objects.create(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
                                 data={"weights": latest})
-    return latest
+    if caps_changed:
+        RunEvent.objects.create(run=run, kind="quotas_applied", message=f"domain share caps applied at step {job.step_count}",
+                                data={"max_share": live.caps})
+    return latest, live.caps

@@ -12,31 +12,32 @@ import traceback
 
 from django.conf import settings
 
+from controlplane.domains.pins import PinnedDomain, domain_quotas
+
 log = logging.getLogger(__name__)
 
 
-def _verifier(snapshot: dict):
-    """``verify_batch`` with a domain version's pinned cascade, in this process."""
+def _verifier(pin: PinnedDomain):
+    """``verify_batch`` with a pinned domain's cascade, in this process (its sandboxes within the
+    domain's live quota shared with the verify workers, where Redis holds it)."""
     from workers.verify import task_to_dict, verification_from_dict, verify_items
 
-    limit = int(snapshot.get("max_concurrent_sandboxes", 8)) if settings.REDIS_URL else None
+    limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
 
     def verify_batch(items):
         payload = [{"completion": c, "task": task_to_dict(t)} for c, t in items]
-        return [verification_from_dict(d) for d in verify_items(snapshot["verifier"], payload, max_concurrent_sandboxes=limit)]
+        return [verification_from_dict(d) for d in verify_items(pin.verifier, payload, max_concurrent_sandboxes=limit)]
 
     return verify_batch
 
 
 def run_eval(eval_run_id: int, worker: str = "") -> str:
     """Run one evaluation to the end; safe to run twice (a completed one is left alone)."""
-    from types import SimpleNamespace
-
     from controlplane.domains.models import DomainVersion
     from controlplane.registry import services
     from trainer import registry
     from trainer.evaluation import EvalSpec, evaluate, load_for_eval
-    from workers.driver import register_data_domains, worker_name
+    from workers.domains import register_data_domains, worker_name
 
     ev = services.eval_claim(eval_run_id=eval_run_id, worker=worker or worker_name())
     if ev is None:
@@ -49,8 +50,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         missing = [f"{i['domain']}@v{i['domain_version']}" for i in items if (i["domain"], i["domain_version"]) not in pins]
         if missing:
             raise RuntimeError("pinned domain versions not found: " + ", ".join(missing))
-        register_data_domains([SimpleNamespace(domain=pins[(i["domain"], i["domain_version"])].domain,
-                                               domain_version=pins[(i["domain"], i["domain_version"])]) for i in items])
+        register_data_domains([PinnedDomain.from_version(pins[(i["domain"], i["domain_version"])]) for i in items])
         domains = registry.all_domains()
         unknown = [i["domain"] for i in items if i["domain"] not in domains]
         if unknown:
@@ -64,7 +64,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
                             samples=item["samples"], temperature=float(item["temperature"]),
                             max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
                             max_episode_tokens=item["max_episode_tokens"], level=item["level"], k=tuple(item["k"]))
-            [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(dv.snapshot))
+            [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(PinnedDomain.from_version(dv)))
             s = result.summary()
             results.append({"domain": spec.domain, "domain_version": dv.version, "layer": spec.layer,
                             "tasks": s["tasks"], "samples": s["samples"], "pass_at": s["pass_at"],

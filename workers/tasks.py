@@ -51,12 +51,14 @@ def drive_run(run_id: int) -> str:
 
 @shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)
 def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
-    """Verify a batch with a domain version's pinned cascade (sandbox stages run here)."""
-    from controlplane.domains.models import DomainVersion
+    """Verify a batch with a domain version's pinned cascade (sandbox stages run here, within the
+    domain's live sandbox quota)."""
+    from controlplane.domains.pins import domain_quotas, pinned_domain
     from workers.verify import verify_items
 
-    snapshot = DomainVersion.objects.get(domain__slug=domain, version=version).snapshot
-    return verify_items(snapshot["verifier"], items, max_concurrent_sandboxes=int(snapshot.get("max_concurrent_sandboxes", 8)))
+    pin = pinned_domain(slug=domain, version=version)
+    quota = domain_quotas(slugs=[domain])[domain]
+    return verify_items(pin.verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
 
 
 @shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)

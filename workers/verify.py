@@ -118,19 +118,23 @@ class Gatherer:
 
 
 def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
-                      send: Callable[[str, tuple], Any], deadline_s: float | None = None) -> tuple[Callable, Gatherer]:
+                      send: Callable[[str, tuple], Any], deadline_s: float | None = None,
+                      priorities: dict[str, int] | None = None) -> tuple[Callable, Gatherer]:
     """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats).
 
-    A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the
-    domain's per-task timeout for every item (a worker verifies a batch's items one by one).
+    A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the worst
+    per-task timeout for every item (a worker verifies a batch's items one by one). ``timeouts``
+    and ``priorities`` are read at every call, so the driver can keep them live; batches of
+    higher-priority domains are sent first.
     """
     from trainer.verifiers import compile_cascade
 
     compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
     task_names = {slug: batch_task(cascades[slug]) for slug in remote}
-    worst = max(timeouts.values(), default=10.0)
-    gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else (lambda n: 30.0 + 2.0 * n * worst))
+    priorities = priorities if priorities is not None else {}
+    gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else
+                        (lambda n: 30.0 + 2.0 * n * max(timeouts.values(), default=10.0)))
 
     def verify_batch(items: list[tuple[str, Task]]) -> list[Verification]:
         out: list[Verification | None] = [None] * len(items)
@@ -145,7 +149,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                 out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]})
         batches: dict[str, list[tuple]] = {}
         index: dict[str, list[list[int]]] = {}
-        for slug, idxs in by_domain.items():
+        for slug, idxs in sorted(by_domain.items(), key=lambda kv: -priorities.get(kv[0], 0)):
             name = task_names[slug]
             for start in range(0, len(idxs), BATCH_SIZE):
                 chunk = idxs[start:start + BATCH_SIZE]

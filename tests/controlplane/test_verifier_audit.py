@@ -413,10 +413,15 @@ def test_sandbox_cascades_go_through_verify_items_concurrently(monkeypatch):
         sizes.append(len(items))
         return [{"outcome": "pass" if item["completion"] == item["task"]["answer"] else "fail", "score": 1.0} for item in items]
 
+    from controlplane.domains.pins import PinnedDomain
+
     monkeypatch.setattr(verify, "verify_items", fake_verify_items)
-    code = {"verifier": {"stages": [{"type": "code_tests"}]}, "max_concurrent_sandboxes": 8}
-    assert audit_worker.verify_path({"verifier": factories.EXACT}) is None
-    verify_many = audit_worker.verify_path(code)
+
+    def pin(verifier):
+        return PinnedDomain(slug="d", version=1, title="d", kind="code", family="", verifier=verifier, task_source={"family": "x"})
+
+    assert audit_worker.verify_path(pin(factories.EXACT)) is None
+    verify_many = audit_worker.verify_path(pin({"stages": [{"type": "code_tests"}]}))
     items = [(str(i % 3), Task("d", str(i), "p", answer="1")) for i in range(30)]
     results = verify_many(items)
     assert [r.outcome.value for r in results] == ["pass" if i % 3 == 1 else "fail" for i in range(30)]
