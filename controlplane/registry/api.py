@@ -5,6 +5,7 @@ from datetime import datetime
 from pathlib import Path as Path_
 from typing import Any, Optional
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
@@ -12,6 +13,7 @@ from ninja.pagination import paginate
 from controlplane.accounts.models import Team
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
 from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.common.validation import validate
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES
 
@@ -234,8 +236,6 @@ EXPORT_IN = {"type": "object", "additionalProperties": False, "properties": {
 
 
 def _body(request: HttpRequest, schema: dict) -> dict:
-    from controlplane.common.validation import validate
-
     data = json_object(request) if request.body else {}
     validate(data, schema)
     return data
@@ -266,8 +266,6 @@ def version_evaluate(request: HttpRequest, version_id: int = Path(..., ge=1, le=
 def version_export(request: HttpRequest, version_id: int = Path(..., ge=1, le=MAX_ID)):
     """Write a promoted version as a Hugging Face directory (safetensors, config, tokenizer) under
     the server's ``var/exports`` (the CLI writes anywhere its operator may)."""
-    from django.conf import settings
-
     version = selectors.version_get(actor=request.auth, ref=version_id)
     data = _body(request, EXPORT_IN)
     dest = str(Path_(settings.VAR_DIR) / "exports" / data["name"]) if data.get("name") else ""

@@ -7,4 +7,5 @@ class RegistryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # lazy: Django app loading (signals.py imports models, importable only once every app is loaded)
         from controlplane.registry import signals  # noqa: F401  (every checkpoint becomes a ModelVersion)

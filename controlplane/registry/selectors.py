@@ -1,6 +1,7 @@
 """Reads for the registry, filtered to the actor's teams; the comparison and the promotion gate."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from controlplane.accounts.principal import Principal
@@ -150,6 +151,11 @@ def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suit
     return compare(versions=versions, suite_version=sv)
 
 
+def promotion_threshold() -> float:
+    """Largest drop in a domain's mean reward that promotion tolerates (TEMPER_PROMOTION_MAX_REGRESSION)."""
+    return float(getattr(settings, "TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
+
+
 def promotion_gate(*, candidate: ModelVersion, current: ModelVersion | None, suite: str = "",
                    threshold: float | None = None) -> dict:
     """May ``candidate`` replace ``current`` as production?
@@ -158,8 +164,6 @@ def promotion_gate(*, candidate: ModelVersion, current: ModelVersion | None, sui
     domain's mean reward drops by more than ``threshold`` and significantly (the paired bootstrap
     interval of the difference lies below 0), or when there is no common evaluation to judge by.
     """
-    from controlplane.registry.services import promotion_threshold
-
     threshold = promotion_threshold() if threshold is None else threshold
     verdict = {"ok": True, "threshold": threshold, "current": current.name if current else None,
                "candidate": candidate.name, "suites": [], "regressions": [], "reason": ""}

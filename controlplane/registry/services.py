@@ -5,6 +5,8 @@ past the promotion gate needs a team admin and a reason; every alias move is aud
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -22,9 +24,13 @@ from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound
 from controlplane.common.validation import schema_errors
 from controlplane.domains.models import Domain
+from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
-from controlplane.runs.models import Checkpoint, Run
+from controlplane.registry.selectors import promotion_gate
+from controlplane.runs import series
+from controlplane.runs.driving import metric_domain
+from controlplane.runs.models import Checkpoint, MetricPoint, Run
 
 
 class GateRefused(Conflict):
@@ -295,11 +301,6 @@ def eval_fail(*, eval_run: EvalRun, error: str) -> EvalRun:
 
 
 # ----------------------------------------------------------------------------- aliases
-def promotion_threshold() -> float:
-    """Largest drop in a domain's mean reward that promotion tolerates (TEMPER_PROMOTION_MAX_REGRESSION)."""
-    return float(getattr(settings, "TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
-
-
 def _alias_view(alias: Alias | None) -> dict | None:
     return {"version": alias.version.name, "version_id": alias.version_id} if alias else None
 
@@ -330,8 +331,6 @@ def alias_move(*, actor: Principal, version: ModelVersion, name: str, reason: st
     interval of the paired difference is below 0), refuses the move (409) — unless a team admin
     overrides it with a reason, which is audited as ``alias.override``.
     """
-    from controlplane.registry.selectors import promotion_gate
-
     actor.require(version.team_id, "run.control", "model version")
     if name not in ALIASES:
         raise InvalidInput.one("alias", "must be one of: " + ", ".join(ALIASES))
@@ -373,8 +372,6 @@ EXPORT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "toke
 def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -> Path:
     """Write a promoted version as a Hugging Face directory: safetensors weights, config, generation
     config, tokenizer and ``temper.json`` (lineage). transformers and vLLM load it as it is."""
-    import json
-
     actor.require(version.team_id, "run.control", "model version")
     if not AliasMove.objects.filter(to_version=version).exists():
         raise Conflict(f"{version.name} was never promoted (no alias ever pointed at it); move an alias first")
@@ -399,12 +396,6 @@ def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -
 @transaction.atomic
 def run_record_eval(*, run: Run, step: int, metrics: dict[str, float]) -> int:
     """Write a periodic evaluation's ``eval/...`` points at ``step`` (idempotent) and wake the page."""
-    import math
-
-    from controlplane.runs import series
-    from controlplane.runs.driving import metric_domain
-    from controlplane.runs.models import MetricPoint
-
     domains = set(run.run_domains.values_list("domain__slug", flat=True))
     now = timezone.now()
     points = [MetricPoint(run=run, step=step, domain=metric_domain(k, domains), key=k, value=float(v), time=now)
@@ -414,14 +405,5 @@ def run_record_eval(*, run: Run, step: int, metrics: dict[str, float]) -> int:
     points = [p for p in points if (p.domain, p.key) not in present]
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
     series.rollup(points)
-
-    def wake():
-        try:
-            from controlplane.live.services import run_wake
-
-            run_wake(run_id=run.pk)
-        except Exception:  # noqa: BLE001 - clients also tail the log
-            pass
-
-    transaction.on_commit(wake)
+    wake_on_commit(run)
     return len(points)

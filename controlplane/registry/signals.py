@@ -7,6 +7,7 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from controlplane.registry.services import version_register_checkpoint
 from controlplane.runs.models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -16,8 +17,6 @@ log = logging.getLogger(__name__)
 def register_checkpoint(sender, instance: Checkpoint, raw: bool = False, **kwargs) -> None:
     if raw:  # loading fixtures
         return
-    from controlplane.registry.services import version_register_checkpoint
-
     try:
         with transaction.atomic():  # a savepoint: a registry problem never loses the checkpoint row
             version_register_checkpoint(checkpoint=instance)
