@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_save
 
 
 class LiveConfig(AppConfig):
@@ -6,25 +7,11 @@ class LiveConfig(AppConfig):
     label = "live"
 
     def ready(self):
-        from django.db.models.signals import post_save
-
-        from controlplane.live.services import wake_on_commit
+        # lazy: Django app loading (models are importable only once every app is loaded)
+        from controlplane.live import services
         from controlplane.runs.models import Run, RunEvent
 
         # A run's row or a new event: wake its page and its team's run list once committed.
-        # (Metric points are bulk-inserted without signals; the driver's step write wakes for them.)
-        post_save.connect(_run_saved, sender=Run, weak=False, dispatch_uid="live-run-saved")
-        post_save.connect(lambda sender, instance, **kw: wake_on_commit(instance.run), sender=RunEvent, weak=False,
-                          dispatch_uid="live-event-saved")
-
-
-LEASE_ONLY = frozenset({"driver_seen_at", "updated_at"})
-"""A driver's lease renewal changes nothing a page shows: no wake-up for it."""
-
-
-def _run_saved(sender, instance, update_fields=None, **kw) -> None:
-    from controlplane.live.services import wake_on_commit
-
-    if update_fields is not None and set(update_fields) <= LEASE_ONLY:
-        return
-    wake_on_commit(instance)
+        # (Metric points are bulk-inserted without signals; the driver's step write saves the run, which wakes for them.)
+        post_save.connect(services.run_saved, sender=Run, dispatch_uid="live-run-saved")
+        post_save.connect(services.event_saved, sender=RunEvent, dispatch_uid="live-event-saved")

@@ -23,6 +23,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from controlplane.accounts.principal import Principal
+from controlplane.live.selectors import run_status, run_summaries
+from controlplane.runs.models import MetricPoint, Run, RunEvent
+
 BATCH = 5000
 TAIL_PERIOD_S = 1.0
 COALESCE_S = 0.1
@@ -43,9 +47,6 @@ def _in_memory_layer() -> bool:
 @database_sync_to_async
 def _team_ids(user, run_id: int | None = None) -> list[int]:
     """The user's teams; with ``run_id``, the run's team if the user may see it, else []."""
-    from controlplane.accounts.principal import Principal
-    from controlplane.runs.models import Run
-
     actor = Principal.for_user(user)
     if run_id is None:
         return actor.team_ids
@@ -59,9 +60,6 @@ def _ms(dt) -> int:
 
 @database_sync_to_async
 def _rows_after(run_id: int, cursor: int, event_cursor: int, seen_update) -> dict:
-    from controlplane.live.selectors import run_status
-    from controlplane.runs.models import MetricPoint, RunEvent
-
     rows = list(
         MetricPoint.objects.filter(run_id=run_id, id__gt=cursor)
         .order_by("id")
@@ -183,8 +181,6 @@ class RunConsumer(_Coalescing):
 
 @database_sync_to_async
 def _runs_changed(team_ids: list[int], since) -> tuple[list[dict], object]:
-    from controlplane.live.selectors import run_summaries
-
     return run_summaries(team_ids=team_ids, since=since)
 
 

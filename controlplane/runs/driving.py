@@ -14,7 +14,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.live.services import wake_on_commit
 from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
@@ -130,8 +129,8 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     locked.current_step = max(locked.current_step, step)
     locked.tokens_used += int(tokens)
     locked.driver_seen_at = now
+    # This save wakes the run's pages (and with them the new metric points): the live app connects post_save.
     locked.save(update_fields=["current_step", "tokens_used", "driver_seen_at", "updated_at"])
-    wake_on_commit(run)
     return len(points)
 
 
