@@ -8,12 +8,14 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from controlplane.accounts.api import router as accounts_router
-from controlplane.common.api import AUTH, error_payload, pydantic_errors
+from controlplane.accounts.auth import AUTH
+from controlplane.common.api import error_payload, pydantic_errors
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
 from controlplane.registry.api import router as registry_router
 from controlplane.review.api import router as review_router
 from controlplane.runs.api import router as runs_router
+from controlplane.scheduling.api import router as scheduling_router
 
 api = NinjaAPI(
     title="Temper API",
@@ -23,6 +25,7 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("", accounts_router)
+api.add_router("", scheduling_router)
 api.add_router("", domains_router)
 api.add_router("", runs_router)
 api.add_router("", registry_router)

@@ -1,4 +1,4 @@
-"""API: the current principal, teams, quotas, tokens and the audit log."""
+"""API: the current principal, teams, tokens and the audit log."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -10,6 +10,8 @@ from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
+from controlplane.common.errors import Forbidden
+from controlplane.common.validation import validate
 
 router = Router(tags=["accounts"])
 
@@ -25,12 +27,6 @@ class MeOut(Schema):
     platform_admin: bool
     via_token: bool
     teams: list[TeamOut]
-
-
-class QuotaOut(Schema):
-    team: str
-    max_gpus: int
-    max_concurrent_runs: int
 
 
 class TokenOut(Schema):
@@ -105,27 +101,6 @@ def team_list(request: HttpRequest):
     return [{"slug": t.slug, "name": t.name, "role": actor.role_in(t.id)} for t in selectors.team_list(actor=actor)]
 
 
-@router.get("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS})
-def quota_get(request: HttpRequest, slug: str):
-    from controlplane.scheduling.models import TeamQuota
-
-    team = selectors.team_get(actor=request.auth, slug=slug)
-    quota, _ = TeamQuota.objects.get_or_create(team=team)
-    return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
-
-
-@router.put("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS}, openapi_extra=body_doc({
-    "type": "object", "additionalProperties": False, "minProperties": 1,
-    "properties": {"max_gpus": {"type": "integer", "minimum": 0}, "max_concurrent_runs": {"type": "integer", "minimum": 0}},
-}))
-def quota_set(request: HttpRequest, slug: str):
-    from controlplane.scheduling.services import team_quota_set
-
-    team = selectors.team_get(actor=request.auth, slug=slug)
-    quota = team_quota_set(actor=request.auth, team=team, changes=json_object(request))
-    return {"team": team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
-
-
 @router.get("/tokens", response={200: list[TokenOut], **ERRORS})
 @paginate
 def token_list(request: HttpRequest):
@@ -147,8 +122,6 @@ TOKEN_IN = {
 
 @router.post("/tokens", response={201: TokenCreatedOut, **ERRORS}, openapi_extra=body_doc(TOKEN_IN))
 def token_create(request: HttpRequest):
-    from controlplane.common.validation import validate
-
     data = json_object(request)
     validate(data, TOKEN_IN)
     team = selectors.team_get(actor=request.auth, slug=data["team"])
@@ -167,8 +140,6 @@ def token_revoke(request: HttpRequest, token_id: int = Path(..., ge=1, le=MAX_ID
 @router.get("/audit", response={200: list[AuditOut], **ERRORS})
 @paginate
 def audit_list(request: HttpRequest, object_type: str = "", object_id: str = ""):
-    from controlplane.common.errors import Forbidden
-
     actor = request.auth
     if not actor.platform_admin and "admin" not in actor.roles.values():
         raise Forbidden("reading the audit log needs the admin role")

@@ -7,12 +7,8 @@ team's objects are invisible: asking for them raises NotFound, never Forbidden.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
+from controlplane.accounts.models import ApiToken, Membership
 from controlplane.common.errors import Forbidden, NotFound
-
-if TYPE_CHECKING:  # pragma: no cover
-    from controlplane.accounts.models import ApiToken
 
 ROLE_RANK = {"viewer": 0, "reviewer": 1, "member": 2, "admin": 3}
 
@@ -36,21 +32,17 @@ class Principal:
     roles: dict[int, str] = field(default_factory=dict)
     platform_admin: bool = False
     """Django staff: edits the global domain catalogue, resource pools and team quotas."""
-    token: "ApiToken | None" = None
+    token: ApiToken | None = None
 
     @classmethod
     def for_user(cls, user) -> "Principal":
-        from controlplane.accounts.models import Membership
-
         if user is None or not getattr(user, "is_authenticated", False):
             return cls(user=None)
         roles = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
         return cls(user=user, roles=roles, platform_admin=bool(user.is_staff))
 
     @classmethod
-    def for_token(cls, token: "ApiToken") -> "Principal":
-        from controlplane.accounts.models import Membership
-
+    def for_token(cls, token: ApiToken) -> "Principal":
         member_role = Membership.objects.filter(user_id=token.user_id, team_id=token.team_id).values_list("role", flat=True).first()
         roles = {token.team_id: lower_role(token.role, member_role)} if member_role else {}
         # A token never carries platform rights: those need a session.

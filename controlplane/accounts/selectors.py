@@ -1,9 +1,10 @@
-"""Reads for teams, tokens and the audit log, filtered to what the principal may see."""
+"""Reads for teams, tokens and the audit log, filtered to what the principal may see; the team a page shows."""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
 
-from controlplane.accounts.models import ApiToken, AuditLog, Team
+from controlplane.accounts.models import ApiToken, AuditLog, Membership, Team
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import NotFound
 
@@ -21,10 +22,25 @@ def team_get(*, actor: Principal, slug: str) -> Team:
     return team
 
 
+def current_team(request: HttpRequest) -> tuple[Team | None, list[Team]]:
+    """The team a signed-in user looks at (chosen with the page's team switcher, kept in the
+    session; else their first team) and all their teams."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None, []
+    teams = list(Team.objects.filter(memberships__user=user).order_by("slug"))
+    chosen = request.session.get("team")
+    team = next((t for t in teams if t.slug == chosen), teams[0] if teams else None)
+    return team, teams
+
+
+def membership_role(*, user, team: Team) -> str:
+    """The user's role in ``team`` ("" when not a member)."""
+    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first() or ""
+
+
 def token_list(*, actor: Principal) -> QuerySet[ApiToken]:
     """The actor's own tokens, plus every token of the teams they administer."""
-    from django.db.models import Q
-
     admin_teams = [t for t, r in actor.roles.items() if r == "admin"]
     return ApiToken.objects.filter(team_id__in=actor.team_ids).filter(
         Q(user_id=getattr(actor.user, "pk", None)) | Q(team_id__in=admin_teams)

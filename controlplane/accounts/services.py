@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from controlplane.accounts.models import ApiToken, AuditLog, Membership, Role, Team, token_digest
 from controlplane.accounts.principal import ROLE_RANK, Principal
-from controlplane.common.errors import Forbidden, InvalidInput, NotFound
+from controlplane.common.errors import FieldError, Forbidden, InvalidInput, NotFound
 
 TOKEN_PREFIX = "tmp_"
 MAX_TOKEN_DAYS = 365
@@ -86,8 +86,6 @@ def token_create(*, actor: Principal, team: Team, name: str, role: str | None = 
     if not isinstance(expires_in_days, int) or not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
         errors.append(("expires_in_days", f"must be between 1 and {MAX_TOKEN_DAYS}"))
     if errors:
-        from controlplane.common.errors import FieldError
-
         raise InvalidInput([FieldError(p, m) for p, m in errors])
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(

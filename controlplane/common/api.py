@@ -1,4 +1,4 @@
-"""Shared pieces of the REST API: authentication, JSON bodies, error responses."""
+"""Shared pieces of the REST API: JSON bodies, error responses, pagination."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Schema
 from ninja.pagination import LimitOffsetPagination
-from ninja.security import HttpBearer
-from ninja.security.session import SessionAuth
 
-from controlplane.accounts.principal import Principal
 from controlplane.common.errors import FieldError, InvalidInput
 
 ERROR_SCHEMA = {
@@ -49,29 +46,6 @@ class Pagination(LimitOffsetPagination):
 
 ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
 """The error responses every endpoint may give, documented in the OpenAPI schema."""
-
-
-class TokenAuth(HttpBearer):
-    """``Authorization: Bearer tmp_...`` for scripts; no CSRF (no cookies involved)."""
-
-    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
-        from controlplane.accounts.services import token_authenticate
-
-        api_token = token_authenticate(token)
-        return Principal.for_token(api_token) if api_token else None
-
-
-class SessionPrincipalAuth(SessionAuth):
-    """Django's session for the browser; CSRF is enforced on writes."""
-
-    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            return Principal.for_user(user)
-        return None
-
-
-AUTH = [TokenAuth(), SessionPrincipalAuth()]
 
 
 def json_body(request: HttpRequest) -> Any:

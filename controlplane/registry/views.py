@@ -6,10 +6,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.accounts.principal import Principal
+from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import ServiceError
 from controlplane.registry import selectors
 from controlplane.registry.models import ModelVersion
-from controlplane.web.context import current_team
 
 
 @login_required

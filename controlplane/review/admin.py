@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from controlplane.common.admin import AuditedAdmin, ReadOnlyAdmin
+from controlplane.accounts.admin import AuditedAdmin
+from controlplane.common.admin import ReadOnlyAdmin
 from controlplane.review.models import Judge, JudgeConfig, Label, ReviewItem, ReviewQueue
 
 

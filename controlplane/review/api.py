@@ -12,6 +12,8 @@ from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.review import selectors, services
+from controlplane.review.models import Reservation
+from controlplane.review.stats import categories
 
 router = Router(tags=["review"])
 
@@ -313,8 +315,6 @@ def queue_next(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID))
     item = services.queue_next(actor=request.auth, queue=queue)
     out = None
     if item is not None:
-        from controlplane.review.models import Reservation
-
         res = Reservation.objects.filter(item=item, reviewer=request.auth.user).first()
         out = _item_out(item, reveal=not queue.blind, expires_at=res.expires_at if res else None)
     return {"item": out, "progress": selectors.queue_progress(queue, request.auth.user)}
@@ -326,8 +326,6 @@ def _label_out(request, label) -> dict:
     report = selectors.queue_report(queue)
     agrees = None
     if label.value is not None:
-        from controlplane.review.stats import categories
-
         fmt = queue.judge_config.score_format
         j, _ = categories([item.judge_raw], fmt)
         h, _ = categories([label.value], "binary" if fmt == "unit" else fmt)

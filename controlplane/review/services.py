@@ -18,15 +18,22 @@ from django.utils import timezone
 from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
+from controlplane.accounts.selectors import team_get
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
 from controlplane.common.validation import schema_errors
 from controlplane.domains.models import Domain
 from controlplane.review import sampling
+from controlplane.review.selectors import config_report
 from controlplane.review.models import (
     CONFIG_FIELDS, Judge, JudgeConfig, Label, Reservation, ReviewItem, ReviewQueue, ShadowScore, Strategy,
 )
 from controlplane.runs.models import Trajectory
+from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
+from trainer.tasks.base import Task
+from trainer.verifiers import compile_cascade, validate_cascade
+from trainer.verifiers.judge import JudgeRequest, JudgeSpec
+from trainer.verifiers.judges import build_judge
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 JUDGE_PARAMS_SCHEMA = {
@@ -124,8 +131,6 @@ def _require_admin(actor: Principal, team_id: int, what: str = "judge") -> None:
 
 def judge_spec(config: JudgeConfig):
     """The trainer's JudgeSpec for a version (endpoint URL from settings, key name only)."""
-    from trainer.verifiers.judge import JudgeSpec
-
     params = dict(config.params or {})
     return JudgeSpec(
         name=config.judge.slug, kind=config.kind, model=config.model, rubric=config.rubric,
@@ -136,8 +141,6 @@ def judge_spec(config: JudgeConfig):
 
 @transaction.atomic
 def judge_create(*, actor: Principal, data: dict) -> Judge:
-    from controlplane.accounts.selectors import team_get
-
     errors = schema_errors(data, JUDGE_CREATE_SCHEMA)
     if errors:
         raise InvalidInput(errors)
@@ -202,8 +205,6 @@ def judge_set_threshold(*, actor: Principal, judge: Judge, threshold: Any) -> Ju
 def calibration_check(config: JudgeConfig) -> dict:
     """Whether ``config`` may be marked calibrated: kappa's interval lower bound (on its own
     labelled items and its shadow scores) against the judge's threshold."""
-    from controlplane.review.selectors import config_report
-
     report = config_report(config)
     lower = report["metrics"]["kappa"]["ci"][0] if report["n"] else None
     threshold = config.judge.threshold
@@ -313,9 +314,6 @@ def _judged(trajectory: Trajectory) -> dict | None:
 
 def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[str]) -> list[float | None]:
     """Another judge version's scores (0-1) on the population, computed here."""
-    from trainer.verifiers.judge import JudgeRequest
-    from trainer.verifiers.judges import build_judge
-
     judge = build_judge(judge_spec(config))
     out: list[float | None] = []
     for t, ref in zip(rows, references):
@@ -327,10 +325,6 @@ def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[st
 
 
 def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str]) -> list[float | None]:
-    from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
-    from trainer.tasks.base import Task
-    from trainer.verifiers import compile_cascade
-
     cascade = compile_cascade(spec)
     out: list[float | None] = []
     for t, ref in zip(rows, references):
@@ -340,8 +334,6 @@ def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str]) 
 
 
 def _rule_errors(spec: Any) -> list[FieldError]:
-    from trainer.verifiers import validate_cascade
-
     errors = [FieldError(p.replace("verifier", "compare_to.rule", 1), m) for p, m in validate_cascade(spec)]
     if not errors and any(s.get("type") in ("judge", "code_tests", "environment") for s in spec["stages"]):
         errors.append(FieldError("compare_to.rule", "a rule verifier runs cheap stages only (no judge, sandbox or environment)"))

@@ -11,10 +11,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.accounts.principal import Principal
+from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import NotFound
+from controlplane.domains.selectors import domain_list
 from controlplane.review import selectors, services
 from controlplane.review.models import Strategy
-from controlplane.web.context import current_team
 
 
 @login_required
@@ -27,8 +28,6 @@ def index(request: HttpRequest) -> HttpResponse:
     can_create = team is not None and (actor.platform_admin or actor.can(team.id, "team.admin"))
     judged = []
     if can_create:  # domains whose cascade has a judge stage: what a queue samples from
-        from controlplane.domains.selectors import domain_list
-
         judged = [d.slug for d in domain_list(actor=actor)
                   if any(st.get("type") == "judge" for st in (d.verifier or {}).get("stages", []))]
     return render(request, "review/index.html", {

@@ -1,7 +1,6 @@
 from django.contrib import admin
 
-from controlplane.common.admin import AuditedAdmin
-
+from controlplane.accounts.admin import AuditedAdmin
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, Trajectory
 
 

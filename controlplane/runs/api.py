@@ -11,6 +11,7 @@ from ninja.pagination import paginate
 
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
+from controlplane.domains.selectors import domain_get
 from controlplane.runs import selectors, series, services
 from controlplane.runs.schemas import run_body_schema
 
@@ -60,9 +61,7 @@ class RunDetailOut(RunOut):
     @staticmethod
     def resolve_warnings(obj) -> list[str]:
         """E.g. a judge one of its domains uses is not calibrated."""
-        from controlplane.review.selectors import run_judge_warnings
-
-        return run_judge_warnings(obj)
+        return selectors.run_warnings(run=obj)
 
     @staticmethod
     def resolve_domains(obj) -> list[dict]:
@@ -309,6 +308,4 @@ class DomainStatsOut(Schema):
 def domain_stats(request: HttpRequest, slug: str):
     """Verification latency (p50, p99) and outcome mix of a domain over the last hour, across the
     runs of your teams."""
-    from controlplane.domains.selectors import domain_get
-
     return selectors.domain_stats(actor=request.auth, domain=domain_get(actor=request.auth, slug=slug))

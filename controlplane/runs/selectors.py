@@ -5,7 +5,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet, Sum
+from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from controlplane.accounts.principal import Principal
 from controlplane.domains.models import Domain
@@ -14,6 +16,16 @@ from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
 MAX_PAGE = 5000
+
+run_warnings_wanted = Signal()
+"""Sent (``sender=Run, run=...``) when a run's page or API detail is read: each receiver returns
+a list of warnings about the run (the review app: a judge its domains use is not calibrated).
+Apps that build on runs connect to it in their AppConfig.ready, so runs never imports them."""
+
+
+def run_warnings(*, run: Run) -> list[str]:
+    """What the apps connected to :data:`run_warnings_wanted` warn about ``run``."""
+    return [w for _, warnings in run_warnings_wanted.send(sender=Run, run=run) for w in warnings]
 
 
 def run_list(*, actor: Principal, state: str = "", team: str = "") -> QuerySet[Run]:
@@ -67,9 +79,6 @@ def event_list(*, run: Run) -> QuerySet[RunEvent]:
 def run_explain(*, run: Run, now=None) -> dict:
     """Why a queued run waits (position, the binding resource, the numbers) or what a running
     run waits on (the driver's phase and the work in flight per domain, with ages)."""
-    from django.utils import timezone
-    from django.utils.dateparse import parse_datetime
-
     now = now or timezone.now()
     out: dict = {"state": run.state, "step": run.current_step, "queued": None, "running": None}
     if run.state == "queued":

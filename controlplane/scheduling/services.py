@@ -3,15 +3,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
+from controlplane.runs.driving import lease_s
+from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+from controlplane.scheduling.scheduler import Quota, RunView, schedule
 
 TEAM_QUOTA_SCHEMA = {
     "type": "object",
@@ -78,8 +83,6 @@ def heartbeat_record(*, worker: str, queues: list[str], meta: dict | None = None
 def min_run_s() -> float:
     """A run is never preempted before it has run this long since it last started
     (TEMPER_MIN_RUN_S, 60 s)."""
-    from django.conf import settings
-
     return float(settings.TEMPER_MIN_RUN_S)
 
 DEFAULT_CPU_SLOTS = 1
@@ -94,8 +97,6 @@ def _capacity() -> dict[str, int]:
 
 
 def _view(run, started):
-    from controlplane.scheduling.scheduler import RunView
-
     return RunView(
         id=run.id, team=run.team.slug, priority=run.priority, pool="train_gpu" if run.gpus > 0 else "cpu",
         slots=max(run.gpus, 1), queued_at=(run.queued_at or run.created_at).timestamp(),
@@ -106,11 +107,6 @@ def _view(run, started):
 @transaction.atomic
 def schedule_tick(*, now=None, min_run: float | None = None):
     """Admit, preempt and explain; re-dispatch runs whose driver died. Safe to run twice."""
-    from controlplane import dispatch
-    from controlplane.runs.driving import lease_s
-    from controlplane.runs.models import Run, RunEvent, RunState
-    from controlplane.scheduling.scheduler import Quota, schedule
-
     now = now or timezone.now()
     runs = list(Run.objects.select_for_update().filter(state__in=[RunState.QUEUED, RunState.RUNNING]).select_related("team"))
     quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}

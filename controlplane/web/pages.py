@@ -17,6 +17,8 @@ from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
+from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
 from trainer.outcomes import OUTCOME_VALUES
 
 OUTCOME_ORDER = list(OUTCOME_VALUES)
@@ -117,9 +119,6 @@ def config_form_schema() -> dict[str, Any]:
 
 def queue_view(*, actor: Principal) -> dict[str, Any]:
     """Pools and their use, the actor's teams' quotas and use, the queue with reasons, running runs."""
-    from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
-    from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
-
     running = list(Run.objects.filter(state=RunState.RUNNING).select_related("team").order_by("-priority", "started_at"))
     used: dict[str, int] = {}
     for r in running:

