@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "schema":
-        from trainer.config import config_json_schema
+        from trainer.config_schema import config_json_schema
 
         print(json.dumps(config_json_schema(), indent=2))
         return 0

@@ -9,7 +9,7 @@ from django.utils import timezone
 from controlplane.accounts.models import Team
 from controlplane.common.errors import Conflict
 from controlplane.domains.models import Domain, DomainVersion
-from trainer.config import Setting, config_setting
+from trainer.config_schema import Setting, config_setting
 from trainer.outcomes import OUTCOME_VALUES
 
 

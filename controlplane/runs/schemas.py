@@ -13,8 +13,8 @@ from typing import Any
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
-from trainer.config import (RUN_DEFAULTS, RUN_OWNED, ConfigError, config_json_schema, config_setting, has_path,
-                            load_config)
+from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, has_path, load_config
+from trainer.config_schema import config_json_schema, config_setting
 
 MAX_MEMBER_PRIORITY = 50
 """Members may set priorities up to this; higher ones need a team admin."""

@@ -179,7 +179,8 @@ def _at(schema, path):
 def test_the_run_form_shows_every_trainer_setting_with_the_trainers_default_bounds_and_help(client, world):
     """Every setting of trainer/config.py but those the run owns is in the form, as the trainer
     declares it (a run's own default where RUN_DEFAULTS gives one); the owned ones are not."""
-    from trainer.config import RUN_DEFAULTS, RUN_OWNED, SCHEMA_BOUNDS, config_settings
+    from trainer.config import RUN_DEFAULTS, RUN_OWNED
+    from trainer.config_schema import SCHEMA_BOUNDS, config_settings
 
     client.force_login(world.users["member"])
     form = _page_data(client.get("/runs/new/"), "form-data")["config_schema"]
@@ -198,7 +199,7 @@ def test_the_run_form_shows_every_trainer_setting_with_the_trainers_default_boun
 
 
 def test_the_run_forms_own_fields_render_the_trainers_default_and_bounds(client, world):
-    from trainer.config import config_setting
+    from trainer.config_schema import config_setting
 
     client.force_login(world.users["member"])
     body = client.get("/runs/new/").content.decode()

@@ -8,8 +8,9 @@ import sys
 import jsonschema
 import pytest
 
-from trainer.config import (MAX_SEQUENCES_PER_STEP, RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig,
-                            config_json_schema, config_setting, config_settings, has_path, load_config, put_path)
+from trainer.config import (MAX_SEQUENCES_PER_STEP, RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, has_path,
+                            load_config, put_path)
+from trainer.config_schema import config_json_schema, config_setting, config_settings
 
 
 def errors_of(data) -> list[tuple[str, str]]:
@@ -86,7 +87,7 @@ def test_every_field_has_a_description():
 
 
 def test_config_module_does_not_import_torch():
-    code = ("import sys, trainer.config as c; c.config_json_schema(); c.load_config({});"
+    code = ("import sys, trainer.config as c, trainer.config_schema as s; s.config_json_schema(); c.load_config({});"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -96,9 +97,11 @@ def test_the_docstring_examples():
     import doctest
 
     import trainer.config
+    import trainer.config_schema
 
-    result = doctest.testmod(trainer.config)
-    assert result.attempted and not result.failed
+    for module in (trainer.config, trainer.config_schema):
+        result = doctest.testmod(module)
+        assert result.attempted and not result.failed, module.__name__
 
 
 HOST_BOUND = ["tokenizer.max_prompt_tokens", "rollout.prompts_per_step", "rollout.n", "rollout.max_new_tokens",

@@ -258,7 +258,8 @@ def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings)
 def test_trainer_config_gives_the_trainer_the_runs_own_values(settings, tmp_path):
     """Every setting the run owns comes from the run (whatever an older config row says); the run's
     defaults fill what its config leaves out and never override what it sets."""
-    from trainer.config import RUN_DEFAULTS, RUN_OWNED, config_setting, has_path, load_config
+    from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, load_config
+    from trainer.config_schema import config_setting
     from workers.driver import checkpoint_root, trainer_config
 
     settings.VAR_DIR = tmp_path
