@@ -11,6 +11,7 @@ categorical domain) is a false positive of class ``constant_bias``.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from trainer.audit.probes import (
+    as_number,
     EXPECT_NO_PASS,
     EXPECT_PASS,
     AnswerFormat,
@@ -32,6 +34,7 @@ from trainer.audit.probes import (
     text_probes,
     tool_probes,
 )
+from trainer.catalogue.math_gen import equivalent_forms
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers.context import VerifyContext
@@ -143,18 +146,9 @@ def sample_tasks(source: TaskSource, n: int, *, seed: int = 0, max_level: int = 
 
 def _equivalents(family: str, task: Task, gold: str, fmt: AnswerFormat) -> list[str]:
     """Answer texts equivalent to the gold that a sound verifier of this family must accept."""
-    import json
-
-    from trainer.audit.probes import as_number
-
     out: list[str] = []
     if family == "math":
-        try:
-            from trainer.catalogue.math_gen import equivalent_forms
-        except ImportError:
-            equivalent_forms = None
-        if equivalent_forms is not None:
-            out += [f for f in equivalent_forms(task) if f != gold]
+        out += [f for f in equivalent_forms(task) if f != gold]
     if family in ("math", "documents"):
         value = as_number(gold)
         if value is not None:
