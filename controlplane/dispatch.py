@@ -11,6 +11,8 @@ from functools import lru_cache
 from typing import Any
 
 from celery import Celery
+from celery.utils.imports import symbol_by_name
+from django.conf import settings
 from django.db import transaction
 
 # Task name -> queue. Workers register tasks under exactly these names.
@@ -52,9 +54,6 @@ def run_here(name: str, *args: Any) -> Any:
     """Run task ``name`` in this process, as a worker would, and return its result (errors raise)."""
     if name not in TASK_QUEUES:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASK_QUEUES))}")
-    from celery.utils.imports import symbol_by_name
-    from django.conf import settings
-
     app = symbol_by_name(settings.TEMPER_WORKER_APP)
     app.loader.import_default_modules()  # the task modules, as a starting worker imports them
     return app.tasks[name].apply(args=args, throw=True).get()

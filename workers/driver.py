@@ -26,6 +26,7 @@ from django.conf import settings
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from workers.domains import register_data_domains, worker_name
 from controlplane.domains.policy import Quarantine, capped_shares
+from controlplane.live.services import run_wake
 from controlplane.runs import driving, watch
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
@@ -234,13 +235,11 @@ def _inflight(run_id: int, worker: str, inflight: InFlight) -> int:
     """Say what the driver waits on (for "what is it waiting on" in the API and the run page),
     while this worker still drives the run."""
     version, snapshot = inflight.snapshot()
-    if Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot):
+    if Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot):  # (an update fires no save hook)
         try:  # the run page shows it at once; a missing channel layer never stops the driver
-            from controlplane.live.services import run_wake
-
             run_wake(run_id=run_id)
-        except Exception:
-            pass
+        except Exception:  # noqa: BLE001 - the page also polls; the driver goes on
+            log.warning("could not wake the page of run %s", run_id, exc_info=True)
     return version
 
 

@@ -1,7 +1,9 @@
 from django.contrib import admin
 
+from controlplane.accounts.principal import Principal
 from controlplane.common.admin import ReadOnlyAdmin
 from controlplane.domains.models import Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
+from controlplane.domains.services import domain_create, domain_update
 
 
 @admin.register(Domain)
@@ -13,9 +15,6 @@ class DomainAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         # Edits go through the service so they are validated, versioned and audited.
-        from controlplane.accounts.principal import Principal
-        from controlplane.domains.services import domain_create, domain_update
-
         actor = Principal.for_user(request.user)
         data = {f: form.cleaned_data[f] for f in form.changed_data if f not in ("version",)}
         if change:

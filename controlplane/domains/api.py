@@ -11,6 +11,7 @@ from ninja.pagination import paginate
 from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, body_doc, json_object
 from controlplane.common.errors import InvalidInput
+from controlplane.common.validation import validate
 from controlplane.domains import selectors, services
 from controlplane.domains.schemas import DOMAIN_SCHEMA
 
@@ -140,8 +141,6 @@ DOMAIN_UPLOAD_IN = {
 @router.post("/domains/upload", response={201: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_UPLOAD_IN))
 def domain_upload(request: HttpRequest):
     """Create a team domain from a JSONL upload; a bad line refuses the whole upload."""
-    from controlplane.common.validation import validate
-
     data = json_object(request)
     validate(data, DOMAIN_UPLOAD_IN)
     team = team_get(actor=request.auth, slug=data.pop("team"))

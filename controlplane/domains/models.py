@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.db.models import Q
 
 from controlplane.accounts.models import Team
@@ -182,8 +183,6 @@ class VerifierAudit(models.Model):
         A running audit starts again: its worker died with it, and an audit is safe to repeat."""
         if self.is_finished:
             return False
-        from django.utils import timezone
-
         self.status, self.started_at, self.progress_done, self.progress_total = AuditStatus.RUNNING, timezone.now(), 0, 0
         return True
 
@@ -191,8 +190,6 @@ class VerifierAudit(models.Model):
         """Finish with ``status`` (done or failed); refuses a status that is not terminal."""
         if status not in AUDIT_FINISHED:
             raise ValueError(f"{status!r} is not a terminal audit status ({', '.join(AUDIT_FINISHED)})")
-        from django.utils import timezone
-
         self.status, self.finished_at = status, timezone.now()
 
 

@@ -1,6 +1,7 @@
 """Writes for domains. Every change makes an immutable DomainVersion and an audit row."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -130,8 +131,7 @@ MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes) -> Domain:
     """Create a team domain from uploaded tasks: every line is checked first; one bad line and
     nothing is imported, with every bad line's number and field in the error."""
-    import dataclasses
-
+    # lazy: trainer.catalogue registers the whole catalogue on import (reasoning-gym: seconds)
     from trainer.catalogue.jsonl import JSONLError, parse_jsonl
 
     _require_edit(actor, team.id)

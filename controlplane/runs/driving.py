@@ -8,12 +8,14 @@ or resumed step never records anything twice.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane import dispatch
 from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent, RunState, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
@@ -153,8 +155,6 @@ def run_record_checkpoint(*, run: Run, step: int, path: str, metrics: dict | Non
 
 
 def latest_checkpoint(run: Run) -> Checkpoint | None:
-    from pathlib import Path
-
     for ckpt in Checkpoint.objects.filter(run=run).order_by("-step"):
         if Path(ckpt.path, "state.json").is_file():
             return ckpt
@@ -198,6 +198,4 @@ def run_finish(*, run: Run, worker: str, state: str, error: str = "") -> Run:
 
 
 def _tick() -> None:
-    from controlplane import dispatch
-
     dispatch.send("temper.control.schedule_tick")

@@ -18,8 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Sum
 
 from controlplane.runs.models import MetricPoint, Run, RunEvent
+from trainer.audit.code_probes import tampering_signatures
 
 HACKING_DELTA = 0.1
 """How far training reward must rise, and held-out reward fall, between two evaluations."""
@@ -87,8 +89,6 @@ def run_watch_tampering(*, run: Run, step: int, counts: dict[str, dict[str, int]
     """After a step whose metrics carry ``tampering/<domain>/<signature>`` counts
     (``counts``: ``{domain: {signature: completions}}``): an event when a signature first
     appears in a domain, and again each time its total over the run has doubled."""
-    from django.db.models import Sum
-
     created = []
     for domain, sigs in sorted(counts.items()):
         for signature, n in sorted(sigs.items()):
@@ -116,8 +116,6 @@ def tampering_metrics(counts: dict[str, dict[str, int]]) -> dict[str, float]:
 
 def tampering_counts(trajectories: list[Any]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, str]]]:
     """Per domain and signature: how many of a step's completions match, and one example each."""
-    from trainer.audit.code_probes import tampering_signatures
-
     counts: dict[str, dict[str, int]] = {}
     examples: dict[str, dict[str, str]] = {}
     for t in trajectories:

@@ -124,7 +124,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 def _plotly_js_dir() -> Path:
     """plotly.min.js ships inside the plotly package: served from there, no CDN, no Node build."""
-    import plotly
+    import plotly  # lazy: only settings need it, and only its location
 
     return Path(plotly.__file__).resolve().parent / "package_data"
 

@@ -14,19 +14,20 @@ from contextlib import contextmanager
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
 
 from controlplane import dispatch
 from controlplane.accounts.principal import SYSTEM
+from controlplane.common.cli import table
 from controlplane.common.errors import InvalidInput
-from controlplane.domains.models import AuditStatus, Domain, DomainVersion
 from controlplane.domains import services
+from controlplane.domains.models import AuditStatus, Domain, DomainVersion
 from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
-from controlplane.web.management.commands._output import table
+from trainer.registry import all_domains
 
 
 def catalogue_specs(only: list[str] | None = None) -> list[dict]:
     """The trainer's registered domains as plain Domain fields."""
-    from trainer.registry import all_domains
 
     specs = []
     for slug, spec in sorted(all_domains().items()):
@@ -104,8 +105,6 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["action"] == "audit":
             return self.audit(opts["slugs"], progress=not opts["no_progress"], verbosity=opts["verbosity"], timeout=opts["timeout"])
-        from tqdm import tqdm
-
         specs = catalogue_specs(opts.get("only"))
         if not specs:
             raise CommandError("the trainer's catalogue has no domains" + (" with those slugs" if opts.get("only") else ""))
@@ -123,7 +122,6 @@ class Command(BaseCommand):
         """Audit each domain's current version in this process, as a verify worker would (by task
         name, ``dispatch.run_here``); a table, the failing examples with ``-v 2``, and an exit
         status that says whether any version is unsafe."""
-        from tqdm import tqdm
 
         domains = Domain.objects.order_by("slug")
         if slugs:
