@@ -1,5 +1,6 @@
 """Every reasoning-gym generator as its own domain, ``rg-<name>``, verified by its own
-``score_answer``.
+``score_answer`` behind Temper's guards and overrides (:func:`judge`,
+:mod:`trainer.verifiers.rg_score`).
 
 Levels come from the generator's curriculum: level ``k`` sets every curriculum attribute to
 ``min(k, its last level)`` (reasoning-gym's ``set_global_level``), so a domain has as many
@@ -8,6 +9,9 @@ Some curricula define top levels whose configuration the generator itself reject
 levels stop before the first such level. A task is item ``idx`` of dataset shard ``shard`` at its
 level (a fixed seed per level and shard; some generators build items in ``__init__``, so shards
 stay small), both drawn from the caller's rng: the same rng state always gives the same task.
+Generators whose answers are imbalanced (:data:`BALANCED`) are sampled label-balanced, so that a
+constant answer scores no better than chance; items no answer could be wrong for are not drawn
+(:func:`unfit_reason`).
 """
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ class Override:
     expression: str = ""
     """The scorer evaluates the answer (sympy ``parse_expr``), so only a plain arithmetic
     expression reaches it: ``"numbers"`` (numbers and operators) or ``"symbols"`` (also the
-    gold's variables, ``C`` and :data:`FUNCTIONS`); empty for scorers that do not evaluate."""
+    gold's names, ``C``/``c`` and :data:`FUNCTIONS`); empty for scorers that do not evaluate."""
 
 
 # --- guards -------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ FUNCTIONS = frozenset({
     "sinh", "cosh", "tanh", "coth", "sech", "csch", "asinh", "acosh", "atanh",
     "exp", "log", "ln", "sqrt", "pi", "E", "I", "Abs",
 })
-"""Names an expression answer may use besides the gold's own variables and ``C``."""
+"""Names an expression answer may use besides the gold's own names and ``C``/``c``."""
 _EXPR_TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?|\.\d+)|(?P<name>[A-Za-z]\w*)|(?P<op>\*\*|[-+*/^()]))\s*")
 MAX_EXPONENT = 1000
 
@@ -116,8 +116,9 @@ def expression_reason(answer: str, gold: str, *, names: bool = True) -> str | No
     """Why ``answer`` is not a plain arithmetic expression safe to hand to sympy's ``parse_expr``
     (which calls ``eval``), else None. Allowed: numbers, ``+ - * / ** ^ ( )``, and (``names``)
     the gold's names (its variables), the constant ``C`` or ``c`` and :data:`FUNCTIONS` (another
-    letter would be a constant to the scorer, so ``F + C/W(X)`` would pass); exponents written as numbers stay at
-    most :data:`MAX_EXPONENT` (``9**9**9`` would hang the scorer).
+    letter would be a constant to the scorer, so ``F + C/W(X)`` would pass); an exponent written
+    as a number is at most :data:`MAX_EXPONENT` and powers do not stack (``9**9**9`` would hang
+    the scorer).
 
     >>> expression_reason("3*x**2 + C", "x**3 + C"), expression_reason("(1+2)*8", "24", names=False)
     (None, None)
@@ -155,6 +156,10 @@ def expression_reason(answer: str, gold: str, *, names: bool = True) -> str | No
     return None
 
 
+MAX_OPEN_ENDED_CHARS = 20_000
+"""Longest answer scored where the gold is only an example (plans, ladders, move lists)."""
+
+
 def guard_reason(answer: str, gold: str, override: Override | None) -> str | None:
     """Why ``answer`` fails before any scorer sees it, else None (see the module docstring)."""
     reason = nonfinite_reason(answer, gold)
@@ -169,10 +174,6 @@ def guard_reason(answer: str, gold: str, override: Override | None) -> str | Non
     if override is not None and override.expression:
         return expression_reason(answer, gold, names=override.expression == "symbols")
     return None
-
-
-MAX_OPEN_ENDED_CHARS = 20_000
-"""Longest answer scored where the gold is only an example (plans, ladders, move lists)."""
 
 
 def reward_of(value: float, override: Override | None) -> float:
