@@ -282,3 +282,23 @@ def test_judge_passes_the_reference_it_chose():
         task = first_task(slug)
         meta = task.meta
         assert judge(str(task.answer), meta["rg_entry"], meta["rg_dataset"], meta["rg_level"], str(task.answer)).outcome is Outcome.PASS
+
+
+@pytest.mark.parametrize("slug", ["rg-number_sorting", "rg-number_format", "rg-polynomial_equations"])
+def test_a_wrong_last_digit_fails_where_the_gold_is_exact(slug):
+    task = first_task(slug, pick=lambda t: re.search(r"\d\.\d*[1-8]\b", str(t.answer)) is not None)
+    gold = str(task.answer)
+    m = list(re.finditer(r"\d\.\d*([1-8])\b", gold))[-1]
+    wrong = gold[: m.end() - 1] + str(int(m.group(1)) + 1) + gold[m.end():]
+    assert stage(gold, task).outcome is Outcome.PASS
+    assert upstream(task, wrong) >= 0.99  # within the upstream tolerance
+    assert reward(stage(wrong, task)) == 0, wrong
+
+
+def test_figlet_font_needs_the_whole_word():
+    task = first_task("rg-figlet_font", level=4, pick=lambda t: len(str(t.answer)) >= 10)
+    gold = str(task.answer)
+    wrong = gold + "S"  # every letter of the gold in place, and one more
+    assert upstream(task, wrong) == 1.0  # ten letters in place are worth 1 upstream
+    assert stage(wrong, task).outcome is Outcome.FAIL
+    assert stage(gold.lower(), task).outcome is Outcome.PASS

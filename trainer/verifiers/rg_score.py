@@ -311,7 +311,7 @@ def _hanoi(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     return float(dataset.score_answer(answer, entry))
 
 
-_FRACTION = re.compile(r"\$?\s*(?:\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\s*\$?")
+_FRACTION = re.compile(r"(\$?)\s*(?:\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\s*\1")
 
 
 def _fraction(answer: str, entry: dict[str, Any], _: Any) -> float:
@@ -320,7 +320,7 @@ def _fraction(answer: str, entry: dict[str, Any], _: Any) -> float:
     m = _FRACTION.fullmatch(answer.strip())
     if m is None:
         return 0.0
-    numerator, denominator = (int(g) for g in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
+    numerator, denominator = (int(g) for g in (m.group(2, 3) if m.group(2) else m.group(4, 5)))
     meta = entry["metadata"]
     return float((numerator, denominator) == (meta["simplified_numerator"], meta["simplified_denominator"]))
 
@@ -423,6 +423,36 @@ def _conclusion(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     return float(dataset.score_answer(answer, entry))
 
 
+def _same_word(answer: str, entry: dict[str, Any], _: Any) -> float:
+    """1 when the answer is the word (spaces and case aside); upstream pays 0.1 per letter in
+    place up to 1, so ten right letters of a longer word passed."""
+    return float(answer.replace(" ", "").strip().casefold() == str(entry["answer"]).strip().casefold())
+
+
+def _same_value(answer: str, entry: dict[str, Any], _: Any) -> float:
+    """1 when the answer is one number (thousands commas allowed) equal to the chosen option;
+    upstream allowed 0.01, so a wrong last digit of a three-decimal option passed."""
+    try:
+        value = float(answer.strip().replace(",", ""))
+    except ValueError:
+        return 0.0
+    gold = float(entry["metadata"]["solution"])
+    return float(math.isfinite(value) and abs(value - gold) <= 1e-9 * max(1.0, abs(gold)))
+
+
+def _sorted_numbers(answer: str, entry: dict[str, Any], dataset: Any) -> float:
+    """The upstream check (a list, sorted the task's way), with every number equal to the
+    gold's; upstream allowed each number to be off by 1."""
+    if float(dataset.score_answer(answer, entry)) < 1.0:
+        return 0.0
+    try:
+        found = [float(x) for x in json.loads(answer.replace("'", '"'))]
+        gold = [float(x) for x in entry["metadata"]["sorted_numbers"]]
+    except (ValueError, TypeError):
+        return 0.0
+    return float(len(found) == len(gold) and all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(found, gold)))
+
+
 def _upstream(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     return float(dataset.score_answer(answer, entry))
 
@@ -467,8 +497,15 @@ OVERRIDES: dict[str, Override] = {
         "1 - difference/maximum, not kept", _time_interval),
     "polynomial_equations": Override(
         "items that are not numbers are skipped and each root is scored by exp(-10 x distance); Temper "
-        "requires a list of numbers only and passes it when every root is within about 1e-3 of the "
-        "gold's (score 0.99)", _roots, pass_at=0.99),
+        "requires a list of numbers only and passes it when every root is the gold's to its four "
+        "decimals (score 0.9999; 0.0955 for 0.0954 is wrong)", _roots, pass_at=0.9999),
+    "figlet_font": Override(
+        "0.1 per letter in place, capped at 1: ten right letters of a longer word scored 1", _same_word),
+    "number_format": Override(
+        "the chosen number may be off by 0.01, so a wrong last digit of a three-decimal option passed",
+        _same_value),
+    "number_sorting": Override(
+        "each number may be off by 1, so a wrong number passed if the list stayed sorted", _sorted_numbers),
     "rush_hour": Override(
         "text that is not a move is ignored, a blocked move goes as far as it can and unknown pieces "
         "are skipped, so a wrong last move or moves after the exit still pass", _rush_hour, open_ended=True),
