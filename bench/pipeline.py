@@ -66,7 +66,7 @@ def main() -> int:
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
     from trainer.outcomes import Outcome, Verification
-    from trainer.registry import get
+    from trainer.catalogue import get
 
     if args.verify_in == "processes":
         import multiprocessing

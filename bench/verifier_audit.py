@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tqdm import tqdm  # noqa: E402
 
 from trainer.audit import audit_catalogue_domain  # noqa: E402
-from trainer.registry import all_domains  # noqa: E402
+from trainer.catalogue import all_domains  # noqa: E402
 
 
 def main() -> None:

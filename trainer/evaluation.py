@@ -138,14 +138,14 @@ def reseed(engine, seed: int) -> None:
 
 def evaluate(engine, tokenizer, specs: Sequence[EvalSpec], *, domains: dict | None = None,
              verify_batch: VerifyBatch | None = None, max_prompt_tokens: int = 512) -> list[DomainResult]:
-    """Evaluate each spec with ``engine``; ``domains`` maps slugs to DomainSpecs (the registry by
+    """Evaluate each spec with ``engine``; ``domains`` maps slugs to DomainSpecs (the catalogue by
     default), ``verify_batch`` defaults to each domain's own verifier, inline."""
-    from trainer import registry
+    from trainer import catalogue
     from trainer.episodes import multi_turn, single_turn
     from trainer.job import verify_inline
     from trainer.rollout.base import SamplingParams
 
-    domains = domains if domains is not None else registry.all_domains()
+    domains = domains if domains is not None else catalogue.all_domains()
     verify_batch = verify_batch or verify_inline(domains)
     results = []
     for spec in specs:

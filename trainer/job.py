@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from trainer import registry
+from trainer import catalogue
 from trainer.algorithms import (clipped_policy_loss, group_advantages, token_entropy,
                                 token_logprobs, zero_variance_groups)
 from trainer.checkpoint import Checkpoint
@@ -46,7 +46,7 @@ Callback = Callable[[int, dict, list], None]
 
 
 # ----------------------------------------------------------------------------- verification
-def verify_inline(domains: dict[str, registry.DomainSpec]) -> VerifyBatch:
+def verify_inline(domains: dict[str, catalogue.DomainSpec]) -> VerifyBatch:
     """Default verifier fan-out: each domain's ``verify`` in this process.
 
     A verifier that raises is an infrastructure failure (judge_error, masked), not a reward of 0.
@@ -191,8 +191,8 @@ class Job:
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
 
     @staticmethod
-    def _resolve_domains(cfg: TrainerConfig) -> dict[str, registry.DomainSpec]:
-        known = registry.all_domains()
+    def _resolve_domains(cfg: TrainerConfig) -> dict[str, catalogue.DomainSpec]:
+        known = catalogue.all_domains()
         missing = [(f"domains.{s}", "unknown domain") for s in cfg.domains if s not in known]
         if missing:
             raise ConfigError(missing)

@@ -7,20 +7,20 @@ import socket
 from celery import current_task
 
 from controlplane.domains.pins import PinnedDomain
-from trainer import registry
+from trainer import catalogue
 from trainer.catalogue.jsonl import UploadedSource
 from trainer.tasks.base import Task
 from trainer.verifiers import compile_cascade
 
 
 def register_data_domains(pins: list[PinnedDomain]) -> None:
-    """Domains defined by data (JSONL uploads) join the trainer's registry, as pinned."""
+    """Domains defined by data (JSONL uploads) join the trainer's catalogue, as pinned."""
 
     for pin in pins:
         if not pin.is_upload:
             continue
         tasks = [Task(**t) for t in pin.task_source.get("tasks", [])]
-        registry.register(registry.DomainSpec(
+        catalogue.register(catalogue.DomainSpec(
             slug=pin.slug, title=pin.title, kind=pin.kind, family="jsonl",
             source=UploadedSource(pin.slug, tasks), verify=compile_cascade(pin.verifier),
             verifier_spec=pin.verifier, task_source_spec={"family": "jsonl"},

@@ -35,7 +35,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
     """Run one evaluation to the end; safe to run twice (a completed one is left alone)."""
     from controlplane.domains.models import DomainVersion
     from controlplane.registry import services
-    from trainer import registry
+    from trainer import catalogue
     from trainer.evaluation import EvalSpec, evaluate, load_for_eval
     from workers.domains import register_data_domains, worker_name
 
@@ -51,7 +51,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         if missing:
             raise RuntimeError("pinned domain versions not found: " + ", ".join(missing))
         register_data_domains([PinnedDomain.from_version(pins[(i["domain"], i["domain_version"])]) for i in items])
-        domains = registry.all_domains()
+        domains = catalogue.all_domains()
         unknown = [i["domain"] for i in items if i["domain"] not in domains]
         if unknown:
             raise RuntimeError("domains unknown to the trainer: " + ", ".join(unknown))

@@ -5,7 +5,7 @@ import pytest
 
 import torch
 
-from trainer import registry
+from trainer import catalogue
 from trainer.config import load_config
 from trainer.environments import RetryEnv
 from trainer.episodes import multi_turn
@@ -16,7 +16,7 @@ from trainer.rollout.torch_engine import TorchEngine
 from trainer.tasks.builtin import ADDITION, AdditionSource, verify_exact
 
 SLUG = "test-retry-addition"
-SPEC = registry.DomainSpec(slug=SLUG, title="Addition with retries", kind="math", family="test",
+SPEC = catalogue.DomainSpec(slug=SLUG, title="Addition with retries", kind="math", family="test",
                            source=AdditionSource(slug=SLUG), verify=verify_exact,
                            environment=lambda task: RetryEnv(verify_exact, max_tries=3))
 
@@ -24,9 +24,9 @@ SPEC = registry.DomainSpec(slug=SLUG, title="Addition with retries", kind="math"
 @pytest.fixture(autouse=True, scope="module")
 def _registered():
     """The test domain exists only while these tests run (the registry is process-wide)."""
-    registry.register(SPEC)
+    catalogue.register(SPEC)
     yield
-    registry.unregister(SLUG)
+    catalogue.unregister(SLUG)
 
 
 def test_environment_tokens_are_masked(tiny_path):

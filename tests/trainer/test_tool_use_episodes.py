@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import registry
+from trainer import catalogue
 
 
 @pytest.mark.parametrize("slug", ["tool-calculator-kv", "tool-filesystem"])
 def test_tool_domains_are_multi_turn(slug):
-    spec = registry.get(slug)
+    spec = catalogue.get(slug)
     assert spec.environment is not None
     import random
 

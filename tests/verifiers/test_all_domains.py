@@ -8,7 +8,7 @@ import pytest
 
 from trainer.catalogue.references import reference_completion, wrong_completion
 from trainer.outcomes import Outcome
-from trainer.registry import all_domains
+from trainer.catalogue import all_domains
 from trainer.verifiers import compile_cascade, validate_cascade
 
 DOMAINS = all_domains()

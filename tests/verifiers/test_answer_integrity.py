@@ -18,7 +18,7 @@ from trainer.catalogue.references import reference_completion
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
 from trainer.outcomes import Outcome
-from trainer.registry import all_domains
+from trainer.catalogue import all_domains
 from trainer.tasks.base import Task
 from trainer.verifiers.answers import final_answers, hedge_reason, one_final_answer
 from trainer.verifiers.cascade import run_cascade

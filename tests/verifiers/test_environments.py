@@ -6,7 +6,7 @@ import random
 
 from trainer.environments import make_environment
 from trainer.outcomes import Outcome
-from trainer.registry import get
+from trainer.catalogue import get
 
 
 def test_calculator_kv_episode_needs_several_turns_and_keeps_state():
@@ -61,7 +61,7 @@ def test_calculator_totals_asked_to_the_cent_are_not_a_cent_off():
     import json
     import random
 
-    from trainer.registry import get
+    from trainer.catalogue import get
 
     spec = get("tool-calculator-kv")
     for seed in range(40):

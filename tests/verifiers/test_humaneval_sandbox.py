@@ -7,7 +7,7 @@ import pytest
 
 from trainer.catalogue.humaneval import broken_completion, problems, reference_completion, task_for
 from trainer.outcomes import Outcome
-from trainer.registry import get
+from trainer.catalogue import get
 from trainer.verifiers.cascade import compile_cascade
 from trainer.verifiers.code import code_tests
 

@@ -21,7 +21,7 @@ import pytest
 
 from trainer.catalogue.reasoning_gym_domains import BALANCED, get_dataset, judge, score
 from trainer.outcomes import Outcome
-from trainer.registry import all_domains
+from trainer.catalogue import all_domains
 from trainer.tasks.base import Task
 from trainer.verifiers.rg_score import OVERRIDES, expression_reason
 

@@ -24,7 +24,7 @@ __all__ = ["AUDITOR_VERSION", "AuditReport", "audit_domain", "default_verify_man
 def source_for_snapshot(slug: str, snapshot: dict[str, Any]) -> TaskSource:
     """The task source a domain version's snapshot describes: an upload's own tasks, else the
     catalogue's source for the slug. ValueError when there is neither."""
-    from trainer import registry
+    from trainer import catalogue
     from trainer.catalogue.jsonl import UploadedSource
 
     source = snapshot.get("task_source") or {}
@@ -34,14 +34,14 @@ def source_for_snapshot(slug: str, snapshot: dict[str, Any]) -> TaskSource:
             raise ValueError(f"domain {slug!r}: the upload holds no tasks")
         return UploadedSource(slug, tasks)
     try:
-        return registry.get(slug).source
+        return catalogue.get(slug).source
     except KeyError:
         raise ValueError(f"domain {slug!r}: no task source (not in the trainer's catalogue and not an upload)") from None
 
 
 def audit_catalogue_domain(slug: str, **kwargs: Any) -> AuditReport:
     """Audit a catalogue domain with its default cascade (benches and tests)."""
-    from trainer import registry
+    from trainer import catalogue
 
-    spec = registry.get(slug)
+    spec = catalogue.get(slug)
     return audit_domain(slug=slug, verifier=spec.verifier_spec, source=spec.source, family=spec.family, **kwargs)

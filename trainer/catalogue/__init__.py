@@ -1,19 +1,114 @@
-"""The domain catalogue: importing this package registers every catalogue domain.
+"""The domain catalogue: every domain the trainer knows, by slug.
 
-Families: every reasoning-gym generator (``rg-*``), HumanEval (``code-humaneval``), generated
-math (``math-*``), document analysis over generated financial statements (``doc-*``) and
-multi-step tool use (``tool-*``). The built-in addition/reversal/parity domains live in
-``trainer.tasks.builtin``. JSONL uploads are parsed by :mod:`trainer.catalogue.jsonl`.
+A domain is a task source plus a verifier (DESIGN.md). The modules of ``CATALOGUE_MODULES``
+define them: every reasoning-gym generator (``rg-*``), HumanEval (``code-humaneval``), generated
+math (``math-*``), document analysis over generated financial statements (``doc-*``), multi-step
+tool use (``tool-*``) and the built-ins of :mod:`trainer.tasks.builtin`. Importing this package is
+cheap: :func:`all_domains` (or :func:`get`) loads the catalogue modules on first use. JSONL
+uploads are parsed by :mod:`trainer.catalogue.jsonl` and registered by whoever runs them.
+The control plane's ``domains sync`` turns these specs into Domain rows.
 """
 from __future__ import annotations
 
-from trainer.catalogue import documents, humaneval, math_gen, reasoning_gym_domains, tool_use
+import importlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-DOMAINS = [
-    *reasoning_gym_domains.register_all(),
-    *humaneval.register_all(),
-    *math_gen.register_all(),
-    *documents.register_all(),
-    *tool_use.register_all(),
+from trainer.outcomes import Verification
+from trainer.tasks.base import Task, TaskSource
+
+VerifyFn = Callable[[str, Task], Verification]
+
+CATALOGUE_MODULES: list[str] = [
+    "trainer.tasks.builtin",  # addition, reversal, parity
+    "trainer.catalogue.reasoning_gym_domains",
+    "trainer.catalogue.humaneval",
+    "trainer.catalogue.math_gen",
+    "trainer.catalogue.documents",
+    "trainer.catalogue.tool_use",
 ]
-"""Every DomainSpec this package registered, in a stable order."""
+"""The modules that define domains, in the catalogue's order; each registers its domains when
+imported or in its ``register_all()``."""
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """Everything the trainer and the control plane need to know about one domain."""
+
+    slug: str
+    """Unique, URL-safe name, e.g. ``builtin-addition`` or ``rg-basic_arithmetic``."""
+    title: str
+    """Human-readable name."""
+    kind: str
+    """One of: math, code, reasoning, document, tool_use, text, other."""
+    family: str
+    """Task-source family, e.g. ``builtin``, ``reasoning_gym``, ``humaneval``."""
+    source: TaskSource
+    """Draws tasks for this domain."""
+    verify: VerifyFn
+    """Default verifier: ``(completion, task) -> Verification``."""
+    description: str = ""
+    """What the domain asks of the model."""
+    verifier_spec: dict[str, Any] = field(default_factory=dict)
+    """The default verifier cascade as data (``{"stages": [...]}``), stored by the control plane."""
+    task_source_spec: dict[str, Any] = field(default_factory=dict)
+    """The task source as data (family, generator name, level mapping)."""
+    environment: Callable[[Task], Any] | None = None
+    """Multi-turn domains: builds a ``trainer.environments.Environment`` per episode (None: single turn)."""
+
+
+_DOMAINS: dict[str, DomainSpec] = {}
+_loaded = False
+_loading = False
+_load_lock = threading.RLock()
+
+
+def register(spec: DomainSpec, *, replace: bool = False) -> DomainSpec:
+    """Add a domain; registering the same slug twice with a different spec is an error unless
+    ``replace`` (domains defined by data, such as uploads, are re-registered when they change)."""
+    existing = _DOMAINS.get(spec.slug)
+    if existing is not None and existing is not spec and not replace:
+        raise ValueError(f"domain {spec.slug!r} is registered twice")
+    _DOMAINS[spec.slug] = spec
+    return spec
+
+
+def unregister(slug: str) -> None:
+    """Forget a domain (tests and data-defined domains); unknown slugs are ignored."""
+    _DOMAINS.pop(slug, None)
+
+
+def _load_catalogue() -> None:
+    global _loaded, _loading
+    with _load_lock:
+        if _loaded or _loading:  # (a catalogue module asking while it loads sees what is there)
+            return
+        _loading = True
+        try:
+            _load_modules()
+            _loaded = True
+        finally:
+            _loading = False
+
+
+def _load_modules() -> None:
+    for name in CATALOGUE_MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "register_all"):
+            module.register_all()
+
+
+def all_domains() -> dict[str, DomainSpec]:
+    """Every registered domain, by slug."""
+    _load_catalogue()
+    return dict(_DOMAINS)
+
+
+def get(slug: str) -> DomainSpec:
+    """The domain with this slug; KeyError names the slug when there is none."""
+    domains = all_domains()
+    try:
+        return domains[slug]
+    except KeyError:
+        raise KeyError(f"unknown domain {slug!r}") from None

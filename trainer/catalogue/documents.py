@@ -26,7 +26,7 @@ import random
 from fractions import Fraction
 from typing import Any, Callable
 
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 
 FAMILY = "documents"

@@ -11,7 +11,7 @@ import functools
 import random
 from typing import Any
 
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 
 SLUG = "code-humaneval"

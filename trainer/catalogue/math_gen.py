@@ -18,7 +18,7 @@ import random
 from fractions import Fraction
 from typing import Callable
 
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 from trainer.verifiers.answers import canonical
 

@@ -26,7 +26,7 @@ import warnings
 from typing import Any
 
 from trainer.outcomes import Outcome, Verification
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 
 FAMILY = "reasoning_gym"

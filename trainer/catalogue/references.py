@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from trainer.registry import DomainSpec
+from trainer.catalogue import DomainSpec
 from trainer.tasks.base import Task
 
 

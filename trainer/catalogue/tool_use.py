@@ -13,7 +13,7 @@ import json
 import random
 from typing import Any
 
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 
 FAMILY = "tool_use"

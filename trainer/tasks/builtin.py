@@ -1,7 +1,7 @@
 """Built-in procedural domains a tiny model can learn: addition, reversal, parity.
 
 Each has a task source (deterministic given the rng), an exact-match verifier and a slug in the
-registry (``builtin-addition``, ``builtin-reversal``, ``builtin-parity``).
+catalogue (``builtin-addition``, ``builtin-reversal``, ``builtin-parity``).
 
 >>> import random
 >>> task = ADDITION.sample(random.Random(0))
@@ -19,7 +19,7 @@ import string
 from dataclasses import dataclass
 
 from trainer.outcomes import Outcome, Verification
-from trainer.registry import DomainSpec, register
+from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 
 EXACT_MATCH_SPEC = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}

@@ -1,6 +1,6 @@
 """A small JSON Schema checker for stage params, with messages a form can show next to a field.
 
-Only the keywords the stage registry uses are supported: type, enum, minimum, maximum,
+Only the keywords the stage types use are supported: type, enum, minimum, maximum,
 exclusiveMinimum, minItems, items, properties, required, additionalProperties, format "regex".
 It depends on nothing outside the standard library, so the control plane can validate verifier
 configurations without importing any verifier dependency.

@@ -1,4 +1,4 @@
-"""The stage registry: every verifier stage type by name, with its params JSON Schema.
+"""The verifier stage types: every kind of stage by name (`STAGES`), with its params JSON Schema.
 
 Functions are referenced as ``"module:function"`` strings and imported on first use, so importing
 this module (and validating a cascade) imports no verifier dependency (sympy, math-verify,

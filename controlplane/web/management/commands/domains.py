@@ -23,7 +23,7 @@ from controlplane.common.errors import InvalidInput
 from controlplane.domains import services
 from controlplane.domains.models import AuditStatus, Domain, DomainVersion
 from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
-from trainer.registry import all_domains
+from trainer.catalogue import all_domains
 
 
 def catalogue_specs(only: list[str] | None = None) -> list[dict]:

@@ -1,12 +1,12 @@
-"""The built-in domains as the control plane sees them through the registry."""
+"""The built-in domains as the control plane sees them through the catalogue."""
 from __future__ import annotations
 
-from trainer import registry
+from trainer import catalogue
 from trainer.outcomes import Verification
 
 
 def test_builtin_domains_are_registered():
-    domains = registry.all_domains()
+    domains = catalogue.all_domains()
     expected = {"builtin-addition": "math", "builtin-reversal": "text", "builtin-parity": "reasoning"}
     for slug, kind in expected.items():
         spec = domains[slug]
