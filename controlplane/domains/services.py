@@ -24,6 +24,7 @@ from controlplane.domains.models import (
     VerifierAuditOverride,
 )
 from controlplane.domains.schemas import audit_report_errors, domain_errors
+from trainer.catalogue.jsonl import JSONLError, parse_jsonl
 
 QUOTA_FIELDS = ("max_concurrent_sandboxes", "max_share", "task_timeout_s", "priority")
 
@@ -131,8 +132,6 @@ MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes) -> Domain:
     """Create a team domain from uploaded tasks: every line is checked first; one bad line and
     nothing is imported, with every bad line's number and field in the error."""
-    # lazy: trainer.catalogue registers the whole catalogue on import (reasoning-gym: seconds)
-    from trainer.catalogue.jsonl import JSONLError, parse_jsonl
 
     _require_edit(actor, team.id)
     errors = domain_errors({**data, "task_source": {"family": "jsonl"}}, creating=True)
