@@ -105,7 +105,7 @@ def prepare(args):
 async def clients_phase(url: str, cookie: str, run, slugs: list[str], args) -> dict:
     import websockets
 
-    from controlplane.runs import driving
+    from controlplane.runs import services as run_services
     from controlplane.runs.series import series_cursor
 
     cursor = await asyncio.to_thread(series_cursor, run=run)
@@ -142,7 +142,7 @@ async def clients_phase(url: str, cookie: str, run, slugs: list[str], args) -> d
         rng = np.random.default_rng(1)
         for u in range(args.updates):
             metrics = {f"reward/{s}": float(v) for s, v in zip(slugs, rng.random(len(slugs)))}
-            driving.run_record_step(run=run, worker="bench-writer", step=first_step + u, metrics=metrics, samples=[],
+            run_services.run_record_step(run=run, worker="bench-writer", step=first_step + u, metrics=metrics, samples=[],
                                     verifier_versions={})
             time.sleep(args.interval)
         connection.close()

@@ -1,7 +1,7 @@
 """From a metric point committed by a worker to that point drawn in the run page, in the browser.
 
 A writer commits training steps through the run driver's own write path
-(``driving.run_record_step``: bulk insert, bucket roll-up, a wake-up to the run's channel group on
+(``run_services.run_record_step``: bulk insert, bucket roll-up, a wake-up to the run's channel group on
 commit) every ``--interval`` seconds, as a fast run would. Chromium has the run page open; the
 page notes, for every point, the wall clock when the chart that shows it was redrawn
 (``window.TemperLive.drawn``). Latency = drawn - committed, over every reward point of every
@@ -35,7 +35,7 @@ def main() -> int:
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the set-up's ORM calls run beside Playwright's loop
     from controlplane.accounts.principal import SYSTEM
     from controlplane.domains.services import domain_create
-    from controlplane.runs import driving
+    from controlplane.runs import services as run_services
     from controlplane.runs.models import Run, RunDomain
 
     user, team = user_with_team("bench", "bench-password-1")
@@ -63,7 +63,7 @@ def main() -> int:
                 metrics = {f"reward/{s}": rng.random() for s in slugs}
                 metrics |= {f"pass_rate/{s}": rng.random() for s in slugs}
                 metrics |= {"perf/tokens_per_s": 1000 + rng.random(), "stage/step_s": args.interval}
-                driving.run_record_step(run=run, worker="bench-writer", step=step, metrics=metrics, samples=[],
+                run_services.run_record_step(run=run, worker="bench-writer", step=step, metrics=metrics, samples=[],
                                         verifier_versions={})
                 now_ms = time.time() * 1000
                 for s in slugs:

@@ -10,7 +10,7 @@ import pytest
 PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit"]
 MODULES = [
     "trainer.outcomes", "trainer.pipeline", "trainer.tasks.builtin", "controlplane.common.validation", "controlplane.domains.selectors",
-    "controlplane.runs.driving", "controlplane.runs.watch", "workers.driver", "workers.verify",
+    "controlplane.runs.services", "controlplane.runs.watch", "controlplane.domains.policy", "workers.driver", "workers.verify",
 ]
 
 

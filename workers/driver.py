@@ -27,8 +27,10 @@ from controlplane.domains.pins import PinnedDomain, domain_quotas
 from workers.domains import register_data_domains, worker_name
 from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.live.services import run_wake
-from controlplane.runs import driving, watch
-from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
+from controlplane.runs import services as runs
+from controlplane.runs import watch
+from controlplane.runs.models import Run, RunDomain, RunState
+from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 
 log = logging.getLogger(__name__)
@@ -122,10 +124,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     from workers.verify import make_verify_batch
 
     worker = worker or worker_name()
-    run = driving.run_claim(run_id=run_id, worker=worker)
+    run = runs.run_claim(run_id=run_id, worker=worker)
     if run is None:
         return "not claimed (not running, or another live driver owns it)"
-    domains = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
+    domains = run_domains(run=run)
     pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
     live = LiveQuotas([pin.slug for pin in pins])
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
@@ -151,22 +153,22 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing, inflight), name=f"lease-run-{run.id}", daemon=True).start()
     try:
         register_data_domains(pins)
-        ckpt = driving.latest_checkpoint(run)
+        ckpt = runs.latest_checkpoint(run)
         if ckpt is not None:
-            driving.run_rewind(run=run, to_step=ckpt.step)
+            runs.run_rewind(run=run, to_step=ckpt.step)
             job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch)
-            RunEvent.objects.create(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}",
+            runs.run_event_record(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}",
                                     data={"checkpoint_step": ckpt.step})
         else:
-            driving.run_rewind(run=run, to_step=0)
+            runs.run_rewind(run=run, to_step=0)
             shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)
             job = Job(trainer_config(run, domains, live.caps), callbacks=[collect], verify_batch=verify_batch)
             if job.config.sft.steps > 0:
                 losses = job.sft()
-                RunEvent.objects.create(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
+                runs.run_event_record(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
         weights = {rd.domain.slug: rd.weight for rd in domains}
         caps = live.caps
-        quarantine = Quarantine(set(RunEvent.objects.filter(run=run, kind="quarantine").values_list("data__domain", flat=True)))
+        quarantine = Quarantine(run_quarantined_domains(run=run))
         if quarantine.quarantined:
             _apply_quarantine(job, weights, caps, quarantine.quarantined)
         every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
@@ -175,13 +177,13 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             periodic_eval(job, run, 0)  # the base model's point of the eval curves
         started = time.monotonic()
         while job.step_count < run.budget_steps:
-            run = driving.run_heartbeat(run_id=run.id, worker=worker)
+            run = runs.run_heartbeat(run_id=run.id, worker=worker)
             if run.state == RunState.CANCELLED:
-                driving.run_finish(run=run, worker=worker, state=RunState.CANCELLED)
+                runs.run_finish(run=run, worker=worker, state=RunState.CANCELLED)
                 return "cancelled"
             if run.state == RunState.PAUSED or run.preempt_requested:
                 _checkpoint(job, run)
-                driving.run_park(run=run, worker=worker)
+                runs.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
             weights, caps = _apply_weights(job, run, weights, live, quarantine.quarantined)
             inflight.set_phase("step")
@@ -189,7 +191,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             metrics = job.step()
             metrics.update(latency_metrics(step_latencies(job.last_generated)))
             for slug, bad, seen in quarantine.observe(metrics, list(weights)):
-                RunEvent.objects.create(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
+                runs.run_event_record(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
                                                 f"were infrastructure errors; its samples stop, the run goes on")
                 _apply_quarantine(job, weights, caps, quarantine.quarantined)
@@ -199,7 +201,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             tokens = int(sum(s.get("tokens", 0) for s in collected.get("samples", [])))
             counts, examples = watch.tampering_counts(job.last_generated)
             metrics.update(watch.tampering_metrics(counts))
-            driving.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
+            runs.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
                                     samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens)
             watch.run_watch_tampering(run=run, step=step, counts=counts, examples=examples)
             if eval_every and step % eval_every == 0:
@@ -212,17 +214,17 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             if run.budget_tokens and run.tokens_used >= run.budget_tokens:
                 break
         _checkpoint(job, run)
-        driving.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
+        runs.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
         return "completed"
-    except driving.LeaseLost as exc:
+    except runs.LeaseLost as exc:
         log.warning("run %s: %s; stopping", run_id, exc)
         return "lease lost"
     except Exception:  # noqa: BLE001 - the run fails with the reason; the worker lives on
         error = traceback.format_exc()
         log.error("run %s failed:\n%s", run_id, error)
         try:
-            driving.run_finish(run=run, worker=worker, state=RunState.FAILED, error=error)
-        except driving.LeaseLost:
+            runs.run_finish(run=run, worker=worker, state=RunState.FAILED, error=error)
+        except runs.LeaseLost:
             pass
         return "failed"
     finally:
@@ -235,7 +237,7 @@ def _inflight(run_id: int, worker: str, inflight: InFlight) -> int:
     """Say what the driver waits on (for "what is it waiting on" in the API and the run page),
     while this worker still drives the run."""
     version, snapshot = inflight.snapshot()
-    if Run.objects.filter(pk=run_id, driver=worker).update(inflight=snapshot):  # (an update fires no save hook)
+    if runs.run_record_inflight(run_id=run_id, worker=worker, inflight=snapshot):
         try:  # the run page shows it at once; a missing channel layer never stops the driver
             run_wake(run_id=run_id)
         except Exception:  # noqa: BLE001 - the page also polls; the driver goes on
@@ -254,13 +256,13 @@ def _renew_lease(run_id: int, worker: str, stop: threading.Event, inflight: InFl
 
     renewed = time.monotonic()
     written = -1
-    while not stop.wait(min(INFLIGHT_EVERY_S, driving.lease_s() / 4)):
+    while not stop.wait(min(INFLIGHT_EVERY_S, runs.lease_s() / 4)):
         try:
             if inflight is not None and inflight.version != written:
                 written = _inflight(run_id, worker, inflight)
-            if time.monotonic() - renewed >= driving.lease_s() / 4:
+            if time.monotonic() - renewed >= runs.lease_s() / 4:
                 renewed = time.monotonic()
-                if not driving.run_renew(run_id=run_id, worker=worker):
+                if not runs.run_renew(run_id=run_id, worker=worker):
                     return
         except Exception:  # noqa: BLE001 - a missed renewal is retried; the step loop also renews
             log.warning("lease renewal failed for run %s", run_id, exc_info=True)
@@ -298,7 +300,7 @@ def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
 
 def _checkpoint(job, run: Run) -> None:
     path = job.save_checkpoint(checkpoint_root(run.id) / f"step-{job.step_count}")
-    driving.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
+    runs.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
 
 
 def _caps(slugs: list[str]) -> dict[str, float]:
@@ -345,14 +347,14 @@ def _apply_weights(job, run: Run, current: dict[str, float], live: LiveQuotas,
                    quarantined: set[str]) -> tuple[dict[str, float], dict[str, float]]:
     """Domain weights changed through the API, and share caps changed by an admin, take effect
     at this step boundary. Returns the weights and caps now in force."""
-    latest = dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
+    latest = run_weights(run=run)
     caps_changed = live.refresh()
     if latest != current or caps_changed:
         _apply_quarantine(job, latest, live.caps, quarantined)
     if latest != current:
-        RunEvent.objects.create(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
+        runs.run_event_record(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
                                 data={"weights": latest})
     if caps_changed:
-        RunEvent.objects.create(run=run, kind="quotas_applied", message=f"domain share caps applied at step {job.step_count}",
+        runs.run_event_record(run=run, kind="quotas_applied", message=f"domain share caps applied at step {job.step_count}",
                                 data={"max_share": live.caps})
     return latest, live.caps

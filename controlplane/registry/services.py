@@ -29,7 +29,7 @@ from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult,
                                           EvalSuiteVersion, ModelVersion)
 from controlplane.registry.selectors import promotion_gate
 from controlplane.runs import series
-from controlplane.runs.driving import metric_domain
+from controlplane.runs.services import metric_domain
 from controlplane.runs.models import Checkpoint, MetricPoint, Run
 
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from controlplane.accounts.principal import Principal
-from controlplane.domains.models import Domain
 from controlplane.common.errors import InvalidInput, NotFound
-from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
+from controlplane.domains.models import Domain
+from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
 MAX_PAGE = 5000
@@ -70,6 +70,21 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
     if outcome:
         qs = qs.filter(outcome=outcome)
     return qs.order_by("step", "id")
+
+
+def run_domains(*, run: Run) -> list[RunDomain]:
+    """The run's domains with their pinned versions."""
+    return list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
+
+
+def run_weights(*, run: Run) -> dict[str, float]:
+    """The run's current domain weights, by slug."""
+    return dict(RunDomain.objects.filter(run=run).values_list("domain__slug", "weight"))
+
+
+def run_quarantined_domains(*, run: Run) -> set[str]:
+    """The domains this run has quarantined (it survives a resume)."""
+    return set(RunEvent.objects.filter(run=run, kind="quarantine").values_list("data__domain", flat=True))
 
 
 def event_list(*, run: Run) -> QuerySet[RunEvent]:

@@ -13,7 +13,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
-from controlplane.runs.driving import lease_s
+from controlplane.runs.services import lease_s
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
@@ -78,6 +78,15 @@ def heartbeat_record(*, worker: str, queues: list[str], meta: dict | None = None
         worker=worker, defaults={"queues": list(queues), "last_seen": timezone.now(), "meta": meta or {}}
     )
     return hb
+
+
+def worker_sweep(*, stale_after_s: float = 60.0, forget_after_s: float = 24 * 3600.0) -> dict:
+    """Forget workers silent longer than ``forget_after_s``; report the stale and the alive."""
+    now = timezone.now()
+    WorkerHeartbeat.objects.filter(last_seen__lt=now - timedelta(seconds=forget_after_s)).delete()
+    stale = list(WorkerHeartbeat.objects.filter(last_seen__lt=now - timedelta(seconds=stale_after_s)).values_list("worker", flat=True))
+    alive = WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(seconds=stale_after_s)).count()
+    return {"alive": alive, "stale": stale}
 
 
 def min_run_s() -> float:

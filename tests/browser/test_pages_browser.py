@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from controlplane.runs import driving, series
+from controlplane.runs import series
+from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint
 from tests import factories
 from tests.browser.conftest import PASSWORD, browser_user, screenshot
@@ -69,7 +70,7 @@ def test_admin_edits_domain_quota_and_runs_list_is_live(server, browser):
     page.wait_for_selector("[data-testid=live-state][data-state=live]")
     row = f"tr[data-run='{run.id}']"
     assert page.inner_text(f"{row} [data-field=step]") == "0"
-    writer = threading.Thread(target=lambda: driving.run_record_step(
+    writer = threading.Thread(target=lambda: run_services.run_record_step(
         run=run, worker="w1", step=12, metrics={"reward/mean": 0.75}, samples=[], verifier_versions={}))
     writer.start()
     writer.join()

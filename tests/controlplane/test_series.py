@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from controlplane.runs import driving, series
+from controlplane.runs import series
+from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricBucket, MetricPoint
 from tests import factories
 
@@ -79,14 +80,14 @@ def test_raw_view_stops_at_the_cursor(world):
 def test_record_step_rolls_up_and_rewind_refolds(world):
     run = factories.run(world.team, domains=[world.domain], state="running", driver="w1")
     for step in range(1, 41):
-        driving.run_record_step(run=run, worker="w1", step=step, metrics={"reward/addition": step / 100}, samples=[],
+        run_services.run_record_step(run=run, worker="w1", step=step, metrics={"reward/addition": step / 100}, samples=[],
                                 verifier_versions={})
     # A retried step with other values keeps the stored point, and the buckets agree with it.
-    driving.run_record_step(run=run, worker="w1", step=40, metrics={"reward/addition": 99.0}, samples=[], verifier_versions={})
+    run_services.run_record_step(run=run, worker="w1", step=40, metrics={"reward/addition": 99.0}, samples=[], verifier_versions={})
     assert _stored(run, 16, "reward/addition") == _expected(run, 16, "reward/addition")
-    driving.run_rewind(run=run, to_step=20)
+    run_services.run_rewind(run=run, to_step=20)
     for step in range(21, 31):
-        driving.run_record_step(run=run, worker="w1", step=step, metrics={"reward/addition": -step / 100}, samples=[],
+        run_services.run_record_step(run=run, worker="w1", step=step, metrics={"reward/addition": -step / 100}, samples=[],
                                 verifier_versions={})
     for width in series.WIDTHS:
         assert _stored(run, width, "reward/addition") == _expected(run, width, "reward/addition")

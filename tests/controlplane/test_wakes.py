@@ -6,7 +6,7 @@ import pytest
 
 from controlplane.live import services as live
 from controlplane.registry.services import run_record_eval
-from controlplane.runs import driving
+from controlplane.runs import services as run_services
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ def wakes(monkeypatch):
 def test_a_step_write_wakes_the_run_once_after_commit(world, wakes, django_capture_on_commit_callbacks):
     run = factories.run(world.team, domains=[world.domain], state="running", driver="w1")
     with django_capture_on_commit_callbacks(execute=True):
-        driving.run_record_step(run=run, worker="w1", step=1, metrics={"reward/addition": 0.5}, samples=[],
+        run_services.run_record_step(run=run, worker="w1", step=1, metrics={"reward/addition": 0.5}, samples=[],
                                 verifier_versions={})
         assert wakes == []  # not before the rows are visible
     assert wakes == [run.pk]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.review import services
-from controlplane.runs import driving
+from controlplane.runs import services as run_services
 from tests import factories
 from trainer.tasks.base import Task
 from workers.verify import task_to_dict, verification_from_dict, verify_items
@@ -39,7 +39,7 @@ def record_judged_run(*, team, domain, by, samples_per_step=45):
     from controlplane.runs.models import Trajectory
 
     run = factories.run(team, by=by, domains=[domain], state="running")
-    driving.run_claim(run_id=run.pk, worker="w-test")
+    run_services.run_claim(run_id=run.pk, worker="w-test")
     rows = judged_samples(domain.slug)
     results = verify_items(domain.verifier, [{"completion": c, "task": task_to_dict(t)} for t, c, _ in rows])
     samples = []
@@ -47,7 +47,7 @@ def record_judged_run(*, team, domain, by, samples_per_step=45):
         v = verification_from_dict(result)
         samples.append({"domain": domain.slug, "task_id": task.id, "prompt": task.prompt, "completion": completion,
                         "reward": v.reward, "outcome": v.outcome.value, "details": v.details})
-    driving.run_record_step(run=run, worker="w-test", step=1, metrics={}, samples=samples, verifier_versions={domain.slug: domain.version})
+    run_services.run_record_step(run=run, worker="w-test", step=1, metrics={}, samples=samples, verifier_versions={domain.slug: domain.version})
     truth = {}
     for t, (_, completion, ok) in zip(Trajectory.objects.filter(run=run).order_by("id"), rows):
         assert t.completion == completion

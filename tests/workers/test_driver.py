@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from controlplane.runs import driving
+from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from controlplane.runs.services import run_create, run_pause, run_set_weights
 from tests import factories
@@ -93,7 +93,7 @@ def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=4)
     calls = {"n": 0}
-    original = driving.run_record_step
+    original = run_services.run_record_step
 
     def pause_after_second(**kw):
         out = original(**kw)
@@ -102,11 +102,11 @@ def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
             run_pause(actor=actor, run=Run.objects.get(pk=kw["run"].pk))
         return out
 
-    driving.run_record_step = pause_after_second
+    run_services.run_record_step = pause_after_second
     try:
         assert drive(run.id, worker="w1", send=_no_send) == "paused"
     finally:
-        driving.run_record_step = original
+        run_services.run_record_step = original
     run.refresh_from_db()
     assert run.state == "paused" and run.checkpoints.filter(step=2).exists()
     run.transition("queued"); run.transition("running"); run.save()
@@ -118,7 +118,7 @@ def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
 def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=5)
-    original = driving.run_record_step
+    original = run_services.run_record_step
     calls = {"n": 0}
 
     def die_after_three(**kw):
@@ -127,16 +127,16 @@ def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
             raise SystemExit("worker killed")  # the process dies mid-step 4: nothing after step 3 is written
         return original(**kw)
 
-    driving.run_record_step = die_after_three
+    run_services.run_record_step = die_after_three
     try:
         with pytest.raises(SystemExit):
             drive(run.id, worker="dead", send=_no_send)
     finally:
-        driving.run_record_step = original
+        run_services.run_record_step = original
     assert steps_of(run) == [1, 2, 3]
     # The lease is still held by the dead worker: nobody else may take it until it expires.
     assert drive(run.id, worker="w2", send=_no_send).startswith("not claimed")
-    Run.objects.filter(pk=run.pk).update(driver_seen_at=timezone.now() - timedelta(seconds=driving.lease_s() + 1))  # expired
+    Run.objects.filter(pk=run.pk).update(driver_seen_at=timezone.now() - timedelta(seconds=run_services.lease_s() + 1))  # expired
     assert drive(run.id, worker="w2", send=_no_send) == "completed"
     assert steps_of(run) == [1, 2, 3, 4, 5]  # resumed from step 2's checkpoint; step 3 rewritten once
 
@@ -144,7 +144,7 @@ def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
 def test_weight_change_is_applied_at_a_step_boundary(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=2)
-    original = driving.run_record_step
+    original = run_services.run_record_step
 
     def change_after_first(**kw):
         out = original(**kw)
@@ -152,11 +152,11 @@ def test_weight_change_is_applied_at_a_step_boundary(setup):
             run_set_weights(actor=actor, run=Run.objects.get(pk=kw["run"].pk), weights={"builtin-addition": 5.0})
         return out
 
-    driving.run_record_step = change_after_first
+    run_services.run_record_step = change_after_first
     try:
         assert drive(run.id, worker="w1", send=_no_send) == "completed"
     finally:
-        driving.run_record_step = original
+        run_services.run_record_step = original
     applied = RunEvent.objects.get(run=run, kind="weights_applied")
     assert applied.data["weights"]["builtin-addition"] == 5.0 and "at step 1" in applied.message
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 
 from controlplane import dispatch
-from controlplane.runs import driving
+from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent
 from controlplane.runs.selectors import run_explain
 from controlplane.runs.services import run_create, run_start
@@ -46,7 +46,7 @@ def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
     assert schedule_tick(min_run=0).admit == [low.id]
     assert ("temper.rollout.drive_run", (low.id,)) in sent
 
-    original = driving.run_record_step
+    original = run_services.run_record_step
     state = {}
 
     def high_arrives_after_step_2(**kw):
@@ -58,11 +58,11 @@ def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
             state["explain"] = run_explain(run=Run.objects.get(pk=state["high"].id))
         return out
 
-    driving.run_record_step = high_arrives_after_step_2
+    run_services.run_record_step = high_arrives_after_step_2
     try:
         assert drive(low.id, worker="w1", send=None) == "preempted"
     finally:
-        driving.run_record_step = original
+        run_services.run_record_step = original
     high = state["high"]
     assert state["explain"]["queued"]["binding"] == "cpu"
     assert f"waiting for run {low.id} (priority 10)" in state["explain"]["queued"]["reason"]
