@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Path, Router, Schema, Status
+from ninja import Field, Path, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
@@ -57,22 +57,14 @@ class TokenCreatedOut(TokenOut):
 class AuditOut(Schema):
     id: int
     at: datetime
-    actor: str
-    team: Optional[str] = None
+    actor: str = Field(alias="actor_name")
+    team: Optional[str] = Field(None, alias="team.slug")
     object_type: str
     object_id: str
     object_repr: str
     action: str
     before: Any = None
     after: Any = None
-
-    @staticmethod
-    def resolve_actor(obj) -> str:
-        return obj.actor_name
-
-    @staticmethod
-    def resolve_team(obj) -> Optional[str]:
-        return obj.team.slug if obj.team_id else None
 
 
 def _token_out(t) -> dict:

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Path, Query, Router, Schema, Status
+from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
@@ -46,7 +46,7 @@ class DomainOut(Schema):
     kind: str
     family: str
     description: str
-    team: Optional[str] = None
+    team: Optional[str] = Field(None, alias="team.slug")
     version: int
     priority: int
     max_concurrent_sandboxes: int
@@ -55,10 +55,6 @@ class DomainOut(Schema):
     is_active: bool
     updated_at: datetime
     audit: AuditSummaryOut
-
-    @staticmethod
-    def resolve_team(obj) -> Optional[str]:
-        return obj.team.slug if obj.team_id else None
 
     @staticmethod
     def resolve_audit(obj) -> dict:
@@ -74,12 +70,8 @@ class VersionOut(Schema):
     version: int
     note: str
     created_at: datetime
-    created_by: Optional[str] = None
+    created_by: Optional[str] = Field(None, alias="created_by.username")
     snapshot: dict[str, Any]
-
-    @staticmethod
-    def resolve_created_by(obj) -> Optional[str]:
-        return obj.created_by.username if obj.created_by_id else None
 
 
 class DiffRow(Schema):
@@ -183,30 +175,18 @@ class AuditProgressOut(Schema):
     note: str
     created_at: datetime
     started_at: Optional[datetime] = None
-    done: int
-    total: int
-
-    @staticmethod
-    def resolve_done(obj) -> int:
-        return obj.progress_done
-
-    @staticmethod
-    def resolve_total(obj) -> int:
-        return obj.progress_total
+    done: int = Field(alias="progress_done")
+    total: int = Field(alias="progress_total")
 
 
 class OverrideOut(Schema):
-    admin: str
+    admin: str = Field(alias="admin_name")
     reason: str
     created_at: datetime
 
-    @staticmethod
-    def resolve_admin(obj) -> str:
-        return obj.admin_name
-
 
 class AuditOut(AuditProgressOut):
-    requested_by: Optional[str] = None
+    requested_by: Optional[str] = Field(None, alias="requested_by.username")
     finished_at: Optional[datetime] = None
     tasks: Optional[int] = None
     probes: Optional[int] = None
@@ -220,10 +200,6 @@ class AuditOut(AuditProgressOut):
     error: str
     report: dict[str, Any]
     override: Optional[OverrideOut] = None
-
-    @staticmethod
-    def resolve_requested_by(obj) -> Optional[str]:
-        return obj.requested_by.username if obj.requested_by_id else None
 
     @staticmethod
     def resolve_override(obj):

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Path, Query, Router, Schema, Status
+from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.models import Team
@@ -29,26 +29,14 @@ class VersionOut(Schema):
     id: int
     name: str
     kind: str
-    team: str
+    team: str = Field(alias="team.slug")
     base: str
     base_model: str
-    run: Optional[int] = None
+    run: Optional[int] = Field(None, alias="run_id")
     step: int
-    parent: Optional[str] = None
+    parent: Optional[str] = Field(None, alias="parent.name")
     aliases: list[str]
     created_at: datetime
-
-    @staticmethod
-    def resolve_team(obj) -> str:
-        return obj.team.slug
-
-    @staticmethod
-    def resolve_run(obj) -> Optional[int]:
-        return obj.run_id
-
-    @staticmethod
-    def resolve_parent(obj) -> Optional[str]:
-        return obj.parent.name if obj.parent_id else None
 
     @staticmethod
     def resolve_aliases(obj) -> list[str]:
@@ -60,11 +48,7 @@ class VersionDetailOut(VersionOut):
     config: dict[str, Any]
     pinned: dict[str, int]
     metrics: dict[str, Any]
-    checkpoint: Optional[int] = None
-
-    @staticmethod
-    def resolve_checkpoint(obj) -> Optional[int]:
-        return obj.checkpoint_id
+    checkpoint: Optional[int] = Field(None, alias="checkpoint_id")
 
 
 class SuiteItemOut(Schema):
@@ -83,28 +67,12 @@ class SuiteItemOut(Schema):
 
 
 class SuiteOut(Schema):
-    slug: str
-    title: str
-    team: Optional[str] = None
+    slug: str = Field(alias="suite.slug")
+    title: str = Field(alias="suite.title")
+    team: Optional[str] = Field(None, alias="suite.team.slug")
     version: int
-    auto_evaluate: bool
+    auto_evaluate: bool = Field(alias="suite.auto_evaluate")
     items: list[SuiteItemOut]
-
-    @staticmethod
-    def resolve_auto_evaluate(obj) -> bool:
-        return obj.suite.auto_evaluate
-
-    @staticmethod
-    def resolve_team(obj) -> Optional[str]:
-        return obj.suite.team.slug if obj.suite.team_id else None
-
-    @staticmethod
-    def resolve_slug(obj) -> str:
-        return obj.suite.slug
-
-    @staticmethod
-    def resolve_title(obj) -> str:
-        return obj.suite.title
 
 
 class ResultOut(Schema):
@@ -122,28 +90,16 @@ class ResultOut(Schema):
 
 class EvalOut(Schema):
     id: int
-    version: str
+    version: str = Field(alias="version.name")
     version_id: int
-    suite: str
-    suite_version: int
+    suite: str = Field(alias="suite_version.suite.slug")
+    suite_version: int = Field(alias="suite_version.version")
     engine: str
     state: str
     error: str
     created_at: datetime
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
-
-    @staticmethod
-    def resolve_version(obj) -> str:
-        return obj.version.name
-
-    @staticmethod
-    def resolve_suite(obj) -> str:
-        return obj.suite_version.suite.slug
-
-    @staticmethod
-    def resolve_suite_version(obj) -> int:
-        return obj.suite_version.version
 
 
 class EvalDetailOut(EvalOut):
@@ -166,42 +122,22 @@ class EvalTaskOut(Schema):
 
 
 class AliasOut(Schema):
-    team: str
+    team: str = Field(alias="team.slug")
     base: str
     name: str
-    version: str
+    version: str = Field(alias="version.name")
     version_id: int
     updated_at: datetime
-
-    @staticmethod
-    def resolve_team(obj) -> str:
-        return obj.team.slug
-
-    @staticmethod
-    def resolve_version(obj) -> str:
-        return obj.version.name
 
 
 class MoveOut(Schema):
     at: datetime
     kind: str
-    from_version: Optional[str] = None
-    to_version: str
-    actor: Optional[str] = None
+    from_version: Optional[str] = Field(None, alias="from_version.name")
+    to_version: str = Field(alias="to_version.name")
+    actor: Optional[str] = Field(None, alias="actor.username")
     reason: str
     gate: dict[str, Any]
-
-    @staticmethod
-    def resolve_from_version(obj) -> Optional[str]:
-        return obj.from_version.name if obj.from_version_id else None
-
-    @staticmethod
-    def resolve_to_version(obj) -> str:
-        return obj.to_version.name
-
-    @staticmethod
-    def resolve_actor(obj) -> Optional[str]:
-        return obj.actor.username if obj.actor_id else None
 
 
 class GateRefusedOut(Schema):

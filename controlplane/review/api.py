@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Path, Query, Router, Schema, Status
+from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
@@ -31,41 +31,21 @@ class JudgeVersionOut(Schema):
     params: dict[str, Any]
     note: str
     created_at: datetime
-    created_by: Optional[str] = None
-    calibrated: bool
+    created_by: Optional[str] = Field(None, alias="created_by.username")
+    calibrated: bool = Field(alias="is_calibrated")
     calibrated_at: Optional[datetime] = None
     calibration: dict[str, Any]
-
-    @staticmethod
-    def resolve_created_by(obj) -> Optional[str]:
-        return obj.created_by.username if obj.created_by_id else None
-
-    @staticmethod
-    def resolve_calibrated(obj) -> bool:
-        return obj.is_calibrated
 
 
 class JudgeOut(Schema):
     slug: str
     title: str
-    team: str
+    team: str = Field(alias="team.slug")
     threshold: float
-    active_version: Optional[int] = None
-    previous_version: Optional[int] = None
+    active_version: Optional[int] = Field(None, alias="active.version")
+    previous_version: Optional[int] = Field(None, alias="previous.version")
     active_calibrated: bool
     updated_at: datetime
-
-    @staticmethod
-    def resolve_team(obj) -> str:
-        return obj.team.slug
-
-    @staticmethod
-    def resolve_active_version(obj) -> Optional[int]:
-        return obj.active.version if obj.active_id else None
-
-    @staticmethod
-    def resolve_previous_version(obj) -> Optional[int]:
-        return obj.previous.version if obj.previous_id else None
 
     @staticmethod
     def resolve_active_calibrated(obj) -> bool:
@@ -104,11 +84,11 @@ class ShadowOut(Schema):
 class QueueOut(Schema):
     id: int
     name: str
-    team: str
-    domain: str
-    judge: str
-    version: int
-    score_format: str
+    team: str = Field(alias="team.slug")
+    domain: str = Field(alias="domain.slug")
+    judge: str = Field(alias="judge_config.judge.slug")
+    version: int = Field(alias="judge_config.version")
+    score_format: str = Field(alias="judge_config.score_format")
     strategy: str
     params: dict[str, Any]
     reviewers_per_item: int
@@ -116,26 +96,6 @@ class QueueOut(Schema):
     reservation_s: int
     population: int
     created_at: datetime
-
-    @staticmethod
-    def resolve_team(obj) -> str:
-        return obj.team.slug
-
-    @staticmethod
-    def resolve_domain(obj) -> str:
-        return obj.domain.slug
-
-    @staticmethod
-    def resolve_judge(obj) -> str:
-        return obj.judge_config.judge.slug
-
-    @staticmethod
-    def resolve_version(obj) -> int:
-        return obj.judge_config.version
-
-    @staticmethod
-    def resolve_score_format(obj) -> str:
-        return obj.judge_config.score_format
 
 
 class QueueDetailOut(QueueOut):

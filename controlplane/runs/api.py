@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Path, Query, Router, Schema, Status
+from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
@@ -26,7 +26,7 @@ class RunDomainOut(Schema):
 
 class RunOut(Schema):
     id: int
-    team: str
+    team: str = Field(alias="team.slug")
     name: str
     state: str
     base_model: str
@@ -37,20 +37,12 @@ class RunOut(Schema):
     budget_tokens: Optional[int] = None
     budget_seconds: Optional[float] = None
     current_step: int
-    created_by: Optional[str] = None
+    created_by: Optional[str] = Field(None, alias="created_by.username")
     created_at: datetime
     queued_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
     error: str
-
-    @staticmethod
-    def resolve_team(obj) -> str:
-        return obj.team.slug
-
-    @staticmethod
-    def resolve_created_by(obj) -> Optional[str]:
-        return obj.created_by.username if obj.created_by_id else None
 
 
 class RunDetailOut(RunOut):
