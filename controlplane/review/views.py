@@ -7,12 +7,12 @@ the calibration threshold) are the API's.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
-from controlplane.common.errors import NotFound
+from controlplane.common.views import get_or_404
 from controlplane.domains.selectors import domain_list
 from controlplane.review import selectors, services
 from controlplane.review.models import Strategy
@@ -40,10 +40,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
     actor = Principal.for_user(request.user)
-    try:
-        queue = selectors.queue_get(actor=actor, queue_id=queue_id)
-    except NotFound:
-        raise Http404("review queue not found") from None
+    queue = get_or_404(selectors.queue_get, actor=actor, queue_id=queue_id)
     can_label = actor.can(queue.team_id, "label")
     is_admin = actor.platform_admin or actor.can(queue.team_id, "team.admin")
     report = selectors.queue_report(queue)
@@ -60,10 +57,7 @@ def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
 @login_required
 def judge_page(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Principal.for_user(request.user)
-    try:
-        judge = selectors.judge_get(actor=actor, slug=slug)
-    except NotFound:
-        raise Http404("judge not found") from None
+    judge = get_or_404(selectors.judge_get, actor=actor, slug=slug)
     is_admin = actor.platform_admin or actor.can(judge.team_id, "team.admin")
     versions = []
     for config in judge.versions.order_by("-version"):

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import NotFound
+from controlplane.common.views import get_or_404
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
 from controlplane.runs import selectors as run_selectors
@@ -72,10 +73,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """The live run page: charts, what the run waits on, its events, controls for those allowed."""
     actor = Principal.for_user(request.user)
-    try:
-        run = run_selectors.run_get(actor=actor, run_id=run_id)
-    except NotFound:
-        raise Http404(f"run {run_id} not found")
+    run = get_or_404(run_selectors.run_get, actor=actor, run_id=run_id)
     domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
     can_control = actor.can(run.team_id, "run.control")
     first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
@@ -109,10 +107,7 @@ def domains_page(request: HttpRequest) -> HttpResponse:
 def domain_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """A domain: version history with diffs, verifier cascade, sandbox, quota, live stats."""
     actor = Principal.for_user(request.user)
-    try:
-        domain = domain_selectors.domain_get(actor=actor, slug=slug)
-    except NotFound:
-        raise Http404(f"domain {slug} not found")
+    domain = get_or_404(domain_selectors.domain_get, actor=actor, slug=slug)
     versions = list(domain.versions.order_by("-version"))
     summaries = domain_selectors.audit_summaries(versions=versions)
     audit = pages.audit_view(domain=domain, version=next((v for v in versions if v.version == domain.version), None))
