@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.common.models import WriteOnce, WriteOnceQuerySet
+
 
 class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
@@ -81,16 +83,15 @@ class ApiToken(models.Model):
         return self.revoked_at is None and self.expires_at > now
 
 
-class AuditLogQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("the audit log is append-only: rows cannot be updated")
-
+class AuditLogQuerySet(WriteOnceQuerySet):
     def delete(self):
         raise TypeError("the audit log is append-only: rows cannot be deleted")
 
 
-class AuditLog(models.Model):
+class AuditLog(WriteOnce):
     """Append-only record of every change to a domain, quota, priority, verifier, judge or run."""
+
+    immutable_error = "the audit log is append-only: rows cannot be changed"
 
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     actor_name = models.CharField(max_length=150, blank=True)
@@ -111,11 +112,6 @@ class AuditLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}:{self.object_id}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise TypeError("the audit log is append-only: rows cannot be changed")
-        super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):
         raise TypeError("the audit log is append-only: rows cannot be deleted")

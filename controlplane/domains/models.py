@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.db.models import Q
 
 from controlplane.accounts.models import Team
+from controlplane.common.models import ImmutableVersion
 
 
 class DomainKind(models.TextChoices):
@@ -77,22 +78,13 @@ class Domain(models.Model):
         return {name: getattr(self, name) for name in VERSIONED_FIELDS}
 
 
-class DomainVersionQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("domain versions are immutable")
-
-
-class DomainVersion(models.Model):
+class DomainVersion(ImmutableVersion):
     """An immutable snapshot of a domain; runs pin these."""
 
-    domain = models.ForeignKey(Domain, on_delete=models.CASCADE, related_name="versions")
-    version = models.IntegerField()
-    snapshot = models.JSONField()
-    note = models.CharField(max_length=200, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
+    immutable_error = "domain versions are immutable: edit the domain to make a new version"
 
-    objects = DomainVersionQuerySet.as_manager()
+    domain = models.ForeignKey(Domain, on_delete=models.CASCADE, related_name="versions")
+    snapshot = models.JSONField()
 
     class Meta:
         ordering = ["domain__slug", "-version"]
@@ -103,11 +95,6 @@ class DomainVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.domain.slug}@v{self.version}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise TypeError("domain versions are immutable: edit the domain to make a new version")
-        super().save(*args, **kwargs)
 
 
 class AuditStatus(models.TextChoices):

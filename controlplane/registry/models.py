@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.accounts.models import Team
+from controlplane.common.models import ImmutableVersion
 from controlplane.domains.models import DomainVersion
 from controlplane.runs.models import Checkpoint, Run
 
@@ -112,22 +113,13 @@ class EvalSuite(models.Model):
         return self.slug
 
 
-class EvalSuiteVersionQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("eval suite versions are immutable")
-
-
-class EvalSuiteVersion(models.Model):
+class EvalSuiteVersion(ImmutableVersion):
     """Immutable items of a suite: per domain (pinned version) and layer, tasks, seed, decoding."""
 
-    suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="versions")
-    version = models.IntegerField()
-    items = models.JSONField()
-    note = models.CharField(max_length=200, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
+    immutable_error = "eval suite versions are immutable: edit the suite to make a new version"
 
-    objects = EvalSuiteVersionQuerySet.as_manager()
+    suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="versions")
+    items = models.JSONField()
 
     class Meta:
         ordering = ["suite__slug", "-version"]
@@ -135,11 +127,6 @@ class EvalSuiteVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.suite.slug}@v{self.version}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise TypeError("eval suite versions are immutable: edit the suite to make a new version")
-        super().save(*args, **kwargs)
 
 
 class EvalState(models.TextChoices):
