@@ -5,6 +5,7 @@ Locally a test whose service is missing is skipped with the reason; with TEMPER_
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from urllib.parse import urlparse
@@ -89,11 +90,32 @@ def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int =
     return proc
 
 
-def wait_for(predicate, timeout: float, what: str):
+@contextlib.contextmanager
+def celery_workers(tmp_path, workers: dict[str, str], *, prefix: str = "", concurrency: int = 1, **env: str):
+    """Real Celery workers on the test database and Redis, one per ``name: queues`` item, with
+    ``TEMPER_VAR_DIR`` and each worker's log (``<name>.log``) under ``tmp_path``; the block gets
+    ``tmp_path`` and the workers are stopped when it ends. Needs PostgreSQL (the caller checks
+    first) and Redis."""
+    from django.db import connection
+
+    env = worker_env(connection.settings_dict, require_redis(), TEMPER_VAR_DIR=str(tmp_path / "var"), **env)
+    procs = [start_celery_worker(env, f"{prefix}{name}", queues, concurrency=concurrency, log_path=tmp_path / f"{name}.log")
+             for name, queues in workers.items()]
+    try:
+        yield tmp_path
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
+
+
+def wait_for(predicate, timeout: float, what: str, *, logs=()):
     """Poll a condition the system under test makes true (a run reaching a state); its value.
 
     The poll period is not a stand-in for synchronisation: the test waits for the state itself,
-    with ``timeout`` only as a bound that says what never happened."""
+    with ``timeout`` only as a bound that says what never happened. The failure then shows the
+    end of each of ``logs`` (the workers' log files)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -102,4 +124,5 @@ def wait_for(predicate, timeout: float, what: str):
         if value:
             return value
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    tails = "".join(f"\n{path.name}:\n{path.read_text()[-4000:]}" for path in logs)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{tails}")

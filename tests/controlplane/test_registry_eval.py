@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from controlplane.registry import services
 from controlplane.registry.models import EvalRun
 from tests import factories
-from tests.services import require, require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import celery_workers, require, require_postgres, wait_for
 
 DOMAINS = ["builtin-reversal", "builtin-addition", "tool-calculator-kv", "code-humaneval"]
 ITEMS = [
@@ -25,15 +24,11 @@ ITEMS = [
 @pytest.fixture
 def eval_worker(transactional_db, tmp_path):
     require_postgres()
-    redis_url = require_redis()
     from workers.sandbox import bwrap
 
     require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandboxed code domain")
-    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), OMP_NUM_THREADS="1")
-    proc = start_celery_worker(env, "eval", "eval", log_path=tmp_path / "eval.log")
-    yield tmp_path
-    proc.terminate()
-    proc.wait(timeout=60)
+    with celery_workers(tmp_path, {"eval": "eval"}, OMP_NUM_THREADS="1") as var:
+        yield var
 
 
 def _results(ev: EvalRun) -> dict:
@@ -56,10 +51,8 @@ def test_evaluation_on_the_eval_queue_is_reproducible(eval_worker, tmp_path):
     suite = services.suite_save(actor=actor, data={"slug": "smoke", "team": "acme", "items": ITEMS})
 
     first = services.eval_start(actor=actor, version=version, suite_version=suite)  # sent to the eval queue on commit
-    try:
-        done = wait_for(lambda: EvalRun.objects.filter(pk=first.pk, state__in=["completed", "failed"]).first(), 300, "the evaluation")
-    except AssertionError:
-        raise AssertionError("eval worker log:\n" + (eval_worker / "eval.log").read_text()[-4000:]) from None
+    done = wait_for(lambda: EvalRun.objects.filter(pk=first.pk, state__in=["completed", "failed"]).first(), 300, "the evaluation",
+                    logs=[eval_worker / "eval.log"])
     assert done.state == "completed", done.error
     assert done.worker.startswith("eval-")
     results = _results(done)

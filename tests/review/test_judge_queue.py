@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from controlplane import dispatch
@@ -13,19 +12,15 @@ from controlplane.review import services
 from controlplane.review.models import JudgeConfig, ReviewItem, ShadowScore
 from tests import factories
 from tests.review.conftest import SIM_VERIFIER, judged_samples, record_judged_run
-from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import celery_workers, require_postgres, wait_for
 from workers.verify import make_verify_batch
 
 
 @pytest.fixture
 def judge_worker(transactional_db, tmp_path):
     require_postgres()
-    redis_url = require_redis()
-    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"))
-    proc = start_celery_worker(env, "judge", "judge", concurrency=1, log_path=tmp_path / "judge.log")
-    yield tmp_path
-    proc.terminate()
-    proc.wait(timeout=60)
+    with celery_workers(tmp_path, {"judge": "judge"}) as var:
+        yield var
 
 
 

@@ -7,28 +7,20 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 
 from controlplane.runs.models import MetricPoint, Run, Trajectory
 from controlplane.runs.services import run_create, run_start
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import celery_workers, require_postgres, wait_for
 
 
 
 @pytest.fixture
 def workers(transactional_db, tmp_path):
     require_postgres()
-    redis_url = require_redis()
-    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"))
-    procs = [start_celery_worker(env, f"judged-{name}", queues, concurrency=1, log_path=tmp_path / f"{name}.log")
-             for name, queues in (("driver", "control,rollout"), ("judge", "judge"))]
-    yield tmp_path
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        proc.wait(timeout=60)
+    with celery_workers(tmp_path, {"driver": "control,rollout", "judge": "judge"}, prefix="judged-") as var:
+        yield var
 
 
 @pytest.mark.slow
@@ -45,11 +37,8 @@ def test_a_run_on_a_judged_domain_records_judge_versions(workers, tmp_path):
         ["capitals-judged"], team="acme", base_model=model, budget={"steps": 2},
         config={"rollout": {"prompts_per_step": 4, "n": 2, "max_new_tokens": 8}}))
     run_start(actor=actor, run=run)
-    try:
-        final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end")
-    except AssertionError:
-        raise AssertionError("driver log:\n" + (workers / "driver.log").read_text()[-4000:]
-                             + "\njudge log:\n" + (workers / "judge.log").read_text()[-3000:]) from None
+    final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end",
+                     logs=[workers / "driver.log", workers / "judge.log"])
     assert final.state == "completed", final.error
     assert "temper.judge.batch" in (workers / "judge.log").read_text()
     rows = list(Trajectory.objects.filter(run=run))

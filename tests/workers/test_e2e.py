@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from controlplane.runs.models import MetricPoint, Run
 from controlplane.runs.services import run_create, run_start
 from tests import factories
-from tests.services import require, require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import celery_workers, require, require_postgres, wait_for
 
 DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity", "code-humaneval"]
 
@@ -23,18 +22,11 @@ DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity", "code-human
 @pytest.fixture
 def workers(transactional_db, tmp_path):
     require_postgres()
-    redis_url = require_redis()
     from workers.sandbox import bwrap
 
     require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandboxed code domain")
-    env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"))
-    procs = [start_celery_worker(env, f"e2e-{name}", queues, concurrency=2, log_path=tmp_path / f"{name}.log")
-             for name, queues in (("driver", "control,rollout"), ("verify", "verify"))]
-    yield tmp_path
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        proc.wait(timeout=60)
+    with celery_workers(tmp_path, {"driver": "control,rollout", "verify": "verify"}, prefix="e2e-", concurrency=2) as var:
+        yield var
 
 
 @pytest.mark.slow
@@ -49,11 +41,8 @@ def test_tiny_model_run_completes_through_celery(workers, tmp_path):
         DOMAINS, team="acme", base_model=model, budget={"steps": 3},
         config={"rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8}, "checkpoint": {"every_steps": 2}}))
     run_start(actor=actor, run=run)  # the tick that admits it is sent after this commit
-    try:
-        final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end")
-    except AssertionError:
-        raise AssertionError("run did not end; driver log:\n" + (workers / "driver.log").read_text()[-4000:]
-                             + "\nverify log:\n" + (workers / "verify.log").read_text()[-3000:]) from None
+    final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end",
+                     logs=[workers / "driver.log", workers / "verify.log"])
     assert final.state == "completed", final.error
     steps = sorted(set(MetricPoint.objects.filter(run=run, key="stage/step_s").values_list("step", flat=True)))
     assert steps == [1, 2, 3]
