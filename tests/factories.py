@@ -5,12 +5,15 @@ import itertools
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.utils import timezone
 
 from controlplane.accounts.models import ApiToken, Membership, Team, token_digest
 from controlplane.accounts.principal import Principal
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.runs.models import Run, RunDomain
+from controlplane.runs.services import run_create, run_start
+from controlplane.scheduling.models import ResourcePool, TeamQuota
 
 _seq = itertools.count(1)
 
@@ -75,3 +78,24 @@ def run_payload(domains: list[str], **overrides) -> dict:
     }
     payload.update(overrides)
     return payload
+
+
+def one_slot_contest(tmp_path, config: dict):
+    """Runs that compete for one slot: ``builtin-addition`` synced, one CPU slot, team ``acme`` (no
+    GPUs, two concurrent runs) with an admin, and a tiny model built under ``tmp_path``. Returns
+    ``new_run(name, priority, steps)``, which creates and starts a run with ``config`` as the admin."""
+    from trainer.models.tiny import build_tiny
+
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
+    ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
+    team_ = team("acme")
+    TeamQuota.objects.create(team=team_, max_gpus=0, max_concurrent_runs=2)
+    admin = actor(member(team_, "admin"))
+    model = str(build_tiny(tmp_path / "model", layers=2))
+
+    def new_run(name: str, priority: int, steps: int) -> Run:
+        r = run_create(actor=admin, data=run_payload(["builtin-addition"], team="acme", name=name, base_model=model,
+                                                     priority=priority, budget={"steps": steps}, config=config))
+        return run_start(actor=admin, run=r)
+
+    return new_run

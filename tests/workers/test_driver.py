@@ -12,6 +12,7 @@ from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from controlplane.runs.services import run_create, run_pause, run_set_weights
 from tests import factories
+from tests.workers.steps import after_each_step
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,20 +94,14 @@ def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=4)
     calls = {"n": 0}
-    original = run_services.run_record_step
 
     def pause_after_second(**kw):
-        out = original(**kw)
         calls["n"] += 1
         if calls["n"] == 2:
             run_pause(actor=actor, run=Run.objects.get(pk=kw["run"].pk))
-        return out
 
-    run_services.run_record_step = pause_after_second
-    try:
+    with after_each_step(pause_after_second):
         assert drive(run.id, worker="w1", send=_no_send) == "paused"
-    finally:
-        run_services.run_record_step = original
     run.refresh_from_db()
     assert run.state == "paused" and run.checkpoints.filter(step=2).exists()
     run.transition("queued"); run.transition("running"); run.save()
@@ -144,19 +139,13 @@ def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
 def test_weight_change_is_applied_at_a_step_boundary(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=2)
-    original = run_services.run_record_step
 
     def change_after_first(**kw):
-        out = original(**kw)
         if kw["step"] == 1:
             run_set_weights(actor=actor, run=Run.objects.get(pk=kw["run"].pk), weights={"builtin-addition": 5.0})
-        return out
 
-    run_services.run_record_step = change_after_first
-    try:
+    with after_each_step(change_after_first):
         assert drive(run.id, worker="w1", send=_no_send) == "completed"
-    finally:
-        run_services.run_record_step = original
     applied = RunEvent.objects.get(run=run, kind="weights_applied")
     assert applied.data["weights"]["builtin-addition"] == 5.0 and "at step 1" in applied.message
 

@@ -3,16 +3,13 @@ checkpoints and yields, the high run runs and completes, then the low run resume
 from __future__ import annotations
 
 import pytest
-from django.core.management import call_command
 
 from controlplane import dispatch
-from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent
 from controlplane.runs.selectors import run_explain
-from controlplane.runs.services import run_create, run_start
-from controlplane.scheduling.models import ResourcePool, TeamQuota
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
+from tests.workers.steps import after_each_step
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,42 +24,23 @@ def sent(monkeypatch):
 
 
 def test_high_priority_preempts_then_low_resumes(sent, settings, tmp_path):
-    from trainer.models.tiny import build_tiny
-
     settings.VAR_DIR = tmp_path
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
-    ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
-    team = factories.team("acme")
-    TeamQuota.objects.create(team=team, max_gpus=0, max_concurrent_runs=2)
-    actor = factories.actor(factories.member(team, "admin"))
-    model = str(build_tiny(tmp_path / "model", layers=2))
-
-    def new_run(name, priority, steps):
-        run = run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", name=name, base_model=model,
-                                                                 priority=priority, budget={"steps": steps}, config=SMALL))
-        return run_start(actor=actor, run=run)
-
+    new_run = factories.one_slot_contest(tmp_path, SMALL)
     low = new_run("low", 10, 4)
     assert schedule_tick(min_run=0).admit == [low.id]
     assert ("temper.rollout.drive_run", (low.id,)) in sent
 
-    original = run_services.run_record_step
     state = {}
 
     def high_arrives_after_step_2(**kw):
-        out = original(**kw)
         if kw["run"].pk == low.id and kw["step"] == 2 and "high" not in state:
             state["high"] = new_run("high", 90, 2)
             decision = schedule_tick(min_run=0)
             assert decision.preempt == [low.id] and decision.admit == []
             state["explain"] = run_explain(run=Run.objects.get(pk=state["high"].id))
-        return out
 
-    run_services.run_record_step = high_arrives_after_step_2
-    try:
+    with after_each_step(high_arrives_after_step_2):
         assert drive(low.id, worker="w1", send=None) == "preempted"
-    finally:
-        run_services.run_record_step = original
     high = state["high"]
     assert state["explain"]["queued"]["binding"] == "cpu"
     assert f"waiting for run {low.id} (priority 10)" in state["explain"]["queued"]["reason"]

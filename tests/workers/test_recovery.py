@@ -121,23 +121,9 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
     checkpoints and yields, the high run runs to completion, then the low run resumes and completes."""
     require_postgres()
     redis_url = require_redis()
-    from controlplane.scheduling.models import ResourcePool, TeamQuota
-    from trainer.models.tiny import build_tiny
-
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_MIN_RUN_S="0")
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
-    ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
-    team = factories.team("acme")
-    TeamQuota.objects.create(team=team, max_gpus=0, max_concurrent_runs=2)
-    actor = factories.actor(factories.member(team, "admin"))
-    model = str(build_tiny(tmp_path / "model", layers=2))
-    config = {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}
-
-    def new_run(name, priority, steps):
-        r = run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", name=name, base_model=model,
-                                                               priority=priority, budget={"steps": steps}, config=config))
-        return run_start(actor=actor, run=r)
-
+    new_run = factories.one_slot_contest(
+        tmp_path, {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}})
     worker = start_celery_worker(env, "preempt", "control,rollout", concurrency=2, log_path=tmp_path / "worker.log")
     try:
         low = new_run("low", 10, 40)
