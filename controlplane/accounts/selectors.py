@@ -6,7 +6,7 @@ from django.http import HttpRequest
 
 from controlplane.accounts.models import ApiToken, AuditLog, Membership, Team
 from controlplane.accounts.principal import Principal
-from controlplane.common.errors import NotFound
+from controlplane.common.errors import found
 
 
 def team_list(*, actor: Principal) -> QuerySet[Team]:
@@ -16,10 +16,7 @@ def team_list(*, actor: Principal) -> QuerySet[Team]:
 def team_get(*, actor: Principal, slug: str) -> Team:
     """A team the actor belongs to (platform admins see every team)."""
     qs = Team.objects.filter(slug=slug)
-    team = (qs if actor.platform_admin else qs.filter(pk__in=actor.team_ids)).first()
-    if team is None:
-        raise NotFound(f"team {slug!r} not found")
-    return team
+    return found((qs if actor.platform_admin else qs.filter(pk__in=actor.team_ids)).first(), f"team {slug!r} not found")
 
 
 def current_team(request: HttpRequest) -> tuple[Team | None, list[Team]]:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,13 @@ class NotFound(ServiceError):
     """The object does not exist or is invisible to the actor (another team's)."""
 
     status = 404
+
+
+def found(value: T | None, message: str) -> T:
+    """``value``, unless it is None (a ``.first()`` that matched nothing): then ``NotFound(message)``."""
+    if value is None:
+        raise NotFound(message)
+    return value
 
 
 class Forbidden(ServiceError):

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from django.db.models import Exists, JSONField, OuterRef, Q, QuerySet, Subquery
 
 from controlplane.accounts.principal import Principal
-from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.common.errors import InvalidInput, found
 from controlplane.domains.models import AuditStatus, Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
 
 
@@ -22,17 +22,11 @@ def domain_list(*, actor: Principal, search: str = "", kind: str = "") -> QueryS
 
 
 def domain_get(*, actor: Principal, slug: str) -> Domain:
-    domain = domain_list(actor=actor).filter(slug=slug).first()
-    if domain is None:
-        raise NotFound(f"domain {slug!r} not found")
-    return domain
+    return found(domain_list(actor=actor).filter(slug=slug).first(), f"domain {slug!r} not found")
 
 
 def domain_version_get(*, domain: Domain, version: int) -> DomainVersion:
-    dv = DomainVersion.objects.filter(domain=domain, version=version).first()
-    if dv is None:
-        raise NotFound(f"domain {domain.slug!r} has no version {version}")
-    return dv
+    return found(DomainVersion.objects.filter(domain=domain, version=version).first(), f"domain {domain.slug!r} has no version {version}")
 
 
 def json_diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:

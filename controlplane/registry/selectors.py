@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from controlplane.accounts.principal import Principal
-from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.common.errors import InvalidInput, NotFound, found
 from controlplane.registry.models import Alias, AliasMove, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
 
@@ -34,9 +34,7 @@ def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
         version = a.version if a else None
     else:
         version = qs.filter(name=ref).first()
-    if version is None:
-        raise NotFound(f"model version {ref!r} not found")
-    return version
+    return found(version, f"model version {ref!r} not found")
 
 
 def suite_list(*, actor: Principal) -> QuerySet[EvalSuite]:
@@ -44,13 +42,9 @@ def suite_list(*, actor: Principal) -> QuerySet[EvalSuite]:
 
 
 def suite_version_get(*, actor: Principal, slug: str, version: int | None = None) -> EvalSuiteVersion:
-    suite = suite_list(actor=actor).filter(slug=slug).first()
-    if suite is None:
-        raise NotFound(f"eval suite {slug!r} not found")
+    suite = found(suite_list(actor=actor).filter(slug=slug).first(), f"eval suite {slug!r} not found")
     sv = suite.versions.filter(version=version or suite.version).select_related("suite").first()
-    if sv is None:
-        raise NotFound(f"eval suite {slug!r} has no version {version}")
-    return sv
+    return found(sv, f"eval suite {slug!r} has no version {version}")
 
 
 def eval_list(*, actor: Principal, version: ModelVersion | None = None) -> QuerySet[EvalRun]:
@@ -61,10 +55,7 @@ def eval_list(*, actor: Principal, version: ModelVersion | None = None) -> Query
 
 
 def eval_get(*, actor: Principal, eval_id: int) -> EvalRun:
-    ev = eval_list(actor=actor).filter(pk=eval_id).first()
-    if ev is None:
-        raise NotFound(f"evaluation {eval_id} not found")
-    return ev
+    return found(eval_list(actor=actor).filter(pk=eval_id).first(), f"evaluation {eval_id} not found")
 
 
 def alias_list(*, actor: Principal, team: str = "") -> QuerySet[Alias]:

@@ -21,7 +21,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound
+from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
 from controlplane.common.validation import schema_errors
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
@@ -208,9 +208,8 @@ def suite_save(*, actor: Principal, data: Any) -> EvalSuiteVersion:
         raise InvalidInput(errors)
     team = None
     if data.get("team"):
-        team = Team.objects.filter(slug=data["team"], pk__in=actor.team_ids).first()
-        if team is None:
-            raise NotFound(f"team {data['team']!r} not found")
+        team = found(Team.objects.filter(slug=data["team"], pk__in=actor.team_ids).first(),
+                     f"team {data['team']!r} not found")
         actor.require(team.id, "run.control", "team")
     suite = EvalSuite.objects.select_for_update().filter(slug=data["slug"]).first()
     if suite is not None:
@@ -355,9 +354,8 @@ def alias_move(*, actor: Principal, version: ModelVersion, name: str, reason: st
 def alias_rollback(*, actor: Principal, team: Team, base: str, name: str = "production", reason: str = "") -> Alias:
     """Undo the alias's last move: it points at the version it pointed at before (one action)."""
     actor.require(team.id, "run.control", "alias")
-    alias = Alias.objects.select_for_update().filter(team=team, base=base, name=name).first()
-    if alias is None:
-        raise NotFound(f"{base} has no {name} alias")
+    alias = found(Alias.objects.select_for_update().filter(team=team, base=base, name=name).first(),
+                  f"{base} has no {name} alias")
     last = alias.moves.order_by("-at", "-id").first()
     if last is None or last.from_version is None:
         raise Conflict(f"{base}:{name} has no earlier version to roll back to")

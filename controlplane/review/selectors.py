@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from controlplane.accounts.principal import Principal
-from controlplane.common.errors import NotFound
+from controlplane.common.errors import found
 from controlplane.review import stats
 from controlplane.review.models import Judge, JudgeConfig, Label, ReviewItem, ReviewQueue, ShadowScore
 
@@ -20,17 +20,12 @@ def judge_list(*, actor: Principal) -> QuerySet[Judge]:
 
 
 def judge_get(*, actor: Principal, slug: str) -> Judge:
-    judge = judge_list(actor=actor).filter(slug=slug).first()
-    if judge is None:
-        raise NotFound(f"judge {slug!r} not found")
-    return judge
+    return found(judge_list(actor=actor).filter(slug=slug).first(), f"judge {slug!r} not found")
 
 
 def config_get(*, judge: Judge, version: int) -> JudgeConfig:
     config = judge.versions.select_related("judge").filter(version=version).first()
-    if config is None:
-        raise NotFound(f"judge {judge.slug!r} has no version {version}")
-    return config
+    return found(config, f"judge {judge.slug!r} has no version {version}")
 
 
 def queue_list(*, actor: Principal, domain: str = "", judge: str = "") -> QuerySet[ReviewQueue]:
@@ -43,17 +38,13 @@ def queue_list(*, actor: Principal, domain: str = "", judge: str = "") -> QueryS
 
 
 def queue_get(*, actor: Principal, queue_id: int) -> ReviewQueue:
-    queue = ReviewQueue.objects.filter(pk=queue_id, team_id__in=actor.team_ids).select_related("team", "domain", "judge_config__judge").first()
-    if queue is None:
-        raise NotFound(f"review queue {queue_id} not found")
-    return queue
+    queue = ReviewQueue.objects.filter(pk=queue_id, team_id__in=actor.team_ids).select_related("team", "domain", "judge_config__judge")
+    return found(queue.first(), f"review queue {queue_id} not found")
 
 
 def item_get(*, actor: Principal, item_id: int) -> ReviewItem:
-    item = ReviewItem.objects.filter(pk=item_id, queue__team_id__in=actor.team_ids).select_related("queue__judge_config__judge").first()
-    if item is None:
-        raise NotFound(f"review item {item_id} not found")
-    return item
+    item = ReviewItem.objects.filter(pk=item_id, queue__team_id__in=actor.team_ids).select_related("queue__judge_config__judge")
+    return found(item.first(), f"review item {item_id} not found")
 
 
 def consensus(values: list[float], fmt: str) -> float:

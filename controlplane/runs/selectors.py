@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from controlplane.accounts.principal import Principal
-from controlplane.common.errors import InvalidInput, NotFound
+from controlplane.common.errors import InvalidInput, found
 from controlplane.domains.models import Domain
 from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
@@ -38,10 +38,7 @@ def run_list(*, actor: Principal, state: str = "", team: str = "") -> QuerySet[R
 
 
 def run_get(*, actor: Principal, run_id: int) -> Run:
-    run = Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).select_related("team").first()
-    if run is None:
-        raise NotFound(f"run {run_id} not found")
-    return run
+    return found(Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).select_related("team").first(), f"run {run_id} not found")
 
 
 def metrics_after(*, run: Run, cursor: int = 0, limit: int = 1000, keys: list[str] | None = None) -> tuple[list[MetricPoint], int]:

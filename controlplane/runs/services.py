@@ -24,7 +24,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import FieldError, InvalidInput, NotFound
+from controlplane.common.errors import FieldError, InvalidInput, found
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.runs import series
@@ -54,10 +54,7 @@ class RunPlan:
 
 def _resolve_team(actor: Principal, slug: str | None) -> Team:
     if slug:
-        team = Team.objects.filter(slug=slug, pk__in=actor.team_ids).first()
-        if team is None:
-            raise NotFound(f"team {slug!r} not found")
-        return team
+        return found(Team.objects.filter(slug=slug, pk__in=actor.team_ids).first(), f"team {slug!r} not found")
     teams = list(Team.objects.filter(pk__in=actor.team_ids)[:2])
     if len(teams) != 1:
         raise InvalidInput.one("team", "required: you belong to several teams" if teams else "you belong to no team")
