@@ -1,6 +1,8 @@
 """What the management commands share: who is acting, and service errors as command errors."""
 from __future__ import annotations
 
+import os
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -29,9 +31,18 @@ class ServiceCommand(BaseCommand):
     def _actor(self, username: str) -> Principal:
         return cli_actor(username)
 
+    def add_arguments(self, parser):
+        parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
+        self.add_commands(parser.add_subparsers(dest="area", required=True))
+
+    def add_commands(self, sub) -> None:
+        """Add the command's parsers to ``sub``: one per area, its actions under ``dest="action"``
+        (or one per action, with no areas)."""
+        raise NotImplementedError
+
     def handler_name(self, opts: dict) -> str:
-        """The method that handles a parsed command line: ``do_<area>_<action>``."""
-        return f"do_{opts['area']}_{(opts.get('action') or '').replace('-', '_')}".rstrip("_")
+        """The method that handles a parsed command line: ``do_<area>_<action>`` (dashes as underscores)."""
+        return f"do_{opts['area']}_{opts.get('action') or ''}".replace("-", "_").rstrip("_")
 
     def describe(self, exc: ServiceError) -> str:
         """The message a refused service call ends the command with."""

@@ -1,7 +1,51 @@
-"""Readable terminal output for the management commands."""
+"""What the management commands read and print: data files, ``FIELD=VALUE`` arguments, tables."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import yaml
+from django.core.management.base import CommandError
+
+
+def read_data_file(path: str):
+    """The data in a JSON (``.json``) or YAML file; CommandError when it is missing or unreadable."""
+    p = Path(path)
+    if not p.is_file():
+        raise CommandError(f"{path}: no such file")
+    try:
+        return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
+    except (ValueError, yaml.YAMLError) as exc:
+        raise CommandError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+
+
+def parse_value(raw: str):
+    """A value from the command line: JSON when it parses (``5``, ``true``, ``{"a": 1}``), else the text.
+
+    >>> parse_value("0.5"), parse_value('{"a": 1}'), parse_value("hello")
+    (0.5, {'a': 1}, 'hello')
+    """
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def assignments(items: Iterable[str], *, parse: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
+    """``FIELD=VALUE`` arguments as a dict; a value goes through :func:`parse_value` when
+    ``parse(field)``, else it stays text.
+
+    >>> assignments(["weight=2", "name=7"], parse=lambda key: key != "name")
+    {'weight': 2, 'name': '7'}
+    """
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise CommandError(f"{item!r}: expected FIELD=VALUE")
+        out[key] = parse_value(raw) if parse(key) else raw
+    return out
 
 
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:

@@ -6,17 +6,14 @@ Acts as ``--user`` (or $TEMPER_USER), like ``manage.py temper``.
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
 
-import yaml
 from django.core.management.base import CommandError
 
 from controlplane import dispatch
 from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.models import Team
-from controlplane.common.cli import table
+from controlplane.common.cli import read_data_file, table
 from controlplane.common.errors import ServiceError
 from controlplane.registry import selectors, services
 from controlplane.registry.models import ALIASES, EvalState
@@ -30,9 +27,7 @@ def _fmt(x, spec=".3f") -> str:
 class Command(ServiceCommand):
     help = "The model registry: versions, eval suites, evaluations, comparison, aliases, rollback, export."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_commands(self, sub):
         p = sub.add_parser("versions", help="list model versions"); p.add_argument("--team", default=""); p.add_argument("--base", default=""); p.add_argument("--run", type=int)
         p = sub.add_parser("show", help="a version and its lineage"); p.add_argument("version", help="id, name (tiny@12/40) or alias (tiny:production)")
         p = sub.add_parser("register", help="register a run's checkpoints that are not versions yet"); p.add_argument("run_id", type=int)
@@ -63,9 +58,6 @@ class Command(ServiceCommand):
         p = sub.add_parser("history", help="an alias's moves"); p.add_argument("base"); p.add_argument("--alias", default="production", choices=ALIASES)
         p = sub.add_parser("export", help="write a promoted version as a Hugging Face directory")
         p.add_argument("version"); p.add_argument("--dest", default="")
-
-    def handler_name(self, opts: dict) -> str:
-        return "do_" + opts["action"].replace("-", "_")
 
     def describe(self, exc: ServiceError) -> str:
         if not isinstance(exc, services.GateRefused):
@@ -115,11 +107,7 @@ class Command(ServiceCommand):
         self.out(f"suite {sv.suite.slug} is at v{sv.version} ({len(sv.items)} items)" + (", evaluating every new version" if o["auto"] else ""))
 
     def do_suite_save(self, o):
-        p = Path(o["file"])
-        if not p.is_file():
-            raise CommandError(f"{p}: no such file")
-        data = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-        sv = services.suite_save(actor=self.actor, data=data)
+        sv = services.suite_save(actor=self.actor, data=read_data_file(o["file"]))
         self.out(f"suite {sv.suite.slug} is at v{sv.version} ({len(sv.items)} items)")
 
     def do_suite_show(self, o):

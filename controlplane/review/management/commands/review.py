@@ -6,16 +6,11 @@ validation and the audit log are the same.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
-
-import yaml
-from django.core.management.base import CommandError
 
 from controlplane import dispatch
 from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.selectors import team_get
-from controlplane.common.cli import table
+from controlplane.common.cli import assignments, read_data_file, table
 from controlplane.domains.models import Domain
 from controlplane.domains.services import domain_upload_jsonl
 from controlplane.review import selectors, services
@@ -31,23 +26,6 @@ DEMO_CAPITALS = [
 ]
 
 
-def _load(path: str):
-    p = Path(path)
-    if not p.is_file():
-        raise CommandError(f"{path}: no such file")
-    try:
-        return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    except (ValueError, yaml.YAMLError) as exc:
-        raise CommandError(f"{path}: cannot be read: {exc}") from None
-
-
-def _value(raw: str):
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
 def _ci(m: dict) -> str:
     if m["value"] is None:
         return "–"
@@ -59,9 +37,7 @@ def _ci(m: dict) -> str:
 class Command(ServiceCommand):
     help = "Judges (versions, calibration, shadow re-scoring, promotion, rollback) and review queues."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
-        sub = parser.add_subparsers(dest="area", required=True)
+    def add_commands(self, sub):
         j = sub.add_parser("judges", help="judges and their versions").add_subparsers(dest="action", required=True)
         j.add_parser("list")
         j.add_parser("show").add_argument("slug")
@@ -104,16 +80,11 @@ class Command(ServiceCommand):
                        ["version", "kind", "format", "model", "", "", "note"]))
 
     def do_judges_create(self, o):
-        j = services.judge_create(actor=self.actor, data=_load(o["file"]))
+        j = services.judge_create(actor=self.actor, data=read_data_file(o["file"]))
         self.out(f"created judge {j.slug} v1 (active, not calibrated)")
 
     def do_judges_edit(self, o):
-        changes = {}
-        for item in o["changes"]:
-            key, sep, raw = item.partition("=")
-            if not sep:
-                raise CommandError(f"{item!r}: expected FIELD=VALUE")
-            changes[key] = _value(raw) if key == "params" else raw
+        changes = assignments(o["changes"], parse=lambda key: key == "params")
         if o["note"]:
             changes["note"] = o["note"]
         c = services.judge_version_create(actor=self.actor, judge=self._judge(o["slug"]), changes=changes)
@@ -196,12 +167,7 @@ class Command(ServiceCommand):
         self.out(table(rows, ["id", "name", "domain", "judge", "strategy", "reviewers", "complete"]))
 
     def do_queues_create(self, o):
-        data = {}
-        for item in o["fields"]:
-            key, sep, raw = item.partition("=")
-            if not sep:
-                raise CommandError(f"{item!r}: expected FIELD=VALUE")
-            data[key] = _value(raw) if key not in ("domain", "judge", "name") else raw
+        data = assignments(o["fields"], parse=lambda key: key not in ("domain", "judge", "name"))
         team = team_get(actor=self.actor, slug=o["team"])
         q = services.queue_create(actor=self.actor, team=team, data=data)
         self.out(f"queue {q.id}: {q.items.count()} items sampled ({q.strategy}) from {q.population} judged trajectories")

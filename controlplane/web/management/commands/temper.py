@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from pathlib import Path
 
-import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from tqdm import tqdm
@@ -20,7 +17,7 @@ from controlplane.accounts import selectors as account_selectors
 from controlplane.accounts import services as account_services
 from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.models import Team
-from controlplane.common.cli import table
+from controlplane.common.cli import assignments, parse_value, read_data_file, table
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains import services as domain_services
 from controlplane.runs import selectors as run_selectors
@@ -29,31 +26,10 @@ from controlplane.runs.models import TERMINAL_STATES
 from controlplane.scheduling.services import team_quota_set
 
 
-def _load_file(path: str):
-    p = Path(path)
-    if not p.is_file():
-        raise CommandError(f"{path}: no such file")
-    text = p.read_text()
-    try:
-        return json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise CommandError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
-
-
-def _parse_value(raw: str):
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
 class Command(ServiceCommand):
     help = "Temper's command-line interface: teams, domains, runs, tokens, quotas, the audit log and the model registry."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--user", default=os.environ.get("TEMPER_USER", ""), help="act as this user (default $TEMPER_USER)")
-        sub = parser.add_subparsers(dest="area", required=True)
-
+    def add_commands(self, sub):
         teams = sub.add_parser("teams", help="teams and members").add_subparsers(dest="action", required=True)
         teams.add_parser("list")
         p = teams.add_parser("create"); p.add_argument("slug"); p.add_argument("--name", default="")
@@ -134,13 +110,7 @@ class Command(ServiceCommand):
 
     def do_domains_set(self, o):
         d = domain_selectors.domain_get(actor=self.actor, slug=o["slug"])
-        changes = {}
-        for item in o["changes"]:
-            if "=" not in item:
-                raise CommandError(f"{item!r}: expected FIELD=VALUE")
-            key, raw = item.split("=", 1)
-            changes[key] = _parse_value(raw)
-        d = domain_services.domain_update(actor=self.actor, domain=d, changes=changes, note=o["note"])
+        d = domain_services.domain_update(actor=self.actor, domain=d, changes=assignments(o["changes"]), note=o["note"])
         self.out(f"{d.slug} is now at v{d.version}")
 
     # -- runs -------------------------------------------------------------------------------
@@ -161,13 +131,13 @@ class Command(ServiceCommand):
         self.out(table([(e.at.strftime("%H:%M:%S"), e.kind, e.message) for e in run_selectors.event_list(run=r)], ["at", "kind", "message"]))
 
     def do_runs_validate(self, o):
-        plan = run_services.run_validate(actor=self.actor, data=_load_file(o["file"]))
+        plan = run_services.run_validate(actor=self.actor, data=read_data_file(o["file"]))
         d = plan.as_dict()
         self.out(f"valid: team {d['team']}, {len(d['domains'])} domains")
         self.out(table([(x["slug"], f"v{x['version']}", x["weight"], f"{x['share']:.1%}") for x in d["domains"]], ["domain", "version", "weight", "share"]))
 
     def do_runs_create(self, o):
-        run = run_services.run_create(actor=self.actor, data=_load_file(o["file"]))
+        run = run_services.run_create(actor=self.actor, data=read_data_file(o["file"]))
         if o["start"]:
             run = run_services.run_start(actor=self.actor, run=run)
         self.out(f"created run {run.id} ({run.state})")
@@ -199,7 +169,7 @@ class Command(ServiceCommand):
         weights = {}
         for item in o["weights"]:
             slug, _, raw = item.partition("=")
-            weights[slug] = _parse_value(raw)
+            weights[slug] = parse_value(raw)
         run_services.run_set_weights(actor=self.actor, run=run, weights=weights)
         self.out(f"run {run.id}: weights {weights}")
 
