@@ -1,18 +1,7 @@
-"""Fixtures for the trainer tests: the tiny model built once per session, and ``require``."""
+"""Fixtures for the trainer tests: the tiny model built once per session."""
 from __future__ import annotations
 
-import os
-
 import pytest
-
-
-def require(condition: bool, reason: str) -> None:
-    """Skip when something the test needs is missing; fail instead under TEMPER_REQUIRE_SERVICES=1."""
-    if condition:
-        return
-    if os.environ.get("TEMPER_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required but missing: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

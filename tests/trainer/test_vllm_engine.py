@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from tests.trainer.conftest import require
+from tests.services import require
 from trainer.outcomes import Verification
 
 

@@ -1,7 +1,6 @@
 """Shared fixtures for the verifier and catalogue tests."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,15 +9,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-
-def require(condition: bool, reason: str) -> None:
-    """Skip when something the test needs is missing; fail instead under TEMPER_REQUIRE_SERVICES=1."""
-    if condition:
-        return
-    if os.environ.get("TEMPER_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required for CI (TEMPER_REQUIRE_SERVICES=1): {reason}")
-    pytest.skip(reason)
 
 
 def sandbox_execute():
@@ -33,6 +23,7 @@ def sandbox_execute():
 @pytest.fixture
 def real_sandbox():
     """A VerifyContext with the real sandbox (skip, or fail in CI, when it is missing)."""
+    from tests.services import require
     from trainer.verifiers.context import VerifyContext
 
     execute = sandbox_execute()
