@@ -40,23 +40,32 @@ def latex_fraction(value: Fraction) -> str:
     return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
 
 
-def poly_latex(coeffs: list[int]) -> str:
-    """Polynomial in x from coefficients, highest degree first: ``2x^{2} - 3x + 1``."""
+def poly_text(coeffs: list[int], *, ascending: bool = False, times: str = "", power: str = "^{%d}") -> str:
+    """Polynomial in x from coefficients, highest degree first, as the reference answer writes it
+    (``2x^{2} - 3x + 1``); or written another way: terms in ascending order, ``times`` between
+    coefficient and ``x`` (``*``, ``\\cdot``), ``power`` as ``^{%d}``, ``^%d`` or ``**%d``.
+
+    >>> poly_text([2, -3, 1])
+    '2x^{2} - 3x + 1'
+    >>> poly_text([2, -3, 1], ascending=True, power="^%d"), poly_text([2, -3, 1], times="*", power="**%d")
+    ('1 - 3x + 2x^2', '2*x**2 - 3*x + 1')
+    """
     degree = len(coeffs) - 1
     terms = []
     for i, c in enumerate(coeffs):
-        power = degree - i
+        p = degree - i
         if c == 0:
             continue
         mag = abs(c)
-        body = ("" if mag == 1 and power else str(mag)) + ("x" if power >= 1 else "") + (f"^{{{power}}}" if power > 1 else "")
+        coef = "" if mag == 1 and p else str(mag)
+        body = coef + (times if coef and p else "") + ("x" if p else "") + (power % p if p > 1 else "")
         terms.append(("-" if c < 0 else "+", body))
+    if ascending:
+        terms.reverse()
     if not terms:
         return "0"
     text = ("-" if terms[0][0] == "-" else "") + terms[0][1]
-    for sign, body in terms[1:]:
-        text += f" {sign} {body}"
-    return text
+    return text + "".join(f" {sign} {body}" for sign, body in terms[1:])
 
 
 def _bound(level: int) -> int:
@@ -97,7 +106,7 @@ def quadratic_root(rng: random.Random, level: int) -> Generated:
     while r2 == r1:
         r2 = rng.randint(-b, b)
     coeffs = [1, -(r1 + r2), r1 * r2]
-    return (f"Find the larger root of ${poly_latex(coeffs)} = 0$", str(max(r1, r2)), str(min(r1, r2)),
+    return (f"Find the larger root of ${poly_text(coeffs)} = 0$", str(max(r1, r2)), str(min(r1, r2)),
             {"value": str(max(r1, r2)), "answer_lhs": ["x"], "other_root": min(r1, r2)})
 
 
@@ -106,8 +115,8 @@ def expand(rng: random.Random, level: int) -> Generated:
     a, c, d, e = _nonzero(rng, b), rng.randint(-b, b), _nonzero(rng, b), rng.randint(-b, b)
     coeffs = [a * d, a * e + c * d, c * e]
     wrong = [coeffs[0], coeffs[1] + 1, coeffs[2]]
-    left = f"({poly_latex([a, c])})({poly_latex([d, e])})"
-    return (f"Expand ${left}$", poly_latex(coeffs), poly_latex(wrong),
+    left = f"({poly_text([a, c])})({poly_text([d, e])})"
+    return (f"Expand ${left}$", poly_text(coeffs), poly_text(wrong),
             {"coeffs": coeffs, "answer_lhs": [], "form": "expanded", "question_expression": left})
 
 
@@ -118,8 +127,8 @@ def derivative(rng: random.Random, level: int) -> Generated:
     n = len(coeffs) - 1
     deriv = [c * (n - i) for i, c in enumerate(coeffs[:-1])]
     wrong = deriv[:-1] + [deriv[-1] + 1]
-    return (f"Differentiate with respect to x: $f(x) = {poly_latex(coeffs)}$. Give $f'(x)$.", poly_latex(deriv), poly_latex(wrong),
-            {"coeffs": deriv, "answer_lhs": DERIVATIVE_LHS, "question_expression": poly_latex(coeffs)})
+    return (f"Differentiate with respect to x: $f(x) = {poly_text(coeffs)}$. Give $f'(x)$.", poly_text(deriv), poly_text(wrong),
+            {"coeffs": deriv, "answer_lhs": DERIVATIVE_LHS, "question_expression": poly_text(coeffs)})
 
 
 FAMILIES: dict[str, Callable[[random.Random, int], Generated]] = {
@@ -154,31 +163,6 @@ class MathSource:
         seed = rng.getrandbits(32)
         question, answer, wrong, meta = FAMILIES[self.family](random.Random(seed), level)
         return Task(self.slug, f"L{level}-{seed}", question + INSTRUCTION, answer, level, {"wrong_answer": wrong, **meta})
-
-
-def poly_text(coeffs: list[int], *, ascending: bool = False, times: str = "", power: str = "^{%d}") -> str:
-    """A polynomial written another way: terms in ascending order, ``times`` between coefficient
-    and ``x`` (``*``, ``\\cdot``), ``power`` as ``^{%d}``, ``^%d`` or ``**%d``.
-
-    >>> poly_text([2, -3, 1], ascending=True, power="^%d"), poly_text([2, -3, 1], times="*", power="**%d")
-    ('1 - 3x + 2x^2', '2*x**2 - 3*x + 1')
-    """
-    degree = len(coeffs) - 1
-    terms = []
-    for i, c in enumerate(coeffs):
-        p = degree - i
-        if c == 0:
-            continue
-        mag = abs(c)
-        coef = "" if mag == 1 and p else str(mag)
-        body = coef + (times if coef and p else "") + ("x" if p else "") + (power % p if p > 1 else "")
-        terms.append(("-" if c < 0 else "+", body))
-    if ascending:
-        terms.reverse()
-    if not terms:
-        return "0"
-    text = ("-" if terms[0][0] == "-" else "") + terms[0][1]
-    return text + "".join(f" {sign} {body}" for sign, body in terms[1:])
 
 
 def _number_forms(value: Fraction) -> list[str]:
