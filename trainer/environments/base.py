@@ -49,13 +49,26 @@ class ActionError(ValueError):
 
 class ToolEnvironment:
     """The turn loop shared by the tool-use environments: parse the call, run the tool, end on
-    ``submit`` or when the step budget is used up. Subclasses give ``_tool`` and ``evaluate``."""
+    ``submit`` or when the step budget is used up. Subclasses give ``_start`` (the episode's
+    state from the task), ``_tool`` and ``evaluate``."""
 
     name: str
-    task: Task | None
-    done: bool
-    steps: int
-    max_steps: int
+
+    def __init__(self, max_steps: int = 40) -> None:
+        self.max_steps = max_steps
+        self.task: Task | None = None
+        self.steps = 0
+        self.done = False
+
+    def reset(self, task: Task) -> str:
+        self.task = task
+        self._start(task)
+        self.steps, self.done = 0, False
+        self.max_steps = int(task.meta.get("max_steps", self.max_steps))
+        return task.prompt
+
+    def _start(self, task: Task) -> None:
+        raise NotImplementedError
 
     def _tool(self, call: dict[str, Any]) -> str:
         raise NotImplementedError

@@ -97,20 +97,10 @@ class CalculatorKVEnv(ToolEnvironment):
     """One episode's store and step budget."""
 
     name = "calculator_kv"
+    store: dict[str, Any]
 
-    def __init__(self, max_steps: int = 40) -> None:
-        self.max_steps = max_steps
-        self.task: Task | None = None
-        self.store: dict[str, Any] = {}
-        self.steps = 0
-        self.done = False
-
-    def reset(self, task: Task) -> str:
-        self.task = task
+    def _start(self, task: Task) -> None:
         self.store = dict(task.meta["initial_store"])
-        self.steps, self.done = 0, False
-        self.max_steps = int(task.meta.get("max_steps", self.max_steps))
-        return task.prompt
 
     def _tool(self, call: dict[str, Any]) -> str:
         tool = call["tool"]

@@ -49,20 +49,10 @@ class FileSystemEnv(ToolEnvironment):
     """One episode's files and step budget."""
 
     name = "filesystem"
+    files: dict[str, str]
 
-    def __init__(self, max_steps: int = 40) -> None:
-        self.max_steps = max_steps
-        self.task: Task | None = None
-        self.files: dict[str, str] = {}
-        self.steps = 0
-        self.done = False
-
-    def reset(self, task: Task) -> str:
-        self.task = task
+    def _start(self, task: Task) -> None:
         self.files = dict(task.meta["files"])
-        self.steps, self.done = 0, False
-        self.max_steps = int(task.meta.get("max_steps", self.max_steps))
-        return task.prompt
 
     def failures(self) -> list[str]:
         """Requirements that do not hold, as messages."""
