@@ -79,9 +79,21 @@ def _rows_after(run_id: int, cursor: int, event_cursor: int, seen_update) -> dic
 
 
 class _Coalescing(AsyncJsonWebsocketConsumer):
-    """Flushes on wake-ups, at most one send per ``COALESCE_S``; tails the database without Redis."""
+    """Flushes on wake-ups, at most one send per ``COALESCE_S``; tails the database without Redis.
+    Anonymous users are closed (4401) in ``connect``; a signed-in user goes to ``connect_user``."""
 
     groups_to_join: list[str]
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        await self.connect_user(user)
+
+    async def connect_user(self, user) -> None:  # pragma: no cover - abstract
+        """Check what the user may see, then ``start`` with the groups to join (or close)."""
+        raise NotImplementedError
 
     async def start(self, groups: list[str]) -> None:
         self.joined = groups
@@ -131,11 +143,7 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
 class RunConsumer(_Coalescing):
     """One run's metric points, events and status, after the client's cursors."""
 
-    async def connect(self):
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
-            return
+    async def connect_user(self, user) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         if not await _team_ids(user, self.run_id):
             await self.close(code=4404)
@@ -187,11 +195,7 @@ def _runs_changed(team_ids: list[int], since) -> tuple[list[dict], object]:
 class RunsConsumer(_Coalescing):
     """Summaries of the runs of the user's teams whenever they change (the runs list)."""
 
-    async def connect(self):
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
-            return
+    async def connect_user(self, user) -> None:
         self.team_ids = await _team_ids(user)
         self.since = None
         await self.start([team_group_name(t) for t in self.team_ids])
