@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import jsonschema
 
@@ -35,40 +35,29 @@ def _fmt(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-def _message(error: jsonschema.ValidationError) -> tuple[list[Any], str]:
-    """The extra path parts and the reason for one jsonschema error."""
-    v, arg = error.validator, error.validator_value
-    extra: list[Any] = []
-    if v == "type":
-        types = [arg] if isinstance(arg, str) else list(arg)
-        return extra, "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types)
-    if v == "exclusiveMinimum":
-        return extra, f"must be greater than {_fmt(arg)}"
-    if v == "minimum":
-        return extra, f"must be at least {_fmt(arg)}"
-    if v == "exclusiveMaximum":
-        return extra, f"must be less than {_fmt(arg)}"
-    if v == "maximum":
-        return extra, f"must be at most {_fmt(arg)}"
-    if v == "enum":
-        return extra, "must be one of: " + ", ".join(str(a) for a in arg)
-    if v == "const":
-        return extra, f"must be {arg!r}"
-    if v == "minLength":
-        return extra, "must not be empty" if arg == 1 else f"must be at least {arg} characters"
-    if v == "maxLength":
-        return extra, f"must be at most {arg} characters"
-    if v == "pattern":
-        return extra, f"must match {arg}"
-    if v == "minItems":
-        return extra, "must not be empty" if arg == 1 else f"must have at least {arg} items"
-    if v == "maxItems":
-        return extra, f"must have at most {arg} items"
-    if v == "uniqueItems":
-        return extra, "must not repeat items"
-    if v == "minProperties":
-        return extra, "must not be empty"
-    return extra, error.message
+_REASONS: dict[str, Callable[[Any], str]] = {
+    "type": lambda arg: "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in ([arg] if isinstance(arg, str) else arg)),
+    "exclusiveMinimum": lambda arg: f"must be greater than {_fmt(arg)}",
+    "minimum": lambda arg: f"must be at least {_fmt(arg)}",
+    "exclusiveMaximum": lambda arg: f"must be less than {_fmt(arg)}",
+    "maximum": lambda arg: f"must be at most {_fmt(arg)}",
+    "enum": lambda arg: "must be one of: " + ", ".join(str(a) for a in arg),
+    "const": lambda arg: f"must be {arg!r}",
+    "minLength": lambda arg: "must not be empty" if arg == 1 else f"must be at least {arg} characters",
+    "maxLength": lambda arg: f"must be at most {arg} characters",
+    "pattern": lambda arg: f"must match {arg}",
+    "minItems": lambda arg: "must not be empty" if arg == 1 else f"must have at least {arg} items",
+    "maxItems": lambda arg: f"must have at most {arg} items",
+    "uniqueItems": lambda arg: "must not repeat items",
+    "minProperties": lambda arg: "must not be empty",
+}
+"""The reason for a broken rule, in words, by jsonschema keyword, from the rule's value."""
+
+
+def _reason(error: jsonschema.ValidationError) -> str:
+    """Why ``error``'s value breaks its rule (jsonschema's own message for the other keywords)."""
+    reason = _REASONS.get(error.validator)
+    return reason(error.validator_value) if reason else error.message
 
 
 def schema_errors(instance: Any, schema: dict, prefix: str = "") -> list[FieldError]:
@@ -86,8 +75,7 @@ def schema_errors(instance: Any, schema: dict, prefix: str = "") -> list[FieldEr
                 names, message = sorted(k for k in error.instance if k not in allowed), "unknown field"
             errors += [FieldError(_path(prefix, [*error.absolute_path, name]), message) for name in names]
             continue
-        extra, message = _message(error)
-        errors.append(FieldError(_path(prefix, [*error.absolute_path, *[e for e in extra if e != ""]]), message))
+        errors.append(FieldError(_path(prefix, error.absolute_path), _reason(error)))
     unique = {(e.path, e.message): e for e in errors}
     return sorted(unique.values(), key=lambda e: (e.path, e.message))
 
