@@ -2,12 +2,16 @@
 weights and recovery from a checkpoint keep the metric steps contiguous without duplicates."""
 from __future__ import annotations
 
+import json
+import threading
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from controlplane.accounts.models import Team
+from controlplane.domains.services import domain_upload_jsonl
 from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from controlplane.runs.services import run_create, run_pause, run_set_weights
@@ -40,11 +44,31 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
     return factories.actor(admin), tiny_model
 
 
-def _running_run(actor, model, steps=4, **extra):
-    run = run_create(actor=actor, data=factories.run_payload(DOMAINS, team="acme", base_model=model,
+def _running_run(actor, model, steps=4, domains=DOMAINS, **extra):
+    run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model,
                                                              budget={"steps": steps}, config=SMALL, **extra))
     run.transition("queued"); run.transition("running"); run.save()
     return run
+
+
+def _code_domain(actor, slug: str, title: str) -> None:
+    """A team's uploaded code domain whose verifier runs tests in the sandbox (off the driver)."""
+    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
+    domain_upload_jsonl(actor=actor, team=Team.objects.get(slug="acme"), jsonl=lines, data={
+        "slug": slug, "title": title, "kind": "code", "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
+
+
+class _Replies:
+    """What a ``send`` of a verify batch returns: the same result for each of its ``n`` items."""
+
+    def __init__(self, result: dict, n: int):
+        self.result, self.n = result, n
+
+    def get(self, **kw):
+        return [self.result] * self.n
+
+    def revoke(self):
+        pass
 
 
 def _no_send(name, args):
@@ -158,32 +182,12 @@ def test_cancel_stops_the_driver(setup):
 
 
 def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(setup):
-    import json
-
-    from controlplane.domains.services import domain_upload_jsonl
-    from controlplane.accounts.models import Team
-
     actor, model = setup
-    team = Team.objects.get(slug="acme")
-    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
-    domain_upload_jsonl(actor=actor, team=team, jsonl=lines, data={
-        "slug": "flaky-code", "title": "Flaky", "kind": "code",
-        "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
-    run = run_create(actor=actor, data=factories.run_payload(["builtin-addition", "flaky-code"], team="acme", base_model=model,
-                                                             budget={"steps": 5}, config=SMALL))
-    run.transition("queued"); run.transition("running"); run.save()
+    _code_domain(actor, "flaky-code", "Flaky")
+    run = _running_run(actor, model, steps=5, domains=["builtin-addition", "flaky-code"])
+    engine_down = {"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}
 
-    class EngineDown:
-        def __init__(self, n):
-            self.n = n
-
-        def get(self, **kw):
-            return [{"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}] * self.n
-
-        def revoke(self):
-            pass
-
-    assert drive(run.id, worker="w1", send=lambda name, args: EngineDown(len(args[2]))) == "completed"
+    assert drive(run.id, worker="w1", send=lambda name, args: _Replies(engine_down, len(args[2]))) == "completed"
     event = RunEvent.objects.get(run=run, kind="quarantine")
     assert event.data["domain"] == "flaky-code" and "the run goes on" in event.message
     after = MetricPoint.objects.filter(run=run, domain="flaky-code", key__startswith="outcome/", step__gt=event.data["step"])
@@ -195,36 +199,14 @@ def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(se
 def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup):
     """A sandboxed domain's batches go to the verify queue from the Job's verify thread while the
     driver's thread trains; every item comes back and each step stays within the staleness bound."""
-    import json
-    import threading
-
-    from controlplane.accounts.models import Team
-    from controlplane.domains.services import domain_upload_jsonl
-
     actor, model = setup
-    team = Team.objects.get(slug="acme")
-    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
-    domain_upload_jsonl(actor=actor, team=team, jsonl=lines, data={
-        "slug": "remote-code", "title": "Remote", "kind": "code",
-        "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
-    run = run_create(actor=actor, data=factories.run_payload(["remote-code"], team="acme", base_model=model,
-                                                             budget={"steps": 3}, config=SMALL, staleness=1))
-    run.transition("queued"); run.transition("running"); run.save()
+    _code_domain(actor, "remote-code", "Remote")
+    run = _running_run(actor, model, steps=3, domains=["remote-code"], staleness=1)
     senders = set()
-
-    class Passed:
-        def __init__(self, n):
-            self.n = n
-
-        def get(self, **kw):
-            return [{"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}] * self.n
-
-        def revoke(self):
-            pass
 
     def send(name, args):
         senders.add(threading.current_thread().name)
-        return Passed(len(args[2]))
+        return _Replies({"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}, len(args[2]))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert senders and all(name.startswith("verify") for name in senders)
