@@ -11,7 +11,7 @@ if ROOT not in sys.path:  # the repository root, so `workers` imports without an
 import pytest  # noqa: E402
 
 from sandbox_helpers import live_pool_cgroups, own_cgroup, ready, require, wait_no_sandbox_processes  # noqa: E402,F401
-from workers.sandbox import PoolConfig, SandboxPool, close_runtimes, get_runtime, reap  # noqa: E402
+from workers.sandbox import PoolConfig, close_runtimes, get_runtime, reap  # noqa: E402
 from workers.sandbox import cgroups  # noqa: E402
 
 
@@ -32,15 +32,11 @@ def backend(request):
 def fresh_pool(backend):
     """A pool of its own on the backend: one warm sandbox per domain, counters from zero, no
     retirement by use count, so a test can tell which sandbox ran each job."""
-    from sandbox_helpers import EXTRA_POOLS, make_backend
+    from sandbox_helpers import make_backend, own_pool
 
     config = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=1, max_uses=10_000)
-    pool = SandboxPool(make_backend(backend, config), config)
-    EXTRA_POOLS.append(pool)
-    yield pool
-    pool.backend.wait_idle(60)
-    EXTRA_POOLS.remove(pool)
-    pool.close()
+    with own_pool(make_backend(backend, config), config) as pool:
+        yield pool
     assert wait_no_sandbox_processes() == {}, "sandbox processes left after the pool closed"
 
 

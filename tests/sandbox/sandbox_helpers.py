@@ -1,13 +1,14 @@
 """Helpers shared by the sandbox tests (no fixtures here; see conftest.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
 import pytest  # noqa: F401
 
-from workers.sandbox import Limits
+from workers.sandbox import Limits, SandboxPool
 from workers.sandbox.bwrap_backend import SLOT_UID_BASE
 from workers.sandbox.bwrap_pool import MAX_SLOTS, WARM_UID_BASE
 from workers.sandbox.docker_backend import JOB_UID_BASE
@@ -98,6 +99,20 @@ def live_pool_cgroups() -> set[Path]:
 
 EXTRA_POOLS: list = []
 """Pools tests create outside get_runtime (their sandboxes are expected to be alive)."""
+
+
+@contextlib.contextmanager
+def own_pool(backend, config, *, idle_s: float = 60):
+    """A pool of the test's own on ``backend`` (in EXTRA_POOLS while it is open); on the way out
+    the backend finishes its background resets and the pool is closed."""
+    pool = SandboxPool(backend, config)
+    EXTRA_POOLS.append(pool)
+    try:
+        yield pool
+    finally:
+        pool.backend.wait_idle(idle_s)
+        EXTRA_POOLS.remove(pool)
+        pool.close()
 
 
 def own_uid(uid: int) -> bool:

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from sandbox_helpers import EXTRA_POOLS, SMALL, counts, make_backend, run_in
+from sandbox_helpers import EXTRA_POOLS, SMALL, counts, make_backend, own_pool, run_in
 from workers.sandbox import Limits, PoolConfig, SandboxError, SandboxPool
 from workers.sandbox.agent_host import PipeAgentStream, run_agent_job
 
@@ -161,9 +161,7 @@ def test_the_chain_above_the_job_is_out_of_reach(backend, monkeypatch, tmp_path)
     monkeypatch.setenv("TEMPER_WORKER_SECRET", secret)
     monkeypatch.chdir(cwd)
     config = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=1)
-    pool = SandboxPool(make_backend(backend, config), config)  # started in that environment and directory
-    EXTRA_POOLS.append(pool)
-    try:
+    with own_pool(make_backend(backend, config), config) as pool:  # started in that environment and directory
         v = pool.execute({"main.py": PEEK}, ["python3", "main.py"], SMALL, domain="t")
         assert v.status == "ok", v
         found = json.loads(v.stdout)
@@ -184,10 +182,6 @@ def test_the_chain_above_the_job_is_out_of_reach(backend, monkeypatch, tmp_path)
                 assert not where.startswith(str(cwd)) and not where.startswith(os.path.dirname(__file__)), (pid, where)
         finally:
             pool.backend.release(sb, None)
-    finally:
-        pool.backend.wait_idle(60)
-        EXTRA_POOLS.remove(pool)
-        pool.close()
 
 
 # ---- the host side of the rule, with a stand-in agent ----------------------------------------

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_helpers import EXTRA_POOLS, bwrap_ready, require
-from workers.sandbox import Limits, PoolConfig, SandboxPool, cgroups
+from sandbox_helpers import bwrap_ready, own_pool, require
+from workers.sandbox import Limits, PoolConfig, cgroups
 from workers.sandbox.bwrap_backend import BwrapBackend
 from workers.sandbox.bwrap_pool import WarmBwrapBackend
 
@@ -24,14 +24,8 @@ LIMITS = Limits(cpu_s=1, wall_s=10, memory_mb=128, pids=32)
 def runner(request, no_cgroups):
     """Runs one job through a cold or a warm bwrap pool, both without cgroups."""
     config = PoolConfig(warm_per_domain=1)
-    pool = SandboxPool(request.param(config), config)
-    EXTRA_POOLS.append(pool)
-    try:
+    with own_pool(request.param(config), config, idle_s=30) as pool:
         yield lambda files, command: pool.execute(files, command, LIMITS, domain="fallback")
-    finally:
-        pool.backend.wait_idle(30)
-        EXTRA_POOLS.remove(pool)
-        pool.close()
 
 
 @pytest.mark.parametrize("program, status", [

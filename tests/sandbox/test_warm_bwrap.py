@@ -11,8 +11,8 @@ import secrets
 
 import pytest
 
-from sandbox_helpers import EXTRA_POOLS, SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, require, wait_no_sandbox_processes
-from workers.sandbox import Limits, PoolConfig, SandboxPool, cgroups
+from sandbox_helpers import SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, own_pool, require, wait_no_sandbox_processes
+from workers.sandbox import Limits, PoolConfig, cgroups
 from workers.sandbox.bwrap_pool import RESIDENT, WarmBwrapBackend
 
 CONFIG = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=1, max_uses=50)
@@ -22,12 +22,8 @@ CONFIG = PoolConfig(global_limit=2, domain_limit=2, warm_per_domain=1, max_uses=
 def pool():
     ok, reason = bwrap_ready()
     require(ok, reason)
-    pool = SandboxPool(WarmBwrapBackend(CONFIG), CONFIG)
-    EXTRA_POOLS.append(pool)
-    yield pool
-    pool.backend.wait_idle(30)
-    EXTRA_POOLS.remove(pool)
-    pool.close()
+    with own_pool(WarmBwrapBackend(CONFIG), CONFIG, idle_s=30) as pool:
+        yield pool
     assert wait_no_sandbox_processes() == {}, "sandbox processes left after the pool closed"
     assert [d for d in cgroups.leftover_cgroups(only_dead_owners=False) if own_cgroup(d) and d not in live_pool_cgroups()] == []
 
@@ -232,9 +228,7 @@ def test_retired_after_max_uses():
     ok, reason = bwrap_ready()
     require(ok, reason)
     config = PoolConfig(global_limit=1, domain_limit=1, warm_per_domain=1, max_uses=2)
-    pool = SandboxPool(WarmBwrapBackend(config), config)
-    EXTRA_POOLS.append(pool)
-    try:
+    with own_pool(WarmBwrapBackend(config), config, idle_s=30) as pool:
         seen = []
         for _ in range(4):
             v = run(pool, "print(1)")
@@ -242,10 +236,6 @@ def test_retired_after_max_uses():
             seen.append(sandbox_of(pool).agent_pid)
         # two jobs per sandbox: the third job ran in a fresh one
         assert len(set(seen)) >= 2
-    finally:
-        pool.backend.wait_idle(30)
-        EXTRA_POOLS.remove(pool)
-        pool.close()
 
 
 def test_domains_never_share_a_sandbox(pool):
