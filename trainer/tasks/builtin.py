@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import string
 from dataclasses import dataclass
+from typing import Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.catalogue import DomainSpec, register
@@ -52,37 +53,35 @@ class AdditionSource:
         return [self.make(a, b) for a in range(10) for b in range(10)]
 
 
-@dataclass(frozen=True)
-class ReversalSource:
-    """Reverse a lowercase word ``rev(abc)=`` -> ``cba``; level L uses 2 + L letters (2-4)."""
+def _reversed(word: str) -> str:
+    return word[::-1]
 
-    slug: str = "builtin-reversal"
-    levels: int = 3
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        length = 2 + min(max(level, 0), self.levels - 1)
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(length))
-        return Task(domain=self.slug, id=word, prompt=f"rev({word})=", answer=word[::-1],
-                    level=level)
+def _parity(bits: str) -> str:
+    return str(bits.count("1") % 2)
 
 
 @dataclass(frozen=True)
-class ParitySource:
-    """Parity of a bit string ``par(0110)=`` -> ``0`` (even count of ones); level L: 2 + L bits."""
+class StringSource:
+    """``<op>(s)=`` -> ``solve(s)`` for a random string ``s`` of 2 + L symbols of ``alphabet`` at level L."""
 
-    slug: str = "builtin-parity"
-    levels: int = 5
+    slug: str
+    levels: int
+    op: str
+    alphabet: str
+    solve: Callable[[str], str]
 
     def sample(self, rng: random.Random, level: int = 0) -> Task:
         length = 2 + min(max(level, 0), self.levels - 1)
-        bits = "".join(rng.choice("01") for _ in range(length))
-        return Task(domain=self.slug, id=bits, prompt=f"par({bits})=",
-                    answer=str(bits.count("1") % 2), level=level)
+        text = "".join(rng.choice(self.alphabet) for _ in range(length))
+        return Task(domain=self.slug, id=text, prompt=f"{self.op}({text})=", answer=self.solve(text), level=level)
 
 
 ADDITION = AdditionSource()
-REVERSAL = ReversalSource()
-PARITY = ParitySource()
+REVERSAL = StringSource("builtin-reversal", 3, "rev", string.ascii_lowercase, _reversed)
+"""Reverse a lowercase word ``rev(abc)=`` -> ``cba``; level L uses 2 + L letters (2-4)."""
+PARITY = StringSource("builtin-parity", 5, "par", "01", _parity)
+"""Parity of a bit string ``par(0110)=`` -> ``0`` (even count of ones); level L: 2 + L bits."""
 
 for _source, _title, _kind, _desc in [
     (ADDITION, "Single-digit addition", "math", "Add two digits: '3+4=' -> '7'."),
