@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.catalogue.reasoning_gym_domains import get_dataset  # noqa: E402
+from trainer.tasks.reasoning_gym import get_dataset  # noqa: E402
 from trainer.catalogue import DomainSpec, all_domains  # noqa: E402
 from trainer.tasks.base import Task  # noqa: E402
 

@@ -80,17 +80,23 @@ def run_payload(domains: list[str], **overrides) -> dict:
     return payload
 
 
+def synced_team(domains: list[str], role: str = "admin") -> tuple[Team, Principal]:
+    """``domains`` synced from the trainer's catalogue, and team ``acme`` with a member of
+    ``role``; returns the team and that member as an actor."""
+    call_command("domains", "sync", "--no-progress", "--only", *domains, verbosity=0)
+    team_ = team("acme")
+    return team_, actor(member(team_, role))
+
+
 def one_slot_contest(tmp_path, config: dict):
     """Runs that compete for one slot: ``builtin-addition`` synced, one CPU slot, team ``acme`` (no
     GPUs, two concurrent runs) with an admin, and a tiny model built under ``tmp_path``. Returns
     ``new_run(name, priority, steps)``, which creates and starts a run with ``config`` as the admin."""
     from trainer.models.tiny import build_tiny
 
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
+    team_, admin = synced_team(["builtin-addition"])
     ResourcePool.objects.create(name="cpu", kind="cpu", capacity=1)
-    team_ = team("acme")
     TeamQuota.objects.create(team=team_, max_gpus=0, max_concurrent_runs=2)
-    admin = actor(member(team_, "admin"))
     model = str(build_tiny(tmp_path / "model", layers=2))
 
     def new_run(name: str, priority: int, steps: int) -> Run:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 import pytest
-from django.core.management import call_command
 
 from controlplane.registry import services
 from controlplane.registry.models import EvalRun
@@ -44,9 +43,7 @@ def test_evaluation_on_the_eval_queue_is_reproducible(eval_worker, tmp_path):
     from workers.evaluate import run_eval
 
     model = str(build_tiny(tmp_path / "tiny", layers=2))
-    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "admin"))
+    team, actor = factories.synced_team(DOMAINS)
     version = services.version_register_base(team=team, base_model=model)
     suite = services.suite_save(actor=actor, data={"slug": "smoke", "team": "acme", "items": ITEMS})
 
@@ -89,9 +86,7 @@ def test_vllm_engine_evaluates_like_the_torch_engine(db, tmp_path, settings):
 
     settings.VAR_DIR = tmp_path / "var"
     model = str(build_tiny(tmp_path / "tiny", layers=2))
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-reversal", "builtin-addition", verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "admin"))
+    team, actor = factories.synced_team(["builtin-reversal", "builtin-addition"])
     version = services.version_register_base(team=team, base_model=model)
     suite = services.suite_save(actor=actor, data={"slug": "greedy", "team": "acme", "items": ITEMS[:1] + [
         {"domain": "builtin-addition", "tasks": 6, "max_new_tokens": 3}]})

@@ -3,7 +3,6 @@ significant improvement on the trained domains."""
 from __future__ import annotations
 
 import pytest
-from django.core.management import call_command
 
 from controlplane.registry import selectors, services
 from controlplane.registry.models import EvalRun, ModelVersion
@@ -27,9 +26,7 @@ def test_base_vs_last_checkpoint_shows_the_improvement(settings, tmp_path, monke
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: queued.append(args[0]) if name == "temper.eval.run" else None)
     settings.VAR_DIR = tmp_path
     model = str(build_tiny(tmp_path / "tiny", layers=2))
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", "builtin-reversal", verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "admin"))
+    _, actor = factories.synced_team(["builtin-addition", "builtin-reversal"])
     services.suite_save(actor=actor, data={"slug": "heldout", "team": "acme", "auto_evaluate": True, "items": [
         {"domain": "builtin-addition", "tasks": 32, "max_new_tokens": 3},
         {"domain": "builtin-reversal", "tasks": 48, "max_new_tokens": 4}]})

@@ -6,7 +6,6 @@ import random
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 
 from controlplane.registry.models import ModelVersion
 from controlplane.runs.models import MetricPoint
@@ -37,9 +36,8 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
 
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
     settings.VAR_DIR = tmp_path
-    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
-    team = factories.team("acme")
-    return factories.actor(factories.member(team, "admin")), tiny_model
+    _, admin = factories.synced_team(DOMAINS)
+    return admin, tiny_model
 
 
 def test_every_checkpoint_is_a_version_with_lineage_and_eval_curves(setup):

@@ -202,7 +202,7 @@ def test_root_dev_and_etc_are_read_only(pool):
     ("while True:\n    pass\n", Limits(cpu_s=1, wall_s=10), "timeout_cpu"),
     ("import time\ntime.sleep(100)\n", Limits(cpu_s=5, wall_s=1), "timeout_wall"),
     ("x = bytearray(400 << 20)\n", Limits(cpu_s=5, wall_s=10, memory_mb=128), "memory_limit"),
-    ("print('y' * (1 << 20))\n", Limits(output_bytes=1000), "output_limit"),
+    ("print('y' * (1 << 20))\n", Limits(output_bytes=4096), "output_limit"),
 ])
 def test_sandbox_is_retired_after_a_limit(pool, program, limits, status):
     v = run(pool, "print('warm')", limits)

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.catalogue.reasoning_gym_domains import BALANCED, get_dataset, judge, score
+from trainer.catalogue.reasoning_gym_domains import BALANCED
+from trainer.tasks.reasoning_gym import get_dataset
+from trainer.verifiers.rg_score import judge, score
 from trainer.outcomes import Outcome
 from trainer.catalogue import all_domains
 from trainer.tasks.base import Task
@@ -147,6 +149,11 @@ OPEN_CONCLUSIONS = {
                               "is right for a third of the premise sets; no scorer can tell it from a useful one",
 }
 """Domains where a constant still beats chance, and why (docs/domains.md, known limits)."""
+CONSTANT_MARGINS = {
+    "rg-quantum_lock": (0.05, "any shortest button sequence passes and the puzzles are small, so a common sequence "
+                              "solves about 5% of other puzzles, against 1-3% for another task's sequence"),
+}
+"""Domains where a constant may beat chance by a named margin, and why (docs/domains.md, known limits)."""
 
 
 @pytest.mark.slow
@@ -157,7 +164,8 @@ OPEN_CONCLUSIONS = {
 def test_constant_answers_do_not_beat_chance(slug):
     n = 96 if slug.removeprefix("rg-") in BALANCED else 24
     chance, tolerance, rates = constant_rates(slug, n)
-    over = {c: r for c, r in rates.items() if r > chance + tolerance}
+    margin = CONSTANT_MARGINS.get(slug, (0.0, ""))[0]
+    over = {c: r for c, r in rates.items() if r > chance + tolerance + margin}
     assert not over, f"constants above chance {chance:.3f} (+{tolerance:.3f}): {over}"
 
 
@@ -187,7 +195,7 @@ def test_every_override_has_a_reason_and_is_documented():
         assert f"`{name}`" in section, f"{name} is not in docs/domains.md"
     for name in BALANCED:
         assert f"`{name}`" in section, f"{name} is not in docs/domains.md"
-    for slug in OPEN_CONCLUSIONS:
+    for slug in [*OPEN_CONCLUSIONS, *CONSTANT_MARGINS]:
         assert f"`{slug.removeprefix('rg-')}`" in section[section.index("Known limits"):], slug
 
 

@@ -7,7 +7,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from controlplane.accounts.models import Team
@@ -38,10 +37,8 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
 
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no broker in these in-process tests
     settings.VAR_DIR = tmp_path
-    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
-    team = factories.team("acme")
-    admin = factories.member(team, "admin")
-    return factories.actor(admin), tiny_model
+    _, admin = factories.synced_team(DOMAINS)
+    return admin, tiny_model
 
 
 def _running_run(actor, model, steps=4, domains=DOMAINS, **extra):

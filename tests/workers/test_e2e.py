@@ -8,7 +8,6 @@ from __future__ import annotations
 
 
 import pytest
-from django.core.management import call_command
 
 from controlplane.runs.models import MetricPoint, Run
 from controlplane.runs.services import run_create, run_start
@@ -34,9 +33,7 @@ def test_tiny_model_run_completes_through_celery(workers, tmp_path):
     from trainer.models.tiny import build_tiny
 
     model = str(build_tiny(tmp_path / "model", layers=2))
-    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "member"))
+    _, actor = factories.synced_team(DOMAINS, "member")
     run = run_create(actor=actor, data=factories.run_payload(
         DOMAINS, team="acme", base_model=model, budget={"steps": 3},
         config={"rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8}, "checkpoint": {"every_steps": 2}}))

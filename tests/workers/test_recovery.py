@@ -8,7 +8,6 @@ import signal
 import threading
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
@@ -34,9 +33,7 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
 
     settings.TEMPER_DRIVER_LEASE_S = LEASE_S
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_DRIVER_LEASE_S=str(LEASE_S))
-    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "member"))
+    _, actor = factories.synced_team(["builtin-addition"], "member")
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(
         ["builtin-addition"], team="acme", base_model=model, budget={"steps": STEPS},
@@ -84,9 +81,7 @@ def test_a_verify_worker_killed_mid_batch_is_re_dispatched(transactional_db, tmp
 
     require(bwrap.available(), "bubblewrap for the sandboxed code domain")
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_VERIFY_DEADLINE_S="15")
-    call_command("domains", "sync", "--no-progress", "--only", "code-humaneval", verbosity=0)
-    team = factories.team("acme")
-    actor = factories.actor(factories.member(team, "member"))
+    _, actor = factories.synced_team(["code-humaneval"], "member")
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(
         ["code-humaneval"], team="acme", base_model=model, budget={"steps": 2},

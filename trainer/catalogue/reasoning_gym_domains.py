@@ -28,12 +28,11 @@ from typing import Any
 from trainer.outcomes import Outcome, Verification
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
+from trainer.tasks.reasoning_gym import DATASET_SIZE, SEED, curriculum_levels, generate, get_dataset, level_count
 
 FAMILY = "reasoning_gym"
-DATASET_SIZE = 2_000
 SHARDS = 500
 GENERATION_TRIES = 5
-SEED = 20_251_129
 ANSWER_INSTRUCTION = "\n\nGive your final answer inside <answer></answer> tags."
 
 KIND_BY_PACKAGE = {
@@ -44,16 +43,6 @@ KIND_BY_PACKAGE = {
     "code": "code",
 }
 
-# Curriculum levels the domain stops below (reasoning-gym 0.1.19, measured on a 2-core machine):
-# jugs takes seconds per item or fails from level 2; rubiks_cube from level 1 uses cubes larger
-# than 3x3 whose wide-move notation has no reference solution here; arc_1d from level 2 (grids
-# of 50+ cells) can draw ten or more blocks in task_recolor_blocks_from_palette, which then loops
-# forever looking for ten distinct colours among 1-9; number_sequence from level 1 can nest
-# squarings until one term has millions of digits (a single multiplication that runs for minutes).
-LEVEL_CAPS = {"jugs": 2, "rubiks_cube": 1, "arc_1d": 2, "number_sequence": 1}
-# Curriculum levels left out because drawing one task takes seconds to tens of seconds
-# (sokoban's level 0 packs 4-10 boxes into a 6x6 board; its level 1 takes milliseconds).
-SLOW_LEVELS = {"sokoban": frozenset({0})}
 
 
 
@@ -65,6 +54,15 @@ class Balance:
     """Which answers the generator favours (measured at levels 0 and top, 400 items each)."""
     draws: int = 1000
     """Items drawn once per level (fixed seeds) to measure each answer's share."""
+    by: str = "answer"
+    """What is balanced: ``"answer"`` (the reference answer) or ``"numbers"`` (the puzzle's
+    numbers in any order, where one puzzle has many right expressions)."""
+
+    def label(self, entry: dict[str, Any], answer: Any) -> str:
+        """The label an item counts under."""
+        if self.by == "numbers":
+            return " ".join(str(n) for n in sorted(entry["metadata"]["numbers"]))
+        return answer_label(answer)
 
 
 # Label balance: generators whose answers come from a small set, or where a few answers are much
@@ -77,24 +75,33 @@ BALANCED: dict[str, Balance] = {
     "binary_alternation": Balance("-1 (impossible) is 19-23% of answers"),
     "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)"),
     "circuit_logic": Balance("0 / 1: 63% / 37%", draws=400),
+    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)"),
+    "composite": Balance("its parts' small answers repeat: 1 was right for 3% of tasks (chance 0)"),
     "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0"),
     "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=2000),
     "graph_color": Balance("the same small graphs (and so the same colouring) recur: one colouring was "
                            "right for 17% of tasks against 4% for another task's colouring"),
+    "jugs": Balance("the same puzzles recur at level 0 (one move list is 10% of answers); '[\"no solution\"]' is 15% "
+                    "at level 1", draws=400),
     "knight_swap": Balance("'No' (impossible) is 15-20% of answers; every possible puzzle has its own move list",
                            draws=100),
     "largest_island": Balance("10 is 49% of level-0 answers"),
     "letter_counting": Balance("1 is 32-46% of answers"),
+    "list_functions": Balance("[0] and [1] are 11% of answers (chance 3%)"),
     "manipulate_matrix": Balance("an all-zero matrix or a 1x1 '0' is 2% of answers (chance 0.3%)"),
     "maze": Balance("a few path lengths dominate at level 0 (19% for one of six)"),
     "number_sequence": Balance("small next terms repeat: 4 was the answer to 25% of tasks (chance 6%)"),
     "polynomial_equations": Balance("the root 0.0 alone is 46% of level-0 answers, 17% at the top", draws=200),
     "products": Balance("0 is 2% of answers (chance 0.2%)"),
+    "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
+                        "right for 8-10% of tasks (chance 3%)", by="numbers"),
+    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers"),
     "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)"),
     "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers"),
     "sentence_reordering": Balance("the corpus is small, so sentences recur: one was the answer to 17% of tasks"),
     "shortest_path": Balance("'infeasible' is 45% of level-0 answers and 69% at the top; other answers are paths"),
     "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=400),
+    "time_intervals": Balance("0 days, 00:00, 1 days and 00:01 are a third of level-0 answers"),
 }
 UNFIT_TRIES = 256
 """Draws at most for one item when items are unfit (see :func:`unfit_reason`)."""
@@ -103,10 +110,6 @@ BALANCE_TRIES = 256
 BALANCE_MIN_COUNT = 10
 """Items an answer needs among the reference draws before its share is thinned to the others'."""
 
-COMPOSITE_DEFAULT = [("basic_arithmetic", 1.0), ("chain_sum", 1.0), ("leg_counting", 1.0)]
-
-_lock = threading.Lock()
-_datasets: dict[tuple[str, int, int], Any] = {}
 
 
 def _jsonable(value: Any) -> Any:
@@ -120,96 +123,6 @@ def _jsonable(value: Any) -> Any:
         return value
     return str(value)
 
-
-@functools.lru_cache(maxsize=None)
-def curriculum_levels(name: str) -> tuple[int | None, ...]:
-    """Domain level i -> the curriculum level it uses (None: the generator's default config).
-
-    Curriculum levels whose configuration the generator rejects are left out.
-    """
-    from reasoning_gym.factory import CURRICULA, create_curriculum
-
-    if name not in CURRICULA:
-        return (None,)
-    curriculum = create_curriculum(name)
-    top = max((len(a.levels) for a in curriculum.attributes.values()), default=1)
-    top = min(top, LEVEL_CAPS.get(name, top))
-    valid = []
-    for level in range(top):
-        if level in SLOW_LEVELS.get(name, ()):
-            continue
-        try:
-            config = _config(name, level, 0)
-            if hasattr(config, "validate"):
-                config.validate()
-        except (AssertionError, ValueError, TypeError):
-            continue
-        valid.append(level)
-    return tuple(valid) or (None,)
-
-
-def level_count(name: str) -> int:
-    """How many difficulty levels the domain has (1 without a usable curriculum)."""
-    return len(curriculum_levels(name))
-
-
-def _config(name: str, curriculum_level: int | None, shard: int) -> Any:
-    from reasoning_gym.factory import CURRICULA, DATASETS, create_curriculum
-
-    _, config_cls = DATASETS[name]
-    base = {"seed": SEED + 1000 * (curriculum_level or 0) + 10_000_000 * shard, "size": DATASET_SIZE}
-    if name == "composite":
-        from reasoning_gym.composite import DatasetSpec
-
-        return config_cls(datasets=[DatasetSpec(n, w, {}) for n, w in COMPOSITE_DEFAULT], **base)
-    if curriculum_level is None or name not in CURRICULA:
-        return config_cls(**base)
-    curriculum = create_curriculum(name)
-    curriculum.set_global_level(curriculum_level)
-    return curriculum.generate_configuration(base)
-
-
-def level_config(name: str, level: int, shard: int = 0) -> Any:
-    """The generator's config object at domain ``level`` (seed fixed per level and shard)."""
-    levels = curriculum_levels(name)
-    return _config(name, levels[max(0, min(level, len(levels) - 1))], shard)
-
-
-def get_dataset(name: str, level: int, shard: int = 0) -> Any:
-    """The (cached) dataset object for a generator at a level and shard."""
-    key = (name, level, shard)
-    with _lock:
-        dataset = _datasets.get(key)
-    if dataset is None:
-        from reasoning_gym.factory import DATASETS
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dataset = DATASETS[name][0](level_config(name, level, shard))
-        with _lock:
-            if len(_datasets) > 512:
-                _datasets.clear()
-            dataset = _datasets.setdefault(key, dataset)
-    return dataset
-
-
-def _generate(dataset: Any, idx: int, seed: int) -> dict[str, Any]:
-    """``dataset[idx]`` with the global ``random`` (and numpy) state seeded: some generators
-    (codeio runs sample programs) draw from the global generators, not their own."""
-    import sys
-
-    state = random.getstate()
-    np = sys.modules.get("numpy")
-    np_state = np.random.get_state() if np is not None else None
-    random.seed(seed)
-    if np is not None:
-        np.random.seed(seed % 2**32)
-    try:
-        return dataset[idx]
-    finally:
-        random.setstate(state)
-        if np is not None:
-            np.random.set_state(np_state)
 
 
 @dataclasses.dataclass
@@ -243,7 +156,7 @@ class ReasoningGymSource:
             for _ in range(UNFIT_TRIES):
                 shard, idx = rng.randrange(SHARDS), rng.randrange(DATASET_SIZE)
                 try:
-                    entry = _generate(get_dataset(self.name, level, shard), idx, SEED + 7919 * shard + idx)
+                    entry = generate(get_dataset(self.name, level, shard), idx, SEED + 7919 * shard + idx)
                 except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
                     entry = None
                 if entry is not None and unfit_reason(self.name, entry, level) is not None:
@@ -268,7 +181,7 @@ class ReasoningGymSource:
             drawn, shard, idx, entry, answer = self._draw(rng, level)
             if shares is None:
                 break
-            if rng.random() * shares.get(answer_label(answer), 0.0) <= cap:
+            if rng.random() * shares.get(BALANCED[self.name].label(entry, answer), 0.0) <= cap:
                 break
         meta = {"rg_dataset": self.name, "rg_level": drawn, "rg_shard": shard, "rg_entry": entry}
         if is_open_ended(self.name):
@@ -318,13 +231,14 @@ def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
 
     from trainer.catalogue.rg_solvers import reference_candidates
 
-    draws = BALANCED[name].draws if name in BALANCED else Balance("").draws
+    balance = BALANCED.get(name, Balance(""))
+    draws = balance.draws
     counts: Counter[str] = Counter()
     for k in range(draws):
         shard, idx = k % 4, k // 4
         try:
-            entry = _generate(get_dataset(name, level, shard), idx, SEED + 7919 * shard + idx)
-            counts[answer_label(reference_candidates(name, entry)[0])] += 1
+            entry = generate(get_dataset(name, level, shard), idx, SEED + 7919 * shard + idx)
+            counts[balance.label(entry, reference_candidates(name, entry)[0])] += 1
         except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
             continue
     total = sum(counts.values()) or 1
@@ -348,40 +262,6 @@ def verifier_spec(name: str) -> dict[str, Any]:
         {"type": "extract", "params": {"methods": ["answer_tag"]}},
         {"type": "rg_score", "params": {"dataset": name}, "timeout_s": 20.0},
     ]}
-
-
-def judge(answer: str, entry: dict[str, Any], name: str, level: int, gold: str) -> Verification:
-    """Temper's verdict on an extracted ``answer`` for ``entry``: the guards, then the generator's
-    scorer (or its override), then the reward mapping (:mod:`trainer.verifiers.rg_score`)."""
-    from trainer.verifiers.rg_score import guard_reason, override_for, reward_of, scorer_for
-
-    override = override_for(name)
-    details: dict[str, Any] = {"expected": gold, "found": answer[:500]}
-    if answer.endswith(".") and not gold.endswith(".") and not answer.endswith(".."):
-        answer = answer[:-1].rstrip()  # a sentence's full stop, not part of the answer
-    reason = guard_reason(answer, gold, override)
-    if reason is not None:
-        return Verification.failed(error=reason, **details)
-    ds = get_dataset(name, level)  # scoring needs the level's config, not the shard's items
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")  # some scorers warn or print about malformed answers
-            value = float(scorer_for(name)(answer, entry, ds))
-    except Exception as exc:  # noqa: BLE001 - a malformed answer can make score_answer raise
-        return Verification.failed(Outcome.PARSE_ERROR, error=f"score_answer raised {type(exc).__name__}: {exc}"[:500], found=answer[:200])
-    reward = reward_of(value, override)
-    details["rg_score"] = value
-    if reward >= 1.0:
-        return Verification.passed(**details)
-    if reward <= 0.0:
-        return Verification.failed(**details)
-    return Verification(Outcome.PARTIAL, reward, details)
-
-
-def score(answer: str, task: Task, dataset: str | None = None) -> Verification:
-    """Verify an extracted answer for a task (see :func:`judge`): 1 pass, 0 fail, else partial."""
-    name = dataset or task.meta["rg_dataset"]
-    return judge(answer, task.meta["rg_entry"], name, int(task.meta.get("rg_level", 0)), str(task.answer))
 
 
 def _kind(cls: type) -> str:

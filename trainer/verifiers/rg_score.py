@@ -33,15 +33,19 @@ True
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
-from trainer.outcomes import Verification
+from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.tasks.reasoning_gym import get_dataset
 from trainer.verifiers.answers import hedge_reason
 
 Scorer = Callable[[str, dict[str, Any], Any], float]
@@ -50,8 +54,6 @@ Scorer = Callable[[str, dict[str, Any], Any], float]
 
 def rg_score(completion: str, task: Task, *, dataset: str | None = None) -> Verification:
     """Stage ``rg_score``: score the (extracted) answer with reasoning-gym, behind the guards."""
-    from trainer.catalogue.reasoning_gym_domains import score
-
     return score(completion.strip(), task, dataset)
 
 
@@ -311,7 +313,7 @@ def _hanoi(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     return float(dataset.score_answer(answer, entry))
 
 
-_FRACTION = re.compile(r"(\$?)\s*(?:\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\s*\1")
+_FRACTION = re.compile(r"(\$?)\s*(?:\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\s*\1", re.I)
 
 
 def _fraction(answer: str, entry: dict[str, Any], _: Any) -> float:
@@ -325,7 +327,7 @@ def _fraction(answer: str, entry: dict[str, Any], _: Any) -> float:
     return float((numerator, denominator) == (meta["simplified_numerator"], meta["simplified_denominator"]))
 
 
-_BUTTONS = re.compile(r"[A-C](?:\s*(?:→|->|,)?\s*[A-C])*")
+_BUTTONS = re.compile(r"[A-C](?:\s*(?:→|->|,)?\s*[A-C])*", re.I)
 
 
 def _quantum_lock(answer: str, entry: dict[str, Any], dataset: Any) -> float:
@@ -379,9 +381,9 @@ def _complex(answer: str, entry: dict[str, Any], dataset: Any) -> float:
 
 
 _INTERVALS = {
-    "date": re.compile(r"\d+(?:\s*days?)?"),
-    "datetime": re.compile(r"\d+ days?, \d{1,2}:\d{2}(?::\d{2})?"),
-    "datetime_tz": re.compile(r"\d+ days?, \d{1,2}:\d{2}(?::\d{2})?"),
+    "date": re.compile(r"\d+(?:\s*days?)?", re.I),
+    "datetime": re.compile(r"\d+ days?, \d{1,2}:\d{2}(?::\d{2})?", re.I),
+    "datetime_tz": re.compile(r"\d+ days?, \d{1,2}:\d{2}(?::\d{2})?", re.I),
 }
 _CLOCK = re.compile(r"\d{1,3}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?")
 
@@ -557,3 +559,35 @@ def override_for(name: str) -> Override | None:
 def scorer_for(name: str) -> Scorer:
     override = OVERRIDES.get(name)
     return override.score if override is not None and override.score is not None else _upstream
+
+
+def judge(answer: str, entry: dict[str, Any], name: str, level: int, gold: str) -> Verification:
+    """Temper's verdict on an extracted ``answer`` for ``entry``: the guards, then the generator's
+    scorer (or its override), then the reward mapping."""
+    override = override_for(name)
+    details: dict[str, Any] = {"expected": gold, "found": answer[:500]}
+    if answer.endswith(".") and not gold.endswith(".") and not answer.endswith(".."):
+        answer = answer[:-1].rstrip()  # a sentence's full stop, not part of the answer
+    reason = guard_reason(answer, gold, override)
+    if reason is not None:
+        return Verification.failed(error=reason, **details)
+    ds = get_dataset(name, level)  # scoring needs the level's config, not the shard's items
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")  # some scorers warn or print about malformed answers
+            value = float(scorer_for(name)(answer, entry, ds))
+    except Exception as exc:  # noqa: BLE001 - a malformed answer can make score_answer raise
+        return Verification.failed(Outcome.PARSE_ERROR, error=f"score_answer raised {type(exc).__name__}: {exc}"[:500], found=answer[:200])
+    reward = reward_of(value, override)
+    details["rg_score"] = value
+    if reward >= 1.0:
+        return Verification.passed(**details)
+    if reward <= 0.0:
+        return Verification.failed(**details)
+    return Verification(Outcome.PARTIAL, reward, details)
+
+
+def score(answer: str, task: Task, dataset: str | None = None) -> Verification:
+    """Verify an extracted answer for a task (see :func:`judge`): 1 pass, 0 fail, else partial."""
+    name = dataset or task.meta["rg_dataset"]
+    return judge(answer, task.meta["rg_entry"], name, int(task.meta.get("rg_level", 0)), str(task.answer))
