@@ -22,7 +22,7 @@ from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
-from controlplane.common.validation import schema_errors
+from controlplane.common.validation import validate
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
@@ -203,9 +203,7 @@ def _resolve_items(actor: Principal, team: Team | None, items: list[dict]) -> li
 @transaction.atomic
 def suite_save(*, actor: Principal, data: Any) -> EvalSuiteVersion:
     """Create a suite, or give an existing one a new version when its items change."""
-    errors = schema_errors(data, SUITE_SCHEMA)
-    if errors:
-        raise InvalidInput(errors)
+    validate(data, SUITE_SCHEMA)
     team = None
     if data.get("team"):
         team = found(Team.objects.filter(slug=data["team"], pk__in=actor.team_ids).first(),

@@ -21,7 +21,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import team_get
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
-from controlplane.common.validation import schema_errors
+from controlplane.common.validation import validate
 from controlplane.domains.models import Domain
 from controlplane.review import sampling
 from controlplane.review.selectors import config_report
@@ -141,9 +141,7 @@ def judge_spec(config: JudgeConfig):
 
 @transaction.atomic
 def judge_create(*, actor: Principal, data: dict) -> Judge:
-    errors = schema_errors(data, JUDGE_CREATE_SCHEMA)
-    if errors:
-        raise InvalidInput(errors)
+    validate(data, JUDGE_CREATE_SCHEMA)
     team = team_get(actor=actor, slug=data["team"])
     _require_admin(actor, team.id)
     errors = _version_errors(data, kind=data["kind"])
@@ -169,9 +167,7 @@ def judge_version_create(*, actor: Principal, judge: Judge, changes: dict) -> Ju
     """Edit a judge: a new immutable version (proposed, not active) from the latest plus
     ``changes``; nothing is made when nothing changed."""
     _require_admin(actor, judge.team_id)
-    errors = schema_errors(changes, JUDGE_VERSION_SCHEMA)
-    if errors:
-        raise InvalidInput(errors)
+    validate(changes, JUDGE_VERSION_SCHEMA)
     judge = Judge.objects.select_for_update().get(pk=judge.pk)
     latest = judge.versions.order_by("-version").first()
     content = {**latest.content(), **{k: v for k, v in changes.items() if k != "note"}}
@@ -343,9 +339,7 @@ def _rule_errors(spec: Any) -> list[FieldError]:
 @transaction.atomic
 def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
     """Sample a review queue of judged trajectories of one domain and judge version."""
-    errors = schema_errors(data, QUEUE_SCHEMA)
-    if errors:
-        raise InvalidInput(errors)
+    validate(data, QUEUE_SCHEMA)
     _require_admin(actor, team.id, "team")
     domain = Domain.objects.filter(slug=data["domain"]).filter(Q(team__isnull=True) | Q(team=team)).first()
     judge = Judge.objects.filter(slug=data["judge"], team=team).first()
