@@ -30,6 +30,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+import yaml
+
 from trainer.holdout import HOLDOUT_FRACTION
 
 
@@ -479,8 +481,6 @@ def _read_file(path: str) -> dict[str, Any]:
         if path.endswith(".json"):
             data = json.loads(text)
         else:
-            import yaml
-
             data = yaml.safe_load(text)
     except Exception as exc:  # noqa: BLE001 - any parse error is reported the same way
         raise ConfigError([("(file)", f"cannot parse {path}: {exc}")]) from None

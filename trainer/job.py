@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from trainer import catalogue
 from trainer.algorithms import (clipped_policy_loss, group_advantages, token_entropy,
@@ -419,8 +420,6 @@ class Job:
     # -- whole run -------------------------------------------------------------------------
     def run(self, progress: bool = True) -> dict[str, float]:
         """SFT stage (once), then RL steps until ``limits``; checkpoints as configured."""
-        from tqdm.auto import tqdm
-
         cfg = self.config
         if self.sft_steps_done < cfg.sft.steps and self.step_count == 0:
             bar = tqdm(total=cfg.sft.steps, desc="sft", disable=not progress)

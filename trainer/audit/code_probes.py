@@ -14,6 +14,7 @@ True
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 STUB = "def {ep}(*args, **kwargs):\n    return None\n"
@@ -307,6 +308,4 @@ def tampering_signatures(completion: str) -> list[str]:
     >>> tampering_signatures("def f(x):\\n    return x + 1")
     []
     """
-    import re
-
     return [name for name, pattern in SIGNATURES.items() if re.search(pattern, completion)]

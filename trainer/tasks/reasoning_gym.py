@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sys
 import threading
 import warnings
 from typing import Any
@@ -109,8 +110,6 @@ def get_dataset(name: str, level: int, shard: int = 0) -> Any:
 def generate(dataset: Any, idx: int, seed: int) -> dict[str, Any]:
     """``dataset[idx]`` with the global ``random`` (and numpy) state seeded: some generators
     (codeio runs sample programs) draw from the global generators, not their own."""
-    import sys
-
     state = random.getstate()
     np = sys.modules.get("numpy")
     np_state = np.random.get_state() if np is not None else None

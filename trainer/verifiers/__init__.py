@@ -17,6 +17,7 @@ Public API:
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from trainer.verifiers.stages import STAGES, StageType, cascade_json_schema, register_stage, validate_cascade
@@ -49,6 +50,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'trainer.verifiers' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)

@@ -7,9 +7,11 @@ It dies with its parent (PR_SET_PDEATHSIG) and after EOF on stdin.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import pickle
+import resource
 import signal
 import sys
 import traceback
@@ -17,8 +19,6 @@ import traceback
 
 def _die_with_parent() -> None:
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -28,8 +28,6 @@ def _die_with_parent() -> None:
 def _limit_memory() -> None:
     mb = int(os.environ.get("TEMPER_VERIFIER_MEMORY_MB", "4096"))
     if mb > 0:
-        import resource
-
         limit = mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 

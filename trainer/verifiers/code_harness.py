@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import importlib.util
 import marshal
 import re
 import secrets
@@ -237,8 +238,6 @@ def build_job(
 @functools.lru_cache(maxsize=1)
 def harness_bytecode() -> bytes:
     """This Python's import magic and the harness's code object (see BYTECODE_FILE)."""
-    import importlib.util
-
     return importlib.util.MAGIC_NUMBER + marshal.dumps(compile(HARNESS, HARNESS_FILE, "exec"))
 
 

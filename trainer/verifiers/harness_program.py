@@ -5,7 +5,7 @@ job and describes what it does; its constants must match the ones there. Standar
 it runs under the sandbox's own ``python3 -I -S``; importing it (the verifier reads its constants)
 runs nothing.
 """
-import builtins, marshal, os, sys, _json, _signal  # noqa: E401
+import builtins, marshal, os, sys, _ctypes, _json, _signal  # noqa: E401
 
 SPEC_FILE = ".temper_tests"
 """The tests and the nonce (marshal), unlinked before the fork."""
@@ -19,8 +19,6 @@ LOAD_FAILED_EXIT = 3
 def _protect():
     """Non-dumpable: same-uid processes can neither ptrace this one nor open its /proc files.
     (prctl through _ctypes itself: the ctypes package costs 5-10 ms to import.)"""
-    import _ctypes
-
     class Int(_ctypes._SimpleCData):
         _type_ = "i"
 

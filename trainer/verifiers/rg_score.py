@@ -33,6 +33,7 @@ True
 """
 from __future__ import annotations
 
+import cmath
 import contextlib
 import io
 import json
@@ -282,6 +283,8 @@ def _sokoban(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     """1 when the answer is only ``L R U D`` moves, each one moves the player, and the last one
     (not an earlier one) solves the puzzle. Upstream ignores every other character and moves
     into walls, so text around a solution (``X or Y``) could still pass."""
+    # lazy: numpy costs ~80 ms to import; like sympy and reasoning_gym, it is loaded by the scorer
+    # that needs it, so reading the override table (override_for) imports no third-party package.
     import numpy as np
 
     moves = answer.strip()
@@ -369,8 +372,6 @@ def _antiderivative(answer: str, entry: dict[str, Any], _: Any) -> float:
 def _complex(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     """The upstream score, only for a finite number (upstream scores min(1, exp(-distance)), and
     min(1.0, nan) is 1.0, so ``nan`` or ``nani`` passed)."""
-    import cmath
-
     try:
         value = dataset.parse_string_to_complex(answer)
     except Exception:  # noqa: BLE001 - a malformed number is a wrong answer
