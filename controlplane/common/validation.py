@@ -13,6 +13,9 @@ import jsonschema
 
 from controlplane.common.errors import FieldError, InvalidInput, join_path
 
+SLUG_SCHEMA = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_-]*$", "maxLength": 100}
+"""A slug as an input (domains, judges, eval suites): lower case, what their ``SlugField(max_length=100)`` holds."""
+
 _TYPE_WORDS = {
     "integer": "an integer",
     "number": "a number",

@@ -4,11 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.common.errors import FieldError
-from controlplane.common.validation import schema_errors
+from controlplane.common.validation import SLUG_SCHEMA, schema_errors
 from controlplane.domains.models import KIND_VALUES
 from trainer.verifiers import validate_cascade
-
-SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 
 STAGE_SCHEMA = {
     "type": "object",
@@ -53,7 +51,7 @@ DOMAIN_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "slug": {"type": "string", "pattern": SLUG_PATTERN, "maxLength": 100},
+        "slug": SLUG_SCHEMA,
         "title": {"type": "string", "minLength": 1, "maxLength": 200},
         "kind": {"type": "string", "enum": KIND_VALUES},
         "family": {"type": "string", "maxLength": 64},

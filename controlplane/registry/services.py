@@ -22,7 +22,7 @@ from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
-from controlplane.common.validation import validate
+from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
@@ -160,7 +160,7 @@ SUITE_ITEM = {
 SUITE_SCHEMA = {
     "type": "object", "required": ["slug", "items"], "additionalProperties": False,
     "properties": {
-        "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 100},
+        "slug": SLUG_SCHEMA,
         "title": {"type": "string", "maxLength": 200},
         "team": {"type": ["string", "null"]},
         "note": {"type": "string", "maxLength": 200},

@@ -21,7 +21,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import team_get
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
-from controlplane.common.validation import validate
+from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.review import sampling
 from controlplane.review.selectors import config_report
@@ -35,7 +35,6 @@ from trainer.verifiers import compile_cascade, validate_cascade
 from trainer.verifiers.judge import JudgeRequest, JudgeSpec
 from trainer.verifiers.judges import build_judge
 
-SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 JUDGE_PARAMS_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -64,7 +63,7 @@ JUDGE_CREATE_SCHEMA = {
     "required": ["team", "slug", "title", "kind", "score_format"],
     "properties": {
         "team": {"type": "string", "minLength": 1},
-        "slug": {"type": "string", "pattern": SLUG, "maxLength": 100},
+        "slug": SLUG_SCHEMA,
         "title": {"type": "string", "minLength": 1, "maxLength": 200},
         "threshold": {"type": "number", "minimum": -1, "maximum": 1},
         "note": {"type": "string", "maxLength": 200},
