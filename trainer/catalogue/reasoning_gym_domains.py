@@ -15,20 +15,16 @@ constant answer scores no better than chance; items no answer could be wrong for
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import io
-import json
 import random
-import threading
-import warnings
 from typing import Any
 
-from trainer.outcomes import Outcome, Verification
+from trainer.outcomes import Outcome
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 from trainer.tasks.reasoning_gym import DATASET_SIZE, SEED, curriculum_levels, generate, get_dataset, level_count
+from trainer.verifiers.rg_score import judge, override_for
 
 FAMILY = "reasoning_gym"
 SHARDS = 500
@@ -250,8 +246,6 @@ def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
 
 def is_open_ended(name: str) -> bool:
     """Whether the gold is one valid answer among many (see :mod:`trainer.verifiers.rg_score`)."""
-    from trainer.verifiers.rg_score import override_for
-
     override = override_for(name)
     return bool(override is not None and override.open_ended)
 
