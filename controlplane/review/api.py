@@ -187,38 +187,36 @@ def judge_threshold(request: HttpRequest, slug: str, payload: ThresholdIn):
     return services.judge_set_threshold(actor=request.auth, judge=judge, threshold=payload.threshold)
 
 
-def _check_out(judge, config) -> dict:
-    check = services.calibration_check(config)
-    return {"version": config.version, "calibrated": config.is_calibrated, "active": judge.active_id == config.pk, **check}
+def _config(request: HttpRequest, slug: str, version: int):
+    """Version ``version`` of the judge ``slug`` (its ``judge`` loaded with it)."""
+    return selectors.config_get(judge=selectors.judge_get(actor=request.auth, slug=slug), version=version)
 
 
 @router.get("/judges/{slug}/versions/{version}/calibration", response={200: CalibrationCheckOut, **ERRORS})
 def judge_calibration(request: HttpRequest, slug: str, version: int = VERSION):
     """Statistics of a version against human labels, and whether it may be marked calibrated."""
-    judge = selectors.judge_get(actor=request.auth, slug=slug)
-    return _check_out(judge, selectors.config_get(judge=judge, version=version))
+    config = _config(request, slug, version)
+    check = services.calibration_check(config)
+    return {"version": config.version, "calibrated": config.is_calibrated, "active": config.judge.active_id == config.pk, **check}
 
 
 @router.post("/judges/{slug}/versions/{version}/calibrate", response={200: JudgeVersionOut, **ERRORS})
 def judge_calibrate(request: HttpRequest, slug: str, version: int = VERSION):
     """Mark calibrated; 409 unless the lower bound of kappa's 95% interval reaches the threshold."""
-    judge = selectors.judge_get(actor=request.auth, slug=slug)
-    return services.judge_calibrate(actor=request.auth, config=selectors.config_get(judge=judge, version=version))
+    return services.judge_calibrate(actor=request.auth, config=_config(request, slug, version))
 
 
 @router.post("/judges/{slug}/versions/{version}/shadow", response={202: ShadowOut, **ERRORS})
 def judge_shadow(request: HttpRequest, slug: str, version: int = VERSION):
     """Re-score the labelled items of the judge's other versions with this version (judge queue)."""
-    judge = selectors.judge_get(actor=request.auth, slug=slug)
-    config = selectors.config_get(judge=judge, version=version)
-    return Status(202, {"version": version, "queued_items": services.judge_shadow_start(actor=request.auth, config=config)})
+    queued = services.judge_shadow_start(actor=request.auth, config=_config(request, slug, version))
+    return Status(202, {"version": version, "queued_items": queued})
 
 
 @router.post("/judges/{slug}/versions/{version}/promote", response={200: JudgeOut, **ERRORS})
 def judge_promote(request: HttpRequest, slug: str, version: int = VERSION):
     """Make this version the one runs use (it must clear the calibration threshold)."""
-    judge = selectors.judge_get(actor=request.auth, slug=slug)
-    return services.judge_promote(actor=request.auth, config=selectors.config_get(judge=judge, version=version))
+    return services.judge_promote(actor=request.auth, config=_config(request, slug, version))
 
 
 @router.post("/judges/{slug}/rollback", response={200: JudgeOut, **ERRORS})
