@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Field, Schema
+from ninja import Field, Path, Schema
 from ninja.pagination import LimitOffsetPagination
 
 from controlplane.common.errors import FieldError, InvalidInput
@@ -34,6 +34,12 @@ class ErrorOut(Schema):
 
 MAX_ID = 2**63 - 1
 """Largest id a database row can have (64-bit); larger path or query ids are refused as input."""
+
+MAX_VERSION = 2**31 - 1
+"""Largest version number (versions are 32-bit integer columns); larger ones are refused as input."""
+
+VERSION = Path(..., ge=1, le=MAX_VERSION)
+"""The ``{version}`` path parameter of a domain, judge or suite."""
 
 
 class Pagination(LimitOffsetPagination):

@@ -5,19 +5,17 @@ from datetime import datetime
 from typing import Any, Optional
 
 from django.http import HttpRequest
-from ninja import Field, Path, Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import ERRORS, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, body_doc, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains import selectors, services
 from controlplane.domains.schemas import DOMAIN_SCHEMA
 
 router = Router(tags=["domains"])
-
-VERSION = Path(..., ge=1, le=2**31 - 1)
 
 
 class AuditSummaryOut(Schema):
@@ -163,7 +161,7 @@ def domain_versions(request: HttpRequest, slug: str):
 
 
 @router.get("/domains/{slug}/diff", response={200: DiffOut, **ERRORS})
-def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=2**31 - 1), b: int = Query(..., ge=1, le=2**31 - 1)):
+def domain_diff(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=MAX_VERSION), b: int = Query(..., ge=1, le=MAX_VERSION)):
     domain = selectors.domain_get(actor=request.auth, slug=slug)
     return {"slug": slug, "a": a, "b": b, "changes": selectors.domain_version_diff(domain=domain, a=a, b=b)}
 

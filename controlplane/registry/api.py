@@ -11,7 +11,7 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.models import Team
-from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, body_doc, json_object
 from controlplane.common.errors import InvalidInput, NotFound
 from controlplane.common.validation import validate
 from controlplane.registry import selectors, services
@@ -222,7 +222,7 @@ def suite_save(request: HttpRequest):
 
 
 @router.get("/registry/suites/{slug}", response={200: SuiteOut, **ERRORS})
-def suite_detail(request: HttpRequest, slug: str, version: Optional[int] = Query(None, ge=1, le=2**31 - 1)):
+def suite_detail(request: HttpRequest, slug: str, version: Optional[int] = Query(None, ge=1, le=MAX_VERSION)):
     return selectors.suite_version_get(actor=request.auth, slug=slug, version=version)
 
 
@@ -248,7 +248,7 @@ def eval_tasks(request: HttpRequest, eval_id: int = Path(..., ge=1, le=MAX_ID), 
 
 @router.get("/registry/compare", response={200: dict, **ERRORS})
 def compare(request: HttpRequest, versions: str = Query(..., description="comma-separated ids, names or aliases; the first is the baseline"),
-            suite: str = "", suite_version: Optional[int] = Query(None, ge=1, le=2**31 - 1)):
+            suite: str = "", suite_version: Optional[int] = Query(None, ge=1, le=MAX_VERSION)):
     """Per domain and layer: mean reward with a 95% bootstrap interval, pass@k, and the paired
     difference to the first version with its interval; significant regressions are flagged."""
     refs = [r.strip() for r in versions.split(",") if r.strip()]

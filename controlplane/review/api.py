@@ -9,15 +9,13 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, VERSION, body_doc, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.review import selectors, services
 from controlplane.review.models import Reservation
 from controlplane.review.stats import categories
 
 router = Router(tags=["review"])
-
-VERSION = Path(..., ge=1, le=2**31 - 1)
 
 
 class JudgeVersionOut(Schema):
@@ -226,7 +224,7 @@ def judge_rollback(request: HttpRequest, slug: str):
 
 
 @router.get("/judges/{slug}/compare", response={200: dict[str, Any], **ERRORS})
-def judge_compare(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=2**31 - 1), b: int = Query(..., ge=1, le=2**31 - 1)):
+def judge_compare(request: HttpRequest, slug: str, a: int = Query(..., ge=1, le=MAX_VERSION), b: int = Query(..., ge=1, le=MAX_VERSION)):
     """Two versions side by side on the labelled items both have scored (own or shadow)."""
     judge = selectors.judge_get(actor=request.auth, slug=slug)
     return selectors.compare(judge=judge, a=selectors.config_get(judge=judge, version=a), b=selectors.config_get(judge=judge, version=b))

@@ -228,7 +228,7 @@ def run_metrics(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), 
 
 @router.get("/runs/{run_id}/trajectories", response={200: list[TrajectoryOut], **ERRORS})
 @paginate
-def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), step: Optional[int] = Query(None, ge=0, le=2**31 - 1), domain: str = "", outcome: str = ""):
+def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), step: Optional[int] = Query(None, ge=0, le=series.MAX_STEP), domain: str = "", outcome: str = ""):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome)
 
