@@ -165,6 +165,8 @@ def _locked(run: Run) -> Run:
 
 
 def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Run:
+    """A user moves ``run`` to state ``to``; a run put in the queue wakes the scheduler, which
+    admits it when its team quota and a slot allow."""
     actor.require(run.team_id, "run.control", "run")
     run = _locked(run)
     before = _run_audit_view(run)
@@ -172,6 +174,8 @@ def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Ru
         run.save()
         _user_event(run, kind, message, actor)
         audit_record(actor=actor, obj=run, action=f"run.{kind}", before=before, after=_run_audit_view(run), team=run.team)
+    if to == RunState.QUEUED:
+        dispatch.send_on_commit("temper.control.schedule_tick")
     return run
 
 
@@ -184,9 +188,7 @@ def run_start(*, actor: Principal, run: Run) -> Run:
         errors = _unsafe_pins(DomainVersion.objects.filter(pk__in=run.run_domains.values("domain_version_id")))
         if errors:
             raise InvalidInput(errors)
-    run = _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
-    dispatch.send_on_commit("temper.control.schedule_tick")
-    return run
+    return _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
 
 
 @transaction.atomic
@@ -198,9 +200,7 @@ def run_pause(*, actor: Principal, run: Run) -> Run:
 @transaction.atomic
 def run_resume(*, actor: Principal, run: Run) -> Run:
     """Put a paused run back in the queue; it resumes from its last checkpoint when admitted."""
-    run = _control(actor, run, RunState.QUEUED, "resumed", f"resumed by {actor.name}")
-    dispatch.send_on_commit("temper.control.schedule_tick")
-    return run
+    return _control(actor, run, RunState.QUEUED, "resumed", f"resumed by {actor.name}")
 
 
 @transaction.atomic
