@@ -58,11 +58,17 @@ def schedule(
     used = {pool: 0 for pool in capacity}
     team_runs: dict[str, int] = {}
     team_gpus: dict[str, int] = {}
-    for r in running:
+
+    def hold(r: RunView) -> None:
+        """Count ``r`` as running: its slots of its pool, one of its team's runs, and (off the
+        ``cpu`` pool) its team's GPUs."""
         used[r.pool] = used.get(r.pool, 0) + r.slots
         team_runs[r.team] = team_runs.get(r.team, 0) + 1
         if r.pool != "cpu":
             team_gpus[r.team] = team_gpus.get(r.team, 0) + r.slots
+
+    for r in running:
+        hold(r)
     # Slots already on their way back from runs that are checkpointing.
     freeing = {pool: 0 for pool in capacity}
     for r in running:
@@ -93,10 +99,7 @@ def schedule(
         free = cap - used.get(run.pool, 0)
         if run.slots <= free:
             decision.admit.append(run.id)
-            used[run.pool] = used.get(run.pool, 0) + run.slots
-            team_runs[run.team] = team_runs.get(run.team, 0) + 1
-            if run.pool != "cpu":
-                team_gpus[run.team] = team_gpus.get(run.team, 0) + run.slots
+            hold(run)
             continue
         # Not enough free slots: is capacity already coming back, or can lower priority yield?
         short = run.slots - free - freeing.get(run.pool, 0)
