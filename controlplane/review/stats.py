@@ -46,14 +46,19 @@ def _pair(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarra
     return x, y
 
 
+def _mean(values: np.ndarray, sample_weight: Sequence[float] | None) -> float:
+    """The (weighted) mean of one value per item; NaN when there are no items or no weight."""
+    if values.size == 0:
+        return math.nan
+    w = _weights(sample_weight, values.size)
+    return float(np.sum(w * values) / np.sum(w)) if w.sum() > 0 else math.nan
+
+
 # ----------------------------------------------------------------------------- point statistics
 def accuracy(a: Sequence[float], b: Sequence[float], sample_weight: Sequence[float] | None = None) -> float:
     """Share of items where ``a`` and ``b`` are equal (weighted)."""
     x, y = _pair(a, b)
-    if x.size == 0:
-        return math.nan
-    w = _weights(sample_weight, x.size)
-    return float(np.sum(w * (x == y)) / np.sum(w)) if w.sum() > 0 else math.nan
+    return _mean(x == y, sample_weight)
 
 
 def confusion_matrix(a: Sequence[float], b: Sequence[float], labels: Sequence[float],
@@ -159,10 +164,7 @@ def spearman(a: Sequence[float], b: Sequence[float], sample_weight: Sequence[flo
 def mae(a: Sequence[float], b: Sequence[float], sample_weight: Sequence[float] | None = None) -> float:
     """Mean absolute error (weighted)."""
     x, y = _pair(a, b)
-    if x.size == 0:
-        return math.nan
-    w = _weights(sample_weight, x.size)
-    return float(np.sum(w * np.abs(x - y)) / np.sum(w)) if w.sum() > 0 else math.nan
+    return _mean(np.abs(x - y), sample_weight)
 
 
 # ----------------------------------------------------------------------------- sampling weights
