@@ -15,8 +15,13 @@ from __future__ import annotations
 import os
 import threading
 
+from . import bwrap, cgroups
+from .bwrap_backend import BwrapBackend
+from .bwrap_pool import WarmBwrapBackend
+from .docker_backend import DockerBackend, reap_containers
+from .outcome import check_command, check_files
 from .pool import PoolConfig, SandboxPool
-from .testjob import python_test_job
+from .testjob import parse_tests, python_test_job
 from .types import STATUSES, Limits, SandboxBusy, SandboxError, TestResult, Verdict
 
 __all__ = [
@@ -31,8 +36,6 @@ _lock = threading.Lock()
 
 def default_backend() -> str:
     """TEMPER_SANDBOX_BACKEND, else bwrap when bubblewrap is installed, else docker."""
-    from . import bwrap
-
     name = os.environ.get("TEMPER_SANDBOX_BACKEND", "").strip().lower()
     if name:
         if name not in ("bwrap", "bwrap-cold", "docker"):
@@ -43,16 +46,10 @@ def default_backend() -> str:
 
 def _make_backend(name: str, config: PoolConfig):
     if name == "bwrap" and config.bwrap_warm:
-        from .bwrap_pool import WarmBwrapBackend
-
         return WarmBwrapBackend(config)
     if name in ("bwrap", "bwrap-cold"):
-        from .bwrap_backend import BwrapBackend
-
         return BwrapBackend(config)
     if name == "docker":
-        from .docker_backend import DockerBackend
-
         return DockerBackend(config)
     raise ValueError(f"unknown sandbox backend {name!r}: expected bwrap, bwrap-cold or docker")
 
@@ -92,9 +89,6 @@ def execute(
     """Run `command` in a fresh work dir holding `files`; never raises for infrastructure
     failures (those come back as status sandbox_error). Bad arguments raise ValueError/TypeError.
     """
-    from .outcome import check_command, check_files
-    from .testjob import parse_tests
-
     check_files(files)
     check_command(command)
     if stdin is not None and not isinstance(stdin, (bytes, bytearray)):
@@ -112,12 +106,8 @@ def execute(
 def reap(*, all_workers: bool = False, docker_client=None) -> dict[str, int]:
     """Remove what dead workers left: execution cgroups, and containers whose lease expired
     (or, with all_workers, every Temper sandbox container). Safe to run at any time."""
-    from . import cgroups
-
     result = {"cgroups": cgroups.reap_cgroups(), "containers": 0}
     try:
-        from .docker_backend import reap_containers
-
         result["containers"] = reap_containers(all_workers=all_workers, client=docker_client)
     except SandboxError:
         pass
