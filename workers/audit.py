@@ -17,8 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from django.conf import settings
+from django.db import connection
 
+from controlplane.domains import services
 from controlplane.domains.pins import PinnedDomain, domain_quotas
+from trainer.audit import audit_domain, source_for_snapshot
+from workers import verify
 
 log = logging.getLogger(__name__)
 
@@ -33,32 +37,28 @@ PROGRESS_EVERY_S = 1.0
 def verify_path(pin: PinnedDomain) -> Callable | None:
     """``verify_many(list[(completion, Task)]) -> list[Verification]`` for a pinned domain, or
     None when its cascade runs in this process (the trainer's own in-process cascade)."""
-    from workers.verify import needs_worker, task_to_dict, verification_from_dict, verify_items
-
     spec = pin.verifier
-    if not needs_worker(spec):
+    if not verify.needs_worker(spec):
         return None
     limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
     threads = max(1, min(THREADS, limit or THREADS))
 
     def verify_chunk(chunk: list[dict]) -> list[dict]:
         try:
-            return verify_items(spec, chunk, max_concurrent_sandboxes=limit)
+            return verify.verify_items(spec, chunk, max_concurrent_sandboxes=limit)
         finally:
             if threading.current_thread() is not threading.main_thread():
-                from django.db import connection
-
                 connection.close()  # judges are resolved from the database on the calling thread
 
     def verify_many(items):
-        payload = [{"completion": completion, "task": task_to_dict(task)} for completion, task in items]
+        payload = [{"completion": completion, "task": verify.task_to_dict(task)} for completion, task in items]
         chunks = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)]
         if len(chunks) <= 1:
-            results = [verify_items(spec, chunk, max_concurrent_sandboxes=limit) for chunk in chunks]
+            results = [verify.verify_items(spec, chunk, max_concurrent_sandboxes=limit) for chunk in chunks]
         else:
             with ThreadPoolExecutor(max_workers=min(threads, len(chunks)), thread_name_prefix="audit") as pool:
                 results = list(pool.map(verify_chunk, chunks))
-        return [verification_from_dict(d) for batch in results for d in batch]
+        return [verify.verification_from_dict(d) for batch in results for d in batch]
 
     return verify_many
 
@@ -66,8 +66,6 @@ def verify_path(pin: PinnedDomain) -> Callable | None:
 def run_audit(audit_id: int) -> str:
     """Run one audit to the end and record it; ``done``, ``failed`` or ``skipped`` (unknown or
     finished already)."""
-    from controlplane.domains import services
-
     audit = services.verifier_audit_start(audit_id=audit_id)
     if audit is None:
         return "skipped"
@@ -81,8 +79,6 @@ def run_audit(audit_id: int) -> str:
             services.verifier_audit_progress(audit=audit, done=done, total=total)
 
     try:
-        from trainer.audit import audit_domain, source_for_snapshot
-
         pin = PinnedDomain.from_version(version)
         report = audit_domain(slug=pin.slug, verifier=pin.verifier, source=source_for_snapshot(pin.slug, version.snapshot),
                               family=pin.family, verify_many=verify_path(pin), progress=progress)

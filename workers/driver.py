@@ -14,17 +14,20 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
+import statistics
 import threading
 import time
 import traceback
 from collections import Counter
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from django.conf import settings
+from django.db import close_old_connections
 
+from controlplane import dispatch
 from controlplane.domains.pins import PinnedDomain, domain_quotas
-from workers.domains import register_data_domains, worker_name
 from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.live.services import run_wake
 from controlplane.runs import services as runs
@@ -32,6 +35,9 @@ from controlplane.runs import watch
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
+from workers.domains import register_data_domains, worker_name
+from workers.evaluate import periodic_eval
+from workers.verify import make_verify_batch
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +88,6 @@ class InFlight:
     def snapshot(self) -> tuple[int, dict]:
         """``(version, {"phase", "since", "per_domain"})``; phase is ``verify`` while items are
         being verified, else the step loop's."""
-        from datetime import datetime, timezone
-
         with self._lock:
             phase = "verify" if self._verifying else self._phase
             return self.version, {"phase": phase, "since": datetime.fromtimestamp(self._since, timezone.utc).isoformat(),
@@ -118,10 +122,9 @@ def trainer_config(run: Run, domains: list[RunDomain], caps: dict[str, float] | 
 
 def drive(run_id: int, worker: str | None = None, send=None) -> str:
     """Drive the run until it ends or must stop; returns why it returned."""
-    from controlplane import dispatch
+    # lazy: trainer.job imports torch and transformers (seconds); every worker imports this
+    # module at start (workers.tasks), and only the rollout workers drive runs.
     from trainer.job import Job
-    from workers.evaluate import periodic_eval
-    from workers.verify import make_verify_batch
 
     worker = worker or worker_name()
     run = runs.run_claim(run_id=run_id, worker=worker)
@@ -252,8 +255,6 @@ INFLIGHT_EVERY_S = 1.0
 def _renew_lease(run_id: int, worker: str, stop: threading.Event, inflight: InFlight | None = None) -> None:
     """Keep the lease fresh while a long step runs, and what is in flight written while the
     step's threads verify; stops when told or when the lease is gone."""
-    from django.db import close_old_connections
-
     renewed = time.monotonic()
     written = -1
     while not stop.wait(min(INFLIGHT_EVERY_S, runs.lease_s() / 4)):
@@ -286,8 +287,6 @@ def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
     >>> latency_metrics({"d": [0.1, 0.2, 0.3, 0.4]})
     {'verify/d/p50_s': 0.25, 'verify/d/p99_s': 0.397}
     """
-    import statistics
-
     out = {}
     for domain, values in latencies.items():
         ordered = sorted(values)

@@ -12,7 +12,13 @@ import traceback
 
 from django.conf import settings
 
+from controlplane.domains.models import DomainVersion
 from controlplane.domains.pins import PinnedDomain, domain_quotas
+from controlplane.registry import services
+from trainer import catalogue
+from trainer.evaluation import EvalSpec, evaluate, evaluate_job, load_for_eval
+from workers import verify
+from workers.domains import register_data_domains, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -20,25 +26,18 @@ log = logging.getLogger(__name__)
 def _verifier(pin: PinnedDomain):
     """``verify_batch`` with a pinned domain's cascade, in this process (its sandboxes within the
     domain's live quota shared with the verify workers, where Redis holds it)."""
-    from workers.verify import task_to_dict, verification_from_dict, verify_items
-
     limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
 
     def verify_batch(items):
-        payload = [{"completion": c, "task": task_to_dict(t)} for c, t in items]
-        return [verification_from_dict(d) for d in verify_items(pin.verifier, payload, max_concurrent_sandboxes=limit)]
+        payload = [{"completion": c, "task": verify.task_to_dict(t)} for c, t in items]
+        return [verify.verification_from_dict(d)
+                for d in verify.verify_items(pin.verifier, payload, max_concurrent_sandboxes=limit)]
 
     return verify_batch
 
 
 def run_eval(eval_run_id: int, worker: str = "") -> str:
     """Run one evaluation to the end; safe to run twice (a completed one is left alone)."""
-    from controlplane.domains.models import DomainVersion
-    from controlplane.registry import services
-    from trainer import catalogue
-    from trainer.evaluation import EvalSpec, evaluate, load_for_eval
-    from workers.domains import register_data_domains, worker_name
-
     ev = services.eval_claim(eval_run_id=eval_run_id, worker=worker or worker_name())
     if ev is None:
         return "nothing to do (finished already, or unknown)"
@@ -87,9 +86,6 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
 def periodic_eval(job, run, step: int) -> dict[str, float]:
     """The driver's evaluation every ``eval.every_steps``: greedy on the run's held-out tasks,
     written as ``eval/...`` metric points at ``step`` (plotted beside the training curves)."""
-    from controlplane.registry.services import run_record_eval
-    from trainer.evaluation import evaluate_job
-
     metrics, _ = evaluate_job(job)
-    run_record_eval(run=run, step=step, metrics=metrics)
+    services.run_record_eval(run=run, step=step, metrics=metrics)
     return metrics

@@ -9,13 +9,14 @@ from celery.signals import worker_process_shutdown, worker_ready, worker_shutdow
 from django.conf import settings
 from django.db import close_old_connections
 
+from controlplane.scheduling.services import heartbeat_record
+from workers.sandbox import close_runtimes
+
 log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
 def _record(hostname: str, queues: list[str]) -> None:
-    from controlplane.scheduling.services import heartbeat_record
-
     try:
         close_old_connections()
         heartbeat_record(worker=hostname, queues=queues, meta={"pid": os.getpid()})
@@ -47,8 +48,6 @@ def _stop_beat(**kwargs) -> None:
 def _close_sandboxes(**kwargs) -> None:
     """A worker (or a prefork child) that stops removes its warm sandboxes and their cgroups; what
     a killed one leaves is removed by the reaper when the next worker starts."""
-    from workers.sandbox import close_runtimes
-
     try:
         close_runtimes()
     except Exception:  # shutting down: never turn a clean stop into a crash

@@ -13,6 +13,16 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from django.conf import settings
+
+from controlplane.review.models import Judge, JudgeConfig
+from controlplane.review.services import judge_spec, shadow_candidates, shadow_record
+from trainer.tasks.base import Task
+from trainer.verifiers import VerifyContext
+from trainer.verifiers.judge import JudgeError, judge_stage
+from trainer.verifiers.judges import build_judge
+from workers.slots import LocalSlots, RedisSlots, SlotsBusy, domain_slot
+
 log = logging.getLogger(__name__)
 
 CACHE_S = 5.0
@@ -24,10 +34,6 @@ _slots: list[object] = []
 def resolve_judge(name: str):
     """The built judge for the active version of the judge named ``name`` (None if there is none),
     its requests in flight bounded across every worker (:func:`shared_limit`)."""
-    from controlplane.review.models import Judge
-    from controlplane.review.services import judge_spec
-    from trainer.verifiers.judges import build_judge
-
     now = time.monotonic()
     with _cache_lock:
         hit = _cache.get(name)
@@ -43,12 +49,8 @@ def resolve_judge(name: str):
 def judge_slots():
     """Redis slots keyed per judge when REDIS_URL is set, else process-local ones."""
     if not _slots:
-        from django.conf import settings
-
-        from workers.slots import LocalSlots, RedisSlots
-
         if settings.REDIS_URL:
-            import redis
+            import redis  # lazy: only with REDIS_URL; on the embedded default (no Redis) nothing pays its ~0.15 s import
 
             _slots.append(RedisSlots(redis.Redis.from_url(settings.REDIS_URL), prefix="temper:judge-slots:"))
         else:
@@ -59,11 +61,6 @@ def judge_slots():
 @contextmanager
 def shared_limit(name: str, limit: int, wait_s: float) -> Iterator[None]:
     """One of ``limit`` slots of judge ``name`` across all workers; JudgeError when busy too long."""
-    from django.conf import settings
-
-    from trainer.verifiers.judge import JudgeError
-    from workers.slots import SlotsBusy, domain_slot
-
     try:
         with domain_slot(judge_slots(), name, limit, min(wait_s, settings.TEMPER_JUDGE_WAIT_S), lease_s=wait_s + 60.0):
             yield
@@ -81,14 +78,6 @@ def judges_for(spec: dict | None) -> dict:
 
 def shadow_run(config_id: int) -> dict:
     """Score every labelled item of the judge's other versions with version ``config_id``."""
-    from trainer.tasks.base import Task
-    from trainer.verifiers import VerifyContext
-    from trainer.verifiers.judge import judge_stage
-    from trainer.verifiers.judges import build_judge
-
-    from controlplane.review.models import JudgeConfig
-    from controlplane.review.services import judge_spec, shadow_candidates, shadow_record
-
     config = JudgeConfig.objects.select_related("judge").get(pk=config_id)
     name = f"shadow:{config.judge.slug}:v{config.version}"
     context = VerifyContext.with_judges({name: build_judge(judge_spec(config), shared_limit)})

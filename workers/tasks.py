@@ -3,13 +3,19 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from controlplane.domains.pins import domain_quotas, pinned_domain
+from controlplane.scheduling import services as scheduling
+from workers import verify
+from workers.audit import run_audit
+from workers.driver import drive
+from workers.evaluate import run_eval
+from workers.judge import shadow_run
+
 
 @shared_task(name="temper.control.worker_sweep", queue="control", soft_time_limit=30, time_limit=60)
 def worker_sweep(stale_after_s: float = 60.0) -> dict:
     """Report workers whose heartbeat is older than ``stale_after_s``; forget those gone a day."""
-    from controlplane.scheduling.services import worker_sweep as sweep
-
-    return sweep(stale_after_s=stale_after_s)
+    return scheduling.worker_sweep(stale_after_s=stale_after_s)
 
 
 @shared_task(name="temper.control.ping", queue="control", soft_time_limit=10, time_limit=20)
@@ -21,9 +27,7 @@ def ping(value: int) -> int:
 @shared_task(name="temper.control.schedule_tick", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True)
 def schedule_tick() -> dict:
     """Admit queued runs, ask lower-priority runs to yield, re-dispatch runs whose driver died."""
-    from controlplane.scheduling.services import schedule_tick as tick
-
-    decision = tick()
+    decision = scheduling.schedule_tick()
     return {"admit": decision.admit, "preempt": decision.preempt}
 
 
@@ -37,8 +41,6 @@ longer). A dead driver is caught by its lease, not by this limit."""
              time_limit=DRIVE_TIME_LIMIT_S + 300, ignore_result=True)
 def drive_run(run_id: int) -> str:
     """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides)."""
-    from workers.driver import drive
-
     return drive(run_id)
 
 
@@ -46,20 +48,15 @@ def drive_run(run_id: int) -> str:
 def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     """Verify a batch with a domain version's pinned cascade (sandbox stages run here, within the
     domain's live sandbox quota)."""
-    from controlplane.domains.pins import domain_quotas, pinned_domain
-    from workers.verify import verify_items
-
     pin = pinned_domain(slug=domain, version=version)
     quota = domain_quotas(slugs=[domain])[domain]
-    return verify_items(pin.verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
+    return verify.verify_items(pin.verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
 
 
 @shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)
 def verify_audit(audit_id: int) -> str:
     """Run one domain version's verifier audit and record it (safe to run twice; a crash is
     recorded as a failed audit). Below ``AUDIT_LOST_AFTER_S`` in controlplane/domains/services.py."""
-    from workers.audit import run_audit
-
     return run_audit(audit_id)
 
 
@@ -67,8 +64,6 @@ def verify_audit(audit_id: int) -> str:
              ignore_result=True)
 def eval_run(eval_run_id: int) -> str:
     """Evaluate one model version on one eval suite version (safe to run twice)."""
-    from workers.evaluate import run_eval
-
     return run_eval(eval_run_id)
 
 
@@ -81,6 +76,4 @@ def judge_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
 @shared_task(name="temper.judge.shadow", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)
 def judge_shadow(config_id: int) -> dict:
     """Shadow re-scoring of a judge version (idempotent: items already scored are skipped)."""
-    from workers.judge import shadow_run
-
     return shadow_run(config_id)

@@ -14,6 +14,9 @@ from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers import VerifyContext, compile_cascade
+from workers import judge, sandbox
+from workers.slots import default_slots, domain_slot
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +46,6 @@ def verification_from_dict(data: dict[str, Any]) -> Verification:
 
 def sandbox_slot(max_concurrent: int, wait_s: float = 60.0):
     """The domain's sandbox concurrency quota across all workers, as a VerifyContext slot."""
-    from workers.slots import default_slots, domain_slot
-
     def slot(domain: str, limits):
         # A killed worker's slot frees itself once the job could no longer be running.
         return domain_slot(default_slots(), domain, max_concurrent, wait_s, lease_s=limits.wall_s + 30.0)
@@ -56,17 +57,12 @@ def verify_context(spec: dict, max_concurrent_sandboxes: int | None = None):
     """The VerifyContext a worker verifies ``spec`` with: the sandbox (behind the domain's quota
     when one is given) and the active version of every judge its stages name, resolved here, on
     the task's thread (stage threads never touch the database)."""
-    from trainer.verifiers import VerifyContext
-    from workers import judge, sandbox
-
     slot = sandbox_slot(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else None
     return VerifyContext(execute=sandbox.execute, judges=judge.judges_for(spec).get, sandbox_slot=slot)
 
 
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:
     """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
-    from trainer.verifiers import compile_cascade
-
     cascade = compile_cascade(spec, verify_context(spec, max_concurrent_sandboxes))
     out = []
     for item in items:
@@ -127,8 +123,6 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
     and ``priorities`` are read at every call, so the driver can keep them live; batches of
     higher-priority domains are sent first.
     """
-    from trainer.verifiers import compile_cascade
-
     compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
     task_names = {slug: batch_task(cascades[slug]) for slug in remote}

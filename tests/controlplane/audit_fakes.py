@@ -1,11 +1,11 @@
-"""A stand-in for ``trainer.audit`` (the auditor) with the contract's shape, for tests of the
+"""A stand-in for the auditor (``trainer.audit``) with the contract's shape, for tests of the
 control plane's side: it returns a report the test chooses and records how it was called."""
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass, field
 from typing import Any
+
+from workers import audit as audit_task
 
 
 def report(*, domain: str = "addition", false_positives: dict[str, int] | None = None, gold_failing: int = 0,
@@ -43,21 +43,14 @@ class FakeReport:
 
 @dataclass
 class FakeAuditor:
-    """Installed as ``trainer.audit``; ``reports`` maps a slug to the report it returns."""
+    """Installed in place of ``trainer.audit``'s functions where the audit task calls them
+    (``workers.audit``); ``reports`` maps a slug to the report it returns."""
 
     reports: dict[str, dict] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
     fail_with: Exception | None = None
     hang: bool = False
     """Block until interrupted (a task generator that never returns)."""
-
-    def module(self) -> types.ModuleType:
-        mod = types.ModuleType("trainer.audit")
-        mod.AUDITOR_VERSION = "fake-1"
-        mod.AuditReport = FakeReport
-        mod.audit_domain = self.audit_domain
-        mod.source_for_snapshot = self.source_for_snapshot
-        return mod
 
     def source_for_snapshot(self, slug: str, snapshot: dict):
         if not snapshot.get("task_source"):
@@ -79,5 +72,6 @@ class FakeAuditor:
 
 
 def install(monkeypatch, auditor: FakeAuditor) -> FakeAuditor:
-    monkeypatch.setitem(sys.modules, "trainer.audit", auditor.module())
+    monkeypatch.setattr(audit_task, "audit_domain", auditor.audit_domain)
+    monkeypatch.setattr(audit_task, "source_for_snapshot", auditor.source_for_snapshot)
     return auditor
