@@ -80,7 +80,8 @@ def test_code_stage_with_limits_under_a_quota_runs_in_the_sandbox(settings):
     """Issue 15's bug: on the verify queue a code_tests stage that sets params.limits gave
     sandbox_error for every item whenever a concurrency quota applied (the limits reached the
     sandbox as a dict)."""
-    from tests.verifiers.conftest import require, sandbox_execute
+    from tests.services import require
+    from tests.verifiers.conftest import sandbox_execute
     from workers.verify import verify_items
 
     require(sandbox_execute() is not None, "workers.sandbox is not importable")
