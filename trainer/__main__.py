@@ -10,6 +10,9 @@ import argparse
 import json
 import sys
 
+from trainer.config import ConfigError, load_config
+from trainer.config_schema import config_json_schema
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer")
@@ -27,17 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "schema":
-        from trainer.config_schema import config_json_schema
-
         print(json.dumps(config_json_schema(), indent=2))
         return 0
     if args.command == "build-tiny":
+        # lazy: trainer.models.tiny and trainer.job import torch and transformers (seconds); the
+        # other commands, and a config with errors, are answered without waiting for them.
         from trainer.models.tiny import build_tiny
 
         print(build_tiny(args.path))
         return 0
-
-    from trainer.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    from trainer.job import Job
+    from trainer.job import Job  # lazy: torch and transformers, as build_tiny above
 
     callbacks = []
     if args.metrics_jsonl:

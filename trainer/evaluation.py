@@ -21,8 +21,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from trainer import catalogue
+from trainer.config import ModelConfig, TokenizerConfig
+from trainer.episodes import multi_turn, single_turn
 from trainer.holdout import HOLDOUT_FRACTION, heldout_tasks
 from trainer.outcomes import Outcome, Verification
+from trainer.rollout import make_engine
+from trainer.rollout.base import SamplingParams
 from trainer.tasks.base import Task
 
 LAYERS = ("capability", "end_to_end")
@@ -140,10 +145,9 @@ def evaluate(engine, tokenizer, specs: Sequence[EvalSpec], *, domains: dict | No
              verify_batch: VerifyBatch | None = None, max_prompt_tokens: int = 512) -> list[DomainResult]:
     """Evaluate each spec with ``engine``; ``domains`` maps slugs to DomainSpecs (the catalogue by
     default), ``verify_batch`` defaults to each domain's own verifier, inline."""
-    from trainer import catalogue
-    from trainer.episodes import multi_turn, single_turn
+    # lazy: trainer.job imports torch and transformers (seconds); every worker imports this
+    # module at start (workers.evaluate), most of them never evaluate.
     from trainer.job import verify_inline
-    from trainer.rollout.base import SamplingParams
 
     domains = domains if domains is not None else catalogue.all_domains()
     verify_batch = verify_batch or verify_inline(domains)
@@ -182,9 +186,7 @@ def evaluate(engine, tokenizer, specs: Sequence[EvalSpec], *, domains: dict | No
 def load_for_eval(path: str, *, engine: str = "torch", device: str = "auto", seed: int = 0,
                   max_model_len: int = 1024, gpu_memory_utilization: float = 0.2):
     """A rollout engine and tokenizer for the model saved in ``path`` (no optimizer, eval mode)."""
-    from trainer.config import ModelConfig, TokenizerConfig
-    from trainer.models.load import load_model, load_tokenizer, resolve_device
-    from trainer.rollout import make_engine
+    from trainer.models.load import load_model, load_tokenizer, resolve_device  # lazy: torch and transformers, as above
 
     model_cfg = ModelConfig(path=path, device=device)
     tokenizer = load_tokenizer(model_cfg, TokenizerConfig())

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer import catalogue
 from trainer.audit.runner import AUDITOR_VERSION, AuditReport, audit_domain, default_verify_many, sample_tasks
+from trainer.catalogue.jsonl import UploadedSource
 from trainer.tasks.base import Task, TaskSource
 
 __all__ = ["AUDITOR_VERSION", "AuditReport", "audit_domain", "default_verify_many", "sample_tasks",
@@ -24,9 +26,6 @@ __all__ = ["AUDITOR_VERSION", "AuditReport", "audit_domain", "default_verify_man
 def source_for_snapshot(slug: str, snapshot: dict[str, Any]) -> TaskSource:
     """The task source a domain version's snapshot describes: an upload's own tasks, else the
     catalogue's source for the slug. ValueError when there is neither."""
-    from trainer import catalogue
-    from trainer.catalogue.jsonl import UploadedSource
-
     source = snapshot.get("task_source") or {}
     if source.get("family") == "jsonl":
         tasks = [Task(**t) for t in source.get("tasks") or []]
@@ -41,7 +40,5 @@ def source_for_snapshot(slug: str, snapshot: dict[str, Any]) -> TaskSource:
 
 def audit_catalogue_domain(slug: str, **kwargs: Any) -> AuditReport:
     """Audit a catalogue domain with its default cascade (benches and tests)."""
-    from trainer import catalogue
-
     spec = catalogue.get(slug)
     return audit_domain(slug=slug, verifier=spec.verifier_spec, source=spec.source, family=spec.family, **kwargs)

@@ -26,7 +26,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainer.audit.code_probes import hostile_programs
 from trainer.tasks.base import Task
+from trainer.verifiers.code import extract_code
+from trainer.verifiers.code_harness import exported_names
 
 EXPECT_PASS = "pass"
 """The verifier must pass it (gold, equivalent forms): otherwise a false negative."""
@@ -359,10 +362,6 @@ def tool_probes(task: Task, gold: str) -> list[Probe]:
 def code_probes(task: Task, gold_completion: str | None, perturbed: str | None) -> list[Probe]:
     """Probes for a code task: the reference program and harmless rewrites of it, a broken one,
     empty and constant programs, and every hostile program of :mod:`trainer.audit.code_probes`."""
-    from trainer.audit.code_probes import hostile_programs
-    from trainer.verifiers.code import extract_code
-    from trainer.verifiers.code_harness import exported_names
-
     answer = task.answer if isinstance(task.answer, dict) else {"tests": task.answer}
     prompt = answer.get("prompt") or ""
     entry = answer.get("entry_point")

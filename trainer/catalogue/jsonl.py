@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from trainer.tasks.base import Task
+from trainer.verifiers.stages import validate_cascade
 
 MAX_LINES = 100_000
 MAX_LINE_BYTES = 1_000_000
@@ -76,8 +77,6 @@ def parse_jsonl(
     errors: list[tuple[int, str, str]] = []
     needs_tests = False
     if verifier is not None:
-        from trainer.verifiers.stages import validate_cascade
-
         for path, message in validate_cascade(verifier):
             errors.append((0, path, message))
         stages = verifier.get("stages") if isinstance(verifier, dict) else None

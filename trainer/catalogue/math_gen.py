@@ -21,6 +21,7 @@ from typing import Callable
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
 from trainer.verifiers.answers import canonical
+from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "math"
 LEVELS = 3
@@ -274,8 +275,6 @@ def wrong_forms(task: Task) -> list[str]:
 
 
 def register_all() -> list[DomainSpec]:
-    from trainer.verifiers.cascade import compile_cascade
-
     verify = compile_cascade(VERIFIER_SPEC)
     return [register(DomainSpec(
         slug=f"math-{name}",

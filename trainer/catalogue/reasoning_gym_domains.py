@@ -18,10 +18,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
+from collections import Counter
 from typing import Any
 
 from trainer.outcomes import Outcome
 from trainer.catalogue import DomainSpec, register
+from trainer.catalogue.rg_solvers import reference_candidates
 from trainer.tasks.base import Task
 from trainer.tasks.reasoning_gym import DATASET_SIZE, SEED, curriculum_levels, generate, get_dataset, level_count
 from trainer.verifiers.rg_score import judge, override_for
@@ -134,8 +136,6 @@ class ReasoningGymSource:
 
     def _reference(self, entry: dict[str, Any], level: int) -> str | None:
         """The first reference candidate Temper's own verdict passes (None if none does)."""
-        from trainer.catalogue.rg_solvers import reference_candidates
-
         for candidate in reference_candidates(self.name, entry):
             if judge(candidate, entry, self.name, level, candidate).outcome is Outcome.PASS:
                 return candidate
@@ -223,10 +223,6 @@ def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
     share where most answers are unique (a path, a move list: one answer such as 'infeasible' must
     not stand out), else the share of :data:`BALANCE_MIN_COUNT` items, below which a share is too
     noisy to thin by (an answer seen once may be ten times as common as that)."""
-    from collections import Counter
-
-    from trainer.catalogue.rg_solvers import reference_candidates
-
     balance = BALANCED.get(name, Balance(""))
     draws = balance.draws
     counts: Counter[str] = Counter()

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 
 from trainer.catalogue import DomainSpec
+from trainer.catalogue.documents import reference_completion as document_reference
+from trainer.catalogue.humaneval import broken_completion
+from trainer.catalogue.humaneval import reference_completion as humaneval_reference
 from trainer.tasks.base import Task
 
 
@@ -16,14 +19,10 @@ def reference_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "reasoning_gym":
         return f"<answer>{task.answer}</answer>"
     if spec.family == "humaneval":
-        from trainer.catalogue.humaneval import reference_completion as humaneval_reference
-
         return humaneval_reference(task)
     if spec.family == "math":
         return f"The answer is $\\boxed{{{task.answer}}}$."
     if spec.family == "documents":
-        from trainer.catalogue.documents import reference_completion as document_reference
-
         return document_reference(task)
     if spec.family == "tool_use":
         return str(task.answer)
@@ -35,8 +34,6 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "reasoning_gym":
         return "<answer>zzz wrong</answer>"
     if spec.family == "humaneval":
-        from trainer.catalogue.humaneval import broken_completion
-
         return broken_completion(task)
     if spec.family == "math":
         return f"The answer is $\\boxed{{{task.meta['wrong_answer']}}}$."

@@ -14,7 +14,9 @@ import random
 from typing import Any
 
 from trainer.catalogue import DomainSpec, register
+from trainer.environments import make_environment
 from trainer.tasks.base import Task
+from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "tool_use"
 ITEMS = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "melon", "grape", "mango"]
@@ -109,14 +111,10 @@ class ToolUseSource:
 
 def _new_environment(env_name: str, task: Task):
     """One environment per episode: the trainer alternates model turns with its observations."""
-    from trainer.environments import make_environment
-
     return make_environment(env_name)
 
 
 def register_all() -> list[DomainSpec]:
-    from trainer.verifiers.cascade import compile_cascade
-
     specs = []
     for name, title in TITLES.items():
         vspec = {"stages": [{"type": "environment", "params": {"max_steps": 40}, "timeout_s": 10.0}]}

