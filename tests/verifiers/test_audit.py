@@ -122,3 +122,61 @@ def test_code_domain_audit_runs_hostile_programs_in_the_sandbox(real_sandbox):
     assert len(hostile) >= 12 and all(c.probes == 2 for c in hostile.values())
     assert report.false_negatives_gold == 0, report.to_dict()["classes"]["gold"]
     assert report.false_positives == 0, {k: v.to_dict() for k, v in report.classes.items() if v.false_positives}
+
+
+@dataclasses.dataclass
+class Pairs:
+    """Answer the pair of letters the task names, in either order (``ab`` and ``ba`` are the same
+    answer); ``open`` marks the gold as one valid answer among many."""
+
+    slug: str = "pairs"
+    levels: int = 1
+    open: bool = False
+
+    def sample(self, rng: random.Random, level: int = 0) -> Task:
+        a, b = rng.sample("abcdef", 2)
+        meta = {"answer_is_example": True} if self.open else {}
+        return Task(self.slug, f"t{rng.randrange(10**9)}", f"Name {a} and {b}.", a + b, meta=meta)
+
+
+def pair_verifier(completion: str, task: Task) -> Verification:
+    """Sound: the tagged answer is the task's two letters in either order."""
+    import re
+
+    found = re.findall(r"<answer>(.*?)</answer>", completion, re.S)
+    ok = len(found) == 1 and sorted(found[0].strip()) == sorted(str(task.answer))
+    return Verification.passed() if ok else Verification.failed()
+
+
+def test_an_equivalent_constant_is_the_gold_to_the_verifier_not_a_false_positive():
+    # 'ba' as a constant passes where the gold is 'ab': each passes on the other's task.
+    report = audit_domain(slug="pairs", verifier=TAGGED, source=Pairs(), verify_many=many(pair_verifier), chance_tasks=64)
+    assert report.false_positives == 0, report.to_dict()["classes"]
+
+
+def test_a_verifier_that_accepts_a_wrong_constant_is_still_caught():
+    @dataclasses.dataclass
+    class CommonAB(Pairs):
+        def sample(self, rng: random.Random, level: int = 0) -> Task:
+            task = super().sample(rng, level)
+            return dataclasses.replace(task, answer="ab") if rng.random() < 0.3 else task
+
+    def lenient(completion: str, task: Task) -> Verification:
+        if "<answer>ab</answer>" in completion:
+            return Verification.passed()  # the common answer passes every task
+        return pair_verifier(completion, task)
+
+    report = audit_domain(slug="pairs", verifier=TAGGED, source=CommonAB(), verify_many=many(lenient), chance_tasks=64)
+    assert report.classes["constant"].false_positives > 0, report.to_dict()["classes"]["constant"]
+
+
+def test_open_ended_tasks_get_no_perturbed_probes_and_only_refused_wrong_answers():
+    passes_anything_but_junk = many(lambda c, t: Verification.failed() if any(j in c for j in ("<answer>0<", "nan"))
+                                    else pair_verifier(c, t))
+    report = audit_domain(slug="pairs", verifier=TAGGED, source=Pairs(open=True), verify_many=passes_anything_but_junk)
+    assert "perturbed" not in report.classes
+    assert any("open-ended" in note for note in report.skipped)
+    assert report.false_positives == 0, report.to_dict()["classes"]
+    # An open-ended verifier that accepts anything is still caught by the generic constants.
+    report = audit_domain(slug="pairs", verifier=TAGGED, source=Pairs(open=True), verify_many=many(lambda c, t: Verification.passed()))
+    assert report.classes["constant"].false_positives > 0

@@ -144,10 +144,7 @@ def constant_rates(slug: str, n: int) -> tuple[float, float, dict[str, float]]:
     return chance, tolerance, rates
 
 
-OPEN_CONCLUSIONS = {
-    "rg-propositional_logic": "any valid conclusion is right, so a weak one fixed in advance, such as (P ↔ Q), "
-                              "is right for a third of the premise sets; no scorer can tell it from a useful one",
-}
+OPEN_CONCLUSIONS: dict[str, str] = {}
 """Domains where a constant still beats chance, and why (docs/domains.md, known limits)."""
 CONSTANT_MARGINS = {
     "rg-quantum_lock": (0.05, "any shortest button sequence passes and the puzzles are small, so a common sequence "

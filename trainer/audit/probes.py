@@ -16,7 +16,9 @@ stage's first method (``<answer>`` tag, ``\\boxed{}``, final line), a ``code_tes
 >>> answer_format({"stages": [{"type": "math"}]}).kind
 'raw'
 >>> perturb_text("17"), perturb_text("abc"), perturb_text(r"\\frac{6}{5}")
-(['18', '34'], ['abd', 'bbc'], ['\\\\frac{6}{6}', '\\\\grac{6}{5}'])
+(['18', '34'], ['abd', 'bbc'], ['\\\\frac{6}{6}', '\\\\frac{7}{5}'])
+>>> perturb_text("317132.052107"), perturb_text("19.0 - 17.0i")
+(['332988.654712', '634264.104214'], ['19.0 - 18.0i', '20.0 - 17.0i'])
 """
 from __future__ import annotations
 
@@ -162,11 +164,23 @@ def _number_text(value: float, like: str) -> str:
     return repr(round(value, 6))
 
 
+_NUMBER_TOKEN = re.compile(r"(?<![\d.])\d+(?:\.\d+)?")
+
+
+def _moved(value: float, like: str) -> str:
+    """``value`` moved by more than any tolerance a checker gives a figure: 1, or 5% of it."""
+    step = max(1.0, abs(value) * 0.05)
+    if "." not in like and "e" not in like.lower():
+        step = float(math.ceil(step))
+    return _number_text(value + step, like)
+
+
 def perturb_text(gold: str) -> list[str]:
-    """Two answers near the gold that are wrong: a number moved, a character changed or dropped."""
+    """Two answers near the gold that are wrong: a number moved (by 1 or 5%, whichever is more,
+    and doubled; in text, its last and first numbers moved), else a character changed."""
     value = as_number(gold)
     if value is not None:
-        return [_number_text(value + 1, gold), _number_text(value * 2 if value else 2.0, gold)]
+        return [_moved(value, gold), _number_text(value * 2 if value else 2.0, gold)]
     try:
         obj = json.loads(gold)
     except (ValueError, TypeError):
@@ -185,6 +199,14 @@ def perturb_text(gold: str) -> list[str]:
                 break
         return out
     text = gold.rstrip()
+    numbers = list(_NUMBER_TOKEN.finditer(text))
+    if numbers:
+        out = []
+        for m in (numbers[-1], numbers[0]):
+            candidate = text[:m.start()] + _moved(float(m.group()), m.group()) + text[m.end():]
+            if candidate not in out:
+                out.append(candidate)
+        return out
     spots = [i for i, ch in enumerate(text) if ch.isalnum()]
     if not spots:
         return [text + "x"] if text else ["x"]
@@ -212,12 +234,22 @@ def _wrong_answers(gold: str, others: list[str], known_wrong: str | None = None)
     return pool[:1] + [w for w in near if not same_answer(w, gold)]
 
 
+def open_ended(task: Task) -> bool:
+    """Whether the task's gold is one valid answer among many (``meta["answer_is_example"]``): an
+    answer near the gold, or another task's gold, may then be right too."""
+    return bool(task.meta.get("answer_is_example"))
+
+
 def text_probes(task: Task, fmt: AnswerFormat, gold: str, others: list[str], *, options: list[str] | None = None,
-                equivalents: list[str] | None = None, labels: list[str] | None = None) -> list[Probe]:
+                equivalents: list[str] | None = None, labels: list[str] | None = None,
+                wrong_filter: Callable[[Task, list[str]], list[str]] | None = None) -> list[Probe]:
     """Every text probe for one task (see CLASSES). ``others``: other tasks' golds (for hedges);
     ``options``: a multiple-choice task's options; ``labels``: the small set of answers a
     categorical domain gives (for 'every option at once'); ``equivalents``: answer texts
-    equivalent to the gold."""
+    equivalent to the gold. The wrong answers inside hedges and beside the answer tags are the
+    candidates ``wrong_filter`` keeps (those the verifier refuses on their own: another task's gold
+    may be this task's in other words); an :func:`open_ended` task gets none without a filter, and
+    no perturbed probes (a perturbed answer may be another valid one)."""
     probes: list[Probe] = []
 
     def add(cls: str, completion: str, note: str, expect: str | None = None) -> None:
@@ -230,8 +262,13 @@ def text_probes(task: Task, fmt: AnswerFormat, gold: str, others: list[str], *, 
     if fmt.contained:
         add("equivalent", "Let me work through this carefully.\n\n" + fmt.wrap(f" {gold} ") + "\n", "reasoning first, padded answer")
     wrongs = _wrong_answers(gold, others, task.meta.get("wrong_answer") if isinstance(task.meta.get("wrong_answer"), str) else None)
-    for w in wrongs[1:] or wrongs:
-        add("perturbed", fmt.wrap(w), f"perturbed gold: {w[:60]}")
+    if not open_ended(task):
+        for w in wrongs[1:] or wrongs:
+            add("perturbed", fmt.wrap(w), f"perturbed gold: {w[:60]}")
+    if wrong_filter is not None and wrongs:
+        wrongs = wrong_filter(task, wrongs)  # another task's gold may be this one's in other words
+    elif open_ended(task):
+        wrongs = []
     for blank in ("", " ", "\n"):
         add("empty", fmt.wrap(blank) if blank else "", f"empty {blank!r}")
     add("empty", "I cannot answer this.", "a refusal with no answer")
@@ -282,15 +319,22 @@ def text_probes(task: Task, fmt: AnswerFormat, gold: str, others: list[str], *, 
 def constant_probes(task: Task, fmt: AnswerFormat, gold: str | None, extra: list[str] | None = None) -> list[Probe]:
     """Constant answers (``CONSTANTS`` plus ``extra``: the domain's labels and most common golds);
     a constant that is this task's gold is still made (it counts toward the constant's pass
-    rate) but marked ``legit`` in the note and never counted a false positive."""
+    rate) but marked ``legit`` in the note and never counted a false positive. On an
+    :func:`open_ended` task one of the domain's golds may be a valid answer too: marked ``open``,
+    it counts toward the pass rate (which must not beat chance) but not as a false positive."""
     out = []
     seen: set[str] = set()
     for c in CONSTANTS + [e for e in extra or [] if e not in CONSTANTS]:
         if c in seen:
             continue
         seen.add(c)
-        legit = gold is not None and same_answer(c, gold)
-        out.append(Probe("constant", fmt.wrap(c), task, CLASSES["constant"], f"constant {c}" + (" (legit)" if legit else "")))
+        if gold is not None and same_answer(c, gold):
+            mark = " (legit)"
+        elif open_ended(task) and c not in CONSTANTS:
+            mark = " (open)"
+        else:
+            mark = ""
+        out.append(Probe("constant", fmt.wrap(c), task, CLASSES["constant"], f"constant {c}{mark}"))
     return out
 
 

@@ -31,6 +31,7 @@ from trainer.audit.probes import (
     constant_probes,
     gold_text,
     normal,
+    open_ended,
     text_probes,
     tool_probes,
 )
@@ -41,7 +42,7 @@ from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers import compile_cascade
 from trainer.verifiers.context import VerifyContext
 
-AUDITOR_VERSION = "2026-12-01.1"
+AUDITOR_VERSION = "2026-12-01.2"
 """Changes whenever the probe set changes: audits of different versions are not comparable."""
 EXAMPLES_PER_CLASS = 5
 """Failing examples kept per probe class."""
@@ -176,8 +177,12 @@ def _code_gold(family: str, task: Task) -> tuple[str | None, str | None]:
     return None, None
 
 
-def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], chance_tasks: list[Task]) -> tuple[list[Probe], list[tuple[str, Task, str]], list[str]]:
-    """(probes, chance items (completion, task, constant-or-'shuffled'), skipped notes) for a sample."""
+def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], chance_tasks: list[Task],
+                wrong_filter: Callable[[Task, list[str]], list[str]] | None = None,
+                ) -> tuple[list[Probe], list[tuple[str, Task, str]], list[str]]:
+    """(probes, chance items (completion, task, constant-or-'shuffled'), skipped notes) for a
+    sample. ``wrong_filter`` picks, for an open-ended task, the candidate wrong answers the
+    verifier refuses on their own (see :func:`trainer.audit.probes.text_probes`)."""
     fmt = answer_format(verifier)
     probes: list[Probe] = []
     skipped: list[str] = []
@@ -214,7 +219,10 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
         options = task.meta.get("choices") or task.meta.get("options")
         probes += text_probes(task, fmt, gold, others[i:] + others[:i],
                               options=[str(o) for o in options] if isinstance(options, (list, tuple)) else None,
-                              equivalents=_equivalents(family, task, gold, fmt), labels=labels)
+                              equivalents=_equivalents(family, task, gold, fmt), labels=labels, wrong_filter=wrong_filter)
+    if any(open_ended(t) for t in tasks):
+        skipped.append("open-ended tasks (the gold is one valid answer among many): no perturbed probes; their "
+                       "wrong answers are those the verifier refuses on their own")
     chance: list[tuple[str, Task, str]] = []
     n = len(chance_tasks)
     first_seen: dict[str, str] = {}
@@ -223,10 +231,15 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
             first_seen.setdefault(normal(g), g)
     common = [first_seen[k] for k, count in labels_count.most_common(2) if count >= 3]
     extra = list(labels or []) + [c for c in common if len(c) <= 200]
+    by_level: dict[int, list[int]] = {}
+    for i, task in enumerate(chance_tasks):
+        by_level.setdefault(task.level, []).append(i)
     for i, task in enumerate(chance_tasks):
         for probe in constant_probes(task, fmt, golds[i], extra):
             chance.append((probe.completion, task, probe.note))
-        other = golds[(i + 1) % n] if n > 1 else None
+        # Another task's gold at the same level: what a guess that knows only the level earns.
+        peers = by_level[task.level] if len(by_level[task.level]) > 1 else list(range(n))
+        other = golds[peers[(peers.index(i) + 1) % len(peers)]] if n > 1 else None
         if other is not None:
             chance.append((fmt.wrap(other), task, "shuffled"))
     return probes, chance, skipped
@@ -252,20 +265,36 @@ def _example(probe: Probe, v: Verification) -> dict[str, Any]:
             "expect": probe.expect, "note": probe.note, "error": str(error)[:300]}
 
 
-def chance_rate(golds: list[str | None], shuffled: float) -> float:
+def chance_rate(golds: list[str | None], shuffled: float, levels: list[int] | None = None) -> float:
     """What guessing earns without reading the task: for a categorical domain (at most 8 labels,
     each seen twice), a uniform guess over its labels (1/k); otherwise the rate at which another
-    task's gold is right (label frequencies squared, and the verifier's own shuffled-gold rate)."""
+    task's gold at the same level is right (label frequencies squared within each level, weighted
+    by the level's share, and the verifier's own shuffled-gold rate).
+
+    >>> chance_rate(["a", "b", "c", "d"], 0.0), round(chance_rate(["a", "a", "b", "b", "c", "d"], 0.0, [0, 0, 0, 0, 1, 1]), 3)
+    (0.0, 0.222)
+    """
     counts = Counter(normal(g) for g in golds if g is not None)
     n = sum(counts.values())
     if n == 0:
         return shuffled
     if n >= 16 and 2 <= len(counts) <= 8 and min(counts.values()) >= 2:
         return 1.0 / len(counts)
-    return max(shuffled, sum((c / n) ** 2 for c in counts.values()))
+    groups: dict[int, Counter[str]] = {}
+    for g, level in zip(golds, levels or [0] * len(golds)):
+        if g is not None:
+            groups.setdefault(level, Counter())[normal(g)] += 1
+    weighted = total = 0
+    for group in groups.values():
+        size = sum(group.values())
+        if size >= 2:  # another task of the level: pairs without replacement
+            weighted += sum(c * (c - 1) for c in group.values()) / (size - 1)
+            total += size
+    return max(shuffled, weighted / total if total else 0.0)
 
 
-def constant_bias(chance: list[tuple[str, Task, str]], results: list[Verification], golds: list[str | None] | None = None) -> list[dict[str, Any]]:
+def constant_bias(chance: list[tuple[str, Task, str]], results: list[Verification], golds: list[str | None] | None = None,
+                  levels: list[int] | None = None) -> list[dict[str, Any]]:
     """Each constant's mean reward over the chance sample against what guessing earns
     (:func:`chance_rate`); flagged when it beats that by more than sampling noise (3 sigma)."""
     by_note: dict[str, list[float]] = {}
@@ -275,13 +304,13 @@ def constant_bias(chance: list[tuple[str, Task, str]], results: list[Verificatio
         if note == "shuffled":
             shuffled.append(score)
             continue
-        constant = note.removeprefix("constant ").removesuffix(" (legit)")
+        constant = note.removeprefix("constant ").removesuffix(" (legit)").removesuffix(" (open)")
         by_note.setdefault(constant, []).append(score)
     n_tasks = max((len(s) for s in by_note.values()), default=0)
     if n_tasks == 0:
         return []
     blind = sum(shuffled) / len(shuffled) if shuffled else 0.0
-    chance = chance_rate(golds or [], blind)
+    chance = chance_rate(golds or [], blind, levels)
     out = []
     for constant, scores in sorted(by_note.items()):
         rate = sum(scores) / len(scores)
@@ -314,7 +343,14 @@ def audit_domain(
     verify_many = verify_many or default_verify_many(verifier, context=context)
     sample, errors = sample_tasks(source, max(tasks, chance_tasks), seed=seed, at_least=tasks, budget_s=sample_budget_s)
     report.skipped += errors[:10]
-    probes, chance, skipped = plan_probes(family=family, verifier=verifier, tasks=sample[:tasks], chance_tasks=sample)
+    fmt = answer_format(verifier)
+
+    def refused_alone(task: Task, candidates: list[str]) -> list[str]:
+        results = verify_many([(fmt.wrap(w), task) for w in candidates])
+        return [w for w, v in zip(candidates, results) if not v.is_infrastructure and v.score <= 0]
+
+    probes, chance, skipped = plan_probes(family=family, verifier=verifier, tasks=sample[:tasks], chance_tasks=sample,
+                                          wrong_filter=refused_alone)
     report.skipped += skipped
     report.tasks = len(sample[:tasks])
     items = [(p.completion, p.task) for p in probes] + [(c, t) for c, t, _ in chance]
@@ -344,12 +380,13 @@ def audit_domain(
         if len(cls.examples) < EXAMPLES_PER_CLASS:
             cls.examples.append(_example(probe, v))
     constants = ClassResult()
-    for (completion, task, note), v in zip(chance, chance_results):
+    same = _same_to_the_verifier(chance, chance_results, sample, fmt, verify_many)
+    for k, ((completion, task, note), v) in enumerate(zip(chance, chance_results)):
         if note == "shuffled":
             continue
         constants.probes += 1
         report.probes += 1
-        if not note.endswith("(legit)") and (v.is_infrastructure or v.score > 0):
+        if not note.endswith(("(legit)", "(open)")) and k not in same and (v.is_infrastructure or v.score > 0):
             constants.false_positives += 1
             report.false_positives += 1
             report.masked += int(v.is_infrastructure)
@@ -357,8 +394,7 @@ def audit_domain(
                 constants.examples.append(_example(Probe("constant", completion, task, "no_reward", note), v))
     if constants.probes:
         report.classes["constant"] = _merge(report.classes.get("constant"), constants)
-    fmt = answer_format(verifier)
-    report.constant_bias = constant_bias(chance, chance_results, [gold_text(t, fmt) for t in sample])
+    report.constant_bias = constant_bias(chance, chance_results, [gold_text(t, fmt) for t in sample], [t.level for t in sample])
     flagged = [c for c in report.constant_bias if c["flagged"]]
     if report.constant_bias:
         bias = ClassResult(probes=len(report.constant_bias), false_positives=len(flagged))
@@ -371,6 +407,31 @@ def audit_domain(
         report.false_positives += len(flagged)
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def _same_to_the_verifier(chance: list[tuple[str, Task, str]], results: list[Verification], sample: list[Task],
+                          fmt: AnswerFormat, verify_many: VerifyMany) -> set[int]:
+    """Indexes of the chance items where a constant that is another task's gold passed and is the
+    same answer as this task's gold to the verifier: each passes on the other's task (``(Q ∧ P)``
+    and ``(P ∧ Q)``, ``0.5`` and ``1/2``). A text comparison cannot see that; a verifier that
+    accepts a wrong answer on one task does not also accept this gold on the other."""
+    owner: dict[str, Task] = {}
+    for task in sample:
+        gold = gold_text(task, fmt)
+        if gold is not None:
+            owner.setdefault(normal(gold), task)
+    asks: list[tuple[int, str, Task]] = []
+    for k, ((_, task, note), v) in enumerate(zip(chance, results)):
+        constant = note.removeprefix("constant ")
+        other = owner.get(normal(constant))
+        gold = gold_text(task, fmt)
+        if note.startswith("constant ") and not note.endswith((" (legit)", " (open)")) and other is not None and other is not task \
+                and gold is not None and v.outcome is Outcome.PASS:
+            asks.append((k, gold, other))
+    if not asks:
+        return set()
+    back = verify_many([(fmt.wrap(gold), other) for _, gold, other in asks])
+    return {k for (k, _, _), v in zip(asks, back) if v.outcome is Outcome.PASS}
 
 
 def _merge(a: ClassResult | None, b: ClassResult) -> ClassResult:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
+import re
 from collections import Counter
 from typing import Any
 
@@ -53,13 +54,22 @@ class Balance:
     draws: int = 1000
     """Items drawn once per level (fixed seeds) to measure each answer's share."""
     by: str = "answer"
-    """What is balanced: ``"answer"`` (the reference answer) or ``"numbers"`` (the puzzle's
-    numbers in any order, where one puzzle has many right expressions)."""
+    """What is balanced: ``"answer"`` (the reference answer), ``"numbers"`` (the puzzle's
+    numbers in any order, where one puzzle has many right expressions) or ``"truth table"`` (the
+    conclusion's truth table over its own variables, where logically equivalent conclusions all
+    pass)."""
 
     def label(self, entry: dict[str, Any], answer: Any) -> str:
         """The label an item counts under."""
         if self.by == "numbers":
             return " ".join(str(n) for n in sorted(entry["metadata"]["numbers"]))
+        if self.by == "truth table":
+            from reasoning_gym.logic.propositional_logic import Expression
+
+            text = entry["metadata"]["example_answer"]
+            expr, names = Expression.from_string(text), sorted(set(re.findall(r"[A-Z]", text)))
+            rows = (dict(zip(names, (bool(i >> j & 1) for j in range(len(names))))) for i in range(1 << len(names)))
+            return " ".join(names) + ":" + "".join("1" if expr.evaluate(row) else "0" for row in rows)
         return answer_label(answer)
 
 
@@ -91,6 +101,8 @@ BALANCED: dict[str, Balance] = {
     "number_sequence": Balance("small next terms repeat: 4 was the answer to 25% of tasks (chance 6%)"),
     "polynomial_equations": Balance("the root 0.0 alone is 46% of level-0 answers, 17% at the top", draws=200),
     "products": Balance("0 is 2% of answers (chance 0.2%)"),
+    "propositional_logic": Balance("a few conclusions recur up to equivalence ((P ∨ Q) passed 10% of tasks, "
+                                   "chance 2%)", by="truth table", draws=400),
     "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
                         "right for 8-10% of tasks (chance 3%)", by="numbers"),
     "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers"),
