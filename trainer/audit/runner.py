@@ -229,12 +229,17 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     for g in golds:
         if g is not None:
             first_seen.setdefault(normal(g), g)
-    common = [first_seen[k] for k, count in labels_count.most_common(2) if count >= 3]
-    extra = list(labels or []) + [c for c in common if len(c) <= 200]
+    # The domain's most common golds become constants too; they are picked from the first half of
+    # the sample and scored on the second, since scored on the tasks that made them common they
+    # would beat chance by construction.
+    half = n // 2
+    picked = Counter(normal(g) for g in golds[:half] if g is not None)
+    common = [first_seen[k] for k, count in picked.most_common(2) if count >= 2 and len(first_seen[k]) <= 200]
     by_level: dict[int, list[int]] = {}
     for i, task in enumerate(chance_tasks):
         by_level.setdefault(task.level, []).append(i)
     for i, task in enumerate(chance_tasks):
+        extra = list(labels or []) + (common if i >= half else [])
         for probe in constant_probes(task, fmt, golds[i], extra):
             chance.append((probe.completion, task, probe.note))
         # Another task's gold at the same level: what a guess that knows only the level earns.
