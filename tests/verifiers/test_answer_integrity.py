@@ -152,6 +152,24 @@ def test_math_numeric_gold_inside_an_equation_list_or_expression_fails(slug):
         assert verify(slug, completion, task).outcome is not Outcome.PASS, completion
 
 
+HIDING_PLACES = [r"{w} \to {g}", r"{g} \rightarrow {w}", r"{w} \mapsto {g}", "{w} → {g}", "{g} -> {w}", "{w} => {g}",
+                 "{w} ... {g}", r"{w} \ldots {g}", r"{w} \setminus {g}", r"{w} \hspace{{1em}} {g}", r"{w} \| {g}",
+                 "{w} ∣ {g}", "{w} ⁄ {g}", "{w}、{g}", "{w}​{g}", "{w} ᴏʀ {g}", r"{w} \Rightarrow {g}",
+                 r"{w} \implies {g}", r"{w} \sim {g}", "{w} ~ {g}", "{{{g}}}_{{{w}}}", r"{g}\text{{{w}}}",
+                 r"\cancel{{{w}}} {g}", r"\textcolor{{white}}{{{w}}} {g}", r"{g} \boxed{{{w}}}", r"{w} \\ {g}"]
+"""Separators and wrappers that hid a second value beside the gold (found by red-teaming)."""
+
+
+@pytest.mark.parametrize("slug", MATH)
+def test_math_a_second_value_hidden_behind_any_separator_fails(slug):
+    for task in sample(slug, 4, seed=5):
+        for wrong in ("3", str(task.meta["wrong_answer"])):
+            for place in HIDING_PLACES:
+                completion = "$\\boxed{" + place.format(w=wrong, g=task.answer) + "}$"
+                assert verify(slug, completion, task).score == 0, completion
+        assert verify(slug, "$\\boxed{" + str(task.answer) + "}$", task).outcome is Outcome.PASS
+
+
 @pytest.mark.parametrize("answer, gold", [
     ("1 - 3x + 2x^2", "2x^{2} - 3x + 1"), ("2*x**2 - 3*x + 1", "2x^{2} - 3x + 1"), ("2 \\cdot x^2 - 3x + 1", "2x^{2} - 3x + 1"),
     ("\\{3, 1, 2\\}", "\\{1, 2, 3\\}"), ("1{,}000", "1000"), ("1\\,000", "1000"), ("1,000", "1000"), ("\\dfrac{3}{4}", "\\frac{3}{4}"),

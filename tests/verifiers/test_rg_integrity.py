@@ -300,6 +300,22 @@ def test_a_wrong_last_digit_fails_where_the_gold_is_exact(slug):
     assert reward(stage(wrong, task)) == 0, wrong
 
 
+@pytest.mark.parametrize("slug, junk", [
+    ("rg-letter_jumble", lambda g: g + " zzz qqq"),
+    ("rg-letter_jumble", lambda g: g + " because it is"),
+    ("rg-kakurasu", lambda g: "\n".join(line + " 9" for line in g.splitlines())),
+    ("rg-kakurasu", lambda g: g + "\ndone"),
+    ("rg-survo", lambda g: "Grid:\n" + g),
+    ("rg-survo", lambda g: g + " :)"),
+])
+def test_nothing_may_follow_or_surround_the_gold_where_upstream_stops_reading(slug, junk):
+    for level in range(RG[slug].source.levels):
+        task = first_task(slug, level=level)
+        gold = str(task.answer)
+        assert stage(gold, task).outcome is Outcome.PASS
+        assert reward(stage(junk(gold), task)) == 0, junk(gold)
+
+
 def test_figlet_font_needs_the_whole_word():
     task = first_task("rg-figlet_font", level=4, pick=lambda t: len(str(t.answer)) >= 10)
     gold = str(task.answer)

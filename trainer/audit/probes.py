@@ -60,7 +60,8 @@ CLASSES: dict[str, str] = {
 CONSTANTS = ["0", "1", "-1", "Yes", "No", "True", "False", "None", "{}", "[]", "A", "null", "x"]
 NON_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "-Infinity", "1e999", "\\infty", "0/0", "oo"]
 HEDGE_JOINS = ["{w} or {g}", "{g} or {w}", "{w}, {g}", "{g}, {w}", "{w}\n{g}", "{g}\n{w}", "either {w} or {g}",
-               "{w}/{g}", "{g}/{w}", "{w}; {g}", "{w} and {g}", "{g} (or {w})", "{w} | {g}"]
+               "{w}/{g}", "{g}/{w}", "{w}; {g}", "{w} and {g}", "{g} (or {w})", "{w} | {g}", "{w} -> {g}",
+               "{g} \u2192 {w}", "{w} ... {g}", "{w}\u200b{g}", "{g} {w}"]
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 
@@ -283,6 +284,8 @@ def text_probes(task: Task, fmt: AnswerFormat, gold: str, others: list[str], *, 
         if fmt.kind == "boxed":
             add("hedge", fmt.wrap(f"{w} \\text{{ or }} {gold}"), "\\text{ or } inside one box")
             add("hedge", fmt.wrap(f"x = {w}, x = {gold}"), "two equations in one box")
+            for hidden in (f"{w} \\to {gold}", f"{{{gold}}}_{{{w}}}", f"{gold}\\text{{{w}}}", f"\\cancel{{{w}}} {gold}"):
+                add("hedge", fmt.wrap(hidden), f"a second value behind LaTeX: {hidden[:40]}")
         if fmt.kind == "final_line":
             add("hedge", f"Final answer: {w}\nFinal answer: {gold}", "two final lines")
     choice_sets: list[list[str]] = []

@@ -86,6 +86,7 @@ BALANCED: dict[str, Balance] = {
     "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)"),
     "composite": Balance("its parts' small answers repeat: 1 was right for 3% of tasks (chance 0)"),
     "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0"),
+    "game_of_life": Balance("the all-dead board is 9% of level-0 answers (another task's board is right for 1%)", draws=400),
     "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=2000),
     "graph_color": Balance("the same small graphs (and so the same colouring) recur: one colouring was "
                            "right for 17% of tasks against 4% for another task's colouring"),

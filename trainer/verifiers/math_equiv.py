@@ -105,7 +105,59 @@ def answer_text(completion: str, gold: Any) -> str:
         raise _Refused(Outcome.PARSE_ERROR, "empty answer")
     if len(answer) > MAX_ANSWER_CHARS:
         raise _Refused(Outcome.FAIL, f"answer longer than {MAX_ANSWER_CHARS} characters")
+    foreign = foreign_reason(answer, gold)
+    if foreign is not None:
+        raise _Refused(Outcome.FAIL, f"not one value: {foreign}")
     return answer
+
+
+_ALLOWED_COMMANDS = frozenset(
+    "frac dfrac tfrac sqrt cdot times div left right pi infty le leq ge geq lt gt ne neq cup cap in "
+    "emptyset varnothing mathbb mathrm mathbf mathit textbf boldsymbol bm displaystyle text sin cos tan "
+    "cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp circ degree prime { } , ; : !".split()) | {" "}
+"""LaTeX commands a value may be written with; any other (``\\to``, ``\\Rightarrow``, ``\\hspace``,
+``\\ldots``, ``\\cancel``, ``\\boxed`` inside the box, ``\\\\``) is refused unless the gold has it."""
+_MATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \t\n+-*/^=()[]{},.<>!'~\\"
+                        "\u2212\u00d7\u00b7\u00f7\u03c0\u221a\u221e\u2264\u2265\u2260\u222a\u2229\u2208\u00b0")
+"""Characters of a written value (ASCII, and the Unicode minus, times, dot, division, pi, root,
+infinity, comparisons, union, intersection, element-of, degree)."""
+_COMMAND = re.compile(r"\\([A-Za-z]+|.)")
+_TEXT_BODY = re.compile(r"\\text\s*\{([^{}]*)\}")
+
+
+def foreign_reason(answer: str, gold: Any) -> str | None:
+    """Why ``answer`` holds something that is not part of one value (a second answer can hide
+    behind it: ``w \\to g``, ``g_{w}``, ``g\\text{w}``, ``w \\ldots g``, a zero-width space), or None.
+    What the gold itself uses is allowed.
+
+    >>> [foreign_reason(a, "\\\\frac{7}{3}") for a in ["\\\\dfrac{7}{3}", "x = 2.3\\\\,", "\\\\frac{1}{2} \\\\to \\\\frac{7}{3}", "\\\\frac{7}{3}_{5}"]]
+    [None, None, '\\\\to is not part of a value', 'a subscript']
+    >>> foreign_reason("3\\u200b\\\\frac{7}{3}", "1"), foreign_reason("9\\\\text{21}", "9"), foreign_reason("2 ... 5", "5")
+    ('character U+200B is not part of a value', 'text beside the value', "'...' between values")
+    """
+    gold_text = "" if gold is None else str(gold)
+    body = answer.strip()
+    for m in _COMMAND.finditer(body):
+        name = m.group(1)
+        if name not in _ALLOWED_COMMANDS and ("\\" + name) not in gold_text:
+            return f"\\{name} is not part of a value"
+    if "\\text" in body and "\\text" not in gold_text and not _TEXT_BODY.fullmatch(body):
+        return "text beside the value"
+    for arrow in ("->", "=>", "<-"):
+        if arrow in body and arrow not in gold_text:
+            return f"{arrow!r} between values"
+    if "~" in _GROUPED.sub("", body) and "~" not in gold_text:  # a tie is a thousands separator only
+        return "'~' between values"
+    if "_" in body and "_" not in gold_text:
+        return "a subscript"
+    if "|" in body and "|" not in gold_text:
+        return "'|' between values"
+    if ".." in body and ".." not in gold_text:
+        return "'...' between values"
+    for ch in body:
+        if ch not in _MATH_CHARS and ch not in gold_text:
+            return f"character U+{ord(ch):04X} is not part of a value"
+    return None
 
 
 def strip_lhs(answer: str, allowed: list[str] | None) -> str:

@@ -48,6 +48,7 @@ from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.tasks.reasoning_gym import get_dataset
 from trainer.verifiers.answers import hedge_reason
+from trainer.verifiers.rg_formats import exact_text, same_word, same_words, strict_grid, upstream_score
 
 Scorer = Callable[[str, dict[str, Any], Any], float]
 """``(answer, entry, dataset) -> score`` in [0, 1]; ``dataset`` is the generator's dataset object."""
@@ -198,10 +199,6 @@ def _exact(answer: str, entry: dict[str, Any], _: Any) -> float:
     return float(answer.strip().casefold() == str(entry["answer"]).strip().casefold())
 
 
-def _exact_text(answer: str, entry: dict[str, Any], _: Any) -> float:
-    """1 when the answer is the gold's text exactly (surrounding whitespace aside)."""
-    return float(answer.strip() == str(entry["answer"]).strip())
-
 
 def _n_queens(answer: str, entry: dict[str, Any], _: Any) -> float:
     """1 when the board is one of the valid solutions, as written (no ``eval`` of the answer)."""
@@ -335,10 +332,15 @@ _BUTTONS = re.compile(r"[A-C](?:\s*(?:→|->|,)?\s*[A-C])*", re.I)
 
 def _quantum_lock(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     """The upstream score, only when the whole answer is a button sequence (upstream keeps every
-    letter A-C found anywhere in the answer, words included)."""
+    letter A-C found anywhere in the answer, words included); a longer sequence earns its 0.5
+    only if it reaches the target first at its end (not the gold followed by more presses)."""
     if not _BUTTONS.fullmatch(answer.strip()):
         return 0.0
-    return float(dataset.score_answer(answer, entry))
+    value = float(dataset.score_answer(answer, entry))
+    presses, meta = re.findall(r"[A-C]", answer.upper()), entry["metadata"]
+    if 0 < value < 1 and any(dataset.simulate_sequence(meta, presses[:k]) == meta["target_value"] for k in range(1, len(presses))):
+        return 0.0
+    return value
 
 
 _PROBE_POINTS = (0.37, 1.29, 2.03, -0.61, 3.7)
@@ -431,11 +433,6 @@ def _conclusion(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     return float(dataset._is_valid_conclusion([gold], mine) and dataset._is_valid_conclusion([mine], gold))
 
 
-def _same_word(answer: str, entry: dict[str, Any], _: Any) -> float:
-    """1 when the answer is the word (spaces and case aside); upstream pays 0.1 per letter in
-    place up to 1, so ten right letters of a longer word passed."""
-    return float(answer.replace(" ", "").strip().casefold() == str(entry["answer"]).strip().casefold())
-
 
 def _same_value(answer: str, entry: dict[str, Any], _: Any) -> float:
     """1 when the answer is one number (thousands commas allowed) equal to the chosen option;
@@ -459,10 +456,6 @@ def _sorted_numbers(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     except (ValueError, TypeError):
         return 0.0
     return float(len(found) == len(gold) and all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(found, gold)))
-
-
-def _upstream(answer: str, entry: dict[str, Any], dataset: Any) -> float:
-    return float(dataset.score_answer(answer, entry))
 
 
 def _valid_solution_longer(value: float) -> bool:
@@ -508,7 +501,7 @@ OVERRIDES: dict[str, Override] = {
         "requires a list of numbers only and passes it when every root is the gold's to its four "
         "decimals (score 0.9999; 0.0955 for 0.0954 is wrong)", _roots, pass_at=0.9999),
     "figlet_font": Override(
-        "0.1 per letter in place, capped at 1: ten right letters of a longer word scored 1", _same_word),
+        "0.1 per letter in place, capped at 1: ten right letters of a longer word scored 1", same_word),
     "number_format": Override(
         "the chosen number may be off by 0.01, so a wrong last digit of a three-decimal option passed",
         _same_value),
@@ -520,11 +513,15 @@ OVERRIDES: dict[str, Override] = {
     "sokoban": Override(
         "every character that is not a move is ignored and moves into walls are no-ops, so a solution "
         "with other text around it passes", _sokoban, open_ended=True),
-    "binary_matrix": Override(_EVAL, _exact_text),
-    "spiral_matrix": Override(_EVAL, _exact_text),
-    "string_insertion": Override(_EVAL, _exact_text),
+    "binary_matrix": Override(_EVAL, exact_text),
+    "spiral_matrix": Override(_EVAL, exact_text),
+    "string_insertion": Override(_EVAL, exact_text),
     "n_queens": Override(_EVAL + "; any valid completion of the board passes, so the gold is only an example",
                          _n_queens, open_ended=True),
+    "letter_jumble": Override("words after the gold's are not read, so the gold followed by anything passed (20 of 40 "
+                              "tasks); the partial credit per word in place is not kept", same_words),
+    "kakurasu": Override("numbers after a row's last and text around the grid are skipped", strict_grid(upstream_score)),
+    "survo": Override("text around the grid is skipped", strict_grid(upstream_score)),
     "graph_color": Override("any proper colouring passes, so the gold is only an example; 0.01 for parseable JSON "
                             "is not earned", open_ended=True),
     "tower_of_hanoi": Override(
@@ -567,7 +564,7 @@ def override_for(name: str) -> Override | None:
 
 def scorer_for(name: str) -> Scorer:
     override = OVERRIDES.get(name)
-    return override.score if override is not None and override.score is not None else _upstream
+    return override.score if override is not None and override.score is not None else upstream_score
 
 
 def judge(answer: str, entry: dict[str, Any], name: str, level: int, gold: str) -> Verification:
