@@ -216,7 +216,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 break
             if run.budget_tokens and run.tokens_used >= run.budget_tokens:
                 break
-        _checkpoint(job, run)
+        if job.step_count % every != 0:  # the last step's checkpoint, unless the loop just saved it
+            _checkpoint(job, run)
         runs.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
         return "completed"
     except runs.LeaseLost as exc:

@@ -64,20 +64,45 @@ def registry_root() -> Path:
     return Path(settings.VAR_DIR) / "registry"
 
 
+def _same_tree(src: Path, dst: Path) -> bool:
+    """Whether ``dst`` already holds ``src``'s files (the same inodes, or copies of the same size
+    and modification time) and nothing else."""
+    if not dst.is_dir():
+        return False
+    names = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    if names != sorted(p.relative_to(dst) for p in dst.rglob("*") if p.is_file()):
+        return False
+    for name in names:
+        a, b = (src / name).stat(), (dst / name).stat()
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) and (a.st_size, a.st_mtime_ns) != (b.st_size, b.st_mtime_ns):
+            return False
+    return True
+
+
 def _link_tree(src: Path, dst: Path) -> None:
     """Copy a directory as hard links where the file system allows (cheap, and the registry's
-    copy survives the run pruning its old checkpoints); plain copies otherwise."""
+    copy survives the run pruning its old checkpoints); plain copies otherwise.
+
+    A version registered again with the same files is left as it is, and new files replace the old
+    by two renames, so an evaluation loading the version always finds its files (it was queued
+    when the version was first registered, and a run saves its last step twice)."""
+    if _same_tree(src, dst):
+        return
+
     def link(s, d):
         try:
             os.link(s, d)
         except OSError:
             shutil.copy2(s, d)
 
-    tmp = dst.with_name(dst.name + ".tmp")
+    tmp, old = dst.with_name(dst.name + ".tmp"), dst.with_name(dst.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
     shutil.copytree(src, tmp, copy_function=link)
-    shutil.rmtree(dst, ignore_errors=True)
+    if dst.exists():
+        dst.rename(old)
     tmp.rename(dst)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- versions

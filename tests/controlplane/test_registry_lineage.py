@@ -95,3 +95,25 @@ def test_held_out_tasks_are_never_drawn_for_training():
     # Without a holdout, the same sampler does draw them (the rule is what keeps them out).
     plain = TaskSampler({"builtin-addition": ADDITION}, {"builtin-addition": 1}, SamplerConfig(), n=2, seed=0)
     assert any(is_heldout(t, HOLDOUT_FRACTION) for t, _ in plain.draw(500))
+
+
+def test_registering_a_version_again_keeps_its_files_in_place(tmp_path):
+    """A run saves its last step twice; the evaluation queued by the first registration may be
+    loading the version's files meanwhile, so the same files stay where they are, and new ones
+    replace the old without a moment when the path is missing."""
+    from controlplane.registry.services import _link_tree
+
+    src, dst = tmp_path / "ckpt" / "model", tmp_path / "registry" / "v1" / "model"
+    src.mkdir(parents=True)
+    (src / "model.safetensors").write_bytes(b"weights-1")
+    (src / "config.json").write_text("{}")
+    dst.parent.mkdir(parents=True)
+    _link_tree(src, dst)
+    inode = (dst / "model.safetensors").stat().st_ino
+    _link_tree(src, dst)
+    assert (dst / "model.safetensors").stat().st_ino == inode
+    (src / "model.safetensors").unlink()
+    (src / "model.safetensors").write_bytes(b"weights-2")
+    _link_tree(src, dst)
+    assert (dst / "model.safetensors").read_bytes() == b"weights-2"
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["model"]
