@@ -468,6 +468,12 @@ _EVAL = ("upstream hands the answer to Python's eval, which runs whatever the po
          "the verifier process; the eval branch only ever paid partial credit, so Temper keeps the "
          "exact comparison and never evaluates the answer")
 
+_INTEGRATION = Override(
+    "the answer is evaluated with sympy's parse_expr (eval): 'F or W' evaluates to F, and a term in "
+    "another letter is a constant to it ('F + C/W(X)' passed); a wrong answer can keep simplify busy "
+    "for minutes", _antiderivative, expression="symbols")
+"""Both integration generators share their scorer's weaknesses, and so their override."""
+
 OVERRIDES: dict[str, Override] = {
     "game_of_life_halting": Override(
         "score_answer compares bool(answer) == bool(gold): any non-empty answer scores 1", _exact),
@@ -480,14 +486,8 @@ OVERRIDES: dict[str, Override] = {
         "task), and truncates the value with int()", _puzzle24, expression="numbers"),
     "countdown": Override(
         "the answer is evaluated with sympy's parse_expr (eval)", expression="numbers"),
-    "simple_integration": Override(
-        "the answer is evaluated with sympy's parse_expr (eval): 'F or W' evaluates to F, and a term in "
-        "another letter is a constant to it ('F + C/W(X)' passed); a wrong answer can keep simplify busy "
-        "for minutes", _antiderivative, expression="symbols"),
-    "intermediate_integration": Override(
-        "the answer is evaluated with sympy's parse_expr (eval): 'F or W' evaluates to F, and a term in "
-        "another letter is a constant to it ('F + C/W(X)' passed); a wrong answer can keep simplify busy "
-        "for minutes", _antiderivative, expression="symbols"),
+    "simple_integration": _INTEGRATION,
+    "intermediate_integration": _INTEGRATION,
     "polynomial_multiplication": Override(
         "the answer is evaluated with sympy's parse_expr (eval): 'P or W' evaluates to P", expression="symbols"),
     "complex_arithmetic": Override(
