@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -48,10 +49,22 @@ def _num(default: Any, *, gt: float | None = None, ge: float | None = None,
          le: float | None = None, lt: float | None = None) -> Any:
     """A field with numeric bounds, checked by :func:`load_config` and exported to the schema.
 
-    Give every setting that multiplies memory or work (sequences, tokens, batch sizes) an upper
-    bound a host survives: the API refuses a run beyond it before anything is queued."""
+    Give every number an upper bound a host survives, counts of steps and seeds included: the API
+    refuses a run beyond it before anything is queued, the run driver refuses it again before it
+    allocates anything, and a team's admin-set ceilings (:func:`ceiling_errors`) can only be lower.
+    ``tests/trainer/test_config_bounds.py`` fails for a numeric field without one."""
     bounds = {k: v for k, v in {"gt": gt, "ge": ge, "le": le, "lt": lt}.items() if v is not None}
     return field(default=default, metadata={"bounds": bounds})
+
+
+MAX_STEPS = 10_000_000
+"""Any count of steps (RL, SFT, warm-up, between checkpoints or evaluations) is at most this."""
+MAX_SEED = 2**32 - 1
+"""Seeds are from 0 to this (what numpy and every engine accept)."""
+MAX_DOMAINS = 500
+"""Domains of one config (as a run's ``domains`` list allows)."""
+MAX_DOMAIN_WEIGHT = 1e6
+"""A domain's sampling weight is at most this (weights are normalised; the ratio is what counts)."""
 
 
 # ----------------------------------------------------------------------------- concerns
@@ -97,11 +110,11 @@ class AlgorithmConfig:
     """GRPO only: divide by the group's reward std; false gives Dr.GRPO (mean-centred only)."""
     clip_low: float = _num(0.2, gt=0, lt=1)
     """Lower clip of the importance ratio: ratios below 1 - clip_low get no gradient."""
-    clip_high: float = _num(0.28, gt=0)
+    clip_high: float = _num(0.28, gt=0, le=10)
     """Upper clip of the importance ratio (DAPO clip-higher when larger than clip_low)."""
     loss_aggregation: Literal["token", "sequence"] = "token"
     """``token``: mean over all response tokens of the batch; ``sequence``: mean of per-sequence means."""
-    kl_coef: float = _num(0.0, ge=0)
+    kl_coef: float = _num(0.0, ge=0, le=100)
     """Weight of the k3 KL estimate to the frozen reference; 0 disables the reference model."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal and draw new ones to refill the batch."""
@@ -123,13 +136,13 @@ class RolloutConfig:
     """Completions per task (group size); the adaptive budget may vary it per task."""
     max_new_tokens: int = _num(64, ge=1, le=65_536)
     """Tokens generated per model turn at most."""
-    temperature: float = _num(1.0, gt=0)
+    temperature: float = _num(1.0, gt=0, le=10)
     """Sampling temperature; logprobs are those of the tempered distribution."""
     top_p: float = _num(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
     staleness: int = _num(0, ge=0, le=16)
     """Steps that generation may run ahead of the update (0 = synchronous)."""
-    max_turns: int = _num(1, ge=1)
+    max_turns: int = _num(1, ge=1, le=256)
     """Model turns per episode in multi-turn environments."""
     max_episode_tokens: int = _num(1024, ge=1, le=262_144)
     """Token budget per episode (model and environment tokens after the prompt)."""
@@ -143,21 +156,21 @@ class RolloutConfig:
 class OptimizerConfig:
     """AdamW with gradient accumulation and clipping."""
 
-    lr: float = _num(1e-4, gt=0)
+    lr: float = _num(1e-4, gt=0, le=10)
     """Learning rate."""
-    weight_decay: float = _num(0.0, ge=0)
+    weight_decay: float = _num(0.0, ge=0, le=10)
     """Decoupled weight decay."""
     beta1: float = _num(0.9, ge=0, lt=1)
     """Adam beta1."""
     beta2: float = _num(0.999, ge=0, lt=1)
     """Adam beta2."""
-    eps: float = _num(1e-8, gt=0)
+    eps: float = _num(1e-8, gt=0, le=1)
     """Adam epsilon."""
-    max_grad_norm: float = _num(1.0, ge=0)
+    max_grad_norm: float = _num(1.0, ge=0, le=1e6)
     """Clip the global gradient norm to this; 0 disables clipping."""
     micro_batch_size: int = _num(64, ge=1, le=4096)
     """Sequences per forward/backward; gradients accumulate over the micro-batches."""
-    warmup_steps: int = _num(0, ge=0)
+    warmup_steps: int = _num(0, ge=0, le=MAX_STEPS)
     """Linear learning-rate warm-up steps."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """After warm-up: keep the rate, or decay it to 0 at ``limits.max_steps`` (linearly or cosine)."""
@@ -181,7 +194,7 @@ class SamplerConfig:
     """Raise a domain's difficulty level when its running pass rate passes the threshold."""
     curriculum_threshold: float = _num(0.8, gt=0, le=1)
     """Curriculum: domain pass rate that moves the domain up a level."""
-    curriculum_min_samples: int = _num(64, ge=1)
+    curriculum_min_samples: int = _num(64, ge=1, le=1_000_000_000)
     """Curriculum: samples seen at a level before it may be raised."""
     holdout_fraction: float = _num(0.0, ge=0, lt=1)
     """Share of each domain's tasks (by a hash of the task id) kept for evaluation, never drawn for training."""
@@ -193,9 +206,9 @@ class CheckpointConfig:
 
     dir: str = ""
     """Directory for checkpoints (``step-<n>`` subdirectories); empty disables saving."""
-    every_steps: int = _num(0, ge=0)
+    every_steps: int = _num(0, ge=0, le=MAX_STEPS)
     """Save every this many steps; 0 saves only at the end."""
-    keep_last: int = _num(2, ge=1)
+    keep_last: int = _num(2, ge=1, le=1000)
     """Older step directories beyond this many are deleted."""
 
 
@@ -203,9 +216,9 @@ class CheckpointConfig:
 class LimitsConfig:
     """When a job stops."""
 
-    max_steps: int = _num(100, ge=0, le=10_000_000)
+    max_steps: int = _num(100, ge=0, le=MAX_STEPS)
     """RL steps to run."""
-    max_wall_s: float = _num(0.0, ge=0)
+    max_wall_s: float = _num(0.0, ge=0, le=366 * 86_400)
     """Stop after this many seconds; 0 means no limit."""
 
 
@@ -213,9 +226,9 @@ class LimitsConfig:
 class SFTConfig:
     """An optional supervised stage on reference solutions before RL."""
 
-    steps: int = _num(0, ge=0)
+    steps: int = _num(0, ge=0, le=MAX_STEPS)
     """Next-token-loss steps on reference answers; 0 skips the stage."""
-    lr: float = _num(1e-3, gt=0)
+    lr: float = _num(1e-3, gt=0, le=10)
     """Learning rate of the SFT stage."""
     batch_size: int = _num(64, ge=1, le=4096)
     """Tasks per SFT step."""
@@ -225,11 +238,11 @@ class SFTConfig:
 class EvalConfig:
     """Greedy evaluation on held-out tasks while a run trains (eval curves beside training curves)."""
 
-    every_steps: int = _num(0, ge=0)
+    every_steps: int = _num(0, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps (and once before the first); 0 disables it."""
     tasks_per_domain: int = _num(16, ge=1, le=10_000)
     """Held-out tasks per domain in each evaluation (the same tasks every time)."""
-    seed: int = 1234
+    seed: int = _num(1234, ge=0, le=MAX_SEED)
     """Picks which held-out tasks are evaluated."""
     max_new_tokens: int = _num(0, ge=0, le=65_536)
     """Tokens per answer; 0 means rollout.max_new_tokens."""
@@ -241,10 +254,11 @@ class TrainerConfig:
 
     name: str = ""
     """Label shown in logs."""
-    seed: int = 0
+    seed: int = _num(0, ge=0, le=MAX_SEED)
     """Seeds task sampling, generation and initialisation."""
     domains: dict[str, float] = field(default_factory=lambda: {"builtin-addition": 1.0}, metadata={"schema": {
-        "additionalProperties": {"type": "number", "exclusiveMinimum": 0}, "minProperties": 1}})
+        "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DOMAIN_WEIGHT},
+        "minProperties": 1, "maxProperties": MAX_DOMAINS}})
     """Domain slug -> sampling weight (weights are normalised)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
@@ -318,6 +332,69 @@ run's ``config`` leaves the setting out."""
 MAX_SEQUENCES_PER_STEP = 65_536
 """``rollout.prompts_per_step`` times the group size (``rollout.n``, or ``sampler.max_samples``
 with the adaptive budget) may not exceed this: each sequence is generated, kept and scored."""
+MAX_TOKENS_PER_STEP = 1 << 26
+"""The sequences of a step times the tokens of each (:func:`sequence_tokens`): every token of a
+step is held in memory (ids and logprobs) until the update."""
+MAX_BATCH_TOKENS = 1 << 24
+"""``rollout.batch_size`` (sequences generated together) and ``optimizer.micro_batch_size``
+(sequences in one forward/backward) times the tokens of a sequence: what one forward pass holds
+(KV cache, activations)."""
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size that no single setting bounds: a product of settings, with the global bound of its
+    value. Checked by :func:`load_config`; a team's ceilings may name it like a setting."""
+
+    name: str
+    """The name a team ceiling uses, e.g. ``sequences_per_step``."""
+    path: str
+    """The setting an error is reported at (the one most worth lowering)."""
+    bound: int
+    """The largest value any config may have."""
+    help: str
+    """What it counts."""
+
+    def value(self, cfg: TrainerConfig) -> tuple[int, str]:
+        """This size of ``cfg`` and how it was computed (for the error message)."""
+        r, seq = cfg.rollout, sequence_tokens(cfg)
+        group, group_path = ((cfg.sampler.max_samples, "sampler.max_samples") if cfg.sampler.adaptive_budget
+                             else (r.n, "rollout.n"))
+        if self.name == "sequences_per_step":
+            return r.prompts_per_step * group, f"times {group_path}"
+        if self.name == "tokens_per_step":
+            return r.prompts_per_step * group * seq, f"times {group_path} times {seq} tokens a sequence"
+        if self.name == "tokens_per_generation_batch":
+            return r.batch_size * seq, f"times {seq} tokens a sequence"
+        if self.name == "tokens_per_micro_batch":
+            return cfg.optimizer.micro_batch_size * seq, f"times {seq} tokens a sequence"
+        raise KeyError(self.name)  # a bug in this module
+
+
+SIZES: tuple[Size, ...] = (
+    Size("sequences_per_step", "rollout.prompts_per_step", MAX_SEQUENCES_PER_STEP,
+         "Sequences generated and scored in one step (prompts per step times the group size)."),
+    Size("tokens_per_step", "rollout.prompts_per_step", MAX_TOKENS_PER_STEP,
+         "Tokens held in one step (sequences per step times the tokens of a sequence)."),
+    Size("tokens_per_generation_batch", "rollout.batch_size", MAX_BATCH_TOKENS,
+         "Tokens generated together (rollout.batch_size times the tokens of a sequence)."),
+    Size("tokens_per_micro_batch", "optimizer.micro_batch_size", MAX_BATCH_TOKENS,
+         "Tokens in one forward/backward (optimizer.micro_batch_size times the tokens of a sequence)."),
+)
+"""The products of settings bounded beside each setting's own bound, listed once."""
+
+
+def sequence_tokens(cfg: TrainerConfig) -> int:
+    """The most tokens one sequence can hold: the prompt, then one turn's ``max_new_tokens`` (or the
+    evaluation's when larger) or, with several turns, the episode's ``max_episode_tokens``.
+
+    >>> sequence_tokens(TrainerConfig())
+    576
+    """
+    new = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+    if cfg.rollout.max_turns > 1:
+        new = max(new, cfg.rollout.max_episode_tokens)
+    return cfg.tokenizer.max_prompt_tokens + new
 
 
 def has_path(data: Any, path: str) -> bool:
@@ -351,10 +428,12 @@ def put_path(data: dict[str, Any], path: str, value: Any) -> None:
 # ----------------------------------------------------------------------------- validation
 def _describe_bound(op: str, value: float) -> str:
     words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
-    return f"must be {words[op]} {value:g}"
+    return f"must be {words[op]} {_fmt(value)}"
 
 
 def _bound_errors(value: float, bounds: dict[str, float]) -> list[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return ["must be a finite number"]
     checks = {"gt": value > bounds.get("gt", float("-inf")),
               "ge": value >= bounds.get("ge", float("-inf")),
               "lt": value < bounds.get("lt", float("inf")),
@@ -393,6 +472,9 @@ def _coerce(value: Any, tp: Any, path: str, errors: list[tuple[str, str]]) -> An
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             errors.append((path, "must be a number"))
+            return value
+        if not math.isfinite(value):  # YAML's .nan and .inf, JSON's NaN and Infinity
+            errors.append((path, "must be a finite number"))
             return value
         return float(value)
     if tp is str:
@@ -436,19 +518,101 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     if not cfg.domains:
         errors.append(("domains", "must name at least one domain"))
+    if len(cfg.domains) > MAX_DOMAINS:
+        errors.append(("domains", f"must name at most {MAX_DOMAINS} domains"))
     for slug, weight in cfg.domains.items():
         if isinstance(weight, float) and weight <= 0:
             errors.append((f"domains.{slug}", "must be greater than 0"))
+        elif isinstance(weight, float) and weight > MAX_DOMAIN_WEIGHT:
+            errors.append((f"domains.{slug}", f"must be at most {MAX_DOMAIN_WEIGHT:g}"))
     if cfg.sampler.min_samples > cfg.sampler.max_samples:
         errors.append(("sampler.min_samples", "must be at most sampler.max_samples"))
     if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
         errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
-    group, group_path = ((cfg.sampler.max_samples, "sampler.max_samples") if cfg.sampler.adaptive_budget
-                         else (cfg.rollout.n, "rollout.n"))
-    if cfg.rollout.prompts_per_step * group > MAX_SEQUENCES_PER_STEP:
-        errors.append(("rollout.prompts_per_step",
-                       f"times {group_path} is {cfg.rollout.prompts_per_step * group} sequences a step; "
-                       f"at most {MAX_SEQUENCES_PER_STEP} are allowed"))
+    for size in SIZES:
+        value, how = size.value(cfg)
+        if value > size.bound:
+            errors.append((size.path, f"{how} is {value} {size.name.replace('_', ' ')}; at most {size.bound} are allowed"))
+    return errors
+
+
+def numeric_settings() -> dict[str, dict[str, float]]:
+    """Every int or float setting of :class:`TrainerConfig` by dotted path, with its bounds."""
+    out: dict[str, dict[str, float]] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], f"{prefix}{f.name}.")
+            elif hints[f.name] in (int, float):
+                out[f"{prefix}{f.name}"] = dict(f.metadata.get("bounds", {}))
+    walk(TrainerConfig, "")
+    return out
+
+
+def _fmt(value: float) -> str:
+    """A number as a person writes it: ``512``, ``0.5``, ``1e+06`` (a float that is whole is
+    written as an integer below a billion)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e9:
+        value = int(value)
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _get_path(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def ceiling_map_errors(ceilings: Any, prefix: str = "ceilings") -> list[tuple[str, str]]:
+    """What is wrong with a map of ceilings ``{setting path or size name: ceiling}``: each key a
+    numeric setting (:func:`numeric_settings`) or a :data:`SIZES` name, each value a number that
+    the setting itself allows (a ceiling is never above the global bound).
+
+    >>> ceiling_map_errors({"rollout.n": 64, "tokens_per_step": 1e6})
+    []
+    >>> ceiling_map_errors({"rollout.n": 4096, "rollout.engine": 1, "rollout.top_p": float("nan")})
+    [('ceilings.rollout.n', 'must be at most 1024'), ('ceilings.rollout.engine', 'not a numeric setting or a size (e.g. rollout.n, sequences_per_step)'), ('ceilings.rollout.top_p', 'must be a finite number')]
+    """
+    if not isinstance(ceilings, dict):
+        return [(prefix, "must be an object of setting path to ceiling")]
+    settings = numeric_settings()
+    sizes = {s.name: s for s in SIZES}
+    errors: list[tuple[str, str]] = []
+    for key, value in ceilings.items():
+        path = f"{prefix}.{key}"
+        if key not in settings and key not in sizes:
+            errors.append((path, "not a numeric setting or a size (e.g. rollout.n, sequences_per_step)"))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append((path, "must be a number"))
+        elif key in sizes:
+            errors.extend((path, msg) for msg in _bound_errors(value, {"ge": 1, "le": sizes[key].bound}))
+        else:
+            errors.extend((path, msg) for msg in _bound_errors(value, settings[key]))
+    return errors
+
+
+def ceiling_errors(cfg: TrainerConfig, ceilings: dict[str, float], whose: str) -> list[tuple[str, str]]:
+    """Every setting or size of ``cfg`` above its ceiling in ``ceilings`` (a map that
+    :func:`ceiling_map_errors` accepts), as ``(path, message)``; ``whose`` names the ceilings'
+    owner in the message (``"team acme (team ceiling)"``).
+
+    >>> cfg = load_config({"rollout": {"n": 64, "prompts_per_step": 16}})
+    >>> ceiling_errors(cfg, {"rollout.n": 32, "sequences_per_step": 512}, "team acme (team ceiling)")
+    [('rollout.n', 'is 64; at most 32 for team acme (team ceiling)'), ('rollout.prompts_per_step', 'times rollout.n is 1024 sequences per step; at most 512 for team acme (team ceiling)')]
+    """
+    sizes = {s.name: s for s in SIZES}
+    errors: list[tuple[str, str]] = []
+    for key, ceiling in ceilings.items():
+        if key in sizes:
+            value, how = sizes[key].value(cfg)
+            if value > ceiling:
+                errors.append((sizes[key].path, f"{how} is {value} {key.replace('_', ' ')}; at most {_fmt(ceiling)} for {whose}"))
+        else:
+            value = _get_path(cfg, key)
+            if value > ceiling:
+                errors.append((key, f"is {_fmt(value)}; at most {_fmt(ceiling)} for {whose}"))
     return errors
 
 

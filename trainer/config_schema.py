@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal
 
-from trainer.config import TrainerConfig
+from trainer.config import SIZES, TrainerConfig
 
 
 # ----------------------------------------------------------------------------- docstrings
@@ -86,10 +86,18 @@ def _object_schema(cls: type) -> dict[str, Any]:
 
 
 def config_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of :class:`TrainerConfig`, with defaults and descriptions."""
+    """JSON Schema (draft 2020-12) of :class:`TrainerConfig`, with defaults and descriptions.
+
+    The products of settings that JSON Schema cannot express (:data:`trainer.config.SIZES`) are
+    listed under ``x-sizes`` with their bounds, for the form and the API docs to show.
+
+    >>> config_json_schema()["x-sizes"]["sequences_per_step"]["maximum"]
+    65536
+    """
     schema = _object_schema(TrainerConfig)
+    sizes = {s.name: {"maximum": s.bound, "description": s.help, "reported_at": s.path} for s in SIZES}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": "https://temper.local/schemas/trainer-config.json", **schema}
+            "$id": "https://temper.local/schemas/trainer-config.json", **schema, "x-sizes": sizes}
 
 
 # ----------------------------------------------------------------------------- settings
