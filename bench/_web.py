@@ -5,6 +5,7 @@ the API and the websockets. Chromium is Debian's, driven by Playwright (PLATFORM
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -39,7 +40,9 @@ def setup_django(db_name: str, *, fresh: bool = True) -> dict:
     var = Path(tempfile.mkdtemp(prefix=f"temper-{db_name}-"))
     env = {"DATABASE_URL": f"{pg}/{db_name}", "REDIS_URL": redis_url, "TEMPER_VAR_DIR": str(var),
            "DJANGO_SETTINGS_MODULE": "controlplane.settings", "ALLOWED_HOSTS": "127.0.0.1,localhost", "DEBUG": "0",
-           "SECRET_KEY": "bench-" + db_name}
+           # A key strong enough for DEBUG off; plain HTTP on the loopback (TEMPER_HTTPS=0: no redirect
+           # to HTTPS, cookies not Secure-only), as controlplane/settings/security.py allows for benchmarks.
+           "SECRET_KEY": f"bench-{db_name}-" + hashlib.sha256(db_name.encode()).hexdigest(), "TEMPER_HTTPS": "0"}
     os.environ.update(env)
     import django
 
