@@ -34,6 +34,7 @@ from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
+from controlplane.scheduling.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
@@ -120,6 +121,27 @@ def trainer_config(run: Run, domains: list[RunDomain], caps: dict[str, float] | 
     return cfg
 
 
+def refuse_oversized(run: Run, domains: list[RunDomain], worker: str, caps: dict[str, float]) -> bool:
+    """Defence in depth: the trainer config this worker is about to start is checked again, against
+    the trainer's own bounds and the team's ceilings as they are now, before anything is allocated.
+    The API checked it when the run was created, but the row may have been written another way, or
+    the team's ceilings lowered since. A run above them fails (resuming cannot fix a config) with an
+    event naming each field and its bound; returns True then."""
+    if isinstance(run.config, dict):
+        errors = trainer_config_refusal(trainer_config(run, domains, caps), team=run.team)
+        fields = [(api_field(path), message) for path, message in errors]
+    else:
+        fields = [("config", "must be an object")]
+    if not fields:
+        return False
+    message = "refused by the worker before starting: " + "; ".join(f"{path}: {msg}" for path, msg in fields)
+    log.error("run %s: %s", run.id, message)
+    runs.run_event_record(run=run, kind="refused", message=message[:500],
+                          data={"errors": [{"path": path, "message": msg} for path, msg in fields], "worker": worker})
+    runs.run_finish(run=run, worker=worker, state=RunState.FAILED, error=message)
+    return True
+
+
 def drive(run_id: int, worker: str | None = None, send=None) -> str:
     """Drive the run until it ends or must stop; returns why it returned."""
     # lazy: trainer.job imports torch and transformers (seconds); every worker imports this
@@ -133,6 +155,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     domains = run_domains(run=run)
     pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
     live = LiveQuotas([pin.slug for pin in pins])
+    if refuse_oversized(run, domains, worker, live.caps):
+        return "refused (config above its bounds or its team's ceilings)"
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
                                                                      priority=live.message_priority(args[0])))
     versions = {pin.slug: pin.version for pin in pins}

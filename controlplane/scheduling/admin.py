@@ -6,7 +6,7 @@ from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartb
 
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(AuditedAdmin):
-    list_display = ("team", "max_gpus", "max_concurrent_runs", "updated_at")
+    list_display = ("team", "max_gpus", "max_concurrent_runs", "ceilings", "updated_at")
 
 
 @admin.register(ResourcePool)

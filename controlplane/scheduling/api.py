@@ -1,4 +1,5 @@
-"""API: a team's quota (read by its members, set by platform admins)."""
+"""API: a team's quota (read by its members; GPUs and runs set by platform admins, the ceilings on
+the size of its runs by platform admins or the team's admins)."""
 from __future__ import annotations
 
 from django.http import HttpRequest
@@ -16,10 +17,13 @@ class QuotaOut(Schema):
     team: str
     max_gpus: int
     max_concurrent_runs: int
+    ceilings: dict[str, float]
+    """Trainer setting path or size -> the most this team's runs may use (below the global bounds)."""
 
 
 def _quota_out(quota: TeamQuota) -> dict:
-    return {"team": quota.team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs}
+    return {"team": quota.team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs,
+            "ceilings": dict(quota.ceilings)}
 
 
 @router.get("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS})

@@ -1,18 +1,24 @@
 """Scheduling data: team quotas, resource pools and worker heartbeats."""
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from controlplane.accounts.models import Team
+from trainer.config import ceiling_map_errors
 
 
 class TeamQuota(models.Model):
-    """How much of the shared pools one team may hold at once."""
+    """How much of the shared pools one team may hold at once, and how large its runs may be."""
 
     team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="quota")
     max_gpus = models.IntegerField(default=1)
     max_concurrent_runs = models.IntegerField(default=2)
+    ceilings = models.JSONField(default=dict, blank=True, help_text=(
+        "Trainer setting path (rollout.n) or size (sequences_per_step) -> the most this team's runs may use; "
+        "each at most the global bound of trainer/config.py. Checked when a run is validated and again by the "
+        "worker before it starts the run."))
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -20,6 +26,13 @@ class TeamQuota(models.Model):
             models.CheckConstraint(condition=Q(max_gpus__gte=0), name="teamquota_gpus_gte_0"),
             models.CheckConstraint(condition=Q(max_concurrent_runs__gte=0), name="teamquota_runs_gte_0"),
         ]
+
+    def clean(self) -> None:
+        """Each ceiling names a numeric trainer setting or size and is at most its global bound
+        (the admin's form and the quota service both come through here)."""
+        errors = ceiling_map_errors(self.ceilings, "ceilings")
+        if errors:
+            raise ValidationError({"ceilings": [f"{path}: {message}" for path, message in errors]})
 
     def __str__(self) -> str:
         return f"{self.team.slug}: {self.max_gpus} GPUs, {self.max_concurrent_runs} runs"

@@ -1,0 +1,87 @@
+"""A team's ceilings on the size of its runs, checked when a run is validated and again by the
+worker that starts it.
+
+Every trainer setting has a global upper bound a host survives, written once in
+:mod:`trainer.config` (``_num(..., le=...)`` and the products in ``SIZES``). A team's quota may add
+lower ceilings for the same settings and sizes (``TeamQuota.ceilings``, set through the team quota
+API): the run API refuses a run above them with 422 naming the field and the ceiling, and the run
+driver refuses a run whose config (written by any means) is above the bounds or the ceilings of
+that moment before it allocates anything.
+
+This module reads only the scheduling models and the trainer's config module, so the runs app may
+call it without importing the scheduler.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from controlplane.accounts.models import Team
+from controlplane.common.errors import FieldError
+from controlplane.scheduling.models import TeamQuota
+from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config, put_path
+
+_OWNED_FIELD = {o.path: o.source for o in RUN_OWNED if not o.assigned}
+"""A setting the run fills from its own API field (``limits.max_steps`` <- ``budget.steps``)."""
+
+
+def team_ceilings(team: Team | int) -> dict[str, float]:
+    """The ceilings on ``team``'s runs now (``{}`` when it has none)."""
+    team_id = team.pk if isinstance(team, Team) else team
+    found = TeamQuota.objects.filter(team_id=team_id).values_list("ceilings", flat=True).first()
+    return dict(found or {})
+
+
+def api_field(path: str) -> str:
+    """Where a trainer setting is set in a run's API body: ``config.<path>``, or the run's own field
+    for a setting the run owns (``limits.max_steps`` -> ``budget.steps``).
+
+    >>> api_field("rollout.n"), api_field("limits.max_steps")
+    ('config.rollout.n', 'budget.steps')
+    """
+    return _OWNED_FIELD.get(path, f"config.{path}")
+
+
+def body_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
+    """The trainer settings a run body asks for: its ``config`` section with a run's defaults
+    (``RUN_DEFAULTS``) and the settings it fills from its own fields (staleness, budget). The
+    control plane's assigned settings (name, checkpoint directory) and the domains are left as the
+    trainer's defaults: no ceiling bounds them."""
+    cfg = copy.deepcopy(data.get("config") or {})
+    for path, value in RUN_DEFAULTS.items():
+        if not has_path(cfg, path):
+            put_path(cfg, path, value)
+    budget = data.get("budget") or {}
+    sources = {"staleness": data.get("staleness"), "budget.steps": budget.get("steps"),
+               "budget.wall_s": budget.get("wall_s") or 0.0}
+    for path, source in _OWNED_FIELD.items():
+        if source in sources and sources[source] is not None:
+            put_path(cfg, path, sources[source])
+    return cfg
+
+
+def ceiling_field_errors(cfg: TrainerConfig, *, team: Team) -> list[FieldError]:
+    """``cfg``'s settings and sizes above ``team``'s ceilings, at the run API's field paths."""
+    errors = ceiling_errors(cfg, team_ceilings(team), f"team {team.slug} (team ceiling)")
+    return [FieldError(api_field(path), message) for path, message in errors]
+
+
+def run_body_ceiling_errors(*, team: Team, data: dict[str, Any]) -> list[FieldError]:
+    """The run API's check: a run body (already valid against the trainer's own bounds) whose
+    settings exceed its team's ceilings is refused, each error naming the field and the ceiling."""
+    try:
+        cfg = load_config(body_trainer_config(data))
+    except ConfigError as exc:  # reported by the schema check already; here, only what it missed
+        return [FieldError(api_field(path), message) for path, message in exc.errors]
+    return ceiling_field_errors(cfg, team=team)
+
+
+def trainer_config_refusal(config: dict[str, Any], *, team: Team) -> list[tuple[str, str]]:
+    """The worker's check of the trainer config it is about to start, as ``(path, message)``: the
+    trainer's own bounds (``load_config``), then ``team``'s ceilings as they are now. Empty when the
+    run may start."""
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        return list(exc.errors)
+    return ceiling_errors(cfg, team_ceilings(team), f"team {team.slug} (team ceiling)")
