@@ -44,14 +44,28 @@ def _in_memory_layer() -> bool:
     return settings.CHANNEL_LAYERS["default"]["BACKEND"].endswith("InMemoryChannelLayer")
 
 
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+"""Close codes of a refused socket. The socket is accepted first and closed at once with one of
+these, so the client reads the reason (a close before accepting is an HTTP 403 at the handshake,
+indistinguishable from a network error). A bad ``Origin`` is still refused at the handshake by
+``AllowedHostsOriginValidator``, the outer layer in ``controlplane/asgi.py``."""
+
+
 @database_sync_to_async
-def _team_ids(user, run_id: int | None = None) -> list[int]:
-    """The user's teams; with ``run_id``, the run's team if the user may see it, else []."""
-    actor = Principal.for_user(user)
-    if run_id is None:
-        return actor.team_ids
-    team = Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).values_list("team_id", flat=True).first()
-    return [team] if team is not None else []
+def _run_refusal(user, run_id: int) -> int | None:
+    """Why the user may not follow this run (a close code), or None when they may."""
+    team = Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
+    if team is None:
+        return CLOSE_NOT_FOUND
+    return None if team in Principal.for_user(user).team_ids else CLOSE_FORBIDDEN
+
+
+@database_sync_to_async
+def _team_ids(user) -> list[int]:
+    """The user's teams."""
+    return Principal.for_user(user).team_ids
 
 
 def _ms(dt) -> int:
@@ -87,9 +101,14 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(CLOSE_UNAUTHENTICATED)
             return
         await self.connect_user(user)
+
+    async def refuse(self, code: int) -> None:
+        """Accept, then close with ``code`` (CLOSE_*): the client sees the code and stops."""
+        await self.accept()
+        await self.close(code=code)
 
     async def connect_user(self, user) -> None:  # pragma: no cover - abstract
         """Check what the user may see, then ``start`` with the groups to join (or close)."""
@@ -145,8 +164,9 @@ class RunConsumer(_Coalescing):
 
     async def connect_user(self, user) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        if not await _team_ids(user, self.run_id):
-            await self.close(code=4404)
+        refusal = await _run_refusal(user, self.run_id)
+        if refusal is not None:
+            await self.refuse(refusal)
             return
         self.cursor = None  # set by the client's first message
         self.event_cursor = 0

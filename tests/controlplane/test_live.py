@@ -1,4 +1,5 @@
-"""The live log over websockets: cursor semantics, anonymous and other-team sockets closed."""
+"""The live log over websockets: cursor semantics; anonymous (4401), other-team (4403) and missing-run
+(4404) sockets closed with their codes."""
 from __future__ import annotations
 
 import pytest
@@ -61,20 +62,44 @@ async def _nothing_more(communicator, timeout=1.5) -> bool:
     return True
 
 
-async def test_anonymous_socket_is_closed():
+async def _refused_with(communicator) -> int:
+    """A refused socket is accepted, then closed at once: the close code says why."""
+    connected, _ = await communicator.connect()
+    assert connected  # not an HTTP 403 at the handshake: the client must be able to read the code
+    message = await communicator.receive_output(timeout=5)
+    await communicator.disconnect()
+    assert message["type"] == "websocket.close", message
+    return message["code"]
+
+
+async def test_anonymous_socket_is_closed_4401():
     _, run, _ = await _setup()
-    communicator = _socket(run.id, AnonymousUser())
-    connected, code = await communicator.connect()
-    assert not connected and code == 4401
-    await communicator.disconnect()
+    assert await _refused_with(_socket(run.id, AnonymousUser())) == 4401
 
 
-async def test_other_teams_run_is_closed():
+async def test_other_teams_run_is_closed_4403():
     user, _, other_run = await _setup()
-    communicator = _socket(other_run.id, user)
-    connected, code = await communicator.connect()
-    assert not connected and code == 4404
-    await communicator.disconnect()
+    assert await _refused_with(_socket(other_run.id, user)) == 4403
+
+
+async def test_missing_run_is_closed_4404():
+    user, run, other_run = await _setup()
+    assert await _refused_with(_socket(max(run.id, other_run.id) + 1000, user)) == 4404
+
+
+async def test_bad_origin_is_refused_at_the_handshake():
+    """The origin check is the outer layer (controlplane/asgi.py): a socket from another site is
+    refused before any consumer runs, as an HTTP 403 at the handshake."""
+    from controlplane.asgi import application
+
+    user, run, _ = await _setup()
+    evil = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=[(b"origin", b"https://evil.example")])
+    connected, _ = await evil.connect()
+    assert not connected
+    await evil.disconnect()
+    # The same socket from the site's own origin reaches the consumer (no session: 4401).
+    own = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=[(b"origin", b"http://localhost")])
+    assert await _refused_with(own) == 4401
 
 
 async def test_reconnect_with_cursor_has_no_gap_and_no_duplicate():
@@ -132,9 +157,7 @@ async def test_runs_socket_sends_own_teams_runs_and_their_changes():
     from controlplane.runs.models import Run
 
     user, run, other_run = await _setup()
-    anonymous = _runs_socket(AnonymousUser())
-    connected, code = await anonymous.connect()
-    assert not connected and code == 4401
+    assert await _refused_with(_runs_socket(AnonymousUser())) == 4401
     communicator = _runs_socket(user)
     assert (await communicator.connect())[0]
     first = await _next_of(communicator, "runs")

@@ -59,8 +59,13 @@ const Temper = (() => {
     box.hidden = false;
   }
 
+  // Close codes the server refuses a socket with (controlplane/live/consumers.py): reconnecting
+  // cannot help, so the socket stops and the page says why.
+  const REFUSED = { 4401: "signed out", 4403: "no access", 4404: "run not found" };
+
   // A websocket that reconnects with backoff. `hello()` is sent on every (re)connect and should
   // carry the client's cursors, so a reconnect resumes exactly where the page left off.
+  // onState(state, detail): "live", "reconnecting", or "refused" with REFUSED's words as detail.
   function liveSocket(path, { hello, onMessage, onState }) {
     let ws = null, attempt = 0, closedByUs = false;
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
@@ -70,7 +75,7 @@ const Temper = (() => {
       ws.onmessage = (e) => onMessage(JSON.parse(e.data));
       ws.onclose = (e) => {
         if (closedByUs) return;
-        if (e.code === 4401 || e.code === 4404 || e.code === 4403) { onState && onState("refused"); return; }
+        if (REFUSED[e.code]) { onState && onState("refused", REFUSED[e.code]); return; }
         onState && onState("reconnecting");
         attempt += 1;
         setTimeout(connect, Math.min(10000, 250 * 2 ** attempt));
@@ -80,5 +85,11 @@ const Temper = (() => {
     return { close() { closedByUs = true; ws && ws.close(); }, get socket() { return ws; } };
   }
 
-  return { api, pageData, el, fmt, flash, liveSocket, cookie };
+  return { api, pageData, el, fmt, flash, liveSocket, cookie, REFUSED };
 })();
+
+// A <select data-autosubmit> submits its form when changed (the team switch, the comparison's
+// suite): a listener here, since the Content-Security-Policy runs no inline onchange=.
+document.addEventListener("change", (e) => {
+  if (e.target instanceof HTMLSelectElement && e.target.hasAttribute("data-autosubmit") && e.target.form) e.target.form.submit();
+});

@@ -445,7 +445,7 @@
         else if (m.type === "status") setStatus(m);
         else if (m.type === "error") Temper.flash(m.message);
       },
-      onState(s) { badge.textContent = s; badge.dataset.state = s; },
+      onState(s, detail) { badge.textContent = detail || s; badge.dataset.state = s; },
     });
   }).catch((err) => Temper.flash(`could not load the run's metrics: ${err.detail || err}`));
 })();

@@ -40,6 +40,6 @@
   const badge = document.getElementById("live-state");
   Temper.liveSocket("/ws/runs/", {
     onMessage(m) { if (m.type === "runs") m.runs.slice().reverse().forEach(update); },
-    onState(s) { badge.textContent = s; badge.dataset.state = s; },
+    onState(s, detail) { badge.textContent = detail || s; badge.dataset.state = s; },
   });
 })();
