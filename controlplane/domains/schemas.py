@@ -20,12 +20,19 @@ STAGE_SCHEMA = {
     },
 }
 
+MAX_STAGES = 16
+"""Stages of one verifier cascade: each is run (and may start a sandbox or call a judge) per sample."""
+MAX_STAGE_TESTS = 1000
+"""Unit tests a ``code_tests`` stage's ``params.tests`` may list: each one runs in the sandbox."""
+MAX_ENV_STEPS = 1000
+"""Tool calls an ``environment`` stage's ``params.max_steps`` may replay per completion."""
+
 VERIFIER_SCHEMA = {
     "type": "object",
     "required": ["stages"],
     "additionalProperties": False,
     "properties": {
-        "stages": {"type": "array", "minItems": 1, "items": STAGE_SCHEMA},
+        "stages": {"type": "array", "minItems": 1, "maxItems": MAX_STAGES, "items": STAGE_SCHEMA},
         "stop_on": {"type": "string", "enum": ["decisive", "never"]},
     },
 }
@@ -69,7 +76,38 @@ def verifier_errors(spec: Any, prefix: str = "verifier") -> list[FieldError]:
     errors = schema_errors(spec, VERIFIER_SCHEMA, prefix)
     if errors:
         return errors
-    return [FieldError(path.replace("verifier", prefix, 1), msg) for path, msg in validate_cascade(spec)]
+    errors = [FieldError(path.replace("verifier", prefix, 1), msg) for path, msg in validate_cascade(spec)]
+    return errors or _stage_size_errors(spec, prefix)
+
+
+def _stage_size_errors(spec: dict, prefix: str) -> list[FieldError]:
+    """The sizes a verify worker would run that the stage types leave open: the number of unit
+    tests of a ``code_tests`` stage and the steps an ``environment`` stage replays (the sandbox's
+    own limits, ``params.limits``, are bounded by ``trainer.verifiers.limits.Limits``)."""
+    errors = []
+    for i, stage in enumerate(spec["stages"]):
+        params = stage.get("params") or {}
+        where = f"{prefix}.stages[{i}].params"
+        tests = params.get("tests")
+        if stage["type"] == "code_tests" and isinstance(tests, list) and len(tests) > MAX_STAGE_TESTS:
+            errors.append(FieldError(f"{where}.tests", f"lists {len(tests)} tests; at most {MAX_STAGE_TESTS} are allowed"))
+        steps = params.get("max_steps")
+        if stage["type"] == "environment" and isinstance(steps, int) and steps > MAX_ENV_STEPS:
+            errors.append(FieldError(f"{where}.max_steps", f"must be at most {MAX_ENV_STEPS}"))
+    return errors
+
+
+def judge_stage_refs(spec: Any, prefix: str = "verifier") -> list[tuple[str, str]]:
+    """``(field path, judge name)`` of each judge stage of a verifier cascade (a stage that names
+    none uses the judge ``default``).
+
+    >>> judge_stage_refs({"stages": [{"type": "exact"}, {"type": "judge", "params": {"judge": "sim"}}, {"type": "judge"}]})
+    [('verifier.stages[1].params.judge', 'sim'), ('verifier.stages[2].params.judge', 'default')]
+    """
+    stages = spec.get("stages") if isinstance(spec, dict) else None
+    return [(f"{prefix}.stages[{i}].params.judge", str((stage.get("params") or {}).get("judge", "default")))
+            for i, stage in enumerate(stages if isinstance(stages, list) else [])
+            if isinstance(stage, dict) and stage.get("type") == "judge"]
 
 
 def domain_errors(data: dict, *, creating: bool) -> list[FieldError]:

@@ -35,6 +35,9 @@ BUDGET_WALL_S = from_setting("limits.max_wall_s", type=["number", "null"], minim
                              default=None, description="Stop after this many seconds; null means no limit.")
 """The run's ``budget.wall_s``: ``limits.max_wall_s``, where null (not 0) means no limit."""
 
+MAX_BUDGET_TOKENS = 10**15
+"""The run's ``budget.tokens`` at most: far beyond any run, and inside the database's bigint."""
+
 RUN_SCHEMA = {
     "type": "object",
     "required": ["name", "base_model", "domains", "budget"],
@@ -65,7 +68,7 @@ RUN_SCHEMA = {
             "additionalProperties": False,
             "properties": {
                 "steps": BUDGET_STEPS,
-                "tokens": {"type": ["integer", "null"], "minimum": 1},
+                "tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_BUDGET_TOKENS},
                 "wall_s": BUDGET_WALL_S,
             },
         },
