@@ -1,6 +1,7 @@
 """The REST API under /api/, with its OpenAPI document at /api/openapi.json."""
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest
 from ninja import NinjaAPI
@@ -9,7 +10,8 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from controlplane.accounts.api import router as accounts_router
 from controlplane.accounts.auth import AUTH
-from controlplane.common.api import error_payload, pydantic_errors
+from controlplane.common.api import BodyParser, error_payload, pydantic_errors
+from controlplane.common.body import body_limit
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
 from controlplane.registry.api import router as registry_router
@@ -23,6 +25,7 @@ api = NinjaAPI(
     description="Runs, domains, tokens and the audit log. Session auth (CSRF enforced) or `Authorization: Bearer <token>`.",
     auth=AUTH,
     urls_namespace="api",
+    parser=BodyParser(),
 )
 api.add_router("", accounts_router)
 api.add_router("", scheduling_router)
@@ -61,4 +64,15 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError):
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError):
+    if isinstance(exc.__cause__, ServiceError):
+        # Ninja wraps whatever its body parser raises in "400 Cannot parse request body"; the
+        # parser is the API's body reader, whose own 413 or 422 (with field paths) is the answer.
+        cause = exc.__cause__
+        return _invalid(request, cause) if isinstance(cause, InvalidInput) else _service_error(request, cause)
     return api.create_response(request, error_payload(str(exc)), status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig):
+    """Django's own count of a body sent without Content-Length (DATA_UPLOAD_MAX_MEMORY_SIZE)."""
+    return _service_error(request, body_limit(request.path).refusal())

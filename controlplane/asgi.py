@@ -12,12 +12,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.common.body import BodyLimit  # noqa: E402
 from controlplane.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # Static files (CSS, JS, plotly.min.js) from the app's finders, so one process serves all.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # BodyLimit refuses an oversized body (413) before Django's handler reads it.
+        "http": BodyLimit(ASGIStaticFilesHandler(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

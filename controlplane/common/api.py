@@ -1,13 +1,15 @@
 """Shared pieces of the REST API: JSON bodies, error responses, pagination."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest
+from django.utils.datastructures import MultiValueDict
 from ninja import Field, Path, Schema
 from ninja.pagination import LimitOffsetPagination
+from ninja.parser import Parser
 
+from controlplane.common.body import read_json, read_json_object, string_problem
 from controlplane.common.errors import FieldError, InvalidInput
 
 ERROR_SCHEMA = {
@@ -50,25 +52,38 @@ class Pagination(LimitOffsetPagination):
         offset: int = Field(0, ge=0, le=1_000_000_000)
 
 
-ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
-"""The error responses every endpoint may give, documented in the OpenAPI schema."""
+ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+"""The error responses every endpoint may give, documented in the OpenAPI schema (413: a body
+over the limit, which any request may send)."""
 
 
 def json_body(request: HttpRequest) -> Any:
-    """The request body parsed as JSON; InvalidInput when it is not JSON."""
-    if not request.body:
-        raise InvalidInput.one("", "the request body must be a JSON value")
-    try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput.one("", f"the request body is not valid JSON: {exc}") from None
+    """The request body as a JSON value, through the API's one body reader
+    (:func:`controlplane.common.body.read_json`: size, depth, NaN, Unicode)."""
+    return read_json(request)
 
 
 def json_object(request: HttpRequest) -> dict:
-    data = json_body(request)
-    if not isinstance(data, dict):
-        raise InvalidInput.one("", "the request body must be a JSON object")
-    return data
+    """:func:`json_body` that must be an object."""
+    return read_json_object(request)
+
+
+class BodyParser(Parser):
+    """Ninja's parser for Schema bodies and query strings, so they follow the same rules as
+    :func:`json_body`. Ninja wraps any error of ``parse_body`` in an HttpError(400) (with the
+    error as its cause); the API's handler answers the cause instead (controlplane.api)."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return read_json(request)
+
+    def parse_querydict(self, data: MultiValueDict, list_fields: list[str], request: HttpRequest) -> dict:
+        """Query and form values with a NUL are refused (422 naming the parameter): they would
+        reach a database query, which cannot hold one."""
+        errors = [FieldError(key, problem) for key in data.keys() for value in data.getlist(key)
+                  if isinstance(value, str) and (problem := string_problem(value))]
+        if errors:
+            raise InvalidInput(errors)
+        return super().parse_querydict(data, list_fields, request)
 
 
 def body_doc(schema: dict) -> dict:

@@ -64,7 +64,7 @@ class DomainDetailOut(DomainOut):
     verifier: dict[str, Any]
 
 
-class VersionOut(Schema):
+class DomainVersionOut(Schema):
     version: int
     note: str
     created_at: datetime
@@ -153,7 +153,7 @@ def domain_update(request: HttpRequest, slug: str):
     return services.domain_update(actor=request.auth, domain=domain, changes=data, note=note)
 
 
-@router.get("/domains/{slug}/versions", response={200: list[VersionOut], **ERRORS})
+@router.get("/domains/{slug}/versions", response={200: list[DomainVersionOut], **ERRORS})
 @paginate
 def domain_versions(request: HttpRequest, slug: str):
     domain = selectors.domain_get(actor=request.auth, slug=slug)

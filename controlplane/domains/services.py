@@ -5,6 +5,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -12,6 +13,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
+from controlplane.common.body import line_loads
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
 from controlplane.domains.models import (
     AUDIT_COUNTS,
@@ -125,9 +127,6 @@ def domain_sync(*, actor: Principal, specs: list[dict], progress=None) -> dict[s
     return counts
 
 
-MAX_UPLOAD_BYTES = 50 * 1024 * 1024
-
-
 @transaction.atomic
 def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes) -> Domain:
     """Create a team domain from uploaded tasks: every line is checked first; one bad line and
@@ -135,12 +134,14 @@ def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str 
 
     _require_edit(actor, team.id)
     errors = domain_errors({**data, "task_source": {"family": "jsonl"}}, creating=True)
-    if isinstance(jsonl, (str, bytes)) and len(jsonl) > MAX_UPLOAD_BYTES:
-        errors.append(FieldError("jsonl", f"larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB"))
+    limit = settings.TEMPER_UPLOAD_MAX_BYTES
+    if isinstance(jsonl, (str, bytes)) and len(jsonl) > limit:
+        errors.append(FieldError("jsonl", f"larger than {limit / (1024 * 1024):g} MiB (TEMPER_UPLOAD_MAX_BYTES)"))
     if errors:
         raise InvalidInput(errors)
     try:
-        tasks = parse_jsonl(jsonl, domain=data["slug"], verifier=data["verifier"])
+        # Each line under the API body's rules: no NaN, NUL or lone surrogate reaches the database.
+        tasks = parse_jsonl(jsonl, domain=data["slug"], verifier=data["verifier"], loads=line_loads())
     except JSONLError as exc:
         raise InvalidInput([
             FieldError(f"jsonl.lines[{line}]" + (f".{field}" if field else ""), message) for line, field, message in exc.errors

@@ -25,7 +25,7 @@ class AliasRefOut(Schema):
     base: str
 
 
-class VersionOut(Schema):
+class ModelVersionOut(Schema):
     id: int
     name: str
     kind: str
@@ -43,7 +43,7 @@ class VersionOut(Schema):
         return sorted(a.name for a in obj.aliases.all())
 
 
-class VersionDetailOut(VersionOut):
+class VersionDetailOut(ModelVersionOut):
     path: str
     config: dict[str, Any]
     pinned: dict[str, int]
@@ -178,7 +178,7 @@ def _body(request: HttpRequest, schema: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- versions
-@router.get("/registry/versions", response={200: list[VersionOut], **ERRORS})
+@router.get("/registry/versions", response={200: list[ModelVersionOut], **ERRORS})
 @paginate
 def version_list(request: HttpRequest, team: str = "", base: str = "", run: Optional[int] = Query(None, ge=1, le=MAX_ID)):
     return selectors.version_list(actor=request.auth, team=team, base=base, run=run)

@@ -139,6 +139,20 @@ TEMPER_MIN_RUN_S = float(os.environ.get("TEMPER_MIN_RUN_S", 60))
 TEMPER_PROMOTION_MAX_REGRESSION = float(os.environ.get("TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
 TEMPER_VERIFY_DEADLINE_S = float(os.environ.get("TEMPER_VERIFY_DEADLINE_S", 0))  # 0: from the domains' task timeouts
 
+# Request bodies (controlplane/common/body.py): refused from Content-Length before they are read.
+TEMPER_API_MAX_BODY_BYTES = int(os.environ.get("TEMPER_API_MAX_BODY_BYTES", 4 * 1024 * 1024))
+"""The largest JSON body an API endpoint (and any page) accepts; larger ones are answered 413."""
+TEMPER_UPLOAD_MAX_BYTES = int(os.environ.get("TEMPER_UPLOAD_MAX_BYTES", 50 * 1024 * 1024))
+"""The largest body of an upload (``POST /api/domains/upload``, its JSONL included)."""
+TEMPER_API_MAX_JSON_DEPTH = int(os.environ.get("TEMPER_API_MAX_JSON_DEPTH", 64))
+"""How deep arrays and objects may nest in a body (a JSONL line too); deeper is a 422."""
+# Django's own limit answers 400 and would refuse an upload the app accepts: it sits at the
+# largest of the app's limits, so only the app's checks (413, with the setting named) refuse.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(TEMPER_API_MAX_BODY_BYTES, TEMPER_UPLOAD_MAX_BYTES)
+# Bodies and uploaded files above this go to a temporary file instead of memory (Django's ASGI
+# handler spools every request body this way before a view runs).
+FILE_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("FILE_UPLOAD_MAX_MEMORY_SIZE", 2_621_440))
+
 NINJA_PAGINATION_CLASS = "controlplane.common.api.Pagination"
 NINJA_PAGINATION_PER_PAGE = 100
 NINJA_PAGINATION_MAX_LIMIT = 1000

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Callable
 
 from trainer.tasks.base import Task
 from trainer.verifiers.stages import validate_cascade
@@ -72,8 +72,13 @@ def parse_jsonl(
     domain: str = "upload",
     verifier: dict[str, Any] | None = None,
     max_lines: int = MAX_LINES,
+    loads: Callable[[str], Any] = json.loads,
 ) -> list[Task]:
-    """Parse an upload into Tasks (blank lines skipped); raise :class:`JSONLError` on any bad line."""
+    """Parse an upload into Tasks (blank lines skipped); raise :class:`JSONLError` on any bad line.
+
+    ``loads`` decodes one line; a ValueError from it refuses the line, and one with a
+    ``field_errors`` list of ``(field, message)`` names the fields (the control plane passes its
+    body reader's, which refuses NaN, NUL and lone surrogates that the database cannot hold)."""
     errors: list[tuple[int, str, str]] = []
     needs_tests = False
     if verifier is not None:
@@ -98,9 +103,12 @@ def parse_jsonl(
             errors.append((number, "", f"line longer than {MAX_LINE_BYTES} characters"))
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except json.JSONDecodeError as exc:
             errors.append((number, "", f"invalid JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        except ValueError as exc:
+            errors.extend((number, f, m) for f, m in getattr(exc, "field_errors", [("", str(exc))]))
             continue
         problems = _check_line(obj, needs_tests)
         errors.extend((number, f, m) for f, m in problems)
