@@ -604,7 +604,11 @@ def ceiling_errors(cfg: TrainerConfig, ceilings: dict[str, float], whose: str) -
     """
     sizes = {s.name: s for s in SIZES}
     errors: list[tuple[str, str]] = []
-    for key, ceiling in ceilings.items():
+    # In the order the settings are declared, then the sizes; a key of no setting (one removed
+    # since the ceiling was set) bounds nothing.
+    order = [k for k in numeric_settings() if k in ceilings] + [k for k in sizes if k in ceilings]
+    for key in order:
+        ceiling = ceilings[key]
         if key in sizes:
             value, how = sizes[key].value(cfg)
             if value > ceiling:
