@@ -206,3 +206,26 @@ def test_the_worker_refuses_a_config_that_is_not_an_object(driver_world):
     run.refresh_from_db()
     assert run.state == RunState.FAILED
     assert RunEvent.objects.get(run=run, kind="refused").data["errors"] == [{"path": "config", "message": "must be an object"}]
+
+
+# ----------------------------------------------------------------------------- the CLI
+def test_the_cli_sets_and_shows_ceilings(world):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    def cli(*args, user="acme-admin"):
+        out = io.StringIO()
+        call_command("temper", "--user", user, *args, stdout=out)
+        return out.getvalue()
+
+    out = cli("quota", "set", "acme", "--ceiling", "rollout.n=16", "--ceiling", "sequences_per_step=256")
+    assert "rollout.n" in out and "256" in out
+    cli("quota", "set", "acme", "--ceiling", "rollout.n=8")  # added to the others
+    assert team_ceilings(world.team) == {"rollout.n": 8, "sequences_per_step": 256}
+    shown = cli("quota", "show", "acme", user="acme-viewer")
+    assert "sequences_per_step" in shown and "rollout.n" in shown
+    with pytest.raises(CommandError, match=r"quota.ceilings.rollout.n: must be at most 1024"):
+        cli("quota", "set", "acme", "--ceiling", "rollout.n=5000")
+    cli("quota", "set", "acme", "--clear-ceilings")
+    assert team_ceilings(world.team) == {}

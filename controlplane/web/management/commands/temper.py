@@ -23,6 +23,8 @@ from controlplane.domains import services as domain_services
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
+from controlplane.scheduling.ceilings import team_ceilings
+from controlplane.scheduling.models import TeamQuota
 from controlplane.scheduling.services import team_quota_set
 
 
@@ -64,6 +66,11 @@ class Command(ServiceCommand):
 
         quota = sub.add_parser("quota", help="team quotas").add_subparsers(dest="action", required=True)
         p = quota.add_parser("set"); p.add_argument("team"); p.add_argument("--gpus", type=int); p.add_argument("--runs", type=int)
+        p.add_argument("--ceiling", action="append", default=[], metavar="PATH=VALUE",
+                       help="the most the team's runs may use of a trainer setting or size, e.g. rollout.n=64 "
+                            "sequences_per_step=4096 (added to the team's ceilings; repeat it)")
+        p.add_argument("--clear-ceilings", action="store_true", help="remove the team's ceilings first")
+        p = quota.add_parser("show"); p.add_argument("team")
 
         # Everything after "registry" is the registry command's own arguments, its --help included:
         # this parser has no options (no prefix character it would recognise), so none is taken as its.
@@ -224,5 +231,18 @@ class Command(ServiceCommand):
         if team is None:
             raise CommandError(f"no team {o['team']!r}")
         changes = {k: v for k, v in (("max_gpus", o["gpus"]), ("max_concurrent_runs", o["runs"])) if v is not None}
+        if o["ceiling"] or o["clear_ceilings"]:
+            current = {} if o["clear_ceilings"] else team_ceilings(team)
+            changes["ceilings"] = {**current, **assignments(o["ceiling"])}
         q = team_quota_set(actor=self.actor, team=team, changes=changes)
-        self.out(f"{team.slug}: {q.max_gpus} GPUs, {q.max_concurrent_runs} concurrent runs")
+        self._quota_out(q)
+
+    def do_quota_show(self, o):
+        team = account_selectors.team_get(actor=self.actor, slug=o["team"])
+        q, _ = TeamQuota.objects.get_or_create(team=team)
+        self._quota_out(q)
+
+    def _quota_out(self, q):
+        self.out(f"{q.team.slug}: {q.max_gpus} GPUs, {q.max_concurrent_runs} concurrent runs")
+        if q.ceilings:
+            self.out(table(sorted(q.ceilings.items()), ["ceiling", "at most"]))
