@@ -9,11 +9,16 @@
 
 It is written next to its place (``step-100.tmp``) and renamed, so a crash never leaves half of
 one; older ``step-*`` siblings in ``checkpoint.dir`` beyond ``checkpoint.keep_last`` are removed.
+A write that the storage refuses (no space, read-only, permission, I/O error) removes what it
+wrote and raises :class:`CheckpointWriteError`: the caller knows it is the storage, not the job,
+and the checkpoints already there are untouched.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,21 +54,41 @@ class Checkpoint:
     def save(self, directory: str | os.PathLike, model, tokenizer) -> Path:
         """Write the checkpoint (and ``model``, ``tokenizer``) to ``directory``; prune old ones."""
         path = Path(directory)
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        torch.save({"backend": self.optimizer, "sft_backend": self.sft["optimizer"]}, tmp / "optimizer.pt")
-        torch.save({"engine": self.engine_rng, "torch": self.torch_rng,
-                    "pending": [{"trajs": b.trajs, "policy_version": b.policy_version} for b in self.ahead],
-                    "sft_rng": self.sft["rng"]}, tmp / "rng.pt")
-        state = {"step": self.step, "sft_steps_done": self.sft["steps_done"],
-                 "initial_model_path": self.config.model.path,
-                 "config": self.config.to_dict(), "sampler": self.sampler}
-        (tmp / "state.json").write_text(json.dumps(state, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+        tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            model.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            torch.save({"backend": self.optimizer, "sft_backend": self.sft["optimizer"]}, tmp / "optimizer.pt")
+            torch.save({"engine": self.engine_rng, "torch": self.torch_rng,
+                        "pending": [{"trajs": b.trajs, "policy_version": b.policy_version} for b in self.ahead],
+                        "sft_rng": self.sft["rng"]}, tmp / "rng.pt")
+            state = {"step": self.step, "sft_steps_done": self.sft["steps_done"],
+                     "initial_model_path": self.config.model.path,
+                     "config": self.config.to_dict(), "sampler": self.sampler}
+            with open(tmp / "state.json", "w") as f:  # last: a directory with state.json is complete
+                f.write(json.dumps(state, indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+            # The old copy of this step (saved again) moves aside first, so ``path`` is always a
+            # whole checkpoint or absent, never half removed.
+            shutil.rmtree(old, ignore_errors=True)
+            if path.exists():
+                path.rename(old)
+            tmp.rename(path)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old.is_dir() and not path.exists():
+                try:
+                    old.rename(path)  # the earlier copy of this step stays what it was
+                except OSError:
+                    pass  # it stays whole under step-N.old; the run resumes from an earlier one
+            cause = storage_error(exc, path.parent)
+            if cause is None:
+                raise
+            raise CheckpointWriteError(self.step, path, cause) from exc
+        shutil.rmtree(old, ignore_errors=True)
         prune(path.parent, self.config.checkpoint)
         return path
 
@@ -97,3 +122,70 @@ def prune(parent: Path, cfg: CheckpointConfig) -> None:
     if cfg.dir and Path(cfg.dir) == parent:
         for old in steps[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class CheckpointWriteError(OSError):
+    """The storage refused a checkpoint (``errno``, ``strerror`` are its error's); nothing of the
+    checkpoint was left behind and the earlier ones are intact."""
+
+    def __init__(self, step: int, path: Path, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.step = step
+        self.path = Path(path)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"checkpoint at step {self.step} could not be written to {self.path.parent}: {self.cause}"
+
+
+_OS_ERROR = re.compile(r"os error (\d+)")
+"""How Rust libraries (safetensors, tokenizers) spell the errno of a failed write."""
+_TORCH_WRITE = ("file write failed", "unexpected pos", "iostream error")
+"""How torch.save's C++ writer reports a write the file system refused (it keeps no errno)."""
+
+
+def storage_error(exc: BaseException, directory: Path) -> OSError | None:
+    """The storage error behind a failed checkpoint write, or None when it is not one (a bug in the
+    job, which must fail loudly). Libraries report a full or broken disk differently: Python raises
+    OSError, safetensors a SafetensorError naming the errno, torch a RuntimeError with no errno;
+    for those a small probe write in ``directory`` says what the storage answers now.
+
+    >>> storage_error(OSError(errno.ENOSPC, "No space left on device"), Path(".")).errno == errno.ENOSPC
+    True
+    >>> storage_error(Exception("Error while serializing: I/O error: File too large (os error 27)"), Path(".")).errno
+    27
+    >>> storage_error(KeyError("config"), Path(".")) is None
+    True
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    found = _OS_ERROR.search(text)
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code))
+    if any(marker in text for marker in _TORCH_WRITE):
+        return _probe(directory) or OSError(errno.EIO, f"write failed ({text.strip()[:200]})")
+    return None
+
+
+def _probe(directory: Path) -> OSError | None:
+    """What the storage says to a small synced write in ``directory`` (None: it took it)."""
+    probe = directory / f".probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 65536)
+            f.flush()
+            os.fsync(f.fileno())
+        return None
+    except OSError as err:
+        return err
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass

@@ -435,7 +435,7 @@ class Job:
                 break
             metrics = self.step()
             bar.update(1)
-            bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}",
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}" if "reward/mean" in metrics else "masked",
                             cps=f"{metrics['perf/completions_per_s']:.0f}")
             every = cfg.checkpoint.every_steps
             if cfg.checkpoint.dir and every and self.step_count % every == 0:
@@ -492,7 +492,13 @@ def rewards_of(trajs: Sequence[Trajectory]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, response length, truncation."""
+    """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, response length, truncation.
+
+    Rewards average the samples that have one: a domain (or a whole step) whose samples were all
+    masked (infrastructure outcomes) gets no ``reward/<domain>`` (no ``reward/mean``) rather than a
+    0 that would read as a policy that got everything wrong; its masked samples still count in
+    ``outcome/<domain>/<outcome>`` and ``batch/infra_masked``.
+    """
     by_domain: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:
         by_domain[t.task.domain].append(t)
@@ -509,7 +515,8 @@ def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
             out[f"outcome/{slug}/{outcome.value}"] = float(sum(t.verification.outcome is outcome
                                                                for t in ts))
         out[f"response/length/{slug}"] = sum(sum(t.loss_mask) for t in ts) / len(ts)
-    out["reward/mean"] = sum(all_rewards) / len(all_rewards) if all_rewards else 0.0
+    if all_rewards:  # a step whose every sample was masked has no reward (not 0): no point at all
+        out["reward/mean"] = sum(all_rewards) / len(all_rewards)
     out["response/length"] = sum(sum(t.loss_mask) for t in trajs) / max(len(trajs), 1)
     out["response/truncated_frac"] = sum(t.truncated for t in trajs) / max(len(trajs), 1)
     out["batch/infra_masked"] = float(sum(t.verification.is_infrastructure for t in trajs))
