@@ -2,7 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from controlplane.accounts.views import LoginView
 from controlplane.api import api
+from controlplane.common.views import api_not_found
 from controlplane.web import views
 
 urlpatterns = [
@@ -14,10 +16,11 @@ urlpatterns = [
     path("queue/", views.queue_page, name="queue"),
     path("team/", views.switch_team, name="switch-team"),
     path("healthz", views.health, name="health"),
-    path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("registry/", include("controlplane.registry.urls")),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("api/<path:rest>", api_not_found),
     path("review/", include("controlplane.review.urls")),
 ]

@@ -4,7 +4,10 @@ from django.contrib import admin
 from controlplane.accounts.models import ApiToken, AuditLog, Membership, Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
+from controlplane.accounts.views import AdminLoginForm
 from controlplane.common.admin import ReadOnlyAdmin
+
+admin.site.login_form = AdminLoginForm  # login throttling's refusal said plainly there too
 
 
 class AuditedAdmin(admin.ModelAdmin):

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from django.http import Http404
+from django.http import Http404, HttpRequest, JsonResponse
 
+from controlplane.common.api import error_payload
 from controlplane.common.errors import NotFound
 
 T = TypeVar("T")
@@ -17,3 +18,9 @@ def get_or_404(select: Callable[..., T], **kwargs) -> T:
         return select(**kwargs)
     except NotFound as exc:
         raise Http404(str(exc)) from None
+
+
+def api_not_found(request: HttpRequest, rest: str) -> JsonResponse:
+    """Any path under /api/ that no endpoint serves: the API's JSON error, in DEBUG too (never
+    Django's page listing the URL patterns)."""
+    return JsonResponse(error_payload(f"no such endpoint: {request.path}"), status=404)

@@ -11,33 +11,36 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
+
+from controlplane.settings.env import debug, env_bool, env_int, env_list  # noqa: F401 (importable from here, as before)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("TEMPER_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}: must be one of 1/0/true/false/yes/no/on/off, got {value!r}")
+DEBUG = debug()
 
 
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-DEBUG = env_bool("DEBUG", True)
+def _strong(key: str) -> bool:
+    return (len(key) >= SECRET_KEY_MIN_LENGTH and len(set(key)) >= SECRET_KEY_MIN_UNIQUE_CHARACTERS
+            and not key.startswith(SECRET_KEY_INSECURE_PREFIX))
 
 
 def _secret_key() -> str:
     key = os.environ.get("SECRET_KEY", "")
+    if key and not DEBUG and not _strong(key):
+        # What `check --deploy` would only warn about (security.W009) stops a production start.
+        raise ImproperlyConfigured(
+            f"SECRET_KEY: too weak for DEBUG off: needs {SECRET_KEY_MIN_LENGTH} characters or more, "
+            f"{SECRET_KEY_MIN_UNIQUE_CHARACTERS} different ones, and no {SECRET_KEY_INSECURE_PREFIX!r} prefix; "
+            "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'")
     if key:
         return key
     if not DEBUG:
@@ -62,6 +65,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # Swagger UI for /api/docs served from here (not a CDN), and CSP-clean
     "controlplane.accounts",
     "controlplane.domains",
     "controlplane.runs",
@@ -74,6 +78,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "controlplane.common.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -97,6 +102,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "controlplane.web.context.team_context",
+                "controlplane.common.security.context",
             ],
         },
     },
@@ -110,7 +116,17 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    # Django's standard four; they run wherever a password is chosen (createsuperuser asked
+    # interactively, changepassword, the admin's user forms).
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    # Django's ModelBackend that first refuses a username or address over its limit of failed
+    # sign-ins (TEMPER_LOGIN_*), whatever the password: the login page, the admin's, any caller.
+    "controlplane.accounts.throttle.ThrottledModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
@@ -168,3 +184,4 @@ from controlplane.settings.celery import *  # noqa: E402,F401,F403
 from controlplane.settings.channels import *  # noqa: E402,F401,F403
 from controlplane.settings.sandbox import *  # noqa: E402,F401,F403
 from controlplane.settings.review import *  # noqa: E402,F401,F403
+from controlplane.settings.security import *  # noqa: E402,F401,F403
