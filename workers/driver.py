@@ -34,11 +34,12 @@ from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
+from controlplane.scheduling.selectors import QueueService, queue_service
 from controlplane.scheduling.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
-from workers.verify import make_verify_batch
+from workers.verify import NO_WORKER, make_verify_batch, worker_queue
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,9 @@ def refuse_oversized(run: Run, domains: list[RunDomain], worker: str, caps: dict
 
 def drive(run_id: int, worker: str | None = None, send=None) -> str:
     """Drive the run until it ends or must stop; returns why it returned."""
-    # lazy: trainer.job imports torch and transformers (seconds); every worker imports this
-    # module at start (workers.tasks), and only the rollout workers drive runs.
+    # lazy: trainer.job and trainer.checkpoint import torch and transformers (seconds); every
+    # worker imports this module at start (workers.tasks), and only the rollout workers drive runs.
+    from trainer.checkpoint import CheckpointWriteError
     from trainer.job import Job
 
     worker = worker or worker_name()
@@ -160,8 +162,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
                                                                      priority=live.message_priority(args[0])))
     versions = {pin.slug: pin.version for pin in pins}
+    queues = QueueWatch()
+    needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs
     verify_remote, gatherer = make_verify_batch(
-        cascades={pin.slug: pin.verifier for pin in pins}, versions=versions,
+        cascades={pin.slug: pin.verifier for pin in pins}, versions=versions, served=queues.served,
         timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
     inflight = InFlight()
 
@@ -177,13 +181,21 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
 
     job = None
     stop_renewing = threading.Event()
-    threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing, inflight), name=f"lease-run-{run.id}", daemon=True).start()
+    threading.Thread(target=_renew_lease, args=(run.id, worker, stop_renewing, inflight, queues), name=f"lease-run-{run.id}",
+                     daemon=True).start()
+    saved = {"step": -1}  # the step of the checkpoint on disk: a pause right after it does not save it again
+
+    def checkpoint() -> None:
+        if saved["step"] != job.step_count:
+            _checkpoint(job, run)
+            saved["step"] = job.step_count
     try:
         register_data_domains(pins)
         ckpt = runs.latest_checkpoint(run)
         if ckpt is not None:
             runs.run_rewind(run=run, to_step=ckpt.step)
             job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch)
+            saved["step"] = ckpt.step
             runs.run_event_record(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}",
                                     data={"checkpoint_step": ckpt.step})
         else:
@@ -209,15 +221,22 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 runs.run_finish(run=run, worker=worker, state=RunState.CANCELLED)
                 return "cancelled"
             if run.state == RunState.PAUSED or run.preempt_requested:
-                _checkpoint(job, run)
+                checkpoint()
                 runs.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
             weights, caps = _apply_weights(job, run, weights, live, quarantine.quarantined)
+            missing = queues.unserved(needs, [d for d in weights if d not in quarantine.quarantined])
+            if missing:
+                checkpoint()
+                _pause_unserved(run, worker, queues.service, missing)
+                return f"paused (no live worker on queue {', '.join(missing)})"
             inflight.set_phase("step")
             _inflight(run.id, worker, inflight)
             metrics = job.step()
             metrics.update(latency_metrics(step_latencies(job.last_generated)))
-            for slug, bad, seen in quarantine.observe(metrics, list(weights)):
+            unserved = Counter(t.task.domain for t in job.last_generated
+                               if t.verification is not None and NO_WORKER in t.verification.details)
+            for slug, bad, seen in quarantine.observe(without_unserved(metrics, unserved), list(weights)):
                 runs.run_event_record(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
                                                 f"were infrastructure errors; its samples stop, the run goes on")
@@ -235,18 +254,24 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 periodic_eval(job, run, step)
                 watch.run_watch_heldout(run=run, step=step)
             if step % every == 0:
-                _checkpoint(job, run)
+                checkpoint()
             if run.budget_seconds and time.monotonic() - started > run.budget_seconds:
                 break
             if run.budget_tokens and run.tokens_used >= run.budget_tokens:
                 break
-        if job.step_count % every != 0:  # the last step's checkpoint, unless the loop just saved it
-            _checkpoint(job, run)
+        checkpoint()  # the last step's, unless the loop just saved it
         runs.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
         return "completed"
     except runs.LeaseLost as exc:
         log.warning("run %s: %s; stopping", run_id, exc)
         return "lease lost"
+    except CheckpointWriteError as exc:
+        log.error("run %s: %s", run_id, exc)
+        try:
+            _pause_storage(run, worker, exc)
+        except runs.LeaseLost:
+            pass
+        return "paused (storage error)"
     except Exception:  # noqa: BLE001 - the run fails with the reason; the worker lives on
         error = traceback.format_exc()
         log.error("run %s failed:\n%s", run_id, error)
@@ -277,15 +302,19 @@ INFLIGHT_EVERY_S = 1.0
 """How often the lease thread writes what is in flight, when it changed."""
 
 
-def _renew_lease(run_id: int, worker: str, stop: threading.Event, inflight: InFlight | None = None) -> None:
-    """Keep the lease fresh while a long step runs, and what is in flight written while the
-    step's threads verify; stops when told or when the lease is gone."""
+def _renew_lease(run_id: int, worker: str, stop: threading.Event, inflight: InFlight | None = None,
+                 queues: "QueueWatch | None" = None) -> None:
+    """Keep the lease fresh while a long step runs, what is in flight written while the step's
+    threads verify, and which queues have a live worker read; stops when told or when the lease
+    is gone."""
     renewed = time.monotonic()
     written = -1
     while not stop.wait(min(INFLIGHT_EVERY_S, runs.lease_s() / 4)):
         try:
             if inflight is not None and inflight.version != written:
                 written = _inflight(run_id, worker, inflight)
+            if queues is not None and queues.age_s() >= QueueWatch.EVERY_S:
+                queues.refresh()
             if time.monotonic() - renewed >= runs.lease_s() / 4:
                 renewed = time.monotonic()
                 if not runs.run_renew(run_id=run_id, worker=worker):
@@ -323,8 +352,80 @@ def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _checkpoint(job, run: Run) -> None:
+    """Save the job's checkpoint, then record it: a checkpoint row only ever names a complete
+    directory (a write the storage refuses raises CheckpointWriteError and records nothing)."""
     path = job.save_checkpoint(checkpoint_root(run.id) / f"step-{job.step_count}")
     runs.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
+
+
+def _pause_storage(run: Run, worker: str, exc) -> None:
+    """A checkpoint the storage refused pauses the run (it does not fail it: nothing is wrong with
+    the run, and its earlier checkpoints are intact); a user resumes it once the storage is fixed,
+    and it continues from its last intact checkpoint, re-running the steps after it."""
+    intact = runs.latest_checkpoint(run)
+    where = (f"the run is paused at its last intact checkpoint, step {intact.step}" if intact is not None
+             else "the run is paused with no intact checkpoint and restarts from step 0")
+    runs.run_pause_system(run=run, worker=worker, cause="storage",
+                          message=f"{exc}; {where}; resume it once the storage is fixed",
+                          data={"failed_step": exc.step, "directory": str(exc.path.parent), "errno": exc.errno,
+                                "error": str(exc.cause), "intact_step": intact.step if intact is not None else None})
+
+
+def _pause_unserved(run: Run, worker: str, service: QueueService, missing: list[str]) -> None:
+    """No live worker serves a queue the run's verification needs: the run pauses (its domains
+    are not quarantined: nothing is wrong with them) and the scheduler resumes it when a worker
+    serves the queue again."""
+    notes = "; ".join(service.unserved_note(q) for q in missing)
+    runs.run_pause_system(run=run, worker=worker, cause="no_worker", wait_for_queue=missing[0],
+                          message=f"paused at step {run.current_step}: {notes}; it resumes from its last checkpoint by "
+                                  "itself when a worker serves the queue",
+                          data={"queue": missing[0], "queues": missing})
+
+
+def without_unserved(metrics: dict[str, float], unserved: Counter) -> dict[str, float]:
+    """The step's metrics as the quarantine sees them: verifications that no worker was there to
+    do (``details["no_worker"]``) are the deployment's fault, not the domain's, and do not count.
+
+    >>> without_unserved({"outcome/code/sandbox_error": 6.0, "outcome/code/pass": 2.0}, Counter({"code": 4}))
+    {'outcome/code/sandbox_error': 2.0, 'outcome/code/pass': 2.0}
+    """
+    out = dict(metrics)
+    for slug, n in unserved.items():
+        key = f"outcome/{slug}/sandbox_error"
+        out[key] = max(out.get(key, 0.0) - n, 0.0)
+    return out
+
+
+class QueueWatch:
+    """Which queues a live worker serves, as the driver's threads see it: read from the workers'
+    heartbeats by the driver's lease thread every ``EVERY_S`` and at each step boundary, and
+    asked without a database query by the verify path (possibly on the Job's verify thread)."""
+
+    EVERY_S = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self.service = QueueService(live=frozenset(), last_seen={})
+        self.refresh()
+
+    def refresh(self) -> QueueService:
+        service = queue_service()
+        with self._lock:
+            self.service, self._read_at = service, time.monotonic()
+        return service
+
+    def age_s(self) -> float:
+        return time.monotonic() - self._read_at
+
+    def served(self, queue: str) -> bool:
+        with self._lock:
+            return self.service.served(queue)
+
+    def unserved(self, needs: dict[str, str | None], domains: list[str]) -> list[str]:
+        """The queues that ``domains`` need and no live worker serves (read afresh)."""
+        service = self.refresh()
+        return sorted({q for d in domains if (q := needs.get(d)) and not service.served(q)})
 
 
 def _caps(slugs: list[str]) -> dict[str, float]:

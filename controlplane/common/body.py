@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 
@@ -265,6 +265,36 @@ class LineRefused(ValueError):
         super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in field_errors))
 
 
+# ------------------------------------------------------------------------- request guards
+class BodyLimitMiddleware:
+    """Django middleware, first in the list: the same refusal as :class:`BodyLimit` for a
+    request served without it (WSGI, the test client). Nothing before it reads the body, and
+    after it nothing reads one that is over the limit: ninja reads a Schema body before its
+    parser runs, and the CSRF check reads a form's."""
+
+    def __init__(self, get_response: Callable) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        try:
+            check_length(request)
+        except ServiceError as exc:
+            return _django_response(request.path, exc.status, str(exc))
+        return self.get_response(request)
+
+
+def _django_response(path: str, status: int, detail: str):
+    body, content_type = _payload(path, detail)
+    return HttpResponse(body, status=status, content_type=content_type.decode())
+
+
+def _payload(path: str, detail: str) -> tuple[bytes, bytes]:
+    """The refusal's body: the API's error shape under /api/, plain text elsewhere."""
+    if "/api/" in path:
+        return json.dumps({"detail": detail, "errors": []}).encode(), b"application/json"
+    return detail.encode(), b"text/plain; charset=utf-8"
+
+
 # ------------------------------------------------------------------------------ ASGI guard
 class BodyLimit:
     """ASGI middleware: refuse an HTTP request whose body is over its limit before the body is
@@ -323,12 +353,7 @@ class BodyLimit:
 
 
 async def _respond(send: Callable, path: str, status: int, detail: str) -> None:
-    if path.startswith("/api/") or "/api/" in path:
-        body = json.dumps({"detail": detail, "errors": []}).encode()
-        content_type = b"application/json"
-    else:
-        body = detail.encode()
-        content_type = b"text/plain; charset=utf-8"
+    body, content_type = _payload(path, detail)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", content_type), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})

@@ -183,7 +183,7 @@ class OverrideOut(Schema):
     created_at: datetime
 
 
-class AuditOut(AuditProgressOut):
+class VerifierAuditOut(AuditProgressOut):
     requested_by: Optional[str] = Field(None, alias="requested_by.username")
     finished_at: Optional[datetime] = None
     tasks: Optional[int] = None
@@ -211,7 +211,7 @@ class AuditViewOut(Schema):
     domain: str
     version: int
     summary: AuditSummaryOut
-    audit: Optional[AuditOut] = None
+    audit: Optional[VerifierAuditOut] = None
     open: Optional[AuditProgressOut] = None
 
 

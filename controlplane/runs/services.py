@@ -176,6 +176,11 @@ def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Ru
         run.save()
         _user_event(run, kind, message, actor)
         audit_record(actor=actor, obj=run, action=f"run.{kind}", before=before, after=_run_audit_view(run), team=run.team)
+    elif to == RunState.PAUSED and (run.scheduler_note or {}).get(RESUME_WHEN_SERVED):
+        # Paused by the system for want of a worker, now paused by a user: it stays paused.
+        run.scheduler_note = {}
+        run.save(update_fields=["scheduler_note", "updated_at"])
+        _user_event(run, kind, f"{message}: it stays paused when a worker returns", actor)
     if to == RunState.QUEUED:
         dispatch.send_on_commit("temper.control.schedule_tick")
     return run
@@ -416,6 +421,44 @@ def run_park(*, run: Run, worker: str) -> Run:
     run.preempt_requested = False
     run.driver, run.driver_seen_at, run.inflight = "", None, {}
     run.save()
+    transaction.on_commit(lambda: _tick())
+    return run
+
+
+RESUME_WHEN_SERVED = "resume_when_served"
+"""The key of a paused run's ``scheduler_note`` naming the queue whose worker it waits for: the
+scheduler queues the run again as soon as a live worker serves that queue."""
+
+
+@transaction.atomic
+def run_pause_system(*, run: Run, worker: str, cause: str, message: str, data: dict[str, Any] | None = None,
+                     wait_for_queue: str = "") -> Run:
+    """The system pauses a running run for a cause outside the run, which must not fail it: no live
+    worker on a queue its work needs, storage that refuses its checkpoint. The run keeps its
+    checkpoints and resumes from the last intact one; nothing the driver recorded is lost.
+
+    ``worker`` is the driver that holds the lease ("" for the scheduler, when no driver holds
+    it). With ``wait_for_queue`` the scheduler resumes the run by itself once a live worker
+    serves that queue (an infrastructure cause a user would expect to heal by itself); without
+    it (storage) the run waits for a user's resume. A ``paused`` event with ``data.cause`` says why.
+    """
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.driver != worker:
+        raise LeaseLost(f"run {run.pk} is driven by {run.driver or 'nobody'} now")
+    if run.state == RunState.RUNNING:
+        run.transition(RunState.PAUSED)
+    elif run.state != RunState.PAUSED:  # cancelled meanwhile: that decision stands; let go
+        run.driver, run.driver_seen_at, run.inflight = "", None, {}
+        run.save(update_fields=["driver", "driver_seen_at", "inflight", "updated_at"])
+        return run
+    run.driver, run.driver_seen_at, run.inflight = "", None, {}
+    run.preempt_requested = False
+    note: dict[str, Any] = {"binding": f"queue {wait_for_queue}" if wait_for_queue else cause, "reason": message[:500]}
+    if wait_for_queue:
+        note[RESUME_WHEN_SERVED] = wait_for_queue
+    run.scheduler_note = note
+    run.save()
+    _event(run, "paused", message[:2000], cause=cause, step=run.current_step, **(data or {}))
     transaction.on_commit(lambda: _tick())
     return run
 
