@@ -335,6 +335,8 @@ with the adaptive budget) may not exceed this: each sequence is generated, kept 
 MAX_TOKENS_PER_STEP = 1 << 26
 """The sequences of a step times the tokens of each (:func:`sequence_tokens`): every token of a
 step is held in memory (ids and logprobs) until the update."""
+MAX_EVAL_TASKS = 100_000
+"""Held-out tasks one periodic evaluation answers: ``eval.tasks_per_domain`` times the domains."""
 MAX_BATCH_TOKENS = 1 << 24
 """``rollout.batch_size`` (sequences generated together) and ``optimizer.micro_batch_size``
 (sequences in one forward/backward) times the tokens of a sequence: what one forward pass holds
@@ -368,6 +370,9 @@ class Size:
             return r.batch_size * seq, f"times {seq} tokens a sequence"
         if self.name == "tokens_per_micro_batch":
             return cfg.optimizer.micro_batch_size * seq, f"times {seq} tokens a sequence"
+        if self.name == "eval_tasks":  # nothing is evaluated while every_steps is 0
+            return (cfg.eval.tasks_per_domain * len(cfg.domains) if cfg.eval.every_steps else 0,
+                    f"times {len(cfg.domains)} domains")
         raise KeyError(self.name)  # a bug in this module
 
 
@@ -380,6 +385,8 @@ SIZES: tuple[Size, ...] = (
          "Tokens generated together (rollout.batch_size times the tokens of a sequence)."),
     Size("tokens_per_micro_batch", "optimizer.micro_batch_size", MAX_BATCH_TOKENS,
          "Tokens in one forward/backward (optimizer.micro_batch_size times the tokens of a sequence)."),
+    Size("eval_tasks", "eval.tasks_per_domain", MAX_EVAL_TASKS,
+         "Held-out tasks answered by one periodic evaluation (eval.tasks_per_domain times the domains)."),
 )
 """The products of settings bounded beside each setting's own bound, listed once."""
 

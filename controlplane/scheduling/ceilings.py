@@ -44,16 +44,17 @@ def api_field(path: str) -> str:
 
 def body_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
     """The trainer settings a run body asks for: its ``config`` section with a run's defaults
-    (``RUN_DEFAULTS``) and the settings it fills from its own fields (staleness, budget). The
-    control plane's assigned settings (name, checkpoint directory) and the domains are left as the
-    trainer's defaults: no ceiling bounds them."""
+    (``RUN_DEFAULTS``) and the settings it fills from its own fields (staleness, budget, the
+    domains and their weights). The control plane's assigned settings (name, checkpoint directory)
+    are left as the trainer's defaults: no bound concerns them."""
     cfg = copy.deepcopy(data.get("config") or {})
     for path, value in RUN_DEFAULTS.items():
         if not has_path(cfg, path):
             put_path(cfg, path, value)
     budget = data.get("budget") or {}
     sources = {"staleness": data.get("staleness"), "budget.steps": budget.get("steps"),
-               "budget.wall_s": budget.get("wall_s") or 0.0}
+               "budget.wall_s": budget.get("wall_s") or 0.0,
+               "domains": {d["slug"]: d["weight"] for d in data.get("domains") or []} or None}
     for path, source in _OWNED_FIELD.items():
         if source in sources and sources[source] is not None:
             put_path(cfg, path, sources[source])

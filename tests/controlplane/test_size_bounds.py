@@ -110,3 +110,16 @@ def test_a_cascade_at_its_sizes_is_accepted():
     spec = {"stages": [{"type": "code_tests", "params": {"tests": ["assert True"] * MAX_STAGE_TESTS}}]
             + [{"type": "exact"}] * (MAX_STAGES - 1)}
     assert verifier_errors(spec) == []
+
+
+def test_an_evaluation_over_the_runs_domains_is_bounded(world):
+    """``eval.tasks_per_domain`` times the run's domains: the domains come from the run's own field."""
+    slugs = [factories.domain(f"many-{i}").slug for i in range(11)]
+    config = {"eval": {"every_steps": 5, "tasks_per_domain": 10_000}}
+    r = _post(_member(world), "/api/runs/validate", factories.run_payload(slugs[:10], team="acme", config=config))
+    assert r.status_code == 200, r.content
+    r = _post(_member(world), "/api/runs", factories.run_payload(slugs, team="acme", config=config))
+    assert r.status_code == 422
+    assert r.json()["errors"] == [{"path": "config.eval.tasks_per_domain",
+                                   "message": "times 11 domains is 110000 eval tasks; at most 100000 are allowed"}]
+    assert Run.objects.count() == 0

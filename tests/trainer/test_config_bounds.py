@@ -109,6 +109,7 @@ def test_sizes_bound_the_products_of_settings():
         "tokens_per_generation_batch": {"rollout": {"batch_size": 4096, "max_new_tokens": 8192},
                                         "optimizer": {"micro_batch_size": 1}},
         "tokens_per_micro_batch": {"optimizer": {"micro_batch_size": 4096}, "tokenizer": {"max_prompt_tokens": 8192}},
+        "eval_tasks": {"eval": {"every_steps": 10, "tasks_per_domain": 10_000}, "domains": {f"d{i}": 1 for i in range(11)}},
     }
     assert set(cases) == {s.name for s in SIZES}
     for size in SIZES:
@@ -151,3 +152,10 @@ def test_a_config_above_a_ceiling_is_refused_and_one_at_it_is_not():
     errs = ceiling_errors(cfg, {"rollout.n": 7, "rollout.max_new_tokens": 511, "sequences_per_step": 63}, "team t")
     assert errs == [("rollout.n", "is 8; at most 7 for team t"), ("rollout.max_new_tokens", "is 512; at most 511 for team t"),
                     ("rollout.prompts_per_step", "times rollout.n is 64 sequences per step; at most 63 for team t")]
+
+
+def test_evaluation_tasks_count_only_when_evaluating():
+    many = {"eval": {"tasks_per_domain": 10_000}, "domains": {f"d{i}": 1 for i in range(11)}}
+    assert load_config(many)  # every_steps 0: nothing is evaluated
+    put_path(many, "eval.every_steps", 5)
+    assert errors_of(many) == [("eval.tasks_per_domain", "times 11 domains is 110000 eval tasks; at most 100000 are allowed")]
