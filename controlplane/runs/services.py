@@ -31,6 +31,7 @@ from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, Trajectory
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
 from controlplane.scheduling.ceilings import run_body_ceiling_errors
+from trainer.config import MAX_DOMAIN_WEIGHT
 from trainer.outcomes import OUTCOME_VALUES
 
 
@@ -246,8 +247,9 @@ def run_set_weights(*, actor: Principal, run: Run, weights: dict[str, float]) ->
     for slug, weight in weights.items():
         if slug not in rows:
             errors.append(FieldError(f"weights.{slug}", "not a domain of this run"))
-        elif isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            errors.append(FieldError(f"weights.{slug}", "must be a number greater than 0"))
+        elif (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight)
+              or not 0 < weight <= MAX_DOMAIN_WEIGHT):
+            errors.append(FieldError(f"weights.{slug}", f"must be a finite number greater than 0 and at most {MAX_DOMAIN_WEIGHT:g}"))
     if errors:
         raise InvalidInput(errors)
     before = {slug: rd.weight for slug, rd in rows.items()}

@@ -123,3 +123,19 @@ def test_an_evaluation_over_the_runs_domains_is_bounded(world):
     assert r.json()["errors"] == [{"path": "config.eval.tasks_per_domain",
                                    "message": "times 11 domains is 110000 eval tasks; at most 100000 are allowed"}]
     assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), 1e7, 0, -1])
+def test_a_running_runs_domain_weights_are_finite_and_bounded(world, weight):
+    """The API's body reader refuses NaN and Infinity; the CLI's values (YAML: .inf) reach the
+    service directly, which refuses them too."""
+    from controlplane.common.errors import InvalidInput
+    from controlplane.runs.services import run_set_weights
+
+    run = factories.run(world.team, domains=[world.domain])
+    actor = factories.actor(world.users["member"])
+    with pytest.raises(InvalidInput) as err:
+        run_set_weights(actor=actor, run=run, weights={"addition": weight})
+    assert [(e.path, e.message) for e in err.value.errors] == [
+        ("weights.addition", "must be a finite number greater than 0 and at most 1e+06")]
+    assert run_set_weights(actor=actor, run=run, weights={"addition": 1e6}).run_domains.get().weight == 1e6
