@@ -13,7 +13,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.runs.models import Run, RunDomain
 from controlplane.runs.services import run_create, run_start
-from controlplane.scheduling.models import ResourcePool, TeamQuota
+from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 
 _seq = itertools.count(1)
 
@@ -57,6 +57,13 @@ def run(team_: Team, *, by=None, domains: list[Domain] | None = None, state: str
     for d in domains or []:
         RunDomain.objects.create(run=r, domain=d, domain_version=d.versions.get(version=d.version), weight=1.0)
     return r
+
+
+def live_worker(queues: list[str], name: str = "verify@test") -> WorkerHeartbeat:
+    """A worker serving ``queues`` that has just said it is alive (its heartbeat row), as a
+    running Celery worker records it: for in-process tests whose ``send`` stands in for it."""
+    hb, _ = WorkerHeartbeat.objects.update_or_create(worker=name, defaults={"queues": queues, "last_seen": timezone.now()})
+    return hb
 
 
 def token(u, team_: Team, role: str, *, expires_in: timedelta = timedelta(days=1), revoked: bool = False) -> tuple[ApiToken, str]:

@@ -3,7 +3,10 @@ and judge queues, in batches, gathered with deadlines.
 
 A batch that is lost (its worker died) or late is sent again a bounded number of times; what is
 still missing after that is recorded as ``sandbox_error`` (masked, never a reward of 0), so a lost
-verification never blocks the run.
+verification never blocks the run. When no live worker serves the batch's queue (``served``, from
+the workers' heartbeats) its batches are neither sent nor waited for: their items are
+``sandbox_error`` with ``details["no_worker"]`` naming the queue, which the driver does not count
+toward quarantine and answers by pausing the run (workers/driver.py).
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ import logging
 import time
 from typing import Any, Callable
 
+from celery.exceptions import TimeoutError as ResultTimeout
+
+from controlplane.dispatch import TASK_QUEUES
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers import VerifyContext, compile_cascade
@@ -23,11 +29,22 @@ log = logging.getLogger(__name__)
 REMOTE_STAGES = {"code_tests": "temper.verify.batch", "judge": "temper.judge.batch"}
 BATCH_SIZE = 16
 MAX_ATTEMPTS = 3
+WAIT_SLICE_S = 2.0
+"""While waiting for a batch, how often the gatherer asks whether its queue still has a live worker."""
+
+
+NO_WORKER = "no_worker"
+"""The ``details`` key of a verification that no worker was there to do (its value: the queue)."""
 
 
 def needs_worker(spec: dict) -> bool:
     """Whether a cascade has a stage that runs on the verify (or judge) queue."""
     return any(stage.get("type") in REMOTE_STAGES for stage in spec.get("stages", []))
+
+
+def worker_queue(spec: dict) -> str | None:
+    """The queue whose workers a cascade's batches need, or None when it verifies inline."""
+    return TASK_QUEUES[batch_task(spec)] if needs_worker(spec) else None
 
 
 def batch_task(spec: dict) -> str:
@@ -75,20 +92,37 @@ def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | 
 
 
 class Gatherer:
-    """Dispatch batches and collect their results with a deadline, re-sending what is lost."""
+    """Dispatch batches and collect their results with a deadline, re-sending what is lost.
 
-    def __init__(self, send: Callable[[str, tuple], Any], deadline_s: Callable[[int], float], max_attempts: int = MAX_ATTEMPTS):
+    ``served(queue)`` says whether a live worker serves a queue now (None: assume one does). A
+    batch for an unserved queue is not sent, and one being waited for when its queue loses its
+    last worker is given up at once: nobody would verify it, and the run should say so now rather
+    than after every deadline and re-send has run out."""
+
+    def __init__(self, send: Callable[[str, tuple], Any], deadline_s: Callable[[int], float], max_attempts: int = MAX_ATTEMPTS,
+                 served: Callable[[str], bool] | None = None):
         self.send = send
         self.deadline_s = deadline_s
         self.max_attempts = max_attempts
-        self.stats = {"batches": 0, "resent": 0, "lost_items": 0}
+        self.served = served
+        self.stats = {"batches": 0, "resent": 0, "lost_items": 0, "unserved_items": 0}
 
     def run(self, name: str, batches: list[tuple]) -> list[list[dict] | None]:
         """``batches`` are task arguments; returns each batch's results (None when lost for good)."""
+        return self.gather(name, batches)[0]
+
+    def gather(self, name: str, batches: list[tuple]) -> tuple[list[list[dict] | None], set[int]]:
+        """Each batch's results (None when lost for good), and which of the lost ones were lost
+        because no live worker serves the queue of task ``name``."""
+        queue = TASK_QUEUES.get(name, name)
         results: list[list[dict] | None] = [None] * len(batches)
         todo = list(range(len(batches)))
+        unserved: set[int] = set()
         for attempt in range(1, self.max_attempts + 1):
             if not todo:
+                break
+            if not self._served(queue):
+                unserved.update(todo)
                 break
             if attempt > 1:
                 self.stats["resent"] += len(todo)
@@ -98,24 +132,48 @@ class Gatherer:
             deadline = time.monotonic() + max(self.deadline_s(len(batches[i][-1])) for i in todo)
             todo = []
             for i, handle in pending.items():
-                remaining = deadline - time.monotonic()
-                try:
-                    results[i] = handle.get(timeout=max(remaining, 0.01), propagate=True, disable_sync_subtasks=False)
-                except Exception as exc:  # noqa: BLE001 - timeouts, lost workers, broker errors
-                    log.warning("verify batch %d failed on attempt %d: %r", i, attempt, exc)
-                    try:
-                        handle.revoke()
-                    except Exception:  # noqa: BLE001
-                        pass
+                outcome = self._wait(handle, deadline, queue, i, attempt)
+                if outcome == "unserved":
+                    unserved.add(i)
+                elif outcome is None:
                     todo.append(i)
-        for i in todo:
+                else:
+                    results[i] = outcome
+        for i in list(todo) + sorted(unserved):
             self.stats["lost_items"] += len(batches[i][-1])
-        return results
+        self.stats["unserved_items"] += sum(len(batches[i][-1]) for i in unserved)
+        return results, unserved
+
+    def _served(self, queue: str) -> bool:
+        return self.served is None or self.served(queue)
+
+    def _wait(self, handle, deadline: float, queue: str, i: int, attempt: int):
+        """One batch's results; None when lost or late, ``"unserved"`` when its queue has no
+        live worker left. Waits in slices so a queue that loses its last worker is noticed."""
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = min(max(remaining, 0.01), WAIT_SLICE_S) if self.served is not None else max(remaining, 0.01)
+            try:
+                return handle.get(timeout=wait, propagate=True, disable_sync_subtasks=False)
+            except (ResultTimeout, TimeoutError) as exc:
+                if remaining > wait and self._served(queue):
+                    continue
+                gone = not self._served(queue)
+                log.warning("verify batch %d %s on attempt %d: %r", i, "has no live worker" if gone else "is late", attempt, exc)
+            except Exception as exc:  # noqa: BLE001 - lost workers, broker errors
+                log.warning("verify batch %d failed on attempt %d: %r", i, attempt, exc)
+                gone = False
+            try:
+                handle.revoke()
+            except Exception:  # noqa: BLE001
+                pass
+            return "unserved" if gone else None
 
 
 def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
                       send: Callable[[str, tuple], Any], deadline_s: float | None = None,
-                      priorities: dict[str, int] | None = None) -> tuple[Callable, Gatherer]:
+                      priorities: dict[str, int] | None = None,
+                      served: Callable[[str], bool] | None = None) -> tuple[Callable, Gatherer]:
     """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats).
 
     A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the worst
@@ -128,7 +186,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
     task_names = {slug: batch_task(cascades[slug]) for slug in remote}
     priorities = priorities if priorities is not None else {}
     gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else
-                        (lambda n: 30.0 + 2.0 * n * max(timeouts.values(), default=10.0)))
+                        (lambda n: 30.0 + 2.0 * n * max(timeouts.values(), default=10.0)), served=served)
 
     def verify_batch(items: list[tuple[str, Task]]) -> list[Verification]:
         out: list[Verification | None] = [None] * len(items)
@@ -150,13 +208,17 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                 payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]
                 batches.setdefault(name, []).append((slug, versions[slug], payload))
                 index.setdefault(name, []).append(chunk)
-        gathered = [(chunk, result) for name in batches for chunk, result in zip(index[name], gatherer.run(name, batches[name]))]
-        for chunk, result in gathered:
-            for j, i in enumerate(chunk):
-                if result is None or j >= len(result):
-                    out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts"})
-                else:
-                    out[i] = verification_from_dict(result[j])
+        for name in batches:
+            results, unserved = gatherer.gather(name, batches[name])
+            for b, (chunk, result) in enumerate(zip(index[name], results)):
+                for j, i in enumerate(chunk):
+                    if b in unserved:
+                        queue = TASK_QUEUES[name]
+                        out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"no live worker on queue {queue}", NO_WORKER: queue})
+                    elif result is None or j >= len(result):
+                        out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts"})
+                    else:
+                        out[i] = verification_from_dict(result[j])
         return out  # type: ignore[return-value]
 
     return verify_batch, gatherer

@@ -205,11 +205,19 @@ class RunningOut(Schema):
     preempt_requested: bool
 
 
+class PausedOut(Schema):
+    binding: Optional[str] = None
+    reason: str
+    resume_when_served: Optional[str] = None
+    """The queue whose live worker resumes the run by itself (paused for want of one)."""
+
+
 class ExplainOut(Schema):
     state: str
     step: int
     queued: Optional[QueuedOut] = None
     running: Optional[RunningOut] = None
+    paused: Optional[PausedOut] = None
 
 
 @router.get("/runs/{run_id}/explain", response={200: ExplainOut, **ERRORS})

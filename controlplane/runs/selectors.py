@@ -89,13 +89,19 @@ def event_list(*, run: Run) -> QuerySet[RunEvent]:
 
 
 def run_explain(*, run: Run, now=None) -> dict:
-    """Why a queued run waits (position, the binding resource, the numbers) or what a running
-    run waits on (the driver's phase and the work in flight per domain, with ages)."""
+    """Why a queued run waits (position, the binding resource, the numbers), what a running run
+    waits on (the driver's phase and the work in flight per domain, with ages), or why a paused
+    run is paused and whether it resumes by itself (``resume_when_served``: a queue's worker)."""
     now = now or timezone.now()
-    out: dict = {"state": run.state, "step": run.current_step, "queued": None, "running": None}
+    out: dict = {"state": run.state, "step": run.current_step, "queued": None, "running": None, "paused": None}
     if run.state == "queued":
         note = dict(run.scheduler_note or {})
         out["queued"] = note or {"reason": "waiting for the next scheduler tick"}
+    elif run.state == "paused":
+        # Paused by the system (no live worker on a queue, storage errors) the note says why; a
+        # user's pause has none: the run's events say who.
+        note = dict(run.scheduler_note or {})
+        out["paused"] = note or {"reason": "paused by a user; resume it to continue"}
     elif run.state == "running":
         inflight = run.inflight or {}
         since = parse_datetime(inflight["since"]) if inflight.get("since") else None

@@ -1,6 +1,7 @@
 """Writes for quotas and pools (platform admins), and worker heartbeats (workers)."""
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -13,10 +14,11 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
-from controlplane.runs.services import lease_s
+from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
+from controlplane.scheduling.selectors import QueueService, queue_service
 from trainer.config import ceiling_map_errors
 
 TEAM_QUOTA_SCHEMA = {
@@ -135,8 +137,11 @@ def _view(run, started):
 
 @transaction.atomic
 def schedule_tick(*, now=None, min_run: float | None = None):
-    """Admit, preempt and explain; re-dispatch runs whose driver died. Safe to run twice."""
+    """Admit, preempt and explain; re-dispatch runs whose driver died; queue again the runs
+    paused for want of a worker once one is back. Safe to run twice, and concurrently."""
     now = now or timezone.now()
+    service = queue_service(now=now)
+    _resume_served(service)
     runs = list(Run.objects.select_for_update().filter(state__in=[RunState.QUEUED, RunState.RUNNING]).select_related("team"))
     quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}
     for run in runs:
@@ -180,7 +185,55 @@ def schedule_tick(*, now=None, min_run: float | None = None):
         seen = run.driver_seen_at or started[run.id]
         if seen is not None and seen >= cutoff:
             continue
-        RunEvent.objects.create(run=run, kind="recovery", message=f"driver {run.driver or '(none)'} silent for over {lease_s():.0f} s; "
-                                "resuming from the last checkpoint on another worker")
-        dispatch.send_on_commit("temper.rollout.drive_run", run.id)
+        _recover(run, now, service)
     return decision
+
+
+DRIVE_TASK = "temper.rollout.drive_run"
+log = logging.getLogger(__name__)
+
+
+def _recover(run: Run, now, service: QueueService) -> None:
+    """A running run whose lease went silent. One dead driver makes one ``recovery`` event,
+    however many ticks (or concurrent schedulers) notice it: the takeover is a conditional update
+    of the lease the dead driver left (it clears the driver and starts a fresh lease period for
+    the next one), and only the tick whose update took it records the event and re-dispatches.
+    A run re-dispatched that no driver claimed within a lease (its message lost) is sent again
+    without another event. With no live worker on the driver's queue the run is paused naming
+    the queue, and resumes by itself when one is back."""
+    queue = dispatch.TASK_QUEUES[DRIVE_TASK]
+    if not service.served(queue):
+        note = service.unserved_note(queue)
+        run_pause_system(run=run, worker=run.driver, cause="no_worker", wait_for_queue=queue,
+                         message=f"paused at step {run.current_step}: {note}; it resumes from its last checkpoint by itself "
+                                 "when a worker serves the queue", data={"queue": queue, "previous_driver": run.driver})
+        return
+    taken = Run.objects.filter(pk=run.pk, state=RunState.RUNNING, driver=run.driver,
+                               driver_seen_at=run.driver_seen_at).update(driver="", driver_seen_at=now, inflight={})
+    if not taken:  # another scheduler took it first
+        return
+    if run.driver:
+        RunEvent.objects.create(run=run, kind="recovery", data={"previous_driver": run.driver, "step": run.current_step},
+                                message=f"driver {run.driver} silent for over {lease_s():.0f} s; resuming from the last "
+                                        "checkpoint on another worker")
+    else:
+        log.warning("run %s: dispatched but no driver claimed it within %.0f s; sending it again", run.id, lease_s())
+    dispatch.send_on_commit(DRIVE_TASK, run.id)
+
+
+def _resume_served(service: QueueService) -> list[int]:
+    """Runs the system paused for want of a worker on a queue that a live worker serves again go
+    back to the queue, to resume from their last checkpoint when admitted."""
+    resumed = []
+    waiting = Run.objects.select_for_update().filter(state=RunState.PAUSED, scheduler_note__has_key=RESUME_WHEN_SERVED)
+    for run in waiting:
+        queue = run.scheduler_note[RESUME_WHEN_SERVED]
+        if not service.served(queue):
+            continue
+        run.transition(RunState.QUEUED)
+        run.scheduler_note = {}
+        run.save()
+        RunEvent.objects.create(run=run, kind="resumed", data={"cause": "worker_back", "queue": queue},
+                                message=f"a live worker serves queue {queue} again; queued to resume from the last checkpoint")
+        resumed.append(run.id)
+    return resumed

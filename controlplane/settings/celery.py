@@ -43,3 +43,6 @@ CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", 360))
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(_VAR / "celerybeat-schedule")
 CELERY_HEARTBEAT_PERIOD_S = 15.0
+TEMPER_WORKER_STALE_S = float(os.environ.get("TEMPER_WORKER_STALE_S", 60))
+"""A worker whose heartbeat is older than this no longer serves its queues: a run whose verify
+(or judge, or rollout) work has no worker left is paused naming the queue, not failed."""

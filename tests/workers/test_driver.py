@@ -37,6 +37,7 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
 
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no broker in these in-process tests
     settings.VAR_DIR = tmp_path
+    settings.TEMPER_WORKER_STALE_S = 24 * 3600  # a heartbeat a test records stays live however slow the machine
     _, admin = factories.synced_team(DOMAINS)
     return admin, tiny_model
 
@@ -182,6 +183,7 @@ def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(se
     actor, model = setup
     _code_domain(actor, "flaky-code", "Flaky")
     run = _running_run(actor, model, steps=5, domains=["builtin-addition", "flaky-code"])
+    factories.live_worker(["verify"])  # alive, but its sandboxes fail: the domain's fault to quarantine
     engine_down = {"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}
 
     assert drive(run.id, worker="w1", send=lambda name, args: _Replies(engine_down, len(args[2]))) == "completed"
@@ -199,6 +201,7 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     actor, model = setup
     _code_domain(actor, "remote-code", "Remote")
     run = _running_run(actor, model, steps=3, domains=["remote-code"], staleness=1)
+    factories.live_worker(["verify"])
     senders = set()
 
     def send(name, args):
