@@ -43,7 +43,10 @@ class Principal:
 
     @classmethod
     def for_token(cls, token: ApiToken) -> "Principal":
-        member_role = Membership.objects.filter(user_id=token.user_id, team_id=token.team_id).values_list("role", flat=True).first()
+        if hasattr(token, "member_role"):  # read with the token (token_authenticate)
+            member_role = token.member_role
+        else:
+            member_role = Membership.objects.filter(user_id=token.user_id, team_id=token.team_id).values_list("role", flat=True).first()
         roles = {token.team_id: lower_role(token.role, member_role)} if member_role else {}
         # A token never carries platform rights: those need a session.
         return cls(user=token.user, roles=roles, platform_admin=False, token=token)

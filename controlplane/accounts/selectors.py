@@ -21,19 +21,23 @@ def team_get(*, actor: Principal, slug: str) -> Team:
 
 def current_team(request: HttpRequest) -> tuple[Team | None, list[Team]]:
     """The team a signed-in user looks at (chosen with the page's team switcher, kept in the
-    session; else their first team) and all their teams."""
+    session; else their first team) and all their teams, each with the user's ``role`` in it.
+
+    Read once per request (one query): the page's view and its context processor both ask."""
+    known = getattr(request, "_temper_teams", None)
+    if known is not None:
+        return known
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return None, []
-    teams = list(Team.objects.filter(memberships__user=user).order_by("slug"))
+    teams = []
+    for membership in Membership.objects.filter(user=user).select_related("team").order_by("team__slug"):
+        membership.team.role = membership.role
+        teams.append(membership.team)
     chosen = request.session.get("team")
     team = next((t for t in teams if t.slug == chosen), teams[0] if teams else None)
+    request._temper_teams = (team, teams)
     return team, teams
-
-
-def membership_role(*, user, team: Team) -> str:
-    """The user's role in ``team`` ("" when not a member)."""
-    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first() or ""
 
 
 def token_list(*, actor: Principal) -> QuerySet[ApiToken]:

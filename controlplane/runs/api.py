@@ -8,6 +8,7 @@ from typing import Any, Optional
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
+from ninja.responses import NinjaJSONEncoder
 
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
@@ -231,7 +232,10 @@ def run_metrics(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), 
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     keys = [k for k in key.split(",") if k] if key else None
     points, cursor = selectors.metrics_after(run=run, cursor=after, limit=limit, keys=keys)
-    return {"items": points, "next_cursor": cursor}
+    # Rows with the schema's fields, encoded as ninja would (NinjaJSONEncoder: ISO times); a page
+    # is up to 5000 points, written out directly rather than validated one by one.
+    return HttpResponse(json.dumps({"items": points, "next_cursor": cursor}, cls=NinjaJSONEncoder, separators=(",", ":")),
+                        content_type="application/json")
 
 
 @router.get("/runs/{run_id}/trajectories", response={200: list[TrajectoryOut], **ERRORS})

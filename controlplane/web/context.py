@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from controlplane.accounts.selectors import current_team, membership_role
+from controlplane.accounts.selectors import current_team
 
 
 def team_context(request: HttpRequest) -> dict:
-    team, teams = current_team(request)
-    role = membership_role(user=request.user, team=team) if team is not None else ""
-    return {"current_team": team, "teams": teams, "current_role": role}
+    team, teams = current_team(request)  # the view's read when it made one; each team carries the role
+    return {"current_team": team, "teams": teams, "current_role": team.role if team is not None else ""}

@@ -74,7 +74,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """The live run page: charts, what the run waits on, its events, controls for those allowed."""
     actor = Principal.for_user(request.user)
     run = get_or_404(run_selectors.run_get, actor=actor, run_id=run_id)
-    domains = [rd.domain.slug for rd in run.run_domains.select_related("domain")]
+    run_domains = list(run.run_domains.select_related("domain"))
+    domains = [rd.domain.slug for rd in run_domains]
     can_control = actor.can(run.team_id, "run.control")
     first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
     return render(request, "runs/detail.html", {
@@ -85,7 +86,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,
                     "budget_steps": run.budget_steps, "team": run.team.slug},
             "domains": domains,
-            "weights": {rd.domain.slug: rd.weight for rd in run.run_domains.select_related("domain")},
+            "weights": {rd.domain.slug: rd.weight for rd in run_domains},
             "can_control": can_control,
             "outcomes": pages.OUTCOME_ORDER,
             "visible_at_first": VISIBLE_AT_FIRST,

@@ -183,7 +183,8 @@ class Command(ServiceCommand):
     def do_runs_metrics(self, o):
         run = run_selectors.run_get(actor=self.actor, run_id=o["run_id"])
         points, cursor = run_selectors.metrics_after(run=run, cursor=o["after"], limit=o["limit"])
-        self.out(table([(p.id, p.step, p.domain, p.key, f"{p.value:.4g}") for p in points], ["cursor", "step", "domain", "key", "value"]))
+        self.out(table([(p["id"], p["step"], p["domain"], p["key"], f"{p['value']:.4g}") for p in points],
+                       ["cursor", "step", "domain", "key", "value"]))
         self.out(f"next cursor: {cursor}")
 
     def do_runs_watch(self, o):
