@@ -9,7 +9,7 @@ import pytest
 
 PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit"]
 MODULES = [
-    "trainer.outcomes", "trainer.pipeline", "trainer.tasks.builtin", "controlplane.common.cli", "controlplane.common.validation",
+    "trainer.outcomes", "trainer.pipeline", "trainer.checkpoint", "trainer.tasks.builtin", "controlplane.common.cli", "controlplane.common.validation",
     "controlplane.domains.selectors",
     "controlplane.runs.services", "controlplane.runs.watch", "controlplane.domains.policy", "workers.driver", "workers.verify",
 ]
