@@ -35,7 +35,7 @@ from controlplane.runs import watch
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
 from controlplane.scheduling.selectors import QueueService, queue_service
-from controlplane.scheduling.ceilings import api_field, trainer_config_refusal
+from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval

@@ -30,7 +30,7 @@ from controlplane.domains.selectors import audit_blockers
 from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, Trajectory
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
-from controlplane.scheduling.ceilings import run_body_ceiling_errors
+from controlplane.runs.ceilings import run_body_ceiling_errors
 from trainer.config import MAX_DOMAIN_WEIGHT
 from trainer.outcomes import OUTCOME_VALUES
 

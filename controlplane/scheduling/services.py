@@ -55,7 +55,7 @@ def _quota_view(quota: TeamQuota) -> dict:
 @transaction.atomic
 def team_quota_set(*, actor: Principal, team: Team, changes: dict) -> TeamQuota:
     """Set a team's quota. GPUs and concurrent runs need a platform admin; the ceilings on the size
-    of the team's runs (``ceilings``, see :mod:`controlplane.scheduling.ceilings`) a platform admin
+    of the team's runs (``ceilings``, see :mod:`controlplane.runs.ceilings`) a platform admin
     or the team's admin, each ceiling checked against the trainer setting it bounds."""
     if not actor.platform_admin:
         if not isinstance(changes, dict) or set(changes) - {"ceilings"}:

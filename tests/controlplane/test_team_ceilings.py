@@ -12,7 +12,7 @@ from django.test import Client
 
 from controlplane.accounts.models import AuditLog
 from controlplane.runs.models import Run, RunEvent, RunState
-from controlplane.scheduling.ceilings import api_field, body_trainer_config, team_ceilings
+from controlplane.runs.ceilings import api_field, body_trainer_config, team_ceilings
 from controlplane.scheduling.models import TeamQuota
 from controlplane.scheduling.services import team_quota_set
 from tests import factories

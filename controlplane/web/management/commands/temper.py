@@ -23,7 +23,7 @@ from controlplane.domains import services as domain_services
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
-from controlplane.scheduling.ceilings import team_ceilings
+from controlplane.runs.ceilings import team_ceilings
 from controlplane.scheduling.models import TeamQuota
 from controlplane.scheduling.services import team_quota_set
 

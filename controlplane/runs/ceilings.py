@@ -8,8 +8,9 @@ API): the run API refuses a run above them with 422 naming the field and the cei
 driver refuses a run whose config (written by any means) is above the bounds or the ceilings of
 that moment before it allocates anything.
 
-This module reads only the scheduling models and the trainer's config module, so the runs app may
-call it without importing the scheduler.
+The ceilings are stored on the team's quota (``TeamQuota`` of the scheduling app); this module
+reads them through the team (``quota__ceilings``) and imports nothing of the scheduling app, which
+imports the runs app.
 """
 from __future__ import annotations
 
@@ -18,17 +19,15 @@ from typing import Any
 
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
-from controlplane.scheduling.models import TeamQuota
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config, put_path
 
 _OWNED_FIELD = {o.path: o.source for o in RUN_OWNED if not o.assigned}
 """A setting the run fills from its own API field (``limits.max_steps`` <- ``budget.steps``)."""
 
 
-def team_ceilings(team: Team | int) -> dict[str, float]:
-    """The ceilings on ``team``'s runs now (``{}`` when it has none)."""
-    team_id = team.pk if isinstance(team, Team) else team
-    found = TeamQuota.objects.filter(team_id=team_id).values_list("ceilings", flat=True).first()
+def team_ceilings(team: Team) -> dict[str, float]:
+    """The ceilings on ``team``'s runs now, read afresh (``{}`` when it has none)."""
+    found = Team.objects.filter(pk=team.pk).values_list("quota__ceilings", flat=True).first()
     return dict(found or {})
 
 
