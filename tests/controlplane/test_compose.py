@@ -35,4 +35,7 @@ def test_topology_has_every_part():
         if cmd[:4] == ["celery", "-A", "workers.celery", "worker"]:
             served.update(cmd[cmd.index("-Q") + 1].split(","))
     assert served == set(CELERY_QUEUES_ALL)
-    assert "daphne" in services["web"]["command"]
+    web = services["web"]["command"]
+    # Several web processes on one port, as many as TEMPER_WEB_PROCESSES says (controlplane/web/serving.py).
+    assert web[:2] == ["uvicorn", "controlplane.asgi:application"]
+    assert web[web.index("--workers") + 1] == "${TEMPER_WEB_PROCESSES:-2}"

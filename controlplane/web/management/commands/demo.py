@@ -1,6 +1,7 @@
 """``python manage.py demo``: the whole embedded-default stack in one terminal.
 
-Migrates, prepares the demo (admin, team, domains), then runs the web server (daphne), one Celery
+Migrates, prepares the demo (admin, team, domains), then runs the web server (daphne, or
+``--web-processes N`` uvicorn processes on one port), one Celery
 worker on every queue and Celery beat as child processes, prints the URL and the credentials, and
 stops them all on Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
 """
@@ -17,6 +18,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.web.serving import PROCESSES_ENV, web_command, web_processes
+
 
 class Command(BaseCommand):
     help = "Run the demo: web + worker + beat on the embedded default."
@@ -25,6 +28,9 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("TEMPER_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("TEMPER_PORT", 8000)))
         parser.add_argument("--no-worker", action="store_true", help="web only")
+        parser.add_argument("--web-processes", default=None, metavar="N",
+                            help=f"web server processes (default ${PROCESSES_ENV} or 1): one is daphne, several are "
+                                 "uvicorn workers on one port (controlplane/web/serving.py)")
 
     def _wait_until_serving(self, host: str, port: int, proc: subprocess.Popen, log) -> None:
         """Return once the web server accepts connections, so the printed URL works."""
@@ -40,13 +46,19 @@ class Command(BaseCommand):
         raise CommandError(f"the web server did not start listening on {host}:{port} within 120 s; see {log}")
 
     def handle(self, *args, **opts):
+        try:
+            web_processes_n = web_processes(opts["web_processes"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         call_command("migrate", verbosity=0)
         call_command("demo_setup", stdout=self.stdout)
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
         py = sys.executable
         procs: dict[str, tuple[list[str], str]] = {
-            "web": ([py, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]), "controlplane.asgi:application"], "web.log"),
+            # Several processes share the SQLite file as the workers do; without Redis each has its own
+            # in-memory channel layer, and its live sockets tail the database once a second.
+            "web": (web_command(host=opts["host"], port=opts["port"], processes=web_processes_n, python=py), "web.log"),
         }
         if not opts["no_worker"]:
             queues = ",".join(settings.CELERY_QUEUES_RUN)
