@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.common.api import error_payload
 from controlplane.common.errors import NotFound
@@ -20,6 +21,7 @@ def get_or_404(select: Callable[..., T], **kwargs) -> T:
         raise Http404(str(exc)) from None
 
 
+@csrf_exempt  # it changes nothing; without this a POST with a bearer token got CSRF's HTML 403
 def api_not_found(request: HttpRequest, rest: str) -> JsonResponse:
     """Any path under /api/ that no endpoint serves: the API's JSON error, in DEBUG too (never
     Django's page listing the URL patterns)."""
