@@ -4,7 +4,8 @@ Builds a site like the demo's in a fresh PostgreSQL database (the synced catalog
 ``--steps`` steps on three domains with the demo's metric keys, 16 sampled trajectories a step,
 checkpoint and eval events, a second short run), then for each count in ``--processes`` starts
 the web server with that many processes (``controlplane.web.serving``: daphne for one, uvicorn
-for several, unless ``--server`` says which) and lets ``--clients`` clients send requests for
+for several, unless ``--server`` says which), each lending its requests one of ``--db-pool``
+PostgreSQL connections (TEMPER_DB_POOL_SIZE, as compose's web; 0: a connection per request), and lets ``--clients`` clients send requests for
 ``--seconds`` seconds, each waiting for its answer before sending the next. Half the clients are
 browsers (a session: the home and run pages, then what the run page fetches: the series of its
 charts, the trajectories of a step), half are scripts with a bearer token (runs list, run detail,
@@ -303,6 +304,8 @@ def main() -> int:
     parser.add_argument("--processes", default="1,2", help="web process counts to measure in turn, comma-separated")
     parser.add_argument("--server", choices=("daphne", "uvicorn"), default="",
                         help="default: daphne for one process (as served until now), uvicorn for several")
+    parser.add_argument("--db-pool", type=int, default=10,
+                        help="TEMPER_DB_POOL_SIZE of the server (compose's web: 10); 0 opens a connection per request")
     parser.add_argument("--steps", type=int, default=300, help="steps of the demo run built for the bench")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database of an earlier run, if any")
     parser.add_argument("--url", help="measure a running server instead (with --token, --session and --run)")
@@ -323,7 +326,7 @@ def main() -> int:
         report(f"{args.url}, {args.clients} clients for {args.seconds:g} s", results["given"])
     else:
         counts = [int(n) for n in args.processes.split(",") if n]
-        env = setup_django("temper_bench_api_load", fresh=not args.reuse)
+        env = setup_django("temper_bench_api_load", fresh=not args.reuse) | {"TEMPER_DB_POOL_SIZE": str(args.db_pool)}
         target = prepare(args.steps, args.reuse)
         for n in counts:
             with web_server(env, n, args.server) as (url, pid):
@@ -333,7 +336,8 @@ def main() -> int:
                 results[str(n)] = load(target, args.clients, args.seconds)
                 results[str(n)]["server_cpu_ms_per_request"] = round((tree_cpu_s(pid) - cpu0) * 1000 / max(1, results[str(n)]["requests"]), 2)
             server = args.server or ("daphne" if n == 1 else "uvicorn")
-            report(f"{n} web process(es) ({server}), {args.clients} clients for {args.seconds:g} s", results[str(n)])
+            report(f"{n} web process(es) ({server}, database pool {args.db_pool or 'off'}), {args.clients} clients for "
+                   f"{args.seconds:g} s", results[str(n)])
         if len(counts) > 1:
             base = results[str(counts[0])]
             for n in counts[1:]:
@@ -344,7 +348,8 @@ def main() -> int:
         print(f"{label}: p95 / goal {GOAL_P95_MS:g} ms = {r['p95_ms'] / GOAL_P95_MS:.2f}; errors {r['errors']}")
     summary = {label: {k: r[k] for k in ("requests_per_s", "p50_ms", "p95_ms", "p99_ms", "errors", "server_cpu_ms_per_request") if k in r} |
                {"endpoints_p95_ms": {n: e["p95_ms"] for n, e in r["endpoints"].items()}} for label, r in results.items()}
-    print(json.dumps({"clients": args.clients, "seconds": args.seconds, "goal_p95_ms": GOAL_P95_MS, "by_processes": summary}))
+    print(json.dumps({"clients": args.clients, "seconds": args.seconds, "db_pool": None if args.url else args.db_pool,
+                      "goal_p95_ms": GOAL_P95_MS, "by_processes": summary}))
     return 0
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,36 @@ def test_demo_refuses_a_bad_process_count_before_doing_anything():
     # No database here: a command that got as far as migrating would fail on that instead.
     with pytest.raises(CommandError, match="--web-processes: must be an integer from 1 to 64, got '0'"):
         call_command("demo", "--web-processes", "0")
+
+
+def _database_settings(**env: str) -> subprocess.CompletedProcess:
+    """What a process started with ``env`` makes of its default database (settings are read once,
+    at import, so each case is a process of its own)."""
+    script = ("import django, json; django.setup(); from django.conf import settings; "
+              "d = settings.DATABASES['default']; print(json.dumps({'options': d.get('OPTIONS', {}), "
+              "'checks': d.get('CONN_HEALTH_CHECKS'), 'age': d.get('CONN_MAX_AGE')}))")
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings", **env})
+
+
+def _options(**env: str) -> dict:
+    result = _database_settings(**env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_the_database_pool_is_asked_for_by_the_environment():
+    pg = "postgresql://u@127.0.0.1:5432/x"
+    pooled = _options(DATABASE_URL=pg, TEMPER_DB_POOL_SIZE="6")
+    assert pooled == {"options": {"pool": {"min_size": 1, "max_size": 6, "timeout": 10}}, "checks": True, "age": 0}
+    assert "pool" not in _options(DATABASE_URL=pg, TEMPER_DB_POOL_SIZE="0")["options"]
+    assert "pool" not in _options(DATABASE_URL=pg)["options"]
+    # SQLite (the embedded default) has no pool to ask for.
+    assert "pool" not in _options(DATABASE_URL="sqlite:///x.sqlite3", TEMPER_DB_POOL_SIZE="6")["options"]
+    refused = _database_settings(DATABASE_URL=pg, TEMPER_DB_POOL_SIZE="many")
+    assert refused.returncode != 0
+    assert "TEMPER_DB_POOL_SIZE: must be 0 (no pool) or a positive integer, got 'many'" in refused.stderr
 
 
 # ----------------------------------------------------------------------------- two real processes
@@ -131,8 +162,9 @@ def test_two_processes_each_serve_pages_api_and_live_sockets(transactional_db, t
     bearer = {"Authorization": f"Bearer {secret}"}
 
     port = _free_port()
+    # As compose's web: each process lends its requests pooled connections (TEMPER_DB_POOL_SIZE).
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), DEBUG="1",
-                     SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS="127.0.0.1,localhost")
+                     SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS="127.0.0.1,localhost", TEMPER_DB_POOL_SIZE="4")
     log = tmp_path / "web.log"
     server = subprocess.Popen(web_command(host="127.0.0.1", port=port, processes=2), cwd=ROOT, env=env,
                               stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
