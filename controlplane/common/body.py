@@ -267,10 +267,16 @@ class LineRefused(ValueError):
 
 # ------------------------------------------------------------------------- request guards
 class BodyLimitMiddleware:
-    """Django middleware, first in the list: the same refusal as :class:`BodyLimit` for a
-    request served without it (WSGI, the test client). Nothing before it reads the body, and
-    after it nothing reads one that is over the limit: ninja reads a Schema body before its
-    parser runs, and the CSRF check reads a form's."""
+    """Django middleware, early in the list: the same refusals as :class:`BodyLimit` for a
+    request served without it (WSGI, the test client), and NULs kept out of database queries.
+
+    - A declared body over the limit: 413, unread. Nothing before this reads the body, and after
+      it nothing reads one over the limit (ninja reads a Schema body before its parser runs, and
+      the CSRF check reads a form's).
+    - A NUL in the path: 404 (no object is named with one).
+    - A NUL in a query value of a page (a search box): 400. The API's query values are checked by
+      its parser instead, which names the parameter in a 422.
+    """
 
     def __init__(self, get_response: Callable) -> None:
         self.get_response = get_response
@@ -280,6 +286,12 @@ class BodyLimitMiddleware:
             check_length(request)
         except ServiceError as exc:
             return _django_response(request.path, exc.status, str(exc))
+        if "\x00" in request.path:
+            return _django_response(request.path, 404, "not found: a path cannot contain a NUL character")
+        if "/api/" not in request.path and "%00" in request.META.get("QUERY_STRING", ""):
+            bad = sorted({_safe_key(key) for key, values in request.GET.lists() if any("\x00" in v for v in values + [key])})
+            if bad:
+                return _django_response(request.path, 400, f"{', '.join(bad)}: a query value cannot contain a NUL character")
         return self.get_response(request)
 
 

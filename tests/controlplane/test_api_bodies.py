@@ -266,3 +266,13 @@ def test_every_schema_name_in_the_openapi_document_is_one_schema():
     assert len(names) > 20  # the walk found the API's schemas
     schema = api.get_openapi_schema()
     assert 413 in schema["paths"]["/api/runs"]["post"]["responses"]
+
+
+def test_pages_refuse_a_nul_in_the_query_or_the_path(world):
+    """The pages' search boxes reach database queries too (a NUL there made psycopg raise: 500)."""
+    client = client_for(world.users["member"])
+    r = client.get("/domains/?q=a%00b")
+    assert r.status_code == 400 and b"NUL" in r.content
+    assert client.get("/registry/compare/?suite=a%00b").status_code == 400
+    assert client.get("/api/domains/a%00b").status_code == 404
+    assert client.get("/domains/?q=ab").status_code == 200
