@@ -6,7 +6,8 @@ A body is refused before it is parsed, and where possible before it is read:
   ``TEMPER_API_MAX_BODY_BYTES``, or ``TEMPER_UPLOAD_MAX_BYTES`` for the upload endpoints
   (:func:`body_limit`). Under ASGI, :class:`BodyLimit` refuses the request before Django spools
   the body (Django's ASGI handler reads all of it before any view runs), and counts a body sent
-  without a ``Content-Length`` (chunked) as it arrives.
+  without a ``Content-Length`` (chunked) as it arrives; :class:`BodyLimitMiddleware` does the
+  same check first thing in Django (WSGI, the test client).
 - **Depth** -- 422 beyond ``TEMPER_API_MAX_JSON_DEPTH`` levels of arrays and objects, with the
   path where it was passed. ``json.loads`` recurses: its C scanner counts its own depth and stops
   near 1,000 levels with a RecursionError (a 422 too); the walk that measures the depth of what
@@ -39,6 +40,7 @@ UPLOAD_PATHS = ("/api/domains/upload",)
 MAX_REPORTED = 20
 """At most this many field errors are listed for one body (a million NaNs make one short answer)."""
 
+
 class BodyTooLarge(ServiceError):
     """The body is larger than the endpoint accepts (declared or counted); it was not parsed."""
 
@@ -70,6 +72,12 @@ def body_limit(path: str) -> Limit:
     return Limit(settings.TEMPER_API_MAX_BODY_BYTES, "TEMPER_API_MAX_BODY_BYTES")
 
 
+class InvalidContentLength(ServiceError):
+    """A ``Content-Length`` that is not a number of bytes (servers usually refuse these first)."""
+
+    status = 400
+
+
 def declared_length(value: str | bytes | None) -> int | None:
     """``Content-Length`` as an int; None when absent; InvalidContentLength when not a length."""
     if value is None or value in ("", b""):
@@ -78,10 +86,6 @@ def declared_length(value: str | bytes | None) -> int | None:
     if not text.strip().isdigit():
         raise InvalidContentLength(f"Content-Length must be a number of bytes, got {text[:40]!r}")
     return int(text)
-
-
-class InvalidContentLength(ServiceError):
-    status = 400
 
 
 def check_length(request: HttpRequest) -> None:

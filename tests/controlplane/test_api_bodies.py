@@ -276,3 +276,12 @@ def test_pages_refuse_a_nul_in_the_query_or_the_path(world):
     assert client.get("/registry/compare/?suite=a%00b").status_code == 400
     assert client.get("/api/domains/a%00b").status_code == 404
     assert client.get("/domains/?q=ab").status_code == 200
+
+
+def test_the_readers_docstring_examples():
+    import doctest
+
+    from controlplane.common import body
+
+    result = doctest.testmod(body, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 3 and result.failed == 0
