@@ -54,7 +54,7 @@ def worker_env(db_settings: dict, redis_url: str, **extra: str) -> dict:
 
 
 def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int = 1, log_path=None, on_line=None,
-                        pool: str | None = None):
+                        pool: str | None = None, app: str = "workers.celery"):
     """A real Celery worker, returned once it says it is ready. Its output keeps being read (to
     ``log_path`` if given, each line passed to ``on_line``) so a full pipe never blocks it. It runs
     in its own session so a test can SIGKILL the worker and its pool children together."""
@@ -63,7 +63,7 @@ def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int =
     import threading
     from pathlib import Path
 
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", str(concurrency),
+    cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues, "-c", str(concurrency),
            "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
     if pool:
         cmd += ["--pool", pool]

@@ -19,6 +19,8 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from workers import broker  # noqa: E402
+
 app = Celery("temper")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(name) for name in settings.CELERY_QUEUES_ALL]
@@ -34,6 +36,7 @@ app.conf.beat_schedule = {
         "options": {"queue": "control", "expires": 60.0},
     },
 }
+broker.configure(app)  # reconnect after any broker outage (workers/broker.py)
 app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
 
 import workers.heartbeat  # noqa: E402,F401  (connects the worker_ready signal)
