@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from django.conf import settings
+from django.core.exceptions import SuspiciousOperation
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 
@@ -113,6 +116,42 @@ def read_json_object(request: HttpRequest) -> dict:
     if not isinstance(data, dict):
         raise InvalidInput.one("", "the request body must be a JSON object")
     return data
+
+
+def read_upload_form(request: HttpRequest, *, file_field: str, json_fields: tuple[str, ...] = ()) -> tuple[dict, UploadedFile]:
+    """A ``multipart/form-data`` upload: its text fields (``json_fields`` parsed as JSON under the
+    rules above, each with its name as the path prefix) and its one file. Django's upload
+    handlers write a file larger than ``FILE_UPLOAD_MAX_MEMORY_SIZE`` to a temporary file as it
+    streams in, so the caller can read it a line at a time; the size was checked from
+    Content-Length before (:class:`BodyLimitMiddleware`)."""
+    check_length(request)
+    try:
+        fields, files = request.POST, request.FILES
+    except (MultiPartParserError, SuspiciousOperation) as exc:  # malformed, too many fields or parts
+        raise InvalidInput.one("", f"not a valid multipart/form-data body: {exc}") from None
+    data: dict[str, Any] = {}
+    errors: list[FieldError] = []
+    for key in fields:
+        value = fields[key]
+        problem = string_problem(value) or string_problem(key)
+        if problem:
+            errors.append(FieldError(_safe_key(key), problem))
+        elif key in json_fields:
+            try:
+                data[key] = loads(value, prefix=key)
+            except InvalidInput as exc:
+                errors.extend(exc.errors)
+        else:
+            data[key] = value
+    upload = files.get(file_field)
+    if upload is None:
+        errors.append(FieldError(file_field, "required: the file, as a part of the form"))
+    for key in files:
+        if key != file_field:
+            errors.append(FieldError(_safe_key(key), "unknown file (the upload is one file)"))
+    if errors:
+        raise InvalidInput(errors[:MAX_REPORTED])
+    return data, upload
 
 
 # --------------------------------------------------------------------------------- parsing

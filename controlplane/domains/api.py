@@ -10,6 +10,7 @@ from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, body_doc, json_object
+from controlplane.common.body import read_upload_form
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains import selectors, services
@@ -128,13 +129,33 @@ DOMAIN_UPLOAD_IN = {
 }
 
 
-@router.post("/domains/upload", response={201: DomainDetailOut, **ERRORS}, openapi_extra=body_doc(DOMAIN_UPLOAD_IN))
+DOMAIN_UPLOAD_FORM = {
+    **DOMAIN_UPLOAD_IN,
+    "properties": {
+        **DOMAIN_UPLOAD_IN["properties"],
+        "verifier": {"type": "string", "description": "The verifier cascade, as JSON text"},
+        "jsonl": {"type": "string", "format": "binary", "description": "The JSONL file"},
+    },
+}
+DOMAIN_UPLOAD_DOC = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": DOMAIN_UPLOAD_IN},
+    "multipart/form-data": {"schema": DOMAIN_UPLOAD_FORM},
+}}}
+
+
+@router.post("/domains/upload", response={201: DomainDetailOut, **ERRORS}, openapi_extra=DOMAIN_UPLOAD_DOC)
 def domain_upload(request: HttpRequest):
-    """Create a team domain from a JSONL upload; a bad line refuses the whole upload."""
-    data = json_object(request)
-    validate(data, DOMAIN_UPLOAD_IN)
+    """Create a team domain from a JSONL upload; a bad line refuses the whole upload. The body is
+    JSON with the lines in ``jsonl``, or a multipart form whose ``jsonl`` part is the file: that
+    one is streamed to a temporary file and parsed a line at a time, never held whole."""
+    if request.content_type == "multipart/form-data":
+        data, jsonl = read_upload_form(request, file_field="jsonl", json_fields=("verifier",))
+        validate({**data, "jsonl": ""}, DOMAIN_UPLOAD_IN)
+    else:
+        data = json_object(request)
+        validate(data, DOMAIN_UPLOAD_IN)
+        jsonl = data.pop("jsonl")
     team = team_get(actor=request.auth, slug=data.pop("team"))
-    jsonl = data.pop("jsonl")
     return Status(201, services.domain_upload_jsonl(actor=request.auth, team=team, data=data, jsonl=jsonl))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import Any
+from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -128,9 +128,10 @@ def domain_sync(*, actor: Principal, specs: list[dict], progress=None) -> dict[s
 
 
 @transaction.atomic
-def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes) -> Domain:
+def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str | bytes | IO[bytes]) -> Domain:
     """Create a team domain from uploaded tasks: every line is checked first; one bad line and
-    nothing is imported, with every bad line's number and field in the error."""
+    nothing is imported, with every bad line's number and field in the error. ``jsonl`` is the
+    text, or an uploaded file read a line at a time (its size was checked with the request's)."""
 
     _require_edit(actor, team.id)
     errors = domain_errors({**data, "task_source": {"family": "jsonl"}}, creating=True)

@@ -285,3 +285,51 @@ def test_the_readers_docstring_examples():
 
     result = doctest.testmod(body, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 3 and result.failed == 0
+
+
+# ------------------------------------------------------------------------- multipart upload
+def _form(jsonl: bytes, **fields):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return {"team": "acme", "slug": "filed", "title": "Filed", "kind": "math",
+            "verifier": json.dumps({"stages": [{"type": "exact", "timeout_s": 1.0}]}),
+            "jsonl": SimpleUploadedFile("tasks.jsonl", jsonl, content_type="application/x-ndjson"), **fields}
+
+
+def test_a_multipart_upload_is_streamed_to_a_temporary_file_and_read_by_line(world, settings, monkeypatch):
+    from django.core.files.uploadedfile import TemporaryUploadedFile
+
+    from trainer.catalogue import jsonl as jsonl_module
+
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024  # past this the part goes to a temporary file
+    seen = []
+    real = jsonl_module.parse_jsonl
+
+    def spy(data, **kw):
+        seen.append(type(data))
+        return real(data, **kw)
+
+    monkeypatch.setattr("controlplane.domains.services.parse_jsonl", spy)
+    lines = b"\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}).encode() for i in range(5000))
+    assert len(lines) > 64 * 1024
+    r = client_for(world.users["admin"]).post("/api/domains/upload", _form(lines))
+    assert r.status_code == 201, r.content[:500]
+    assert seen == [TemporaryUploadedFile]  # the file itself, never its bytes
+    assert len(Domain.objects.get(slug="filed").task_source["tasks"]) == 5000
+
+
+def test_multipart_upload_errors_name_their_field(world):
+    admin = client_for(world.users["admin"])
+    r = admin.post("/api/domains/upload", _form(b'{"prompt": "a", "answer": "1"}\n\xff\n'))
+    assert r.status_code == 422 and errors_of(r) == [{"path": "jsonl.lines[2]", "message": "not valid UTF-8"}]
+    r = admin.post("/api/domains/upload", _form(b'{"prompt": "a", "answer": NaN}\n', verifier='{"stages": [], "x": NaN}'))
+    assert r.status_code == 422 and errors_of(r)[0]["path"] == "verifier.x"
+    r = admin.post("/api/domains/upload", _form(b"", title="a\x00b"))
+    assert r.status_code == 422 and errors_of(r)[0]["path"] == "title"
+    form = _form(b"")
+    del form["jsonl"]
+    r = admin.post("/api/domains/upload", form)
+    assert r.status_code == 422 and errors_of(r)[0]["path"] == "jsonl"
+    r = admin.generic("POST", "/api/domains/upload", b"--x\r\nbroken", content_type="multipart/form-data; boundary=x")
+    assert r.status_code == 422
+    assert not Domain.objects.filter(slug="filed").exists()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 from trainer.tasks.base import Task
 from trainer.verifiers.stages import validate_cascade
@@ -67,7 +67,7 @@ def _check_line(obj: Any, needs_tests: bool) -> list[tuple[str, str]]:
 
 
 def parse_jsonl(
-    data: str | bytes,
+    data: str | bytes | IO[bytes],
     *,
     domain: str = "upload",
     verifier: dict[str, Any] | None = None,
@@ -76,7 +76,8 @@ def parse_jsonl(
 ) -> list[Task]:
     """Parse an upload into Tasks (blank lines skipped); raise :class:`JSONLError` on any bad line.
 
-    ``loads`` decodes one line; a ValueError from it refuses the line, and one with a
+    ``data`` is the text, its UTF-8 bytes, or a binary file read a line at a time (an upload
+    spooled to disk is never read whole). ``loads`` decodes one line; a ValueError from it refuses the line, and one with a
     ``field_errors`` list of ``(field, message)`` names the fields (the control plane passes its
     body reader's, which refuses NaN, NUL and lone surrogates that the database cannot hold)."""
     errors: list[tuple[int, str, str]] = []
@@ -91,14 +92,16 @@ def parse_jsonl(
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JSONLError([(data[: exc.start].count(b"\n") + 1, "", "not valid UTF-8")]) from None
-    lines = data.splitlines()
-    if len([ln for ln in lines if ln.strip()]) > max_lines:
-        raise JSONLError([(max_lines + 1, "", f"too many lines (at most {max_lines})")])
+    lines = data.splitlines() if isinstance(data, str) else _file_lines(data)
     tasks: list[Task] = []
     seen: dict[str, int] = {}
+    counted = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        counted += 1
+        if counted > max_lines:
+            raise JSONLError([(max_lines + 1, "", f"too many lines (at most {max_lines})")])
         if len(line) > MAX_LINE_BYTES:
             errors.append((number, "", f"line longer than {MAX_LINE_BYTES} characters"))
             continue
@@ -132,6 +135,15 @@ def parse_jsonl(
     if not tasks:
         raise JSONLError([(1, "", "the upload has no tasks")])
     return tasks
+
+
+def _file_lines(file: IO[bytes]) -> Iterator[str]:
+    """The lines of a binary file, each decoded on its own (a bad byte names its line)."""
+    for number, raw in enumerate(file, start=1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise JSONLError([(number, "", "not valid UTF-8")]) from None
 
 
 @dataclasses.dataclass
