@@ -26,3 +26,13 @@ def world(db):
 def _fast_password_hashing(settings):
     """PBKDF2's cost is for production; tests hash many throwaway passwords."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _models_under_tmp(settings, tmp_path_factory, monkeypatch):
+    """Tests build their tiny models under pytest's temporary directory: it is an allowed model
+    root (TEMPER_MODEL_DIRS) here and in the worker processes a test starts (they inherit the
+    environment). Tests of the confinement itself set their own roots."""
+    roots = [*settings.TEMPER_MODEL_DIRS, tmp_path_factory.getbasetemp()]
+    settings.TEMPER_MODEL_DIRS = roots
+    monkeypatch.setenv("TEMPER_MODEL_DIRS", ",".join(str(r) for r in roots))

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from controlplane import dispatch
+from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.live.services import run_wake
@@ -39,7 +40,7 @@ from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
-from workers.verify import NO_WORKER, make_verify_batch, worker_queue
+from workers.verify import LOST, NO_WORKER, make_verify_batch, worker_queue
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,39 @@ def refuse_oversized(run: Run, domains: list[RunDomain], worker: str, caps: dict
     return True
 
 
+def confined_model_paths(run: Run, worker: str) -> dict[str, str] | None:
+    """Defence in depth: the run's base model and the model and tokenizer directories its config
+    names are resolved again here, for the run's team and under this worker's TEMPER_MODEL_DIRS,
+    before anything is loaded (the API checked them when the run was saved, but the row may have
+    been written another way, or the allow list narrowed since). Returns the trainer config path
+    of each -> what the trainer loads (a real directory, or a hub id); a reference refused fails
+    the run with a ``refused`` event naming the field, and returns None."""
+    refs = [("base_model", "model.path", run.base_model, "config.json")]
+    refs += [(f"config.{path}", path, value, needs) for path, value, needs in config_refs(run.config)]
+    paths, fields = {}, []
+    for field, path, ref, needs in refs:
+        try:
+            paths[path] = resolve_model(ref, team_id=run.team_id, needs=needs).path
+        except ModelRefused as exc:
+            fields.append((field, str(exc)))
+    if not fields:
+        return paths
+    message = "refused by the worker before loading a model: " + "; ".join(f"{f}: {m}" for f, m in fields)
+    log.error("run %s: %s", run.id, message)
+    runs.run_event_record(run=run, kind="refused", message=message[:500],
+                          data={"errors": [{"path": f, "message": m} for f, m in fields], "worker": worker})
+    runs.run_finish(run=run, worker=worker, state=RunState.FAILED, error=message)
+    return None
+
+
+def with_model_paths(cfg: dict, paths: dict[str, str]) -> dict:
+    """``cfg`` with each model reference replaced by what :func:`confined_model_paths` resolved it
+    to, so the trainer loads exactly the directory that was checked."""
+    for path, value in paths.items():
+        put_path(cfg, path, value)
+    return cfg
+
+
 def drive(run_id: int, worker: str | None = None, send=None) -> str:
     """Drive the run until it ends or must stop; returns why it returned."""
     # lazy: trainer.job and trainer.checkpoint import torch and transformers (seconds); every
@@ -159,6 +193,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     live = LiveQuotas([pin.slug for pin in pins])
     if refuse_oversized(run, domains, worker, live.caps):
         return "refused (config above its bounds or its team's ceilings)"
+    model_paths = confined_model_paths(run, worker)
+    if model_paths is None:
+        return "refused (a model or tokenizer it names is not one its team may load)"
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
                                                                      priority=live.message_priority(args[0])))
     versions = {pin.slug: pin.version for pin in pins}
@@ -201,7 +238,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         else:
             runs.run_rewind(run=run, to_step=0)
             shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)
-            job = Job(trainer_config(run, domains, live.caps), callbacks=[collect], verify_batch=verify_batch)
+            job = Job(with_model_paths(trainer_config(run, domains, live.caps), model_paths), callbacks=[collect],
+                      verify_batch=verify_batch)
             if job.config.sft.steps > 0:
                 losses = job.sft()
                 runs.run_event_record(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
@@ -234,9 +272,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             _inflight(run.id, worker, inflight)
             metrics = job.step()
             metrics.update(latency_metrics(step_latencies(job.last_generated)))
-            unserved = Counter(t.task.domain for t in job.last_generated
-                               if t.verification is not None and NO_WORKER in t.verification.details)
-            for slug, bad, seen in quarantine.observe(without_unserved(metrics, unserved), list(weights)):
+            unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
+                                 and (NO_WORKER in t.verification.details or LOST in t.verification.details))
+            for slug, bad, seen in quarantine.observe(without_unanswered(metrics, unanswered), list(weights)):
                 runs.run_event_record(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
                                                 f"were infrastructure errors; its samples stop, the run goes on")
@@ -382,15 +420,18 @@ def _pause_unserved(run: Run, worker: str, service: QueueService, missing: list[
                           data={"queue": missing[0], "queues": missing})
 
 
-def without_unserved(metrics: dict[str, float], unserved: Counter) -> dict[str, float]:
+def without_unanswered(metrics: dict[str, float], unanswered: Counter) -> dict[str, float]:
     """The step's metrics as the quarantine sees them: verifications that no worker was there to
-    do (``details["no_worker"]``) are the deployment's fault, not the domain's, and do not count.
+    do (``details["no_worker"]``) or that no worker answered after every re-send
+    (``details["lost"]``) are the deployment's fault, not the domain's, and do not count; the
+    quarantine is for domains whose workers answer with infrastructure errors (a broken sandbox
+    image, a judge that keeps failing). A queue left with no live worker pauses the run instead.
 
-    >>> without_unserved({"outcome/code/sandbox_error": 6.0, "outcome/code/pass": 2.0}, Counter({"code": 4}))
+    >>> without_unanswered({"outcome/code/sandbox_error": 6.0, "outcome/code/pass": 2.0}, Counter({"code": 4}))
     {'outcome/code/sandbox_error': 2.0, 'outcome/code/pass': 2.0}
     """
     out = dict(metrics)
-    for slug, n in unserved.items():
+    for slug, n in unanswered.items():
         key = f"outcome/{slug}/sandbox_error"
         out[key] = max(out.get(key, 0.0) - n, 0.0)
     return out

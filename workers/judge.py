@@ -16,11 +16,10 @@ from typing import Iterator
 from django.conf import settings
 
 from controlplane.review.models import Judge, JudgeConfig
-from controlplane.review.services import judge_spec, shadow_candidates, shadow_record
+from controlplane.review.services import judge_build, shadow_candidates, shadow_record
 from trainer.tasks.base import Task
 from trainer.verifiers import VerifyContext
 from trainer.verifiers.judge import JudgeError, judge_stage
-from trainer.verifiers.judges import build_judge
 from workers.slots import LocalSlots, RedisSlots, SlotsBusy, domain_slot
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ def resolve_judge(name: str):
         if hit and now - hit[0] < CACHE_S:
             return hit[1]
     judge = Judge.objects.select_related("active__judge").filter(slug=name).first()
-    built = build_judge(judge_spec(judge.active), shared_limit) if judge is not None and judge.active is not None else None
+    built = judge_build(judge.active, shared_limit) if judge is not None and judge.active is not None else None
     with _cache_lock:
         _cache[name] = (now, built)
     return built
@@ -80,7 +79,7 @@ def shadow_run(config_id: int) -> dict:
     """Score every labelled item of the judge's other versions with version ``config_id``."""
     config = JudgeConfig.objects.select_related("judge").get(pk=config_id)
     name = f"shadow:{config.judge.slug}:v{config.version}"
-    context = VerifyContext.with_judges({name: build_judge(judge_spec(config), shared_limit)})
+    context = VerifyContext.with_judges({name: judge_build(config, shared_limit)})
     counts = {"scored": 0, "errors": 0}
     for item in shadow_candidates(config).select_related("queue"):
         task = Task(item.queue.domain.slug, item.task_id or str(item.pk), item.prompt, answer=item.reference or None)

@@ -7,6 +7,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from controlplane import dispatch
@@ -25,10 +26,29 @@ from controlplane.domains.models import (
     VerifierAudit,
     VerifierAuditOverride,
 )
-from controlplane.domains.schemas import audit_report_errors, domain_errors
+from controlplane.domains.schemas import audit_report_errors, domain_errors, judge_stage_refs
 from trainer.catalogue.jsonl import JSONLError, parse_jsonl
 
 QUOTA_FIELDS = ("max_concurrent_sandboxes", "max_share", "task_timeout_s", "priority")
+
+judges_visible_wanted = Signal()
+"""Sent (``sender=Domain, team_id=..., names=[...]``) when a verifier with judge stages is saved:
+each receiver returns the names among ``names`` that a domain of team ``team_id`` (None: a global
+domain) may use (the review app: judges of that team). Apps that build on domains connect to it
+in their AppConfig.ready, so domains never imports them."""
+
+
+def _judge_errors(verifier: Any, team_id: int | None) -> list[FieldError]:
+    """A judge stage may name only a judge of the domain's own team; another team's judge reads
+    exactly like a missing one (its name, version and calibration are that team's)."""
+    refs = judge_stage_refs(verifier)
+    if not refs:
+        return []
+    names = sorted({name for _, name in refs})
+    visible = {n for _, found in judges_visible_wanted.send(sender=Domain, team_id=team_id, names=names) for n in found}
+    whose = "this domain's team" if team_id is not None else "global domains (none: judges belong to teams)"
+    return [FieldError(path, f"judge {name!r} not found (a judge stage names a judge of {whose})")
+            for path, name in refs if name not in visible]
 
 
 def _require_edit(actor: Principal, team_id: int | None) -> None:
@@ -56,6 +76,8 @@ def _new_version(domain: Domain, actor: Principal, note: str) -> DomainVersion:
 def domain_create(*, actor: Principal, data: dict, team: Team | None = None, note: str = "created") -> Domain:
     _require_edit(actor, team.id if team else None)
     errors = domain_errors(data, creating=True)
+    if not errors:
+        errors = _judge_errors(data.get("verifier"), team.id if team else None)
     if not errors and Domain.objects.filter(slug=data["slug"]).exists():
         errors = [InvalidInput.one("slug", f"a domain named {data['slug']!r} exists already").errors[0]]
     if errors:
@@ -76,6 +98,8 @@ def domain_update(*, actor: Principal, domain: Domain, changes: dict, note: str 
         raise InvalidInput.one("slug", "cannot be changed; create a new domain instead")
     changes = {k: v for k, v in changes.items() if k != "slug"}
     errors = domain_errors(changes, creating=False)
+    if not errors and "verifier" in changes:
+        errors = _judge_errors(changes["verifier"], domain.team_id)
     if errors:
         raise InvalidInput(errors)
     domain = Domain.objects.select_for_update().get(pk=domain.pk)

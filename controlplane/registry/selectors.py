@@ -37,6 +37,24 @@ def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
     return found(version, f"model version {ref!r} not found")
 
 
+def version_for_team(*, ref: str, team_id: int | None) -> ModelVersion | None:
+    """The version ``ref`` names (id, ``v<id>``, name, or ``<base>:<alias>``) among team
+    ``team_id``'s, or None: another team's version is as absent as a missing one."""
+    if team_id is None or not ref:
+        return None
+    qs = ModelVersion.objects.filter(team_id=team_id)
+    if ref.isdigit() or (ref[:1] == "v" and ref[1:].isdigit()):
+        by_id = qs.filter(pk=int(ref.lstrip("v"))).first()
+        if by_id is not None or ref.isdigit():
+            return by_id
+    version = qs.filter(name=ref).first()
+    if version is None and ":" in ref:
+        base, _, alias = ref.rpartition(":")
+        a = Alias.objects.filter(team_id=team_id, base=base, name=alias).select_related("version").first()
+        version = a.version if a else None
+    return version
+
+
 def suite_list(*, actor: Principal) -> QuerySet[EvalSuite]:
     return EvalSuite.objects.filter(Q(team__isnull=True) | Q(team_id__in=actor.team_ids)).order_by("slug")
 

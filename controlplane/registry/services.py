@@ -22,12 +22,13 @@ from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
+from controlplane.common.model_refs import REGISTRY_PREFIX
 from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
-from controlplane.registry.selectors import promotion_gate
+from controlplane.registry.selectors import promotion_gate, version_for_team
 from controlplane.runs import series
 from controlplane.runs.services import metric_domain
 from controlplane.runs.models import Checkpoint, MetricPoint, Run
@@ -132,7 +133,7 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
     (the run's previous registered checkpoint, else the base model's version).
     """
     run = Run.objects.select_related("team").get(pk=checkpoint.run_id)
-    base = version_register_base(team=run.team, base_model=run.base_model)
+    base = _run_base_version(run)
     pins = list(run.run_domains.select_related("domain", "domain_version"))
     parent = (ModelVersion.objects.filter(run=run, step__lt=checkpoint.step).order_by("-step").first() or base)
     version, created = ModelVersion.objects.update_or_create(
@@ -152,6 +153,17 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
     if created:
         _auto_evaluate(version)
     return version
+
+
+def _run_base_version(run: Run) -> ModelVersion:
+    """The version a run trains from: the registry version its ``base_model`` names
+    (``registry:tiny@12/40``: its checkpoints continue that line), else the team's version of the
+    base model directory or hub id, registered on first use."""
+    if run.base_model.startswith(REGISTRY_PREFIX):
+        version = version_for_team(ref=run.base_model[len(REGISTRY_PREFIX):].strip(), team_id=run.team_id)
+        if version is not None:
+            return version
+    return version_register_base(team=run.team, base_model=run.base_model)
 
 
 def _auto_evaluate(version: ModelVersion) -> list[EvalRun]:

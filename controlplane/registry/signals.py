@@ -1,4 +1,5 @@
-"""Every checkpoint a run saves is registered as a ModelVersion, in the same transaction."""
+"""Every checkpoint a run saves is registered as a ModelVersion, in the same transaction; a
+``registry:<version>`` model reference is answered here, within the referring team."""
 from __future__ import annotations
 
 import logging
@@ -7,6 +8,8 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from controlplane.common.model_refs import registry_version_wanted
+from controlplane.registry.selectors import version_for_team
 from controlplane.registry.services import version_register_checkpoint
 from controlplane.runs.models import Checkpoint
 
@@ -22,3 +25,10 @@ def register_checkpoint(sender, instance: Checkpoint, raw: bool = False, **kwarg
             version_register_checkpoint(checkpoint=instance)
     except Exception:  # noqa: BLE001 - logged; the run goes on, `temper registry sync` can register later
         log.exception("could not register checkpoint %s of run %s", instance.step, instance.run_id)
+
+
+@receiver(registry_version_wanted, dispatch_uid="registry-model-reference")
+def version_path(sender, name: str, team_id: int | None, **kwargs) -> str | None:
+    """The directory of the version ``name`` of team ``team_id`` (None when it has none)."""
+    version = version_for_team(ref=name, team_id=team_id)
+    return version.path if version is not None else None

@@ -8,9 +8,13 @@ class ReviewConfig(AppConfig):
 
     def ready(self) -> None:
         # lazy: Django app loading (models are importable only once every app is loaded)
-        from controlplane.review.selectors import run_judge_warnings
+        from controlplane.domains.services import judges_visible_wanted
+        from controlplane.review.selectors import judges_visible, run_judge_warnings
         from controlplane.runs.selectors import run_warnings_wanted
 
         # A run's page and API detail warn about a judge its domains use that is missing or uncalibrated.
         run_warnings_wanted.connect(lambda sender, run, **kw: run_judge_warnings(run), weak=False,
                                     dispatch_uid="review-run-judge-warnings")
+        # A domain's judge stages may name only judges of the domain's team.
+        judges_visible_wanted.connect(lambda sender, team_id, names, **kw: judges_visible(team_id=team_id, names=names),
+                                      weak=False, dispatch_uid="review-domain-judges-visible")

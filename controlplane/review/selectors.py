@@ -169,12 +169,25 @@ def judge_stages(snapshot: dict) -> list[str]:
     return [str((s.get("params") or {}).get("judge", "default")) for s in stages if isinstance(s, dict) and s.get("type") == "judge"]
 
 
+def judges_of(team_id: int | None) -> QuerySet[Judge]:
+    """The judges a domain of team ``team_id`` may name: that team's (a global domain's: global
+    judges, of which there are none while every judge belongs to a team)."""
+    return Judge.objects.filter(team_id=team_id) if team_id is not None else Judge.objects.filter(team__isnull=True)
+
+
+def judges_visible(*, team_id: int | None, names: list[str]) -> set[str]:
+    """Which of ``names`` a domain of team ``team_id`` may name in a judge stage."""
+    return set(judges_of(team_id).filter(slug__in=names).values_list("slug", flat=True))
+
+
 def run_judge_warnings(run) -> list[str]:
-    """Warnings for a run's page: a judge its domains use that is missing or not calibrated."""
+    """Warnings for a run's page: a judge its domains use that is missing or not calibrated (a
+    judge of another team than the domain's reads as missing: its version and calibration are
+    that team's business)."""
     warnings = []
     for rd in run.run_domains.select_related("domain", "domain_version"):
         for slug in judge_stages(rd.domain_version.snapshot):
-            judge = Judge.objects.select_related("active").filter(slug=slug).first()
+            judge = judges_of(rd.domain.team_id).select_related("active").filter(slug=slug).first()
             if judge is None or judge.active is None:
                 warnings.append(f"domain {rd.domain.slug} uses judge {slug!r}, which is not configured: its verifications are judge errors")
             elif not judge.active.is_calibrated:

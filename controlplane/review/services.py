@@ -21,6 +21,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import team_get
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
+from controlplane.common.model_refs import ModelRefused, resolve_model
 from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.review import sampling
@@ -32,7 +33,7 @@ from controlplane.runs.models import Trajectory
 from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
 from trainer.tasks.base import Task
 from trainer.verifiers import compile_cascade, validate_cascade
-from trainer.verifiers.judge import JudgeRequest, JudgeSpec
+from trainer.verifiers.judge import JudgeError, JudgeLimiter, JudgeRequest, JudgeSpec, local_limit
 from trainer.verifiers.judges import build_judge
 
 JUDGE_PARAMS_SCHEMA = {
@@ -109,7 +110,35 @@ def endpoint_url(name: str) -> str:
     return settings.TEMPER_JUDGE_ENDPOINTS.get(name, "") if name else ""
 
 
-def _version_errors(data: dict, *, kind: str, prefix: str = "") -> list[FieldError]:
+SERVER_SECRETS = frozenset({"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND",
+                            "EMAIL_HOST_PASSWORD", "PGPASSWORD", "PGPASSFILE"})
+"""Variables holding the server's own secrets: never a judge's key, whatever TEMPER_JUDGE_KEY_ENVS says."""
+SERVER_PREFIXES = ("DJANGO_", "TEMPER_")
+JUDGE_KEY_PREFIX = "TEMPER_JUDGE_KEY_"
+"""The one family of TEMPER_ variables that holds judges' keys (the default allow list's prefix)."""
+MODEL_KINDS = ("local", "similarity")
+"""Judge kinds whose ``model`` is loaded from a directory (a model reference, checked like a run's)."""
+
+
+def api_key_env_error(name: str) -> str | None:
+    """Why a judge may not name ``name`` as the variable holding its key (None when it may): it
+    must match TEMPER_JUDGE_KEY_ENVS (exact names, or prefixes ending in ``*``) and never be
+    one of the server's own secrets.
+
+    >>> api_key_env_error(""), api_key_env_error("SECRET_KEY") is None, api_key_env_error("TEMPER_SECRET") is None
+    (None, False, False)
+    """
+    if not name:
+        return None
+    allowed = settings.TEMPER_JUDGE_KEY_ENVS
+    secret = name in SERVER_SECRETS or (name.startswith(SERVER_PREFIXES) and not name.startswith(JUDGE_KEY_PREFIX))
+    if secret or not any(name == a or (a.endswith("*") and name.startswith(a[:-1])) for a in allowed):
+        return (f"{name!r} is not allowed: a judge's key variable must match TEMPER_JUDGE_KEY_ENVS "
+                f"({', '.join(allowed) or 'empty'}), and never a secret of the server")
+    return None
+
+
+def _version_errors(data: dict, *, kind: str, team_id: int, prefix: str = "") -> list[FieldError]:
     errors = []
     endpoint = data.get("endpoint", "")
     if kind == "http":
@@ -120,6 +149,14 @@ def _version_errors(data: dict, *, kind: str, prefix: str = "") -> list[FieldErr
             errors.append(FieldError(f"{prefix}endpoint", f"unknown endpoint {endpoint!r}; known: {known}"))
     if kind == "local" and not data.get("model"):
         errors.append(FieldError(f"{prefix}model", "required for a local judge: a model directory"))
+    elif kind in MODEL_KINDS and data.get("model"):
+        try:
+            resolve_model(data["model"], team_id=team_id)
+        except ModelRefused as exc:
+            errors.append(FieldError(f"{prefix}model", str(exc)))
+    key_error = api_key_env_error(data.get("api_key_env", ""))
+    if key_error:
+        errors.append(FieldError(f"{prefix}api_key_env", key_error))
     return errors
 
 
@@ -129,13 +166,38 @@ def _require_admin(actor: Principal, team_id: int, what: str = "judge") -> None:
 
 
 def judge_spec(config: JudgeConfig):
-    """The trainer's JudgeSpec for a version (endpoint URL from settings, key name only)."""
+    """The trainer's JudgeSpec for a version (endpoint URL from settings, key name only).
+
+    The version's model reference and key variable are checked again, as when it was saved (a
+    setting may have narrowed since, or a row been written around the service): a local or
+    similarity judge's ``model`` becomes the directory it names for the judge's team, and a
+    reference or key variable no longer allowed raises :class:`ModelRefused`."""
     params = dict(config.params or {})
+    model = config.model
+    if config.kind in MODEL_KINDS and model:
+        model = resolve_model(model, team_id=config.judge.team_id).path
+    key_error = api_key_env_error(config.api_key_env)
+    if key_error:
+        raise ModelRefused(f"api_key_env {key_error}")
     return JudgeSpec(
-        name=config.judge.slug, kind=config.kind, model=config.model, rubric=config.rubric,
+        name=config.judge.slug, kind=config.kind, model=model, rubric=config.rubric,
         score_format=config.score_format, endpoint_url=endpoint_url(config.endpoint), api_key_env=config.api_key_env,
         version=config.version, config_id=config.pk, **params,
     )
+
+
+def judge_build(config: JudgeConfig, limit: JudgeLimiter = local_limit):
+    """The built judge of a version; one whose model or key is refused (:func:`judge_spec`) is a
+    judge that answers every request with that refusal as a JudgeError (a ``judge_error``)."""
+    try:
+        return build_judge(judge_spec(config), limit)
+    except ModelRefused as exc:
+        reason = f"judge {config.judge.slug} v{config.version} is refused: {exc}"
+
+        def refused(request: JudgeRequest):
+            raise JudgeError(reason)
+
+        return refused
 
 
 @transaction.atomic
@@ -143,7 +205,7 @@ def judge_create(*, actor: Principal, data: dict) -> Judge:
     validate(data, JUDGE_CREATE_SCHEMA)
     team = team_get(actor=actor, slug=data["team"])
     _require_admin(actor, team.id)
-    errors = _version_errors(data, kind=data["kind"])
+    errors = _version_errors(data, kind=data["kind"], team_id=team.id)
     if Judge.objects.filter(slug=data["slug"]).exists():
         errors.append(FieldError("slug", f"a judge named {data['slug']!r} exists already"))
     if errors:
@@ -170,7 +232,7 @@ def judge_version_create(*, actor: Principal, judge: Judge, changes: dict) -> Ju
     judge = Judge.objects.select_for_update().get(pk=judge.pk)
     latest = judge.versions.order_by("-version").first()
     content = {**latest.content(), **{k: v for k, v in changes.items() if k != "note"}}
-    errors = _version_errors(content, kind=content["kind"])
+    errors = _version_errors(content, kind=content["kind"], team_id=judge.team_id)
     if errors:
         raise InvalidInput(errors)
     if content == latest.content():
@@ -309,7 +371,7 @@ def _judged(trajectory: Trajectory) -> dict | None:
 
 def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[str]) -> list[float | None]:
     """Another judge version's scores (0-1) on the population, computed here."""
-    judge = build_judge(judge_spec(config))
+    judge = judge_build(config)
     out: list[float | None] = []
     for t, ref in zip(rows, references):
         try:

@@ -25,6 +25,7 @@ from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput, found
+from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.runs import series
@@ -63,8 +64,18 @@ def _resolve_team(actor: Principal, slug: str | None) -> Team:
     return teams[0]
 
 
-def _looks_like_path(ref: str) -> bool:
-    return ref.startswith(("/", "./", "../", "~")) or ref.startswith("var/")
+def _model_ref_errors(team: Team, ref: str, config: Any) -> list[FieldError]:
+    """The run's base model and the model and tokenizer directories its config names, each a
+    reference its team may use (controlplane/common/model_refs.py); another team's registry
+    version or checkpoint reads as not found."""
+    errors = []
+    refs = [("base_model", ref, "config.json")] + [(f"config.{path}", value, needs) for path, value, needs in config_refs(config)]
+    for field, value, needs in refs:
+        try:
+            resolve_model(value, team_id=team.id, needs=needs)
+        except ModelRefused as exc:
+            errors.append(FieldError(field, str(exc)))
+    return errors
 
 
 def run_validate(*, actor: Principal, data: Any) -> RunPlan:
@@ -83,10 +94,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
     errors += run_body_ceiling_errors(team=team, data=data)  # the team's ceilings on run sizes
 
     ref = data["base_model"].strip()
-    if _looks_like_path(ref):
-        path = Path(ref).expanduser()
-        if not (path / "config.json").is_file():
-            errors.append(FieldError("base_model", f"no model at {ref} (expected a directory with config.json)"))
+    errors += _model_ref_errors(team, ref, data.get("config", {}))
 
     slugs = [d["slug"] for d in data["domains"]]
     visible = {d.slug: d for d in Domain.objects.filter(slug__in=slugs).filter(team__isnull=True) | Domain.objects.filter(slug__in=slugs, team=team)}

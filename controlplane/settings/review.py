@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -19,3 +20,12 @@ if not isinstance(TEMPER_JUDGE_ENDPOINTS, dict) or not all(isinstance(v, str) fo
     raise ImproperlyConfigured("TEMPER_JUDGE_ENDPOINTS: must be a JSON object of name -> URL")
 TEMPER_JUDGE_WAIT_S = float(os.environ.get("TEMPER_JUDGE_WAIT_S", 60))
 """How long a judge call waits for one of its judge's concurrency slots before it is a judge_error."""
+TEMPER_JUDGE_KEY_ENVS: list[str] = [name.strip() for name in
+                                    os.environ.get("TEMPER_JUDGE_KEY_ENVS", "TEMPER_JUDGE_KEY_*,OPENAI_API_KEY").split(",")
+                                    if name.strip()]
+"""Environment variables a judge version may name as its ``api_key_env``: exact names, or
+prefixes ending in ``*``. The server's own secrets (SECRET_KEY, DATABASE_URL, REDIS_URL, any
+DJANGO_* and any other TEMPER_* variable) are refused whatever this list says."""
+for _name in TEMPER_JUDGE_KEY_ENVS:
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*\*?", _name):
+        raise ImproperlyConfigured(f"TEMPER_JUDGE_KEY_ENVS: {_name!r} is not a variable name or a prefix ending in *")

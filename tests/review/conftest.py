@@ -66,7 +66,7 @@ def judged(world, settings):
         "team": "acme", "slug": "sim", "title": "Similarity to the reference", "kind": "similarity",
         "score_format": "binary", "params": {"similarity_cut": 0.75}, "threshold": 0.4,
     })
-    domain = factories.domain("capitals", kind="text", verifier=SIM_VERIFIER)
+    domain = factories.domain("capitals", kind="text", verifier=SIM_VERIFIER, team_=world.team)  # the judge's team's domain
     run, truth = record_judged_run(team=world.team, domain=domain, by=world.users["member"])
     world.judge, world.judged_domain, world.run, world.truth = judge, domain, run, truth
     world.admin = admin

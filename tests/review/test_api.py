@@ -98,10 +98,10 @@ def test_http_judge_stores_the_key_name_never_the_key(world, settings):
     settings.TEMPER_JUDGE_ENDPOINTS = {"vllm": "http://127.0.0.1:8000/v1"}
     admin = client_for(world.users["admin"])
     r = post(admin, "/api/judges", {"team": "acme", "slug": "llm", "title": "LLM", "kind": "http", "model": "qwen",
-                                    "score_format": "ordinal", "endpoint": "vllm", "api_key_env": "JUDGE_KEY",
+                                    "score_format": "ordinal", "endpoint": "vllm", "api_key_env": "TEMPER_JUDGE_KEY_LLM",
                                     "rubric": "Grade {completion}", "params": {"timeout_s": 20, "retries": 3, "max_concurrent": 8}})
     assert r.status_code == 201, r.content
-    assert r.json()["versions"][0]["api_key_env"] == "JUDGE_KEY"
+    assert r.json()["versions"][0]["api_key_env"] == "TEMPER_JUDGE_KEY_LLM"
     missing = post(admin, "/api/judges", {"team": "acme", "slug": "llm2", "title": "x", "kind": "http", "score_format": "binary"})
     assert missing.status_code == 422 and missing.json()["errors"][0]["path"] == "endpoint"
 

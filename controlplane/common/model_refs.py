@@ -1,0 +1,152 @@
+"""Model references: how a team names a model, turned into what a loader is given, or refused.
+
+A run's ``base_model``, its ``config.model.reference_path`` and ``config.tokenizer.path``, and a
+local judge's ``model`` are *references*, checked here in one place (by the web when they are
+saved, and again by the worker before it loads anything):
+
+- ``registry:<version>``: a model registry version of the same team, by id (``registry:18``, the
+  ``v18`` of ``var/registry/v18``), name (``registry:tiny@12/40``, a base ``registry:tiny``) or
+  alias (``registry:tiny:production``). Another team's version reads exactly like a missing one.
+- a directory under one of the allow-listed roots (``TEMPER_MODEL_DIRS``), checked *after*
+  ``~`` is expanded and every symlink and ``..`` is resolved, so neither climbs out of a root.
+  The server's own storage (checkpoints, registry copies, exports under ``TEMPER_VAR_DIR``) is
+  never reachable as a raw path, even under an allowed root: a team reaches its checkpoints and
+  versions by registry name, which checks the team.
+- a hub id (``org/name`` or ``name``), passed on as it is, as before: unless a directory of that
+  name exists where the loader would look (transformers loads a local directory before asking the
+  hub), in which case it is a path and the rule above applies.
+
+The registry app answers ``registry:`` references through :data:`registry_version_wanted`
+(connected in its AppConfig.ready), so this module and the apps that import it (runs, review)
+never import the registry, which imports them.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.dispatch import Signal
+
+REGISTRY_PREFIX = "registry:"
+STORAGE_DIRS = ("checkpoints", "registry", "exports")
+"""Folders of ``TEMPER_VAR_DIR`` holding teams' trained weights: reached only by registry name."""
+
+HUB_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)?$")
+"""What a hub id looks like: ``name`` or ``org/name``; no ``..``, no leading ``/``, ``.`` or ``~``."""
+
+registry_version_wanted = Signal()
+"""Sent (``sender=None, name=..., team_id=...``) to resolve ``registry:<name>``: a receiver
+returns the directory of that version when team ``team_id`` may use it, else None."""
+
+
+class ModelRefused(Exception):
+    """A reference that names no model this team may load; the message says why, in words that
+    do not tell another team's objects from missing ones."""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A reference as given, what it is, and what the loader is given for it."""
+
+    ref: str
+    kind: str
+    """``registry``, ``dir`` or ``hub``."""
+    path: str
+    """The real directory (symlinks resolved) for ``registry`` and ``dir``; the id for ``hub``."""
+
+
+def model_dirs() -> list[Path]:
+    """The allow-listed roots, each with its symlinks resolved."""
+    return [Path(os.path.realpath(os.path.expanduser(str(d)))) for d in settings.TEMPER_MODEL_DIRS]
+
+
+def storage_dirs() -> list[Path]:
+    var = Path(os.path.realpath(settings.VAR_DIR))
+    return [var / name for name in STORAGE_DIRS]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def is_path_like(ref: str) -> bool:
+    """Whether ``ref`` is a file system path rather than a hub id: anything not shaped like one,
+    or shaped like one but naming a directory the loader would find first.
+
+    >>> [is_path_like(r) for r in ("Qwen/Qwen2-0.5B", "gpt2", "/srv/m", "a/../b", "~/m", "a/b/c", "./m")]
+    [False, False, True, True, True, True, True]
+    """
+    return not HUB_ID.match(ref) or ".." in ref or os.path.exists(ref)
+
+
+def _refused_path(ref: str) -> ModelRefused:
+    roots = ", ".join(str(r) for r in model_dirs()) or "none configured"
+    return ModelRefused(f"model directory {ref!r} not found under the allowed model directories ({roots}); "
+                        f"a registry version is named {REGISTRY_PREFIX}<id or name>")
+
+
+def confine_path(ref: str) -> Path:
+    """The real directory ``ref`` names, when it lies under an allowed root and outside the
+    server's storage; else :class:`ModelRefused` (the same words whether or not it exists)."""
+    real = Path(os.path.realpath(os.path.expanduser(ref)))
+    if any(_inside(real, s) for s in storage_dirs()) or not any(_inside(real, r) for r in model_dirs()):
+        raise _refused_path(ref)
+    return real
+
+
+def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") -> ModelRef:
+    """What ``ref`` names for team ``team_id``, or :class:`ModelRefused`.
+
+    ``needs`` is the file a directory must hold (``config.json`` for a model; empty for a
+    tokenizer directory, which only has to be a directory).
+    """
+    ref = ref.strip()
+    if not ref:
+        raise ModelRefused("must name a model")
+    if ref.startswith(REGISTRY_PREFIX):
+        name = ref[len(REGISTRY_PREFIX):].strip()
+        found = [path for _, path in registry_version_wanted.send(sender=None, name=name, team_id=team_id) if path]
+        if not name or not found:
+            raise ModelRefused(f"model version {name!r} not found")
+        path = found[0]
+        real = Path(os.path.realpath(path))
+        if not any(_inside(real, s) for s in storage_dirs()):
+            # A base model's version points at the base's own directory or hub id: the same rules
+            # as that directory or id given directly.
+            if not is_path_like(path):
+                return ModelRef(ref, "registry", path)
+            real = confine_path(path)
+        _check_files(ref, real, needs)
+        return ModelRef(ref, "registry", str(real))
+    if not is_path_like(ref):
+        return ModelRef(ref, "hub", ref)
+    real = confine_path(ref)
+    _check_files(ref, real, needs)
+    return ModelRef(ref, "dir", str(real))
+
+
+def _check_files(ref: str, real: Path, needs: str) -> None:
+    if needs and not (real / needs).is_file():
+        raise ModelRefused(f"no model at {ref} (expected a directory with {needs})")
+    if not needs and not real.is_dir():
+        raise ModelRefused(f"no directory at {ref}")
+
+
+CONFIG_REFS = (("model.reference_path", "config.json"), ("tokenizer.path", ""))
+"""The settings of a run's trainer config that name a model or tokenizer directory, with the file
+each needs (the base model is the run's own ``base_model`` field)."""
+
+
+def config_refs(config: object) -> list[tuple[str, str, str]]:
+    """``(dotted path, reference, needs)`` for each model reference set in a trainer config dict."""
+    out = []
+    for path, needs in CONFIG_REFS:
+        value: object = config
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str) and value.strip():
+            out.append((path, value, needs))
+    return out
