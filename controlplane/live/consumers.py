@@ -7,6 +7,16 @@ cursor. A reconnecting client sends its cursors and loses nothing. Wake-ups that
 (embedded default) workers live in other processes and cannot wake us, so the consumers also
 tail the database once a second.
 
+With Redis, wake-ups can be lost (Redis restarted, or came back without its data and so without
+the groups' members). Every ``TEMPER_LIVE_POLL_S`` a socket re-joins its groups (idempotent) and
+reads the database anyway, so a client misses nothing and sees the run end; the cursors make sure
+nothing is sent twice. A run socket says when it finds its updates were cut off:
+``{"type": "feed", "state": "catching_up", "reason"}`` while Redis is unreachable (updates then
+come from the database every poll), or when a re-join finds that Redis had forgotten the socket
+(the rows missed since follow from the database); then ``{"type": "feed", "state": "live"}`` once
+it is joined again and has sent everything. An outage shorter than one poll period can go
+unnoticed: its rows still come, up to one period late.
+
 Messages a run socket sends (after the client's first ``{"cursor": n, "event_cursor": m}``):
 
 - ``{"type": "metrics", "cursor", "points": [[id, step, domain, key, value, time_ms], ...]}``
@@ -17,6 +27,7 @@ Messages a run socket sends (after the client's first ``{"cursor": n, "event_cur
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from channels.db import database_sync_to_async
@@ -24,12 +35,17 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from controlplane.accounts.principal import Principal
+from controlplane.live.layers import LAYER_ERRORS
 from controlplane.live.selectors import run_status, run_summaries
 from controlplane.runs.models import MetricPoint, Run, RunEvent
 
 BATCH = 5000
 TAIL_PERIOD_S = 1.0
 COALESCE_S = 0.1
+UNREACHABLE = "the live channel (Redis) is unreachable: updates come from the database every {:g} s"
+MISSED = "updates were missed (Redis restarted or lost its data): sending them from the database"
+
+log = logging.getLogger(__name__)
 
 
 def group_name(run_id: int) -> str:
@@ -114,24 +130,57 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
         """Check what the user may see, then ``start`` with the groups to join (or close)."""
         raise NotImplementedError
 
+    reports_feed = False
+    """Whether the socket tells its client ``{"type": "feed", ...}`` (live or catching up)."""
+
     async def start(self, groups: list[str]) -> None:
         self.joined = groups
         self.lock = asyncio.Lock()
         self.pending: asyncio.Task | None = None
         self.last_flush = 0.0
-        self.tail: asyncio.Task | None = None
-        for g in groups:
-            await self.channel_layer.group_add(g, self.channel_name)
+        self.in_memory = _in_memory_layer()
+        self.poll_s = TAIL_PERIOD_S if self.in_memory else settings.TEMPER_LIVE_POLL_S
+        self.feed = "live"
+        joined = await self._join(first=True)
         await self.accept()
-        if _in_memory_layer():
-            self.tail = asyncio.create_task(self._tail())
+        self.tail: asyncio.Task | None = asyncio.create_task(self._watch())
+        if joined is None:
+            await self._set_feed("catching_up", UNREACHABLE.format(self.poll_s))
 
     async def disconnect(self, code):
         for task in (getattr(self, "tail", None), getattr(self, "pending", None)):
             if task:
                 task.cancel()
         for g in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(g, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(g, self.channel_name)
+            except LAYER_ERRORS:  # Redis is away; its group entry expires (channels-redis group_expiry)
+                pass
+
+    async def _join(self, first: bool = False) -> bool | None:
+        """(Re-)join the groups: whether Redis had forgotten this socket (so wake-ups were lost), or
+        None when the layer is unreachable. Joining is idempotent (it refreshes the member's
+        entry), so re-joining on every poll restores what a Redis that lost its data forgot, and
+        keeps the entry from expiring on a long watch."""
+        rejoin = None if first else getattr(self.channel_layer, "group_rejoin", None)
+        lost = False
+        try:
+            for g in self.joined:
+                if rejoin is None:
+                    await asyncio.wait_for(self.channel_layer.group_add(g, self.channel_name), timeout=self.poll_s)
+                else:
+                    lost |= await asyncio.wait_for(rejoin(g, self.channel_name), timeout=self.poll_s)
+        except LAYER_ERRORS as exc:
+            log.info("live socket %s could not join %s: %r", self.channel_name, self.joined, exc)
+            return None
+        return lost
+
+    async def _set_feed(self, state: str, reason: str = "") -> None:
+        """Tell the client whether its updates are live or being caught up (on a change only)."""
+        if not self.reports_feed or state == self.feed:
+            return
+        self.feed = state
+        await self.send_json({"type": "feed", "state": state, "reason": reason})
 
     async def wake(self) -> None:
         """Flush now, or once the coalescing window since the last flush has passed."""
@@ -144,11 +193,26 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
         if delay > 0:
             await asyncio.sleep(delay)
         await self.flush()
+        await self._set_feed("live")  # a wake-up arrived: the layer delivers again
 
-    async def _tail(self):
+    async def _watch(self):
+        """The safety net: every ``poll_s``, re-join the groups and read the database for what no
+        wake-up announced (in-memory layer: the only way rows arrive; Redis: rows a restart or a
+        data loss dropped the wake-ups of)."""
         while True:
-            await asyncio.sleep(TAIL_PERIOD_S)
+            await asyncio.sleep(self.poll_s)
+            if self.in_memory:
+                await self.flush()
+                continue
+            lost = await self._join()
+            if lost is None:
+                await self._set_feed("catching_up", UNREACHABLE.format(self.poll_s))
+                await self.flush()
+                continue
+            if lost:
+                await self._set_feed("catching_up", MISSED)
             await self.flush()
+            await self._set_feed("live")  # joined again, and everything up to now is sent
 
     async def flush(self) -> None:
         async with self.lock:
@@ -161,6 +225,8 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
 
 class RunConsumer(_Coalescing):
     """One run's metric points, events and status, after the client's cursors."""
+
+    reports_feed = True
 
     async def connect_user(self, user) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])

@@ -8,9 +8,15 @@ _REDIS = os.environ.get("REDIS_URL", "")
 if _REDIS:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis whose receive waits out a Redis outage (the socket stays open).
+            "BACKEND": "controlplane.live.layers.RedisChannelLayer",
             "CONFIG": {"hosts": [_REDIS]},
         }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+TEMPER_LIVE_POLL_S = float(os.environ.get("TEMPER_LIVE_POLL_S", 5))
+"""With Redis, how often a live socket re-joins its groups and reads the database for rows no
+wake-up announced (Redis restarted or lost its data): the most a client waits after such a loss.
+(With the in-memory layer the sockets read the database every second: workers cannot wake them.)"""
