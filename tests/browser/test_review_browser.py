@@ -73,13 +73,13 @@ def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(ser
     item_id = None
     for i in range(20):
         if item_id is not None:
-            page.wait_for_function(f"document.querySelector('[data-testid=item-id]').textContent != '{item_id}'")
+            page.wait_for_function(f"() => document.querySelector('[data-testid=item-id]').textContent != '{item_id}'")
         page.wait_for_selector("[data-testid=item]:not([hidden])")
         item_id = page.text_content("[data-testid=item-id]")
         assert page.is_hidden("[data-testid=item-judge]")  # blind: the judge's score is not shown before submitting
         trajectory = ReviewItem.objects.get(pk=int(item_id)).trajectory_id
         page.keyboard.press("p" if truth[trajectory] else "f")
-        page.wait_for_function(f"document.querySelector('[data-testid=stat-n]').textContent == '{i + 1}'")
+        page.wait_for_function(f"() => document.querySelector('[data-testid=stat-n]').textContent == '{i + 1}'")
         assert page.text_content("[data-testid=reveal-item]") == item_id  # and shown after
         seen.append((page.text_content("[data-testid=stat-kappa]"), page.text_content("[data-testid=stat-kappa-ci]")))
     screenshot(page, "10-review-labelled")
@@ -90,8 +90,8 @@ def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(ser
     assert low >= THRESHOLD, f"kappa {kappa} {interval} after 20 labels"
 
     admin_page.reload()
-    admin_page.wait_for_function("!document.querySelector('[data-testid=promote]').disabled")
+    admin_page.wait_for_function("() => !document.querySelector('[data-testid=promote]').disabled")
     admin_page.click("[data-testid=promote]")
-    admin_page.wait_for_function("document.querySelector('[data-testid=promote-status]').textContent.startsWith('Promoted')")
+    admin_page.wait_for_function("() => document.querySelector('[data-testid=promote-status]').textContent.startsWith('Promoted')")
     screenshot(admin_page, "11-review-promoted")
     assert api.get("/api/judges/sim").json()["active_calibrated"] is True
