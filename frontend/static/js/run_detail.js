@@ -443,6 +443,11 @@
         if (m.type === "metrics") { append(m.points); cursor = m.cursor; }
         else if (m.type === "events") { addEvents(m.events); eventCursor = m.event_cursor; }
         else if (m.type === "status") setStatus(m);
+        else if (m.type === "feed") {  // the server's updates: live, or catching up after a broker fault
+          badge.textContent = m.state === "live" ? "live" : "catching up";
+          badge.dataset.state = m.state;
+          badge.title = m.reason || "";
+        }
         else if (m.type === "error") Temper.flash(m.message);
       },
       onState(s, detail) { badge.textContent = detail || s; badge.dataset.state = s; },
