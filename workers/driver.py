@@ -40,7 +40,7 @@ from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
-from workers.verify import NO_WORKER, make_verify_batch, worker_queue
+from workers.verify import LOST, NO_WORKER, make_verify_batch, worker_queue
 
 log = logging.getLogger(__name__)
 
@@ -272,9 +272,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             _inflight(run.id, worker, inflight)
             metrics = job.step()
             metrics.update(latency_metrics(step_latencies(job.last_generated)))
-            unserved = Counter(t.task.domain for t in job.last_generated
-                               if t.verification is not None and NO_WORKER in t.verification.details)
-            for slug, bad, seen in quarantine.observe(without_unserved(metrics, unserved), list(weights)):
+            unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
+                                 and (NO_WORKER in t.verification.details or LOST in t.verification.details))
+            for slug, bad, seen in quarantine.observe(without_unanswered(metrics, unanswered), list(weights)):
                 runs.run_event_record(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
                                                 f"were infrastructure errors; its samples stop, the run goes on")
@@ -420,15 +420,18 @@ def _pause_unserved(run: Run, worker: str, service: QueueService, missing: list[
                           data={"queue": missing[0], "queues": missing})
 
 
-def without_unserved(metrics: dict[str, float], unserved: Counter) -> dict[str, float]:
+def without_unanswered(metrics: dict[str, float], unanswered: Counter) -> dict[str, float]:
     """The step's metrics as the quarantine sees them: verifications that no worker was there to
-    do (``details["no_worker"]``) are the deployment's fault, not the domain's, and do not count.
+    do (``details["no_worker"]``) or that no worker answered after every re-send
+    (``details["lost"]``) are the deployment's fault, not the domain's, and do not count; the
+    quarantine is for domains whose workers answer with infrastructure errors (a broken sandbox
+    image, a judge that keeps failing). A queue left with no live worker pauses the run instead.
 
-    >>> without_unserved({"outcome/code/sandbox_error": 6.0, "outcome/code/pass": 2.0}, Counter({"code": 4}))
+    >>> without_unanswered({"outcome/code/sandbox_error": 6.0, "outcome/code/pass": 2.0}, Counter({"code": 4}))
     {'outcome/code/sandbox_error': 2.0, 'outcome/code/pass': 2.0}
     """
     out = dict(metrics)
-    for slug, n in unserved.items():
+    for slug, n in unanswered.items():
         key = f"outcome/{slug}/sandbox_error"
         out[key] = max(out.get(key, 0.0) - n, 0.0)
     return out

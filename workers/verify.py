@@ -35,6 +35,10 @@ WAIT_SLICE_S = 2.0
 
 NO_WORKER = "no_worker"
 """The ``details`` key of a verification that no worker was there to do (its value: the queue)."""
+LOST = "lost"
+"""The ``details`` key of a verification no worker answered after every re-send (its value: the
+queue). Like ``no_worker`` it says nothing of the domain: a worker that died with the batch
+still looks alive until its heartbeat is stale, so these are not counted toward quarantine."""
 
 
 def needs_worker(spec: dict) -> bool:
@@ -216,7 +220,8 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                         queue = TASK_QUEUES[name]
                         out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"no live worker on queue {queue}", NO_WORKER: queue})
                     elif result is None or j >= len(result):
-                        out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts"})
+                        out[i] = Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": f"verification lost after {gatherer.max_attempts} attempts",
+                                                                           LOST: TASK_QUEUES[name]})
                     else:
                         out[i] = verification_from_dict(result[j])
         return out  # type: ignore[return-value]

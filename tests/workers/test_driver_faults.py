@@ -188,6 +188,21 @@ def test_masked_samples_of_a_live_worker_still_count_toward_quarantine(setup):
     assert RunEvent.objects.get(run=run, kind="quarantine").data["domain"] == "flaky-code"
 
 
+def test_batches_no_worker_answers_are_masked_but_never_quarantine_the_domain(setup, settings):
+    """The verify worker looks alive (its heartbeat is not stale yet) but no batch comes back,
+    through every re-send: the items are masked, the steps go on, and the domain is not
+    quarantined (before, one such step quarantined the run's only domain and failed the run)."""
+    settings.TEMPER_VERIFY_DEADLINE_S = 0.05
+    _code_domain(setup.actor, "remote-code")
+    run = _running_run(setup.actor, setup.model, steps=3, domains=["remote-code"])
+    factories.live_worker(["verify"])
+    assert drive(run.id, worker="w1", send=lambda name, args: _NoResult()) == "completed"
+    assert not RunEvent.objects.filter(run=run, kind="quarantine").exists()
+    assert _values(run, "outcome/remote-code/sandbox_error") == {1: 16.0, 2: 16.0, 3: 16.0}
+    assert _values(run, "reward/mean") == {}
+    assert _values(run, "verify/lost_items")[3] == 48.0
+
+
 def test_outcome_metrics_of_an_all_masked_batch_have_no_reward():
     from trainer.job import outcome_metrics
     from trainer.outcomes import Outcome, Verification
