@@ -2,8 +2,9 @@
 
 Migrates, prepares the demo (admin, team, domains), then runs the web server (daphne, or
 ``--web-processes N`` uvicorn processes on one port), one Celery
-worker on every queue and Celery beat as child processes, prints the URL and the credentials, and
-stops them all on Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
+worker on every queue and Celery beat as child processes (each started again, with backoff, if it
+exits: controlplane/web/supervisor.py), prints the URL and the credentials, and stops them all on
+Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import time
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.web.supervisor import Supervisor
 
 from controlplane.web.serving import PROCESSES_ENV, web_command, web_processes
 
@@ -72,10 +75,12 @@ class Command(BaseCommand):
         # verifications) each take one torch thread unless told otherwise: the tiny model gains
         # nothing from more, and two processes each using every core slow each other several-fold.
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # Every process is supervised: one that exits (a crash, a kill) is started again after a
+        # backoff, with a line here saying so, so no queue is left without its worker.
+        supervisor = Supervisor(log=self.stderr.write, cwd=settings.BASE_DIR, env=env)
         running: dict[str, subprocess.Popen] = {}
         for name, (cmd, log) in procs.items():
-            running[name] = subprocess.Popen(cmd, stdout=open(logs / log, "ab"), stderr=subprocess.STDOUT, cwd=settings.BASE_DIR,
-                                             env=env)
+            running[name] = supervisor.add(name, cmd, log_path=logs / log).proc
         self._wait_until_serving(opts["host"], opts["port"], running["web"], logs / "web.log")
         user, password = (settings.VAR_DIR / "demo_credentials").read_text().split()[:2]
         url = f"http://{opts['host']}:{opts['port']}/"
@@ -91,17 +96,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _stop)
         try:
             while not stop["now"]:
-                for name, proc in running.items():
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with code {proc.returncode}; see {logs / procs[name][1]}")
-                        stop["now"] = True
+                supervisor.poll()
                 time.sleep(0.5)
         finally:
-            for proc in running.values():
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in running.values():
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            supervisor.stop()

@@ -1,0 +1,106 @@
+"""Keep processes running: start each again when it exits, with a backoff and a log line.
+
+Used by ``manage.py demo`` (web, workers and beat) and ``manage.py supervise`` (one worker on a
+host of its own, README "Scale out"). One crash (a broker outage a library did not survive, an
+out-of-memory kill) then costs a queue seconds of service, never its worker for good.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 60.0
+STABLE_S = 60.0
+"""A process that ran this long before exiting is restarted after ``BACKOFF_FIRST_S`` again."""
+
+
+@dataclass
+class Child:
+    name: str
+    cmd: list[str]
+    log_path: Path | None
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    restart_at: float | None = None
+    backoff_s: float = BACKOFF_FIRST_S
+    restarts: int = 0
+    pids: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    """Named child processes, each in its own session (so its own children go with it), started
+    again ``backoff`` seconds after they exit: 1 s, doubling up to 60 s while they keep failing."""
+
+    def __init__(self, *, log: Callable[[str], None], cwd: Path | str | None = None, env: dict | None = None,
+                 backoff_first_s: float = BACKOFF_FIRST_S, backoff_max_s: float = BACKOFF_MAX_S,
+                 stable_s: float = STABLE_S):
+        self.log, self.cwd, self.env = log, cwd, env
+        self.backoff_first_s, self.backoff_max_s, self.stable_s = backoff_first_s, backoff_max_s, stable_s
+        self.children: dict[str, Child] = {}
+
+    def add(self, name: str, cmd: list[str], *, log_path: Path | None = None) -> Child:
+        child = self.children[name] = Child(name, list(cmd), log_path, backoff_s=self.backoff_first_s)
+        self._start(child)
+        return child
+
+    def _start(self, child: Child) -> None:
+        out = open(child.log_path, "ab") if child.log_path else None
+        try:
+            child.proc = subprocess.Popen(child.cmd, stdout=out, stderr=subprocess.STDOUT if out else None, cwd=self.cwd,
+                                          env=self.env, start_new_session=True)
+        finally:
+            if out:
+                out.close()  # the child has its own copy of the descriptor
+        child.started_at, child.restart_at = time.monotonic(), None
+        child.pids.append(child.proc.pid)
+
+    def poll(self) -> None:
+        """Notice exits and start again those whose backoff has passed; call this often."""
+        now = time.monotonic()
+        for child in self.children.values():
+            proc = child.proc
+            if child.restart_at is None and proc is not None and proc.poll() is not None:
+                self._reap_group(proc.pid)
+                if now - child.started_at >= self.stable_s:
+                    child.backoff_s = self.backoff_first_s
+                code = proc.returncode
+                how = f"signal {-code}" if code < 0 else f"code {code}"
+                where = f"; see {child.log_path}" if child.log_path else ""
+                self.log(f"{child.name} (pid {proc.pid}) exited with {how}; restarting in {child.backoff_s:g} s{where}")
+                child.restart_at = now + child.backoff_s
+                child.backoff_s = min(self.backoff_max_s, child.backoff_s * 2)
+            if child.restart_at is not None and now >= child.restart_at:
+                self._start(child)
+                child.restarts += 1
+                self.log(f"{child.name} restarted (pid {child.proc.pid}, restart {child.restarts})")
+
+    @staticmethod
+    def _reap_group(pid: int) -> None:
+        """A process killed outright leaves its own children (a Celery worker's pool) behind:
+        they go with it, so the restarted worker does not run beside orphans."""
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop every child (SIGTERM, then SIGKILL after ``timeout``); nothing is restarted after."""
+        live = [c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        for proc in live:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for c in self.children.values():
+            if c.proc is not None:
+                self._reap_group(c.proc.pid)
+        self.children.clear()
