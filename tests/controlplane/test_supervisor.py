@@ -95,3 +95,13 @@ def test_supervise_replaces_a_killed_worker_with_one_that_serves_tasks(tmp_path)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_every_compose_worker_and_beat_restarts_unless_stopped():
+    """compose is the supervisor in production: each Celery process comes back after it exits."""
+    import yaml
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    celery = {name: svc for name, svc in services.items() if svc.get("command", [])[:1] == ["celery"]}
+    assert {n for n in celery if n.startswith("worker-")} and "beat" in celery
+    assert {name: svc.get("restart") for name, svc in celery.items()} == {name: "unless-stopped" for name in celery}
