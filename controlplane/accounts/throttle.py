@@ -8,9 +8,10 @@ login page, the admin's login page and any code that calls ``django.contrib.auth
 The API takes no passwords (bearer tokens are 256-bit random secrets, compared by digest).
 
 Counts live in Django's cache (Redis in production, shared by every web process). Windows are
-aligned to the clock: a failure at ``now`` counts in window ``now // TEMPER_LOGIN_WINDOW_S``, one
-cache key per (username or address, window), incremented atomically, so guesses sent in parallel
-cannot slip past the limit; a refusal lasts until its window ends. The limits and the window are
+aligned to the clock: an attempt at ``now`` counts in window ``now // TEMPER_LOGIN_WINDOW_S``, one
+cache key per (username or address, window). Each attempt is counted (atomically) before its
+password is checked and taken back if the password was right, so guesses sent in parallel cannot
+slip past the limit; a refusal lasts until its window ends. The limits and the window are
 settings (``TEMPER_LOGIN_MAX_FAILURES_PER_USER``, ``TEMPER_LOGIN_MAX_FAILURES_PER_ADDRESS``,
 ``TEMPER_LOGIN_WINDOW_S``).
 """
@@ -90,24 +91,47 @@ def refusal(*, username: str, address: str) -> Refusal | None:
     return None
 
 
-def record_failure(*, username: str, address: str) -> None:
-    """Count one failed sign-in against the username and the address, in the current window."""
-    index, _ = _window(clock())
+def _incr(key: str) -> int:
     # Kept a little past the window's end, for a clock slightly behind the cache's.
     expiry = settings.TEMPER_LOGIN_WINDOW_S * 2
-    for rule, who, _limit in _limits(username, address):
-        key = _key(rule, who, index)
-        cache.add(key, 0, timeout=expiry)
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, timeout=expiry)
+    cache.add(key, 0, timeout=expiry)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, timeout=expiry)
+        return 1
 
 
-def record_success(*, username: str) -> None:
-    """A good password for this username: its count starts again."""
-    index, _ = _window(clock())
-    cache.delete(_key("user", username, index))
+@dataclass(frozen=True)
+class Attempt:
+    """One sign-in, counted as a failure against its username and address before the password
+    is checked: guesses sent in parallel each take a count first, so no more than the limit ever
+    reach the password check. ``succeeded()`` takes the counts back for a good password."""
+
+    username: str
+    address: str
+    window: int
+    refusal: Refusal | None
+    """Set when the username or the address was already at its limit: the password is not checked."""
+
+    @classmethod
+    def begin(cls, *, username: str, address: str) -> "Attempt":
+        index, left = _window(clock())
+        refused = None
+        for rule, who, limit in _limits(username, address):
+            if _incr(_key(rule, who, index)) > limit and refused is None:
+                refused = Refusal(rule, left)
+        return cls(username, address, index, refused)
+
+    def succeeded(self) -> None:
+        """A good password: the username's count starts again, and this attempt no longer counts
+        against the address (many people may sign in from one office's address)."""
+        cache.delete(_key("user", self.username, self.window))
+        if self.address:
+            try:
+                cache.decr(_key("address", self.address, self.window))
+            except ValueError:  # the window's count expired meanwhile
+                pass
 
 
 class ThrottledModelBackend(ModelBackend):
@@ -118,12 +142,10 @@ class ThrottledModelBackend(ModelBackend):
             username = kwargs.get(get_user_model().USERNAME_FIELD)
         if username is None or password is None:
             return None
-        address = client_address(request)
-        if refusal(username=username, address=address) is not None:
+        attempt = Attempt.begin(username=username, address=client_address(request))
+        if attempt.refusal is not None:
             raise PermissionDenied  # ends authenticate(): no backend checks the password
         user = super().authenticate(request, username=username, password=password, **kwargs)
-        if user is None:
-            record_failure(username=username, address=address)
-        else:
-            record_success(username=username)
+        if user is not None:
+            attempt.succeeded()
         return user

@@ -234,6 +234,14 @@ def test_authenticate_itself_refuses_a_throttled_username(world, clock, rf):
     assert authenticate(request, username="acme-member", password="pw-123456") == world.users["member"]
 
 
+def test_guesses_in_flight_together_never_exceed_the_limit(db, clock, settings):
+    """Each attempt takes its count before its password is checked: of ten guesses whose
+    passwords are all being checked at once, only the first five get that far."""
+    attempts = [throttle.Attempt.begin(username="acme-viewer", address=f"10.7.0.{i}") for i in range(10)]
+    assert [a.refusal is None for a in attempts] == [True] * 5 + [False] * 5
+    assert attempts[-1].refusal.rule == "user"
+
+
 # --- password validators ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("password, message", [
