@@ -30,7 +30,9 @@ from controlplane import dispatch
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
+from controlplane.domains.schemas import judge_stage_refs
 from controlplane.live.services import run_wake
+from controlplane.review.selectors import judges_of_other_teams
 from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import Run, RunDomain, RunState
@@ -161,12 +163,34 @@ def confined_model_paths(run: Run, worker: str) -> dict[str, str] | None:
             fields.append((field, str(exc)))
     if not fields:
         return paths
-    message = "refused by the worker before loading a model: " + "; ".join(f"{f}: {m}" for f, m in fields)
+    _refuse(run, worker, "loading a model", fields)
+    return None
+
+
+def refuse_foreign_judges(run: Run, pins: list[PinnedDomain], teams: dict[str, int | None], worker: str) -> bool:
+    """Defence in depth: a pinned domain version whose judge stage names another team's judge
+    (saved before domains were held to their team's judges) would be verified by that team's
+    judge, which is resolved by name on the judge queue. Such a run fails before it starts, with a
+    ``refused`` event in the words the API uses for a judge that is not found; returns True then.
+    ``teams`` is each domain's team (None: global)."""
+    fields = []
+    for pin in pins:
+        refs = judge_stage_refs(pin.verifier)
+        foreign = judges_of_other_teams(team_id=teams[pin.slug], names=[name for _, name in refs]) if refs else set()
+        fields += [(f"domains.{pin.slug}.{path}", f"judge {name!r} not found (a judge stage names a judge of the domain's team)")
+                   for path, name in refs if name in foreign]
+    if fields:
+        _refuse(run, worker, "starting", fields)
+    return bool(fields)
+
+
+def _refuse(run: Run, worker: str, before: str, fields: list[tuple[str, str]]) -> None:
+    """Fail ``run`` with a ``refused`` event naming each field and why."""
+    message = f"refused by the worker before {before}: " + "; ".join(f"{f}: {m}" for f, m in fields)
     log.error("run %s: %s", run.id, message)
     runs.run_event_record(run=run, kind="refused", message=message[:500],
                           data={"errors": [{"path": f, "message": m} for f, m in fields], "worker": worker})
     runs.run_finish(run=run, worker=worker, state=RunState.FAILED, error=message)
-    return None
 
 
 def with_model_paths(cfg: dict, paths: dict[str, str]) -> dict:
@@ -196,6 +220,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     model_paths = confined_model_paths(run, worker)
     if model_paths is None:
         return "refused (a model or tokenizer it names is not one its team may load)"
+    if refuse_foreign_judges(run, pins, {rd.domain.slug: rd.domain.team_id for rd in domains}, worker):
+        return "refused (a domain names another team's judge)"
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
                                                                      priority=live.message_priority(args[0])))
     versions = {pin.slug: pin.version for pin in pins}

@@ -180,6 +180,11 @@ def judges_visible(*, team_id: int | None, names: list[str]) -> set[str]:
     return set(judges_of(team_id).filter(slug__in=names).values_list("slug", flat=True))
 
 
+def judges_of_other_teams(*, team_id: int | None, names: list[str]) -> set[str]:
+    """Which of ``names`` are judges a domain of team ``team_id`` may not name (another team's)."""
+    return set(Judge.objects.filter(slug__in=names).exclude(pk__in=judges_of(team_id).values("pk")).values_list("slug", flat=True))
+
+
 def run_judge_warnings(run) -> list[str]:
     """Warnings for a run's page: a judge its domains use that is missing or not calibrated (a
     judge of another team than the domain's reads as missing: its version and calibration are

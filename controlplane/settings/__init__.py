@@ -167,11 +167,12 @@ TEMPER_DRIVER_LEASE_S = float(os.environ.get("TEMPER_DRIVER_LEASE_S", 40))
 TEMPER_MIN_RUN_S = float(os.environ.get("TEMPER_MIN_RUN_S", 60))
 TEMPER_PROMOTION_MAX_REGRESSION = float(os.environ.get("TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
 TEMPER_VERIFY_DEADLINE_S = float(os.environ.get("TEMPER_VERIFY_DEADLINE_S", 0))  # 0: from the domains' task timeouts
-TEMPER_MODEL_DIRS = [Path(p.strip()) for p in os.environ.get("TEMPER_MODEL_DIRS", "").replace(os.pathsep, ",").split(",")
-                     if p.strip()] or [VAR_DIR / "models"]
-"""Roots a run, a judge or a tokenizer may name a model directory under (symlinks resolved, then
-checked; controlplane/common/model_refs.py). Checkpoints and registry copies are never reachable
-as raw paths: teams name those ``registry:<version>``."""
+TEMPER_MODEL_DIRS = [VAR_DIR / "models"] + [
+    Path(p.strip()) for p in os.environ.get("TEMPER_MODEL_DIRS", "").replace(os.pathsep, ",").split(",") if p.strip()]
+"""Roots a run, a judge or a tokenizer may name a model directory under: ``var/models`` (where the
+demo builds its model) and those TEMPER_MODEL_DIRS adds, comma- or ``os.pathsep``-separated
+(symlinks resolved, then checked; controlplane/common/model_refs.py). Checkpoints and registry
+copies are never reachable as raw paths: teams name those ``registry:<version>``."""
 
 # Request bodies (controlplane/common/body.py): refused from Content-Length before they are read.
 TEMPER_API_MAX_BODY_BYTES = int(os.environ.get("TEMPER_API_MAX_BODY_BYTES", 4 * 1024 * 1024))

@@ -1,7 +1,6 @@
 """What the pages show, assembled from the apps' selectors (reads only; writes go through the API)."""
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -91,10 +90,9 @@ def audit_view(*, domain, version: DomainVersion | None) -> dict[str, Any]:
 
 
 def model_dirs() -> list[Path]:
-    """Where local models are looked for: ``var/models`` and ``TEMPER_MODEL_DIRS`` (``:``-separated)."""
-    dirs = [settings.VAR_DIR / "models"]
-    dirs += [Path(p) for p in os.environ.get("TEMPER_MODEL_DIRS", "").split(os.pathsep) if p]
-    return dirs
+    """Where local models are looked for: the roots a run may name a directory under
+    (``var/models`` and those ``TEMPER_MODEL_DIRS`` adds; controlplane/common/model_refs.py)."""
+    return [Path(d) for d in settings.TEMPER_MODEL_DIRS]
 
 
 def model_catalogue() -> list[dict[str, str]]:

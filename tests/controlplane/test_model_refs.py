@@ -357,3 +357,19 @@ def test_home_is_expanded_then_checked(world, host, monkeypatch):
     with pytest.raises(ModelRefused):
         resolve_model("~/outside", team_id=world.team.id)
     assert os.path.isdir(host.outside)
+
+
+def test_the_worker_refuses_a_domain_row_naming_another_teams_judge(world):
+    """A domain saved before judges were confined to its team would be verified by the other
+    team's judge (the judge queue resolves judges by name): its run fails before it starts."""
+    from workers.driver import drive
+
+    globex_judge(world)
+    domain = factories.domain("acme-legacy", team_=world.team, verifier=JUDGED)
+    run = factories.run(world.team, domains=[domain], state="running", base_model="tiny-llama")
+    assert drive(run.id, worker="test-worker") == "refused (a domain names another team's judge)"
+    run.refresh_from_db()
+    event = RunEvent.objects.get(run=run, kind="refused")
+    assert run.state == RunState.FAILED
+    assert event.data["errors"] == [{"path": "domains.acme-legacy.verifier.stages[1].params.judge",
+                                     "message": "judge 'globex-judge' not found (a judge stage names a judge of the domain's team)"}]
