@@ -7,6 +7,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -105,3 +106,34 @@ def test_every_compose_worker_and_beat_restarts_unless_stopped():
     celery = {name: svc for name, svc in services.items() if svc.get("command", [])[:1] == ["celery"]}
     assert {n for n in celery if n.startswith("worker-")} and "beat" in celery
     assert {name: svc.get("restart") for name, svc in celery.items()} == {name: "unless-stopped" for name in celery}
+
+
+@pytest.mark.slow
+def test_demo_restarts_its_killed_worker_which_then_serves_a_task(tmp_path):
+    """``manage.py demo`` (embedded default: file-system broker) under the same supervisor: its
+    worker killed with SIGKILL comes back with a new pid and answers a task sent afterwards."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
+    env["TEMPER_VAR_DIR"] = str(tmp_path / "var")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(demo.stdout, lines), daemon=True).start()
+    seen: list[str] = []
+    try:
+        first = int(_next_match(lines, r"processes: .*\bworker pid (\d+)", 600, seen).group(1))
+        os.kill(first, signal.SIGKILL)
+        _next_match(lines, rf"worker \(pid {first}\) exited with signal 9; restarting in 1 s", 30, seen)
+        second = int(_next_match(lines, r"worker restarted \(pid (\d+), restart 1\)", 30, seen).group(1))
+        assert second != first
+        # A task sent now, through the demo's own broker and result store, is answered.
+        ping = ("from workers.celery import app; "
+                "print('pong', app.send_task('temper.control.ping', args=[20], queue='control').get(timeout=240))")
+        answer = subprocess.run([sys.executable, "-c", ping], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert "pong 21" in answer.stdout, answer.stderr[-3000:]
+        assert demo.poll() is None
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(timeout=60)
