@@ -72,7 +72,7 @@ that a body one byte over them is cheap to send for real."""
 
 PATH_LIKE = ["/etc/ssl", "../../../../tmp", "var/registry/v1/model", "controlplane/../../../../tmp"]
 HOSTILE_STRINGS = [*PATH_LIKE, "a\x00b", "a\ud800b", "\udfff"]
-HOSTILE_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e999"]
+HOSTILE_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e999", "123456789012345678901234567890", "-1e308"]
 MAX_LEAVES = 150
 """Per operation, at most this many leaves of the example body are mutated (the run body has more)."""
 

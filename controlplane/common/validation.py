@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable
 
 import jsonschema
@@ -63,10 +64,25 @@ def _reason(error: jsonschema.ValidationError) -> str:
     return reason(error.validator_value) if reason else error.message
 
 
+def _is_integer(checker: Any, value: Any) -> bool:
+    """JSON Schema calls ``1.0`` and ``-1e308`` integers; the code behind an ``integer`` field
+    expects a Python int (a float reached a lookup as a version reference: 500)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@functools.cache
+def _strict(validator_cls: type) -> type:
+    """``validator_cls`` whose ``integer`` is :func:`_is_integer` (one class per draft, made once)."""
+    return jsonschema.validators.extend(validator_cls, type_checker=validator_cls.TYPE_CHECKER.redefine("integer", _is_integer))
+
+
 def schema_errors(instance: Any, schema: dict, prefix: str = "") -> list[FieldError]:
-    """Every rule ``instance`` breaks in ``schema``, as field errors sorted by path."""
-    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = validator_cls(schema)
+    """Every rule ``instance`` breaks in ``schema``, as field errors sorted by path.
+
+    >>> [str(e) for e in schema_errors({"n": 2.0}, {"properties": {"n": {"type": "integer"}}})]
+    ['n: must be an integer']
+    """
+    validator = _strict(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))(schema)
     errors = []
     for error in validator.iter_errors(instance):
         if error.validator in ("required", "additionalProperties") and isinstance(error.instance, dict):
