@@ -33,6 +33,7 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db import DatabaseError
 
 from controlplane.accounts.principal import Principal
 from controlplane.live.layers import LAYER_ERRORS
@@ -201,18 +202,24 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
         data loss dropped the wake-ups of)."""
         while True:
             await asyncio.sleep(self.poll_s)
-            if self.in_memory:
-                await self.flush()
-                continue
-            lost = await self._join()
-            if lost is None:
-                await self._set_feed("catching_up", UNREACHABLE.format(self.poll_s))
-                await self.flush()
-                continue
-            if lost:
-                await self._set_feed("catching_up", MISSED)
+            try:
+                await self._poll()
+            except DatabaseError as exc:  # the database briefly away: the next poll tries again
+                log.warning("live socket %s could not read the log: %r", self.channel_name, exc)
+
+    async def _poll(self) -> None:
+        if self.in_memory:
             await self.flush()
-            await self._set_feed("live")  # joined again, and everything up to now is sent
+            return
+        lost = await self._join()
+        if lost is None:
+            await self._set_feed("catching_up", UNREACHABLE.format(self.poll_s))
+            await self.flush()
+            return
+        if lost:
+            await self._set_feed("catching_up", MISSED)
+        await self.flush()
+        await self._set_feed("live")  # joined again, and everything up to now is sent
 
     async def flush(self) -> None:
         async with self.lock:
