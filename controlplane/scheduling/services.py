@@ -48,6 +48,16 @@ POOL_SCHEMA = {
 }
 
 
+def _loosened(current: dict, new: dict) -> list[str]:
+    """The ceilings of ``current`` that ``new`` raises or removes, each as ``path: old -> new``.
+
+    >>> _loosened({"rollout.n": 8, "sft.steps": 10}, {"rollout.n": 16, "rollout.max_new_tokens": 64})
+    ['rollout.n: 8 -> 16', 'sft.steps: 10 -> none']
+    """
+    return [f"{path}: {old} -> {new.get(path, 'none')}" for path, old in current.items()
+            if path not in new or new[path] > old]
+
+
 def _quota_view(quota: TeamQuota) -> dict:
     return {"max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs, "ceilings": dict(quota.ceilings)}
 
@@ -55,8 +65,10 @@ def _quota_view(quota: TeamQuota) -> dict:
 @transaction.atomic
 def team_quota_set(*, actor: Principal, team: Team, changes: dict) -> TeamQuota:
     """Set a team's quota. GPUs and concurrent runs need a platform admin; the ceilings on the size
-    of the team's runs (``ceilings``, see :mod:`controlplane.runs.ceilings`) a platform admin
-    or the team's admin, each ceiling checked against the trainer setting it bounds."""
+    of the team's runs (``ceilings``, see :mod:`controlplane.runs.ceilings`) a platform admin sets
+    as it likes, and the team's admin may only tighten (lower a ceiling or add one: raising or
+    removing one needs a platform admin, or a team admin could undo the platform's limit). Each
+    ceiling is checked against the trainer setting it bounds."""
     if not actor.platform_admin:
         if not isinstance(changes, dict) or set(changes) - {"ceilings"}:
             actor.require_platform_admin("setting team quotas")
@@ -67,6 +79,10 @@ def team_quota_set(*, actor: Principal, team: Team, changes: dict) -> TeamQuota:
         if errors:
             raise InvalidInput([FieldError(path, message) for path, message in errors])
     quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
+    if "ceilings" in changes and not actor.platform_admin:
+        loosened = _loosened(quota.ceilings, changes["ceilings"])
+        if loosened:
+            actor.require_platform_admin(f"raising or removing a team ceiling ({', '.join(loosened)})")
     before = _quota_view(quota)
     for name, value in changes.items():
         setattr(quota, name, value)

@@ -1,5 +1,5 @@
-"""A team's ceilings on the size of its runs: set through the team quota API by a platform admin or
-the team's admin, each within its setting's global bound; a run above them is refused at validate
+"""A team's ceilings on the size of its runs: set through the team quota API by a platform admin, or
+tightened by the team's admin, each within its setting's global bound; a run above them is refused at validate
 and create naming the field and the ceiling, one at them is accepted; and the worker that starts a
 run checks its config again (bounds and ceilings of that moment), so a Run row written around the
 API fails with an event instead of allocating."""
@@ -227,5 +227,20 @@ def test_the_cli_sets_and_shows_ceilings(world):
     assert "sequences_per_step" in shown and "rollout.n" in shown
     with pytest.raises(CommandError, match=r"quota.ceilings.rollout.n: must be at most 1024"):
         cli("quota", "set", "acme", "--ceiling", "rollout.n=5000")
-    cli("quota", "set", "acme", "--clear-ceilings")
+    with pytest.raises(CommandError, match=r"raising or removing a team ceiling .*needs a platform admin"):
+        cli("quota", "set", "acme", "--clear-ceilings")
+    cli("quota", "set", "acme", "--clear-ceilings", user="root")
     assert team_ceilings(world.team) == {}
+
+
+def test_a_team_admin_may_tighten_ceilings_but_not_loosen_them(world):
+    """A platform admin's ceiling holds against the team's own admin: lowering one or adding one
+    is the team's choice, raising or removing one is the platform's."""
+    team_quota_set(actor=factories.actor(world.staff), team=world.team, changes={"ceilings": {"rollout.n": 8}})
+    admin = _client(world.users["admin"])
+    for loosen in ({"rollout.n": 16}, {}, {"rollout.max_new_tokens": 64}):
+        r = _put_quota(admin, {"ceilings": loosen})
+        assert r.status_code == 403 and "rollout.n: 8 ->" in r.json()["detail"]
+        assert team_ceilings(world.team) == {"rollout.n": 8}
+    r = _put_quota(admin, {"ceilings": {"rollout.n": 4, "rollout.max_new_tokens": 64}})
+    assert r.status_code == 200 and team_ceilings(world.team) == {"rollout.n": 4, "rollout.max_new_tokens": 64}
