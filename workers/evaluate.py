@@ -12,6 +12,7 @@ import traceback
 
 from django.conf import settings
 
+from controlplane.common.model_refs import REGISTRY_PREFIX, resolve_model
 from controlplane.domains.models import DomainVersion
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.registry import services
@@ -43,6 +44,9 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         return "nothing to do (finished already, or unknown)"
     engine = None
     try:
+        # The version's files, checked again for its team before anything else (a base version's
+        # path is held to the rules for directories named directly; controlplane/common/model_refs.py).
+        path = resolve_model(f"{REGISTRY_PREFIX}{ev.version.pk}", team_id=ev.version.team_id).path
         items = ev.suite_version.items
         pins = {(dv.domain.slug, dv.version): dv for dv in DomainVersion.objects.filter(
             domain__slug__in=[i["domain"] for i in items]).select_related("domain")}
@@ -55,7 +59,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         if unknown:
             raise RuntimeError("domains unknown to the trainer: " + ", ".join(unknown))
         longest = max(i.get("max_episode_tokens", 512) + 512 for i in items)
-        engine, tokenizer = load_for_eval(ev.version.path, engine=ev.engine, max_model_len=longest)
+        engine, tokenizer = load_for_eval(path, engine=ev.engine, max_model_len=longest)
         results = []
         for item in items:
             dv = pins[(item["domain"], item["domain_version"])]

@@ -39,7 +39,18 @@ HUB_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9
 
 registry_version_wanted = Signal()
 """Sent (``sender=None, name=..., team_id=...``) to resolve ``registry:<name>``: a receiver
-returns the directory of that version when team ``team_id`` may use it, else None."""
+returns a :class:`RegistryHit` for that version when team ``team_id`` may use it, else None."""
+
+
+@dataclass(frozen=True)
+class RegistryHit:
+    """Where a registry version's files are, as the registry answers for one team."""
+
+    path: str
+    stored: bool
+    """The registry's own copy of the version or its checkpoint's directory, in the server's
+    storage; False for a base model's version, whose path is the base's own directory or hub id
+    (held to the same rules as that reference given directly)."""
 
 
 class ModelRefused(Exception):
@@ -108,17 +119,15 @@ def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") 
         raise ModelRefused("must name a model")
     if ref.startswith(REGISTRY_PREFIX):
         name = ref[len(REGISTRY_PREFIX):].strip()
-        found = [path for _, path in registry_version_wanted.send(sender=None, name=name, team_id=team_id) if path]
-        if not name or not found:
+        hits = [hit for _, hit in registry_version_wanted.send(sender=None, name=name, team_id=team_id) if hit]
+        if not name or not hits:
             raise ModelRefused(f"model version {name!r} not found")
-        path = found[0]
-        real = Path(os.path.realpath(path))
-        if not any(_inside(real, s) for s in storage_dirs()):
-            # A base model's version points at the base's own directory or hub id: the same rules
-            # as that directory or id given directly.
-            if not is_path_like(path):
-                return ModelRef(ref, "registry", path)
-            real = confine_path(path)
+        hit = hits[0]
+        real = Path(os.path.realpath(hit.path))
+        if not hit.stored or not any(_inside(real, s) for s in storage_dirs()):
+            if not is_path_like(hit.path):
+                return ModelRef(ref, "registry", hit.path)
+            real = confine_path(hit.path)
         _check_files(ref, real, needs)
         return ModelRef(ref, "registry", str(real))
     if not is_path_like(ref):

@@ -155,6 +155,21 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
     return version
 
 
+def version_is_stored(version: ModelVersion) -> bool:
+    """Whether the version's path is one the registry itself keeps for it: its copy under
+    ``var/registry/v<id>``, or its own checkpoint's directory. Only those are loaded from the
+    server's storage; any other path (a base model's, or a row written another way) is held to
+    the rules for directories named directly (controlplane/common/model_refs.py)."""
+    if version.kind != "checkpoint" or not version.path:
+        return False
+    real = Path(os.path.realpath(version.path))
+    owned = [registry_root() / f"v{version.pk}"]
+    if version.checkpoint_id is not None:
+        owned.append(Path(version.checkpoint.path))
+    roots = [Path(os.path.realpath(o)) for o in owned]
+    return any(real == root or root in real.parents for root in roots)
+
+
 def _run_base_version(run: Run) -> ModelVersion:
     """The version a run trains from: the registry version its ``base_model`` names
     (``registry:tiny@12/40``: its checkpoints continue that line), else the team's version of the

@@ -8,9 +8,9 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from controlplane.common.model_refs import registry_version_wanted
+from controlplane.common.model_refs import RegistryHit, registry_version_wanted
 from controlplane.registry.selectors import version_for_team
-from controlplane.registry.services import version_register_checkpoint
+from controlplane.registry.services import version_is_stored, version_register_checkpoint
 from controlplane.runs.models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ def register_checkpoint(sender, instance: Checkpoint, raw: bool = False, **kwarg
 
 
 @receiver(registry_version_wanted, dispatch_uid="registry-model-reference")
-def version_path(sender, name: str, team_id: int | None, **kwargs) -> str | None:
-    """The directory of the version ``name`` of team ``team_id`` (None when it has none)."""
+def version_path(sender, name: str, team_id: int | None, **kwargs) -> RegistryHit | None:
+    """Where the version ``name`` of team ``team_id`` is (None when it has none)."""
     version = version_for_team(ref=name, team_id=team_id)
-    return version.path if version is not None else None
+    return RegistryHit(version.path, version_is_stored(version)) if version is not None else None

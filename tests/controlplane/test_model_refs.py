@@ -373,3 +373,38 @@ def test_the_worker_refuses_a_domain_row_naming_another_teams_judge(world):
     assert run.state == RunState.FAILED
     assert event.data["errors"] == [{"path": "domains.acme-legacy.verifier.stages[1].params.judge",
                                      "message": "judge 'globex-judge' not found (a judge stage names a judge of the domain's team)"}]
+
+
+def test_a_version_row_pointing_at_another_teams_files_is_held_to_the_path_rules(world, host):
+    """Rows written before the rules (a base registered from a run whose base_model was globex's
+    registry copy, a version whose path was edited): only the registry's own copy of a version, or
+    its own checkpoint's directory, is loaded from storage."""
+    from controlplane.registry.services import version_is_stored
+
+    theirs, copy, ckpt = globex_weights(world, host)
+    base = ModelVersion.objects.create(team=world.team, kind="base", name="stolen", base="stolen", base_model=str(copy),
+                                       path=str(copy))
+    forged = ModelVersion.objects.create(team=world.team, name="forged@1/1", base="forged", base_model="x", step=1,
+                                         path=str(ckpt))
+    assert version_is_stored(theirs) and not version_is_stored(base) and not version_is_stored(forged)
+    for version in (base, forged):
+        with pytest.raises(ModelRefused, match="not found under the allowed model directories"):
+            resolve_model(f"registry:{version.name}", team_id=world.team.id)
+        assert "not found" in refused(post_run(world, base_model=f"registry:{version.id}"), "base_model")
+    assert not Run.objects.filter(team=world.team).exclude(state="completed").exists()
+
+
+def test_the_eval_worker_refuses_a_version_whose_files_are_not_its_teams(world, host):
+    from controlplane.registry.models import EvalRun, EvalSuite, EvalSuiteVersion
+    from workers.evaluate import run_eval
+
+    _, copy, _ = globex_weights(world, host)
+    stolen = ModelVersion.objects.create(team=world.team, kind="base", name="stolen", base="stolen", base_model=str(copy),
+                                         path=str(copy))
+    suite = EvalSuite.objects.create(slug="s", team=world.team)
+    items = [{"domain": "addition", "domain_version": 1, "layer": "capability", "tasks": 1, "seed": 1, "samples": 1,
+              "temperature": 0.0, "k": [1], "max_new_tokens": 2, "max_turns": 1, "max_episode_tokens": 8, "level": 0}]
+    ev = EvalRun.objects.create(version=stolen, suite_version=EvalSuiteVersion.objects.create(suite=suite, version=1, items=items))
+    assert run_eval(ev.pk, worker="test") == "failed"
+    ev.refresh_from_db()
+    assert ev.state == "failed" and "ModelRefused: model directory" in ev.error
