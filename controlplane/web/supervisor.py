@@ -6,9 +6,11 @@ out-of-memory kill) then costs a queue seconds of service, never its worker for 
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,16 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
 STABLE_S = 60.0
 """A process that ran this long before exiting is restarted after ``BACKOFF_FIRST_S`` again."""
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux for SIGTERM when the supervisor dies, even by SIGKILL.
+    A child in a session of its own is out of reach of the terminal's signals, so without this a
+    killed supervisor would leave its workers running unsupervised."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -53,7 +65,8 @@ class Supervisor:
         out = open(child.log_path, "ab") if child.log_path else None
         try:
             child.proc = subprocess.Popen(child.cmd, stdout=out, stderr=subprocess.STDOUT if out else None, cwd=self.cwd,
-                                          env=self.env, start_new_session=True)
+                                          env=self.env, start_new_session=True,
+                                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         finally:
             if out:
                 out.close()  # the child has its own copy of the descriptor

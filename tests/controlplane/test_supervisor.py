@@ -42,6 +42,37 @@ def test_an_exiting_process_is_restarted_with_growing_backoff_and_a_log_line(tmp
     assert any(line.startswith(f"flaky restarted (pid {child.pids[1]}, restart 1)") for line in lines)
 
 
+def test_children_end_with_a_supervisor_killed_by_sigkill(tmp_path):
+    """A child runs in a session of its own (out of the terminal's signals), so it is the kernel's
+    parent-death signal that ends it when its supervisor is killed outright."""
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from controlplane.web.supervisor import Supervisor\n"
+        "s = Supervisor(log=print)\n"
+        f"c = s.add('sleeper', [sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"Path({str(pid_file)!r}).write_text(str(c.proc.pid))\n"
+        "time.sleep(600)\n"
+    )
+    supervisor = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    try:
+        child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child's pid"))
+        supervisor.kill()
+        supervisor.wait()
+
+        def gone() -> bool:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return True
+            # a zombie until init reaps it: gone for our purpose
+            return Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        wait_until(gone, 30, f"child {child} to end with its supervisor")
+    finally:
+        supervisor.kill()
+
+
 def _pump(stream, into: queue.Queue) -> None:
     for raw in stream:
         into.put(raw.decode(errors="replace"))
