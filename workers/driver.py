@@ -231,6 +231,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         cascades={pin.slug: pin.verifier for pin in pins}, versions=versions, served=queues.served,
         timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
     inflight = InFlight()
+    silent = SilentQueues(needs)
 
     def verify_batch(items):
         """Verify (on the Job's verify thread when it overlaps), counting the items in flight."""
@@ -319,6 +320,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 watch.run_watch_heldout(run=run, step=step)
             if step % every == 0:
                 checkpoint()
+            if stuck := silent.observe(job.last_generated):
+                checkpoint()
+                _pause_silent(run, worker, stuck)
+                return f"paused (workers on queue {', '.join(stuck)} answer nothing)"
             if run.budget_seconds and time.monotonic() - started > run.budget_seconds:
                 break
             if run.budget_tokens and run.tokens_used >= run.budget_tokens:
@@ -444,6 +449,56 @@ def _pause_unserved(run: Run, worker: str, service: QueueService, missing: list[
                           message=f"paused at step {run.current_step}: {notes}; it resumes from its last checkpoint by "
                                   "itself when a worker serves the queue",
                           data={"queue": missing[0], "queues": missing})
+
+
+def _pause_silent(run: Run, worker: str, queues: list[str]) -> None:
+    """Workers that look alive but answered none of the last steps' verifications pause the run
+    for a person to look (a hung pool, a sandbox runtime that never returns): their masked steps
+    would otherwise go on for ever, burning generation and training nothing. It waits for a
+    user's resume, since the queue looks served and the scheduler could not tell it has healed."""
+    names = ", ".join(queues)
+    runs.run_pause_system(run=run, worker=worker, cause="unanswered",
+                          message=f"paused at step {run.current_step}: the workers on queue {names} look alive but "
+                                  f"answered none of the verifications of the last {SilentQueues.STEPS} steps, even "
+                                  f"after re-sending (see `celery -A workers.celery inspect active`); resume the run "
+                                  "once they answer",
+                          data={"queue": queues[0], "queues": queues, "steps": SilentQueues.STEPS})
+
+
+class SilentQueues:
+    """Counts, per queue, the consecutive steps in which every verification sent to it was lost
+    after every re-send (``details["lost"]``) and none answered: such steps are masked and do
+    not count toward a domain's quarantine, so this is what stops a run whose workers are alive
+    but answer nothing.
+
+    >>> from types import SimpleNamespace as NS
+    >>> from trainer.outcomes import Outcome, Verification
+    >>> lost = NS(task=NS(domain="code"), verification=Verification(Outcome.SANDBOX_ERROR, 0.0, {LOST: "verify"}))
+    >>> ok = NS(task=NS(domain="code"), verification=Verification(Outcome.PASS, 1.0, {}))
+    >>> watch = SilentQueues({"code": "verify", "addition": None})
+    >>> [watch.observe([lost, lost]) for _ in range(SilentQueues.STEPS - 1)], watch.observe([lost, ok])
+    ([[], []], [])
+    >>> [watch.observe([lost]) for _ in range(SilentQueues.STEPS)][-1]
+    ['verify']
+    """
+
+    STEPS = 3
+
+    def __init__(self, needs: dict[str, str | None]) -> None:
+        self.needs = needs
+        self.streak: Counter = Counter()
+
+    def observe(self, trajectories) -> list[str]:
+        """Count one step; the queues silent for ``STEPS`` steps in a row."""
+        lost, answered = Counter(), Counter()
+        for t in trajectories:
+            queue = self.needs.get(t.task.domain)
+            if queue is None or t.verification is None or NO_WORKER in t.verification.details:
+                continue
+            (lost if LOST in t.verification.details else answered)[queue] += 1
+        for queue in set(self.needs.values()) - {None}:
+            self.streak[queue] = self.streak[queue] + 1 if lost[queue] and not answered[queue] else 0
+        return sorted(q for q, n in self.streak.items() if n >= self.STEPS)
 
 
 def without_unanswered(metrics: dict[str, float], unanswered: Counter) -> dict[str, float]:

@@ -188,19 +188,33 @@ def test_masked_samples_of_a_live_worker_still_count_toward_quarantine(setup):
     assert RunEvent.objects.get(run=run, kind="quarantine").data["domain"] == "flaky-code"
 
 
-def test_batches_no_worker_answers_are_masked_but_never_quarantine_the_domain(setup, settings):
+def test_batches_no_worker_answers_are_masked_then_pause_the_run_but_never_quarantine(setup, settings):
     """The verify worker looks alive (its heartbeat is not stale yet) but no batch comes back,
-    through every re-send: the items are masked, the steps go on, and the domain is not
-    quarantined (before, one such step quarantined the run's only domain and failed the run)."""
+    through every re-send: the items are masked and the domain is not quarantined (before, one
+    such step quarantined the run's only domain and failed the run); after SilentQueues.STEPS
+    such steps in a row the run pauses naming the queue (masked steps would go on for ever), at a
+    checkpoint, waiting for a user's resume."""
+    from workers.driver import SilentQueues
+
     settings.TEMPER_VERIFY_DEADLINE_S = 0.05
     _code_domain(setup.actor, "remote-code")
-    run = _running_run(setup.actor, setup.model, steps=3, domains=["remote-code"])
+    run = _running_run(setup.actor, setup.model, steps=SilentQueues.STEPS + 3, domains=["remote-code"])
     factories.live_worker(["verify"])
-    assert drive(run.id, worker="w1", send=lambda name, args: _NoResult()) == "completed"
+    assert drive(run.id, worker="w1", send=lambda name, args: _NoResult()) == "paused (workers on queue verify answer nothing)"
     assert not RunEvent.objects.filter(run=run, kind="quarantine").exists()
-    assert _values(run, "outcome/remote-code/sandbox_error") == {1: 16.0, 2: 16.0, 3: 16.0}
+    steps = range(1, SilentQueues.STEPS + 1)
+    assert _values(run, "outcome/remote-code/sandbox_error") == {s: 16.0 for s in steps}
     assert _values(run, "reward/mean") == {}
-    assert _values(run, "verify/lost_items")[3] == 48.0
+    assert _values(run, "verify/lost_items")[SilentQueues.STEPS] == 16.0 * SilentQueues.STEPS
+    run.refresh_from_db()
+    assert run.state == "paused" and run.current_step == SilentQueues.STEPS
+    assert run.checkpoints.filter(step=SilentQueues.STEPS).exists()
+    event = RunEvent.objects.get(run=run, kind="paused")
+    assert event.data["cause"] == "unanswered" and event.data["queue"] == "verify"
+    assert "look alive but answered none" in event.message
+    schedule_tick()  # the queue looks served: the scheduler must not resume it by itself
+    run.refresh_from_db()
+    assert run.state == "paused"
 
 
 def test_outcome_metrics_of_an_all_masked_batch_have_no_reward():
