@@ -117,6 +117,8 @@ def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") 
     ref = ref.strip()
     if not ref:
         raise ModelRefused("must name a model")
+    if not _nameable(ref):
+        raise ModelRefused("not a model name or path: it holds a NUL or a character no file name can hold")
     if ref.startswith(REGISTRY_PREFIX):
         name = ref[len(REGISTRY_PREFIX):].strip()
         hits = [hit for _, hit in registry_version_wanted.send(sender=None, name=name, team_id=team_id) if hit]
@@ -135,6 +137,20 @@ def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") 
     real = confine_path(ref)
     _check_files(ref, real, needs)
     return ModelRef(ref, "dir", str(real))
+
+
+def _nameable(ref: str) -> bool:
+    r"""Whether the file system can be asked about ``ref`` at all: no NUL, and text that UTF-8 can
+    encode (no lone surrogate), as every name stored with a run must be.
+
+    >>> _nameable("/srv/m"), _nameable("/srv/m\x00"), _nameable("\ud800")
+    (True, False, False)
+    """
+    try:
+        ref.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in ref
 
 
 def _check_files(ref: str, real: Path, needs: str) -> None:

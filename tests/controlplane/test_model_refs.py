@@ -19,6 +19,7 @@ from controlplane.registry.models import Alias, ModelVersion
 from controlplane.review.models import Judge, JudgeConfig
 from controlplane.runs.models import Checkpoint, Run, RunEvent, RunState
 from controlplane.runs.selectors import run_warnings
+from controlplane.runs.services import _model_ref_errors
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -408,3 +409,11 @@ def test_the_eval_worker_refuses_a_version_whose_files_are_not_its_teams(world, 
     assert run_eval(ev.pk, worker="test") == "failed"
     ev.refresh_from_db()
     assert ev.state == "failed" and "ModelRefused: model directory" in ev.error
+
+
+@pytest.mark.parametrize("ref", ["/srv/m\x00/etc", "mo\udc80del", "registry:\x00"])
+def test_names_no_file_system_can_hold_are_refused_not_crashed_on(world, ref):
+    with pytest.raises(ModelRefused, match="holds a NUL or a character no file name can hold"):
+        resolve_model(ref, team_id=world.team.id)
+    errors = _model_ref_errors(world.team, "tiny-llama", {"tokenizer": {"path": ref}})
+    assert [e.path for e in errors] == ["config.tokenizer.path"]
