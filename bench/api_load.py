@@ -3,8 +3,8 @@
 Builds a site like the demo's in a fresh PostgreSQL database (the synced catalogue, a run of
 ``--steps`` steps on three domains with the demo's metric keys, 16 sampled trajectories a step,
 checkpoint and eval events, a second short run), then for each count in ``--processes`` starts
-the web server with that many processes (``controlplane.web.serving``: daphne for one, uvicorn
-for several, unless ``--server`` says which), each lending its requests one of ``--db-pool``
+the web server with that many processes (``controlplane.web.serving``: uvicorn, unless
+``--server daphne`` says otherwise for one process), each lending its requests one of ``--db-pool``
 PostgreSQL connections (TEMPER_DB_POOL_SIZE, as compose's web; 0: a connection per request), and lets ``--clients`` clients send requests for
 ``--seconds`` seconds, each waiting for its answer before sending the next. Half the clients are
 browsers (a session: the home and run pages, then what the run page fetches: the series of its

@@ -42,9 +42,13 @@ def test_process_count_comes_from_the_option_then_the_environment(monkeypatch):
         web_processes()
 
 
-def test_one_process_is_daphne_and_several_are_uvicorn_workers():
+def test_uvicorn_serves_one_or_several_processes_and_daphne_only_one():
+    """uvicorn by default, one process too: it refuses an oversized declared body before reading
+    it, where daphne takes the whole body into memory first (docs/controlplane.md)."""
     one = web_command(host="127.0.0.1", port=8000, processes=1, python="py")
-    assert one == ["py", "-m", "daphne", "-b", "127.0.0.1", "-p", "8000", "controlplane.asgi:application"]
+    assert one[:4] == ["py", "-m", "uvicorn", "controlplane.asgi:application"] and one[one.index("--workers") + 1] == "1"
+    daphne = web_command(host="127.0.0.1", port=8000, processes=1, server="daphne", python="py")
+    assert daphne == ["py", "-m", "daphne", "-b", "127.0.0.1", "-p", "8000", "controlplane.asgi:application"]
     three = web_command(host="0.0.0.0", port=9000, processes=3, python="py")
     assert three[:4] == ["py", "-m", "uvicorn", "controlplane.asgi:application"]
     assert three[three.index("--workers") + 1] == "3" and three[three.index("--port") + 1] == "9000"

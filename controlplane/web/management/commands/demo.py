@@ -1,7 +1,7 @@
 """``python manage.py demo``: the whole embedded-default stack in one terminal.
 
-Migrates, prepares the demo (admin, team, domains), then runs the web server (daphne, or
-``--web-processes N`` uvicorn processes on one port), one Celery
+Migrates, prepares the demo (admin, team, domains), then runs the web server (uvicorn: one
+process, or ``--web-processes N`` on one port), one Celery
 worker on every queue and Celery beat as child processes (each started again, with backoff, if it
 exits: controlplane/web/supervisor.py), prints the URL and the credentials, and stops them all on
 Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
@@ -32,8 +32,8 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("TEMPER_PORT", 8000)))
         parser.add_argument("--no-worker", action="store_true", help="web only")
         parser.add_argument("--web-processes", default=None, metavar="N",
-                            help=f"web server processes (default ${PROCESSES_ENV} or 1): one is daphne, several are "
-                                 "uvicorn workers on one port (controlplane/web/serving.py)")
+                            help=f"web server processes (default ${PROCESSES_ENV} or 1): uvicorn workers on one "
+                                 "port (controlplane/web/serving.py)")
 
     def _wait_until_serving(self, host: str, port: int, proc: subprocess.Popen, log) -> None:
         """Return once the web server accepts connections, so the printed URL works."""
