@@ -19,4 +19,4 @@ RUN useradd --system --home /var/lib/temper temper && mkdir -p /var/lib/temper &
  && SECRET_KEY=build python manage.py collectstatic --noinput -v0
 USER temper
 EXPOSE 8000
-CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off", "--no-access-log"]
+CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off", "--no-access-log", "--ws-max-size", "65536"]

@@ -36,11 +36,16 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from controlplane.accounts.principal import Principal
+from controlplane.common.body import loads
+from controlplane.common.errors import InvalidInput
 from controlplane.live.layers import LAYER_ERRORS
 from controlplane.live.selectors import run_status, run_summaries
 from controlplane.runs.models import MetricPoint, Run, RunEvent
 
 BATCH = 5000
+MAX_MESSAGE_CHARS = 1024
+"""A client sends only cursors (``{"cursor": n, "event_cursor": m}``): longer messages are refused."""
+MAX_MESSAGE_DEPTH = 4
 TAIL_PERIOD_S = 1.0
 COALESCE_S = 0.1
 UNREACHABLE = "the live channel (Redis) is unreachable: updates come from the database every {:g} s"
@@ -121,6 +126,23 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return
         await self.connect_user(user)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """A client's message under the API body reader's rules (no NaN, lone surrogates or NUL,
+        a depth limit), at most ``MAX_MESSAGE_CHARS`` long; anything else is answered with an
+        error message and dropped (the socket stays: the next good message is served)."""
+        if text_data is None:
+            await self.send_json({"type": "error", "message": "send JSON text, not binary frames"})
+            return
+        if len(text_data) > MAX_MESSAGE_CHARS:
+            await self.send_json({"type": "error", "message": f"a message is at most {MAX_MESSAGE_CHARS} characters"})
+            return
+        try:
+            content = loads(text_data, max_depth=MAX_MESSAGE_DEPTH)
+        except InvalidInput as exc:
+            await self.send_json({"type": "error", "message": "; ".join(str(e) for e in exc.errors)})
+            return
+        await self.receive_json(content, **kwargs)
 
     async def refuse(self, code: int) -> None:
         """Accept, then close with ``code`` (CLOSE_*): the client sees the code and stops."""

@@ -20,6 +20,7 @@ import sys
 
 APPLICATION = "controlplane.asgi:application"
 PROCESSES_ENV = "TEMPER_WEB_PROCESSES"
+WS_MAX_BYTES = 65536
 MAX_PROCESSES = 64
 """More web processes than this is a typo, not a deployment (each holds its own database connections)."""
 
@@ -68,6 +69,8 @@ def web_command(*, host: str, port: int, processes: int = 1, server: str = "", p
     if server != "uvicorn":
         raise ValueError(f"server: must be daphne or uvicorn, got {server!r}")
     # The channels router answers no "lifespan" scope (nothing to start or stop): off, rather than
-    # a warning at every start. No access log, as daphne has none by default.
+    # a warning at every start. No access log, as daphne has none by default. A websocket message
+    # is a client's cursor (controlplane/live/consumers.py refuses one over 1 KiB): frames over
+    # 64 KiB close the socket in the server, instead of uvicorn's default 16 MiB being buffered.
     return [python, "-m", "uvicorn", APPLICATION, "--host", host, "--port", str(port), "--workers", str(processes),
-            "--lifespan", "off", "--no-access-log"]
+            "--lifespan", "off", "--no-access-log", "--ws-max-size", str(WS_MAX_BYTES)]

@@ -39,3 +39,5 @@ def test_topology_has_every_part():
     # Several web processes on one port, as many as TEMPER_WEB_PROCESSES says (controlplane/web/serving.py).
     assert web[:2] == ["uvicorn", "controlplane.asgi:application"]
     assert web[web.index("--workers") + 1] == "${TEMPER_WEB_PROCESSES:-2}"
+    from controlplane.web.serving import WS_MAX_BYTES
+    assert web[web.index("--ws-max-size") + 1] == str(WS_MAX_BYTES)  # as the demo's server

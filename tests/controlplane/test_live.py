@@ -140,6 +140,27 @@ async def test_bad_cursor_gets_a_clear_error():
     await communicator.disconnect()
 
 
+@pytest.mark.parametrize("raw, message", [
+    ('{"cursor": NaN}', "cursor: NaN is not a number JSON can hold"),
+    ('[' * 100 + ']' * 100, "nested more than 4 levels deep"),
+    ('{"cursor": 1, "x": "' + "a" * 2000 + '"}', "a message is at most 1024 characters"),
+    ('{"cursor": "\\u0000"}', "cursor: contains a NUL"),
+    ('{"cursor": ', "not valid JSON"),
+])
+async def test_hostile_messages_get_an_error_and_the_socket_serves_on(raw, message):
+    """Client messages go through the API body reader's rules; the socket answers and stays."""
+    user, run, _ = await _setup()
+    await _write(run, [1, 2])
+    communicator = _socket(run.id, user)
+    assert (await communicator.connect())[0]
+    await communicator.send_to(text_data=raw)
+    error = await communicator.receive_json_from(timeout=10)
+    assert error["type"] == "error" and message in error["message"], error
+    await communicator.send_json_to({"cursor": 0})
+    assert len(await _drain(communicator, 2)) == 2
+    await communicator.disconnect()
+
+
 def _runs_socket(user):
     communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/runs/")
     communicator.scope["user"] = user
