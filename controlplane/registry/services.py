@@ -32,6 +32,7 @@ from controlplane.registry.selectors import promotion_gate, version_for_team
 from controlplane.runs import series
 from controlplane.runs.services import metric_domain
 from controlplane.runs.models import Checkpoint, MetricPoint, Run
+from trainer.config import MAX_SEED
 
 
 class GateRefused(Conflict):
@@ -193,20 +194,28 @@ def _auto_evaluate(version: ModelVersion) -> list[EvalRun]:
 
 
 # ----------------------------------------------------------------------------- eval suites
+MAX_SUITE_COMPLETIONS = 2**18
+"""Completions one evaluation of a suite generates at most (tasks x samples over its items): each
+item is bounded alone, but 500 items of 10,000 tasks x 256 samples would be 1.3 billion."""
+MAX_SUITE_TOKENS = 2**30
+"""Tokens one evaluation of a suite may generate at most (completions x max_new_tokens, x max_turns
+for an end-to-end item)."""
+
 SUITE_ITEM = {
     "type": "object", "required": ["domain"], "additionalProperties": False,
     "properties": {
         "domain": {"type": "string", "minLength": 1},
         "layer": {"enum": ["capability", "end_to_end"]},
         "tasks": {"type": "integer", "minimum": 1, "maximum": 10000},
-        "seed": {"type": "integer", "minimum": 0},
+        "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
         "samples": {"type": "integer", "minimum": 1, "maximum": 256},
         "temperature": {"type": "number", "minimum": 0, "maximum": 5},
         "max_new_tokens": {"type": "integer", "minimum": 1, "maximum": 32768},
         "max_turns": {"type": "integer", "minimum": 1, "maximum": 100},
         "max_episode_tokens": {"type": "integer", "minimum": 1, "maximum": 131072},
-        "level": {"type": "integer", "minimum": 0},
-        "k": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "uniqueItems": True},
+        "level": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "k": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 256}, "minItems": 1, "maxItems": 16,
+              "uniqueItems": True},
     },
 }
 SUITE_SCHEMA = {
@@ -247,9 +256,30 @@ def _resolve_items(actor: Principal, team: Team | None, items: list[dict]) -> li
         if item["temperature"] == 0 and item["samples"] > 1:
             errors.append(FieldError(f"items[{i}].samples", "greedy decoding (temperature 0) gives one answer per task: use samples 1 or a temperature"))
         out.append({**item, "domain_version": domain.version})
+    errors += _suite_size_errors(out)
     if errors:
         raise InvalidInput(errors)
     return out
+
+
+def _suite_size_errors(items: list[dict]) -> list[FieldError]:
+    """The suite's totals over its items, against MAX_SUITE_COMPLETIONS and MAX_SUITE_TOKENS.
+
+    >>> item = {**ITEM_DEFAULTS, "tasks": 10000, "samples": 32, "temperature": 1.0}
+    >>> [str(e) for e in _suite_size_errors([item])]
+    ['items: 320000 completions an evaluation (tasks x samples over the items); at most 262144 are allowed']
+    """
+    completions = sum(i["tasks"] * i["samples"] for i in items)
+    tokens = sum(i["tasks"] * i["samples"] * i["max_new_tokens"] * (i["max_turns"] if i["layer"] == "end_to_end" else 1)
+                 for i in items)
+    errors = []
+    if completions > MAX_SUITE_COMPLETIONS:
+        errors.append(FieldError("items", f"{completions} completions an evaluation (tasks x samples over the items); "
+                                          f"at most {MAX_SUITE_COMPLETIONS} are allowed"))
+    if tokens > MAX_SUITE_TOKENS:
+        errors.append(FieldError("items", f"{tokens} tokens an evaluation at most (completions x max_new_tokens, "
+                                          f"x max_turns end to end); at most {MAX_SUITE_TOKENS} are allowed"))
+    return errors
 
 
 @transaction.atomic

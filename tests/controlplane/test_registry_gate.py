@@ -11,7 +11,7 @@ from django.test import Client
 from controlplane.accounts.models import AuditLog
 from controlplane.common.errors import Forbidden, InvalidInput
 from controlplane.registry import selectors, services
-from controlplane.registry.models import Alias, EvalResult, EvalRun, ModelVersion
+from controlplane.registry.models import Alias, EvalResult, EvalRun, EvalSuite, ModelVersion
 from tests import factories
 
 N = 24
@@ -148,5 +148,12 @@ def test_suite_versions_are_immutable_and_validated(reg):
             {"domain": "nope"}, {"domain": "addition", "layer": "end_to_end"}, {"domain": "parity", "samples": 4, "k": [8]}]})
     paths = [e.path for e in bad.value.errors]
     assert paths == ["items[0].domain", "items[1].layer", "items[2].k", "items[2].samples"]
+    with pytest.raises(InvalidInput) as big:  # each item within bounds; their totals are not
+        services.suite_save(actor=admin, data={"slug": "big", "team": "acme", "items": [
+            {"domain": "addition", "tasks": 10000, "samples": 256, "temperature": 1.0, "k": [1]},
+            {"domain": "parity", "tasks": 10000, "samples": 200, "temperature": 1.0, "max_new_tokens": 32768}]})
+    assert [(e.path, e.message.split(";")[1].strip()) for e in big.value.errors] == [
+        ("items", f"at most {services.MAX_SUITE_COMPLETIONS} are allowed"), ("items", f"at most {services.MAX_SUITE_TOKENS} are allowed")]
+    assert not EvalSuite.objects.filter(slug="big").exists()
     with pytest.raises(Forbidden):
         services.suite_save(actor=factories.actor(reg.world.users["viewer"]), data={"slug": "y", "team": "acme", "items": [{"domain": "addition"}]})
