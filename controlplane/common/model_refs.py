@@ -7,6 +7,10 @@ saved, and again by the worker before it loads anything):
 - ``registry:<version>``: a model registry version of the same team, by id (``registry:18``, the
   ``v18`` of ``var/registry/v18``), name (``registry:tiny@12/40``, a base ``registry:tiny``) or
   alias (``registry:tiny:production``). Another team's version reads exactly like a missing one.
+- ``base:<name>``: a base model a platform admin registered for every team (registry
+  ``BaseModel``); its directory is the one registered, checked again (outside the server's storage,
+  holding the files the loader needs) each time it is named. A team's registry version of such a
+  base (``registry:<name>``) resolves through it.
 - a directory under one of the allow-listed roots (``TEMPER_MODEL_DIRS``), checked *after*
   ``~`` is expanded and every symlink and ``..`` is resolved, so neither climbs out of a root.
   The server's own storage (checkpoints, registry copies, exports under ``TEMPER_VAR_DIR``) is
@@ -16,7 +20,8 @@ saved, and again by the worker before it loads anything):
   name exists where the loader would look (transformers loads a local directory before asking the
   hub), in which case it is a path and the rule above applies.
 
-The registry app answers ``registry:`` references through :data:`registry_version_wanted`
+The registry app answers ``registry:`` and ``base:`` references through :data:`registry_version_wanted`
+and :data:`base_model_wanted`
 (connected in its AppConfig.ready), so this module and the apps that import it (runs, review)
 never import the registry, which imports them.
 """
@@ -31,11 +36,16 @@ from django.conf import settings
 from django.dispatch import Signal
 
 REGISTRY_PREFIX = "registry:"
+BASE_PREFIX = "base:"
 STORAGE_DIRS = ("checkpoints", "registry", "exports")
 """Folders of ``TEMPER_VAR_DIR`` holding teams' trained weights: reached only by registry name."""
 
 HUB_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)?$")
 """What a hub id looks like: ``name`` or ``org/name``; no ``..``, no leading ``/``, ``.`` or ``~``."""
+
+base_model_wanted = Signal()
+"""Sent (``sender=None, name=...``) to resolve ``base:<name>``: a receiver returns the registered
+base model's directory, else None."""
 
 registry_version_wanted = Signal()
 """Sent (``sender=None, name=..., team_id=...``) to resolve ``registry:<name>``: a receiver
@@ -64,7 +74,7 @@ class ModelRef:
 
     ref: str
     kind: str
-    """``registry``, ``dir`` or ``hub``."""
+    """``registry``, ``base``, ``dir`` or ``hub``."""
     path: str
     """The real directory (symlinks resolved) for ``registry`` and ``dir``; the id for ``hub``."""
 
@@ -119,12 +129,24 @@ def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") 
         raise ModelRefused("must name a model")
     if not _nameable(ref):
         raise ModelRefused("not a model name or path: it holds a NUL or a character no file name can hold")
+    if ref.startswith(BASE_PREFIX):
+        name = ref[len(BASE_PREFIX):].strip()
+        paths = [path for _, path in base_model_wanted.send(sender=None, name=name) if path]
+        if not name or not paths:
+            raise ModelRefused(f"base model {name!r} not found (GET /api/registry/base-models lists them)")
+        real = Path(os.path.realpath(paths[0]))
+        if any(_inside(real, s) for s in storage_dirs()):
+            raise ModelRefused(f"base model {name!r} points into the server's storage; a platform admin must register it again")
+        _check_files(ref, real, needs)
+        return ModelRef(ref, "base", str(real))
     if ref.startswith(REGISTRY_PREFIX):
         name = ref[len(REGISTRY_PREFIX):].strip()
         hits = [hit for _, hit in registry_version_wanted.send(sender=None, name=name, team_id=team_id) if hit]
         if not name or not hits:
             raise ModelRefused(f"model version {name!r} not found")
         hit = hits[0]
+        if hit.path.startswith(BASE_PREFIX):  # the team's version of a registered base model
+            return ModelRef(ref, "registry", resolve_model(hit.path, team_id=team_id, needs=needs).path)
         real = Path(os.path.realpath(hit.path))
         if not hit.stored or not any(_inside(real, s) for s in storage_dirs()):
             if not is_path_like(hit.path):

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from controlplane.common.admin import ReadOnlyAdmin
-from controlplane.registry.models import Alias, AliasMove, EvalResult, EvalRun, EvalSuite, EvalSuiteVersion, ModelVersion
+from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalResult, EvalRun, EvalSuite, EvalSuiteVersion, ModelVersion
 
 
 @admin.register(ModelVersion)
@@ -46,3 +46,10 @@ class EvalRunAdmin(ReadOnlyAdmin):
     list_display = ("id", "version", "suite_version", "engine", "state", "created_at", "finished_at")
     list_filter = ("state",)
     inlines = [EvalResultInline]
+
+
+@admin.register(BaseModel)
+class BaseModelAdmin(ReadOnlyAdmin):
+    """Registered through the API or ``temper base-models``, so every path is checked and audited."""
+
+    list_display = ("name", "path", "description", "created_by", "created_at")

@@ -177,6 +177,38 @@ def _body(request: HttpRequest, schema: dict) -> dict:
     return data
 
 
+# ----------------------------------------------------------------------------- base models for every team
+class BaseModelOut(Schema):
+    name: str
+    reference: str
+    path: str
+    description: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_reference(obj) -> str:
+        return f"base:{obj.name}"
+
+
+@router.get("/registry/base-models", response={200: list[BaseModelOut], **ERRORS})
+def base_model_list(request: HttpRequest):
+    """Base models a platform admin registered for every team; a run names one ``base:<name>``."""
+    return selectors.base_model_list()
+
+
+@router.post("/registry/base-models", response={201: BaseModelOut, **ERRORS}, openapi_extra=body_doc(services.BASE_MODEL_SCHEMA))
+def base_model_register(request: HttpRequest):
+    """Register a base model for every team, or point a registered name at another directory (platform admins)."""
+    return Status(201, services.base_model_register(actor=request.auth, data=json_object(request)))
+
+
+@router.delete("/registry/base-models/{name}", response={200: dict, **ERRORS})
+def base_model_remove(request: HttpRequest, name: str = Path(..., max_length=100)):
+    """Remove a registered base model (platform admins); refused while a run that has not ended names it."""
+    services.base_model_remove(actor=request.auth, name=name)
+    return {"removed": name}
+
+
 # ----------------------------------------------------------------------------- versions
 @router.get("/registry/versions", response={200: list[ModelVersionOut], **ERRORS})
 @paginate

@@ -58,6 +58,25 @@ class ModelVersion(models.Model):
         return self.kind == "base"
 
 
+class BaseModel(models.Model):
+    """A base model a platform admin registered for every team: runs, judges and references name
+    it ``base:<name>`` (controlplane/common/model_refs.py). Registering is the admin's allow
+    decision for that one directory: it need not lie under ``TEMPER_MODEL_DIRS``, but never in the
+    server's storage (teams' checkpoints, registry copies, exports)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    path = models.CharField(max_length=1000, help_text="The model's directory, symlinks resolved when registered.")
+    description = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Alias(models.Model):
     """``candidate``, ``canary`` or ``production`` of one team's model line (one base)."""
 

@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, NotFound, found
-from controlplane.registry.models import Alias, AliasMove, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
+from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
 
 
@@ -35,6 +35,11 @@ def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
     else:
         version = qs.filter(name=ref).first()
     return found(version, f"model version {ref!r} not found")
+
+
+def base_model_list() -> QuerySet[BaseModel]:
+    """Every registered base model (every signed-in user may see them: they are for every team)."""
+    return BaseModel.objects.all()
 
 
 def version_for_team(*, ref: str, team_id: int | None) -> ModelVersion | None:

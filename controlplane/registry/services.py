@@ -22,16 +22,16 @@ from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
-from controlplane.common.model_refs import REGISTRY_PREFIX
+from controlplane.common.model_refs import BASE_PREFIX, REGISTRY_PREFIX, storage_dirs
 from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
-from controlplane.registry.models import (ALIASES, Alias, AliasMove, EvalResult, EvalRun, EvalState, EvalSuite,
+from controlplane.registry.models import (ALIASES, Alias, AliasMove, BaseModel, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
 from controlplane.registry.selectors import promotion_gate, version_for_team
 from controlplane.runs import series
 from controlplane.runs.services import metric_domain
-from controlplane.runs.models import Checkpoint, MetricPoint, Run
+from controlplane.runs.models import TERMINAL_STATES, Checkpoint, MetricPoint, Run
 from trainer.config import MAX_SEED
 
 
@@ -45,11 +45,14 @@ class GateRefused(Conflict):
 
 # ----------------------------------------------------------------------------- names and files
 def base_name(base_model: str) -> str:
-    """Short name of a base model: its directory name, or the last part of a hub id.
+    """Short name of a base model: its directory name, the last part of a hub id, or the name of
+    a registered base model.
 
-    >>> base_name("/srv/models/qwen2-0.5b/"), base_name("Qwen/Qwen2-0.5B")
-    ('qwen2-0.5b', 'Qwen2-0.5B')
+    >>> base_name("/srv/models/qwen2-0.5b/"), base_name("Qwen/Qwen2-0.5B"), base_name("base:qwen2")
+    ('qwen2-0.5b', 'Qwen2-0.5B', 'qwen2')
     """
+    if base_model.startswith(BASE_PREFIX):
+        return base_model[len(BASE_PREFIX):]
     return Path(base_model.rstrip("/")).name or base_model
 
 
@@ -105,6 +108,60 @@ def _link_tree(src: Path, dst: Path) -> None:
         dst.rename(old)
     tmp.rename(dst)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- base models for every team
+BASE_MODEL_SCHEMA = {
+    "type": "object", "required": ["name", "path"], "additionalProperties": False,
+    "properties": {
+        "name": SLUG_SCHEMA,
+        "path": {"type": "string", "minLength": 1, "maxLength": 1000,
+                 "description": "The model's directory on the workers' hosts (with config.json)."},
+        "description": {"type": "string", "maxLength": 200},
+    },
+}
+
+
+def _base_view(base: BaseModel) -> dict:
+    return {"name": base.name, "path": base.path, "description": base.description}
+
+
+@transaction.atomic
+def base_model_register(*, actor: Principal, data: Any) -> BaseModel:
+    """Register (or point elsewhere) a base model every team may name ``base:<name>``: platform
+    admins only, as this is the allow decision for its directory. The directory is resolved
+    (symlinks, ``..``, ``~``) and must hold a config.json and lie outside the server's storage:
+    a team's trained weights are shared through the registry, never by path."""
+    actor.require_platform_admin("registering a base model for every team")
+    validate(data, BASE_MODEL_SCHEMA)
+    real = Path(os.path.realpath(os.path.expanduser(data["path"].strip())))
+    if any(real == s or s in real.parents for s in storage_dirs()):
+        raise InvalidInput.one("path", f"{data['path']} is in the server's storage (teams' checkpoints, registry "
+                                       "copies, exports): share a trained model through the registry instead")
+    if not (real / "config.json").is_file():
+        raise InvalidInput.one("path", f"no model at {data['path']} (expected a directory with config.json)")
+    base = BaseModel.objects.select_for_update().filter(name=data["name"]).first()
+    before = _base_view(base) if base else None
+    if base is None:
+        base = BaseModel(name=data["name"], created_by=actor.user)
+    base.path, base.description = str(real), data.get("description", base.description)
+    base.full_clean()
+    base.save()
+    audit_record(actor=actor, obj=base, action="base_model.register", before=before, after=_base_view(base))
+    return base
+
+
+@transaction.atomic
+def base_model_remove(*, actor: Principal, name: str) -> None:
+    """Remove a registered base model; refused (409) while a run that has not ended names it."""
+    actor.require_platform_admin("removing a base model")
+    base = found(BaseModel.objects.select_for_update().filter(name=name).first(), f"base model {name!r} not found")
+    using = list(Run.objects.filter(base_model=f"{BASE_PREFIX}{name}").exclude(state__in=TERMINAL_STATES)
+                 .values_list("pk", flat=True)[:10])
+    if using:
+        raise Conflict(f"base model {name!r} is named by runs that have not ended: {', '.join(map(str, using))}")
+    audit_record(actor=actor, obj=base, action="base_model.remove", before=_base_view(base))
+    base.delete()
 
 
 # ----------------------------------------------------------------------------- versions

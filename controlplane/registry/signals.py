@@ -8,9 +8,10 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from controlplane.common.model_refs import RegistryHit, registry_version_wanted
+from controlplane.common.model_refs import RegistryHit, base_model_wanted, registry_version_wanted
 from controlplane.registry.selectors import version_for_team
 from controlplane.registry.services import version_is_stored, version_register_checkpoint
+from controlplane.registry.models import BaseModel
 from controlplane.runs.models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -32,3 +33,9 @@ def version_path(sender, name: str, team_id: int | None, **kwargs) -> RegistryHi
     """Where the version ``name`` of team ``team_id`` is (None when it has none)."""
     version = version_for_team(ref=name, team_id=team_id)
     return RegistryHit(version.path, version_is_stored(version)) if version is not None else None
+
+
+@receiver(base_model_wanted, dispatch_uid="registry-base-model")
+def base_model_path(sender, name: str, **kwargs) -> str | None:
+    """The directory of the base model registered as ``name`` (None when none is)."""
+    return BaseModel.objects.filter(name=name).values_list("path", flat=True).first()

@@ -14,6 +14,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
+from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
@@ -96,8 +97,10 @@ def model_dirs() -> list[Path]:
 
 
 def model_catalogue() -> list[dict[str, str]]:
-    """Local Hugging Face model directories (those with a config.json) under :func:`model_dirs`."""
-    found = []
+    """The base models a platform admin registered for every team (``base:<name>``), then local
+    Hugging Face model directories (those with a config.json) under :func:`model_dirs`."""
+    found = [{"path": f"base:{b.name}", "name": f"{b.name} (registered)"}
+             for b in BaseModel.objects.only("name")]
     for root in model_dirs():
         if not root.is_dir():
             continue

@@ -417,3 +417,64 @@ def test_names_no_file_system_can_hold_are_refused_not_crashed_on(world, ref):
         resolve_model(ref, team_id=world.team.id)
     errors = _model_ref_errors(world.team, "tiny-llama", {"tokenizer": {"path": ref}})
     assert [e.path for e in errors] == ["config.tokenizer.path"]
+
+
+# ----------------------------------------------------------------------------- base models registered by an admin
+def test_a_platform_admin_registers_a_base_model_every_team_names(world, host, tmp_path):
+    """``base:<name>``: the admin's registration is the allow decision for that one directory (it
+    need not lie under TEMPER_MODEL_DIRS); every team trains from it, and its checkpoints are
+    named after it; the team's registry version of it resolves through it."""
+    from controlplane.registry.models import BaseModel
+
+    shared = model_dir(tmp_path / "srv" / "qwen")
+    staff = client_for(world.staff)
+    r = post(staff, "/api/registry/base-models", {"name": "qwen", "path": str(tmp_path / "srv" / "x" / ".." / "qwen"),
+                                                  "description": "for every team"})
+    assert r.status_code == 201, r.content
+    assert r.json()["reference"] == "base:qwen" and r.json()["path"] == str(shared.resolve())
+    listed = client_for(world.other_users["viewer"]).get("/api/registry/base-models").json()
+    assert [b["reference"] for b in listed] == ["base:qwen"]
+
+    for team, users in (("acme", world.users), ("globex", world.other_users)):
+        payload = factories.run_payload(["addition"], team=team, base_model="base:qwen",
+                                        config={"tokenizer": {"path": "base:qwen"}})
+        r = post(client_for(users["member"]), "/api/runs", payload)
+        assert r.status_code == 201, r.content
+    resolved = resolve_model("base:qwen", team_id=world.team.id)
+    assert (resolved.kind, resolved.path) == ("base", str(shared.resolve()))
+
+    run = Run.objects.filter(team=world.team, base_model="base:qwen").get()
+    ckpt = Checkpoint.objects.create(run=run, step=5, path=str(host.var / "checkpoints" / f"run-{run.id}" / "step-5"))
+    version = ModelVersion.objects.get(checkpoint=ckpt)
+    assert version.name == f"qwen@{run.id}/5" and version.parent.name == "qwen"
+    assert resolve_model("registry:qwen", team_id=world.team.id).path == str(shared.resolve())
+    assert BaseModel.objects.count() == 1
+
+
+def test_registering_base_models_is_for_platform_admins_and_checked(world, host, tmp_path):
+    from controlplane.registry.models import BaseModel
+
+    shared = model_dir(tmp_path / "srv" / "qwen")
+    team_admin = client_for(world.users["admin"])
+    assert post(team_admin, "/api/registry/base-models", {"name": "qwen", "path": str(shared)}).status_code == 403
+    staff = client_for(world.staff)
+    version, copy, ckpt = globex_weights(world, host)
+    for path in (copy, ckpt):  # another team's trained weights are shared through the registry, never by path
+        assert "in the server's storage" in refused(post(staff, "/api/registry/base-models", {"name": "x", "path": str(path)}), "path")
+    assert "no model at" in refused(post(staff, "/api/registry/base-models", {"name": "x", "path": "/etc/ssl"}), "path")
+    assert not BaseModel.objects.exists()
+    assert refused(post_run(world, base_model="base:nope"), "base_model").startswith("base model 'nope' not found")
+
+
+def test_a_base_model_named_by_a_live_run_cannot_be_removed(world, host, tmp_path):
+    from controlplane.registry.models import BaseModel
+
+    shared = model_dir(tmp_path / "srv" / "qwen")
+    staff = client_for(world.staff)
+    assert post(staff, "/api/registry/base-models", {"name": "qwen", "path": str(shared)}).status_code == 201
+    run = factories.run(world.team, base_model="base:qwen", state="running")
+    assert staff.delete("/api/registry/base-models/qwen").status_code == 409
+    Run.objects.filter(pk=run.pk).update(state="completed")
+    assert client_for(world.users["admin"]).delete("/api/registry/base-models/qwen").status_code == 403
+    assert staff.delete("/api/registry/base-models/qwen").json() == {"removed": "qwen"}
+    assert not BaseModel.objects.exists()
