@@ -55,18 +55,25 @@ def worker_env(db_settings: dict, redis_url: str, **extra: str) -> dict:
 
 def start_celery_worker(env: dict, name: str, queues: str, *, concurrency: int = 1, log_path=None, on_line=None,
                         pool: str | None = None, app: str = "workers.celery"):
-    """A real Celery worker, returned once it says it is ready. Its output keeps being read (to
-    ``log_path`` if given, each line passed to ``on_line``) so a full pipe never blocks it. It runs
-    in its own session so a test can SIGKILL the worker and its pool children together."""
-    import subprocess
+    """A real Celery worker, returned once it says it is ready (``start_celery_process``)."""
     import sys
-    import threading
-    from pathlib import Path
 
     cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues, "-c", str(concurrency),
            "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
     if pool:
         cmd += ["--pool", pool]
+    return start_celery_process(cmd, env, name, log_path=log_path, on_line=on_line)
+
+
+def start_celery_process(cmd: list[str], env: dict, name: str, *, log_path=None, on_line=None):
+    """A Celery worker started from its command line, returned once it says it is ready. Its
+    output keeps being read (to ``log_path`` if given, each line passed to ``on_line``) so a full
+    pipe never blocks it. It runs in its own session so a test can SIGKILL the worker and its pool
+    children together."""
+    import subprocess
+    import threading
+    from pathlib import Path
+
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     lines = []

@@ -27,8 +27,8 @@ app.conf.task_queues = [Queue(name) for name in settings.CELERY_QUEUES_ALL]
 app.conf.beat_schedule = {
     "schedule-tick": {
         "task": "temper.control.schedule_tick",
-        "schedule": 10.0,
-        "options": {"queue": "control", "expires": 10.0},
+        "schedule": settings.TEMPER_SCHEDULE_PERIOD_S,
+        "options": {"queue": "control", "expires": settings.TEMPER_SCHEDULE_PERIOD_S},
     },
     "worker-sweep": {
         "task": "temper.control.worker_sweep",

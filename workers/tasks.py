@@ -24,10 +24,11 @@ def ping(value: int) -> int:
     return value + 1
 
 
-@shared_task(name="temper.control.schedule_tick", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True)
-def schedule_tick() -> dict:
+@shared_task(name="temper.control.schedule_tick", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True,
+             bind=True)
+def schedule_tick(self) -> dict:
     """Admit queued runs, ask lower-priority runs to yield, re-dispatch runs whose driver died."""
-    decision = scheduling.schedule_tick()
+    decision = scheduling.schedule_tick(worker=self.request.hostname or "")
     return {"admit": decision.admit, "preempt": decision.preempt}
 
 

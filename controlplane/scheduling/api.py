@@ -1,6 +1,8 @@
 """API: a team's quota (read by its members; GPUs and runs set by platform admins, the ceilings on
-the size of its runs by platform admins or the team's admins)."""
+the size of its runs by platform admins or the team's admins), and the scheduler's status."""
 from __future__ import annotations
+
+from datetime import datetime
 
 from django.http import HttpRequest
 from ninja import Router, Schema
@@ -8,6 +10,7 @@ from ninja import Router, Schema
 from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, body_doc, json_object
 from controlplane.scheduling import services
+from controlplane.scheduling.selectors import scheduler_status
 from controlplane.scheduling.models import TeamQuota
 
 router = Router(tags=["accounts"])
@@ -36,3 +39,24 @@ def quota_get(request: HttpRequest, slug: str):
 def quota_set(request: HttpRequest, slug: str):
     team = team_get(actor=request.auth, slug=slug)
     return _quota_out(services.team_quota_set(actor=request.auth, team=team, changes=json_object(request)))
+
+
+class SchedulerOut(Schema):
+    at: datetime | None
+    """When the last tick ended; null: the scheduler has not run yet."""
+    age_s: float | None
+    period_s: float
+    late: bool
+    """No tick for three periods (or never): ``reason`` says what to check."""
+    reason: str
+    duration_ms: float | None
+    queued: int
+    admitted: int
+    preempted: int
+    worker: str
+
+
+@router.get("/scheduler", response={200: SchedulerOut, **ERRORS})
+def scheduler_get(request: HttpRequest):
+    """When the scheduler last ran and what that tick decided; whether it is late and why."""
+    return scheduler_status()

@@ -1,4 +1,4 @@
-"""Scheduling data: team quotas, resource pools and worker heartbeats."""
+"""Scheduling data: team quotas, resource pools, worker heartbeats and the scheduler's last tick."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
@@ -76,3 +76,20 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.worker
+
+
+class SchedulerTick(models.Model):
+    """When the scheduler last ran and what it decided: one row (pk 1), overwritten by each tick,
+    so /queue/ and the API can tell a scheduler that runs from one that is stuck behind other
+    work or has no worker on its queue."""
+
+    at = models.DateTimeField(null=True, blank=True, help_text="When the last tick ended; empty: never.")
+    duration_ms = models.FloatField(default=0.0)
+    queued = models.IntegerField(default=0)
+    admitted = models.IntegerField(default=0)
+    preempted = models.IntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        when = f"{self.at:%H:%M:%S}" if self.at else "never"
+        return f"scheduler tick at {when}: {self.admitted} admitted, {self.preempted} preempted"

@@ -1,4 +1,5 @@
-"""Reads for scheduling: which queues a live worker serves, from the workers' heartbeats."""
+"""Reads for scheduling: which queues a live worker serves, from the workers' heartbeats, and
+when the scheduler last ran."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.scheduling.models import WorkerHeartbeat
+from controlplane.scheduling.models import SchedulerTick, WorkerHeartbeat
 
 
 def worker_stale_s() -> float:
@@ -47,3 +48,31 @@ def queue_service(*, now: datetime | None = None) -> QueueService:
             if queue not in last_seen or seen > last_seen[queue]:
                 last_seen[queue] = seen
     return QueueService(live=frozenset(live), last_seen=last_seen)
+
+
+SCHEDULER_LATE_PERIODS = 3
+"""The scheduler is late when its last tick is older than this many periods."""
+
+
+def scheduler_status(*, now: datetime | None = None) -> dict:
+    """When the scheduler last ran (``at``, ``age_s``; None: never), its period, what that tick
+    did, and ``late`` with the reason when no tick came for ``SCHEDULER_LATE_PERIODS`` periods
+    (no worker on the ``control`` queue, beat not running, or its worker busy)."""
+    now = now or timezone.now()
+    period = float(settings.TEMPER_SCHEDULE_PERIOD_S)
+    tick = SchedulerTick.objects.filter(pk=1).first()
+    at = tick.at if tick else None
+    age = None if at is None else max((now - at).total_seconds(), 0.0)
+    late = age is None or age > SCHEDULER_LATE_PERIODS * period
+    reason = ""
+    if late:
+        served = queue_service(now=now).served("control")
+        reason = ("no live worker serves the control queue; start one: celery -A workers.celery worker -Q control"
+                  if not served else
+                  f"no tick for {SCHEDULER_LATE_PERIODS} periods: is celery beat running, and is the control queue's "
+                  "worker free (a worker that also trains or verifies delays it)?" if at else
+                  "the scheduler has not run yet; is celery beat running?")
+    return {"at": at, "age_s": None if age is None else round(age, 1), "period_s": period, "late": late,
+            "reason": reason, "duration_ms": tick.duration_ms if tick and at else None,
+            "admitted": tick.admitted if tick else 0, "preempted": tick.preempted if tick else 0,
+            "queued": tick.queued if tick else 0, "worker": tick.worker if tick else ""}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunEvent, RunState
-from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
 from controlplane.scheduling.selectors import QueueService, queue_service
 from trainer.config import ceiling_map_errors
@@ -152,9 +153,11 @@ def _view(run, started):
 
 
 @transaction.atomic
-def schedule_tick(*, now=None, min_run: float | None = None):
+def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     """Admit, preempt and explain; re-dispatch runs whose driver died; queue again the runs
-    paused for want of a worker once one is back. Safe to run twice, and concurrently."""
+    paused for want of a worker once one is back; record the tick (``SchedulerTick``). Safe to
+    run twice, and concurrently."""
+    began = time.monotonic()
     now = now or timezone.now()
     service = queue_service(now=now)
     _resume_served(service)
@@ -202,6 +205,12 @@ def schedule_tick(*, now=None, min_run: float | None = None):
         if seen is not None and seen >= cutoff:
             continue
         _recover(run, now, service)
+    tick = {"at": timezone.now(), "duration_ms": round((time.monotonic() - began) * 1000, 3),
+            "queued": sum(1 for r in runs if r.state == RunState.QUEUED and r.id not in decision.admit),
+            "admitted": len(decision.admit), "preempted": len(decision.preempt), "worker": worker[:200]}
+    # One row, made by the migration: concurrent ticks queue on its lock instead of racing to insert.
+    if not SchedulerTick.objects.filter(pk=1).update(**tick):
+        SchedulerTick.objects.create(pk=1, **tick)
     return decision
 
 

@@ -43,6 +43,10 @@ CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", 360))
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(_VAR / "celerybeat-schedule")
 CELERY_HEARTBEAT_PERIOD_S = 15.0
+TEMPER_SCHEDULE_PERIOD_S = min(max(float(os.environ.get("TEMPER_SCHEDULE_PERIOD_S", 10)), 1.0), 600.0)
+"""How often beat asks the scheduler to admit, preempt and recover (1 to 600 s). A run started,
+paused or ended asks at once as well; the tick runs on the ``control`` queue, whose worker does
+nothing long (scheduling, the worker sweep, pings), so it never waits behind training."""
 TEMPER_WORKER_STALE_S = float(os.environ.get("TEMPER_WORKER_STALE_S", 60))
 """A worker whose heartbeat is older than this no longer serves its queues: a run whose verify
 (or judge, or rollout) work has no worker left is paused naming the queue, not failed."""

@@ -18,6 +18,7 @@ from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
+from controlplane.scheduling.selectors import scheduler_status
 from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -153,4 +154,5 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                      "phase": (r.inflight or {}).get("phase", "")}
                     for r in running],
         "workers": list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker")),
+        "scheduler": scheduler_status(now=now),
     }

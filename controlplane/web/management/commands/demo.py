@@ -1,8 +1,8 @@
 """``python manage.py demo``: the whole embedded-default stack in one terminal.
 
 Migrates, prepares the demo (admin, team, domains), then runs the web server (uvicorn: one
-process, or ``--web-processes N`` on one port), one Celery
-worker on every queue and Celery beat as child processes (each started again, with backoff, if it
+process, or ``--web-processes N`` on one port), a Celery worker on a run's queues, one on the
+scheduler's, one for verifier audits, and Celery beat as child processes (each started again, with backoff, if it
 exits: controlplane/web/supervisor.py), prints the URL and the credentials, and stops them all on
 Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
 """
@@ -22,6 +22,34 @@ from django.core.management.base import BaseCommand, CommandError
 from controlplane.web.supervisor import Supervisor
 
 from controlplane.web.serving import PROCESSES_ENV, web_command, web_processes
+
+
+def demo_processes(*, python: str, var_dir, host: str, port: int, web_processes: int = 1,
+                   workers: bool = True) -> dict[str, tuple[list[str], str]]:
+    """The demo's processes: name -> (command, log file name).
+
+    ``worker`` serves a run's queues with two processes (a run's driver, and its verifications or
+    evaluations); ``control`` serves the scheduler's queue alone (scheduling ticks, the worker
+    sweep, pings: each well under a second), so a run started while both training processes are
+    busy is still admitted at once; ``audit`` runs verifier audits at a lower CPU priority; beat
+    asks for a tick every TEMPER_SCHEDULE_PERIOD_S."""
+    procs: dict[str, tuple[list[str], str]] = {
+        # Several processes share the SQLite file as the workers do; without Redis each has its own
+        # in-memory channel layer, and its live sockets tail the database once a second.
+        "web": (web_command(host=host, port=port, processes=web_processes, python=python), "web.log"),
+    }
+    if not workers:
+        return procs
+    celery = [python, "-m", "celery", "-A", "workers.celery"]
+    run_queues = ",".join(q for q in settings.CELERY_QUEUES_RUN if q != "control")
+    procs["worker"] = ([*celery, "worker", "-Q", run_queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
+    procs["control"] = ([*celery, "worker", "-Q", "control", "-c", "1", "-n", "control@%h", "-l", "info"], "control.log")
+    # Verifier audits of the catalogue sync take minutes of CPU: one process of their own,
+    # at a lower CPU priority, so the demo run's steps go first.
+    procs["audit"] = (["nice", "-n", "10", *celery, "worker", "-Q", "audit", "-c", "1", "-n", "audit@%h", "-l", "info"],
+                      "audit.log")
+    procs["beat"] = ([*celery, "beat", "-l", "info", "-s", str(var_dir / "celerybeat-schedule")], "beat.log")
+    return procs
 
 
 class Command(BaseCommand):
@@ -58,19 +86,8 @@ class Command(BaseCommand):
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
         py = sys.executable
-        procs: dict[str, tuple[list[str], str]] = {
-            # Several processes share the SQLite file as the workers do; without Redis each has its own
-            # in-memory channel layer, and its live sockets tail the database once a second.
-            "web": (web_command(host=opts["host"], port=opts["port"], processes=web_processes_n, python=py), "web.log"),
-        }
-        if not opts["no_worker"]:
-            queues = ",".join(settings.CELERY_QUEUES_RUN)
-            procs["worker"] = ([py, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
-            # Verifier audits of the catalogue sync take minutes of CPU: one process of their own,
-            # at a lower CPU priority, so the demo run's steps go first.
-            procs["audit"] = (["nice", "-n", "10", py, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "audit", "-c", "1",
-                               "-n", "audit@%h", "-l", "info"], "audit.log")
-            procs["beat"] = ([py, "-m", "celery", "-A", "workers.celery", "beat", "-l", "info", "-s", str(settings.VAR_DIR / "celerybeat-schedule")], "beat.log")
+        procs = demo_processes(python=py, var_dir=settings.VAR_DIR, host=opts["host"], port=opts["port"],
+                               web_processes=web_processes_n, workers=not opts["no_worker"])
         # The worker's two processes (the run's driver, and the evaluations of its checkpoints or the
         # verifications) each take one torch thread unless told otherwise: the tiny model gains
         # nothing from more, and two processes each using every core slow each other several-fold.
