@@ -5,12 +5,14 @@ from django.urls import include, path
 from controlplane.accounts.views import LoginView
 from controlplane.api import api
 from controlplane.common.views import api_not_found
-from controlplane.web import views
+from controlplane.web import usage_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("runs/new/", views.run_new, name="run-new"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/usage/", usage_views.run_usage_card, name="run-usage"),
+    path("usage/", usage_views.team_usage_page, name="team-usage"),
     path("domains/", views.domains_page, name="domains"),
     path("domains/<slug:slug>/", views.domain_detail, name="domain-detail"),
     path("queue/", views.queue_page, name="queue"),

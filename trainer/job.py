@@ -190,6 +190,8 @@ class Job:
         self.step_count = 0
         self.last_generated: list[Trajectory] = []
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
+        self.last_trained: list[Trajectory] = []
+        """The trajectories the last step's update trained on (kept groups, infrastructure outcomes masked out)."""
 
     @staticmethod
     def _resolve_domains(cfg: TrainerConfig) -> dict[str, catalogue.DomainSpec]:
@@ -207,6 +209,7 @@ class Job:
         metrics: dict[str, float] = {}
         trajs = self._collect(metrics)
         rewards, groups, valid = rewards_of(trajs)
+        self.last_trained = [t for t, ok in zip(trajs, valid.tolist()) if ok]
         alg = self.config.algorithm
         adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
         with self.clocks.running("update"):

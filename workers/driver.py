@@ -42,6 +42,7 @@ from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
+from workers.usage import step_usage
 from workers.verify import LOST, NO_WORKER, make_verify_batch, worker_queue
 
 log = logging.getLogger(__name__)
@@ -297,7 +298,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 return f"paused (no live worker on queue {', '.join(missing)})"
             inflight.set_phase("step")
             _inflight(run.id, worker, inflight)
+            wall0, cpu0 = time.monotonic(), time.process_time()
             metrics = job.step()
+            used = step_usage(job.last_generated, job.last_trained, wall_s=time.monotonic() - wall0,
+                              cpu_s=time.process_time() - cpu0, gpus=run.gpus)
             metrics.update(latency_metrics(step_latencies(job.last_generated)))
             unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
                                  and (NO_WORKER in t.verification.details or LOST in t.verification.details))
@@ -313,7 +317,8 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             counts, examples = watch.tampering_counts(job.last_generated)
             metrics.update(watch.tampering_metrics(counts))
             runs.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
-                                    samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens)
+                                    samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens,
+                                    usage=used)
             watch.run_watch_tampering(run=run, step=step, counts=counts, examples=examples)
             if eval_every and step % eval_every == 0:
                 periodic_eval(job, run, step)

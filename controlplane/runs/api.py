@@ -13,7 +13,8 @@ from ninja.responses import NinjaJSONEncoder
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.domains.selectors import domain_get
-from controlplane.runs import selectors, series, services
+from controlplane.accounts.selectors import team_get
+from controlplane.runs import selectors, series, services, usage
 from controlplane.runs.schemas import run_body_schema
 
 router = Router(tags=["runs"])
@@ -313,3 +314,92 @@ def domain_stats(request: HttpRequest, slug: str):
     """Verification latency (p50, p99) and outcome mix of a domain over the last hour, across the
     runs of your teams."""
     return selectors.domain_stats(actor=request.auth, domain=domain_get(actor=request.auth, slug=slug))
+
+
+# ----------------------------------------------------------------------------- usage
+class UsageFigures(Schema):
+    generated_tokens: int
+    trained_tokens: int
+    completions: int
+    wall_s: float
+    cpu_s: float
+    gpu_s: float
+    sandbox_s: float
+    judge_calls: int
+    judge_tokens: int
+    verifications: int
+    outcomes: dict[str, int]
+
+
+class PerPointOut(Schema):
+    steps: float
+    seconds: float
+    gpu_s: float
+    cpu_s: float
+    generated_tokens: int
+
+
+class DomainProjectionOut(Schema):
+    slope_per_step: Optional[float] = None
+    per_point: Optional[PerPointOut] = None
+    """What one more point (0.01) of this domain's reward costs at its current slope; null when it is not rising."""
+    note: str = ""
+
+
+class ProjectionOut(Schema):
+    steps_left: int
+    seconds_per_step: float
+    eta_s: float
+    gpu_s_to_finish: float
+    cpu_s_to_finish: float
+    rate_steps: int
+    domains: dict[str, DomainProjectionOut]
+
+
+class RunUsageOut(Schema):
+    run: int
+    totals: UsageFigures
+    domains: dict[str, UsageFigures]
+    projection: Optional[ProjectionOut] = None
+
+
+class RunUsageRow(UsageFigures):
+    run: int
+    name: str
+
+
+class DomainUsageRow(UsageFigures):
+    domain: str
+
+
+class TeamUsageOut(Schema):
+    team: str
+    start: Optional[datetime] = None
+    end: Optional[datetime] = None
+    totals: UsageFigures
+    runs: list[RunUsageRow]
+    domains: list[DomainUsageRow]
+
+
+@router.get("/runs/{run_id}/usage", response={200: RunUsageOut, **ERRORS})
+def run_usage(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
+    """What the run consumed (totals and per domain, recorded with each step) and, while it runs,
+    the time and compute to finish and each domain's cost of one more point of reward."""
+    return usage.run_usage(selectors.run_get(actor=request.auth, run_id=run_id))
+
+
+@router.get("/teams/{slug}/usage", response={200: TeamUsageOut, **ERRORS}, tags=["accounts"])
+def team_usage(request: HttpRequest, slug: str = Path(..., max_length=64), start: str = Query("", max_length=40),
+               end: str = Query("", max_length=40), format: str = Query("json", pattern="^(json|csv)$")):
+    """A team's usage between ``start`` and ``end`` (ISO dates or times; a date ``end`` includes
+    that day): totals, per run, per domain. Team admins and platform admins; ``format=csv``."""
+    team = team_get(actor=request.auth, slug=slug)
+    if not request.auth.platform_admin:
+        request.auth.require(team.id, "team.admin", "team")
+    lo, hi = usage.parse_range(start, end)
+    report = usage.team_usage(team.id, start=lo, end=hi)
+    if format == "csv":
+        response = HttpResponse(usage.usage_csv(report), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="usage-{team.slug}.csv"'
+        return response
+    return {"team": team.slug, "start": lo, "end": hi, **report}

@@ -248,3 +248,35 @@ class MetricBucket(models.Model):
             models.UniqueConstraint(fields=["run", "key", "width", "bucket"], name="metricbucket_unique"),
             models.CheckConstraint(condition=Q(width__gt=1), name="metricbucket_width_gt_1"),
         ]
+
+
+class UsageRecord(models.Model):
+    """What one step of a run consumed, per domain (``domain`` empty: the step's run-level
+    figures: trained tokens, wall, CPU and GPU seconds), written by the driver with the step's
+    metrics. One row per (run, step, domain, driver): a write retried by the same driver is
+    idempotent, while a step done again after a resume is new work and counts again (a rewind
+    keeps these rows: the compute was spent). ``team`` and ``at`` make team reports one query."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="usage")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="usage")
+    step = models.IntegerField()
+    domain = models.CharField(max_length=100, blank=True)
+    driver = models.CharField(max_length=200, blank=True)
+    at = models.DateTimeField(db_index=True)
+    generated_tokens = models.BigIntegerField(default=0)
+    trained_tokens = models.BigIntegerField(default=0)
+    completions = models.IntegerField(default=0)
+    wall_s = models.FloatField(default=0.0)
+    cpu_s = models.FloatField(default=0.0)
+    gpu_s = models.FloatField(default=0.0)
+    sandbox_s = models.FloatField(default=0.0)
+    judge_calls = models.IntegerField(default=0)
+    judge_tokens = models.BigIntegerField(default=0)
+    outcomes = models.JSONField(default=dict, blank=True, help_text="Verification outcome -> count.")
+
+    class Meta:
+        ordering = ["run", "step", "domain"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "domain", "driver"], name="usagerecord_unique"),
+        ]
+        indexes = [models.Index(fields=["team", "at"], name="usagerecord_team_at")]

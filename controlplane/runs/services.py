@@ -29,7 +29,8 @@ from controlplane.common.model_refs import ModelRefused, config_refs, resolve_mo
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.runs import series
-from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, Trajectory
+from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, Trajectory, UsageRecord
+from controlplane.runs.usage import USAGE_FIELDS
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
 from controlplane.runs.ceilings import run_body_ceiling_errors
 from trainer.config import MAX_DOMAIN_WEIGHT
@@ -356,8 +357,9 @@ def _finite(value: Any) -> float | None:
 
 @transaction.atomic
 def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, float], samples: list[dict],
-                    verifier_versions: dict[str, int], tokens: int = 0) -> int:
-    """Write one step's metrics and sampled trajectories; idempotent. Returns points written."""
+                    verifier_versions: dict[str, int], tokens: int = 0, usage: dict[str, dict] | None = None) -> int:
+    """Write one step's metrics, sampled trajectories and usage (domain -> figures, "" for the
+    step's own: workers/usage.py); idempotent. Returns points written."""
     locked = Run.objects.select_for_update().get(pk=run.pk)
     if locked.driver != worker:
         raise LeaseLost(f"run {run.pk} is driven by {locked.driver or 'nobody'} now")
@@ -385,6 +387,13 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
         )
         for s in samples
     ])
+    if usage:
+        UsageRecord.objects.bulk_create([
+            UsageRecord(run=run, team_id=run.team_id, step=step, domain=domain[:100], driver=worker[:200], at=now,
+                        outcomes={k: int(v) for k, v in (figures.get("outcomes") or {}).items()},
+                        **{f: figures.get(f, 0) for f in USAGE_FIELDS})
+            for domain, figures in usage.items()
+        ], ignore_conflicts=True)
     locked.current_step = max(locked.current_step, step)
     locked.tokens_used += int(tokens)
     locked.driver_seen_at = now

@@ -48,7 +48,9 @@ class FakeOpenAI:
                         reply = reply(body)
                     data = json.dumps({"id": "x", "object": "chat.completion", "model": body.get("model"),
                                        "choices": [{"index": 0, "finish_reason": "stop",
-                                                    "message": {"role": "assistant", "content": reply}}]}).encode()
+                                                    "message": {"role": "assistant", "content": reply}}],
+                                       # as OpenAI-compatible servers report it (a word a token, here)
+                                       "usage": {"total_tokens": len(json.dumps(body).split()) + len(str(reply).split())}}).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))

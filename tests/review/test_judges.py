@@ -2,6 +2,8 @@
 embedding-similarity judge on the shipped MiniLM weights, and the outcomes of their failures."""
 from __future__ import annotations
 
+import json
+
 import threading
 
 import pytest
@@ -60,6 +62,9 @@ def test_http_judge_pass_fail_and_what_it_sends(monkeypatch):
     assert body["model"] == "judge-1"
     assert "Task: Name the capital of France.\nAnswer: Paris.\nReference: Paris is the capital" in body["messages"][-1]["content"]
     assert server.auth == ["Bearer sk-test-123"] * 2
+    # The tokens the endpoint reports are kept for compute accounting (judge tokens).
+    assert ok.details["judge_tokens"] == len(json.dumps(body).split()) + len("The response names Paris. SCORE: PASS".split())
+    assert [s["type"] for s in ok.details["stages"]] == ["judge"]
 
 
 def test_ordinal_and_unit_scores_are_normalised():

@@ -96,6 +96,17 @@ def test_run_completes_with_per_domain_metrics(setup):
     assert run.checkpoints.filter(step=4).exists()
     latency = MetricPoint.objects.filter(run=run, key__startswith="verify/", key__endswith="/p99_s").exclude(domain="")
     assert latency.exists() and all(p.value >= 0 for p in latency)
+    # Usage is recorded with each step: per domain, the verifications match the step's outcome
+    # counts; per step, wall and CPU seconds; no GPU on a CPU run.
+    from controlplane.runs.models import UsageRecord
+
+    for step in range(1, 5):
+        rows = {u.domain: u for u in UsageRecord.objects.filter(run=run, step=step)}
+        assert rows[""].wall_s > 0 and rows[""].cpu_s > 0 and rows[""].gpu_s == 0
+        for d in set(rows) - {""}:
+            outcome_points = MetricPoint.objects.filter(run=run, step=step, domain=d, key__startswith=f"outcome/{d}/")
+            assert sum(rows[d].outcomes.values()) == rows[d].completions == sum(p.value for p in outcome_points)
+            assert rows[d].generated_tokens > 0 and rows[d].trained_tokens <= rows[d].generated_tokens
 
 
 def test_with_staleness_each_step_records_the_policy_version_it_trained_on(setup):

@@ -122,7 +122,8 @@ class Cascade:
             t0 = time.perf_counter()
             verification = run_stage(stage, text, task, isolation=isolation, pool=pool, context=self.context)
             seconds = time.perf_counter() - t0
-            trail.append({"stage": stage.name, "outcome": verification.outcome.value, "seconds": round(seconds, 6)})
+            trail.append({"stage": stage.name, "type": stage.stage_type.name, "outcome": verification.outcome.value,
+                          "seconds": round(seconds, 6)})
             timings[stage.name] = timings.get(stage.name, 0.0) + seconds
             result = (verification, stage.name)
             if stage.is_decisive(verification.outcome):

@@ -184,7 +184,10 @@ class HttpJudge(_Base):
                 text = payload["choices"][0]["message"]["content"]
             except (KeyError, IndexError, TypeError):
                 raise JudgeError(f"unexpected response shape: {str(payload)[:200]}") from None
-            return self._result(parse_score(text, s.score_format), str(text)[:2000], attempts)
+            usage = payload.get("usage") if isinstance(payload, dict) else None
+            tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+            extra = {"judge_tokens": int(tokens)} if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else {}
+            return self._result(parse_score(text, s.score_format), str(text)[:2000], attempts, **extra)
         raise JudgeError(f"judge {s.name!r} failed after {attempts} attempts: {last}")
 
 

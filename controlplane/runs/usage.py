@@ -1,0 +1,201 @@
+"""Compute accounting: what runs, their domains and teams consumed (``UsageRecord`` rows, written
+by the driver with each step: workers/usage.py says what each figure counts), and a projection for
+a running run: time and compute to finish at the current rate, and per domain what one more point
+of reward costs at the current slope."""
+from __future__ import annotations
+
+import csv
+import io
+from datetime import date, datetime, time, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
+
+from controlplane.common.errors import FieldError, InvalidInput
+
+from controlplane.runs.models import MetricPoint, Run, RunState, UsageRecord
+
+USAGE_FIELDS = ("generated_tokens", "trained_tokens", "completions", "wall_s", "cpu_s", "gpu_s", "sandbox_s",
+                "judge_calls", "judge_tokens")
+"""The additive figures of a usage row; ``outcomes`` (verification outcome -> count) adds per key."""
+INT_FIELDS = frozenset({"generated_tokens", "trained_tokens", "completions", "judge_calls", "judge_tokens"})
+RATE_STEPS = 20
+"""The projection's rate: the mean of the last this many steps."""
+SLOPE_STEPS = 50
+"""A domain's reward slope: least squares over its last this many steps."""
+POINT = 0.01
+"""One point of reward: 0.01 on the 0-1 reward scale."""
+
+
+def _blank() -> dict[str, Any]:
+    return {**{f: 0 for f in USAGE_FIELDS}, "outcomes": {}, "verifications": 0}
+
+
+def _round(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (int(v) if k in INT_FIELDS else round(float(v), 3)) if k in USAGE_FIELDS else v for k, v in row.items()}
+
+
+def _fold(rows, key) -> dict[Any, dict[str, Any]]:
+    """Sum usage rows (dicts of a values() query) by ``key(row)``."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        acc = out.setdefault(key(r), _blank())
+        for f in USAGE_FIELDS:
+            acc[f] += r[f] or 0
+        for outcome, n in (r["outcomes"] or {}).items():
+            acc["outcomes"][outcome] = acc["outcomes"].get(outcome, 0) + n
+            acc["verifications"] += n
+    return {k: _round(v) for k, v in out.items()}
+
+
+def _rows(qs: QuerySet) -> list[dict]:
+    return list(qs.values("run_id", "run__name", "domain", "step", *USAGE_FIELDS, "outcomes"))
+
+
+def run_usage(run: Run) -> dict[str, Any]:
+    """The run's totals, per domain, and (while it runs) its projection."""
+    rows = _rows(UsageRecord.objects.filter(run=run))
+    totals = _fold(rows, lambda r: "all").get("all", _round(_blank()))
+    domains = {k: v for k, v in _fold([r for r in rows if r["domain"]], lambda r: r["domain"]).items()}
+    return {"run": run.id, "totals": totals, "domains": domains, "projection": projection(run, rows)}
+
+
+def _slope(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of value over step; None for fewer than 3 points.
+
+    >>> _slope([(1, 0.1), (2, 0.2), (3, 0.3)])
+    0.1
+    >>> _slope([(1, 0.5), (2, 0.5)]) is None
+    True
+    """
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(s for s, _ in points) / n
+    my = sum(v for _, v in points) / n
+    var = sum((s - mx) ** 2 for s, _ in points)
+    if var == 0:
+        return None
+    return round(sum((s - mx) * (v - my) for s, v in points) / var, 12)
+
+
+def projection(run: Run, rows: list[dict] | None = None) -> dict[str, Any] | None:
+    """For a running (or paused, queued) run with steps recorded: steps left, seconds to finish
+    and the GPU and CPU seconds that takes at the mean of its last ``RATE_STEPS`` steps; per
+    domain the reward slope per step over its last ``SLOPE_STEPS`` steps and, when it is rising,
+    what one more point (``POINT``) of reward costs: steps, seconds, GPU and CPU seconds, and the
+    domain's generated tokens. None for a run that has ended or has no step yet."""
+    if run.state in (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED) or run.current_step <= 0:
+        return None
+    rows = rows if rows is not None else _rows(UsageRecord.objects.filter(run=run))
+    steps = sorted({r["step"] for r in rows if not r["domain"]})[-RATE_STEPS:]
+    if not steps:
+        return None
+    recent = [r for r in rows if r["step"] in set(steps)]
+    per_step = {f: sum(r[f] or 0 for r in recent if not r["domain"]) / len(steps) for f in ("wall_s", "cpu_s", "gpu_s")}
+    left = max(run.budget_steps - run.current_step, 0)
+    out: dict[str, Any] = {
+        "steps_left": left, "seconds_per_step": round(per_step["wall_s"], 3),
+        "eta_s": round(left * per_step["wall_s"], 1), "gpu_s_to_finish": round(left * per_step["gpu_s"], 1),
+        "cpu_s_to_finish": round(left * per_step["cpu_s"], 1), "rate_steps": len(steps), "domains": {},
+    }
+    tokens = {d: v["generated_tokens"] / len(steps) for d, v in _fold([r for r in recent if r["domain"]], lambda r: r["domain"]).items()}
+    lo = max(run.current_step - SLOPE_STEPS, 0)
+    series: dict[str, list[tuple[int, float]]] = {}
+    for domain, step, value in (MetricPoint.objects.filter(run=run, key__startswith="reward/", step__gt=lo)
+                                .exclude(domain="").values_list("domain", "step", "value")):
+        series.setdefault(domain, []).append((step, value))
+    for domain, points in sorted(series.items()):
+        slope = _slope(sorted(points))
+        entry: dict[str, Any] = {"slope_per_step": slope, "per_point": None}
+        if slope is not None and slope > 0:
+            n = POINT / slope
+            entry["per_point"] = {"steps": round(n, 1), "seconds": round(n * per_step["wall_s"], 1),
+                                  "gpu_s": round(n * per_step["gpu_s"], 1), "cpu_s": round(n * per_step["cpu_s"], 1),
+                                  "generated_tokens": int(n * tokens.get(domain, 0))}
+        else:
+            entry["note"] = "not improving at its current slope" if slope is not None else "too few steps yet"
+        out["domains"][domain] = entry
+    return out
+
+
+def team_usage(team_id: int, *, start: datetime | None = None, end: datetime | None = None) -> dict[str, Any]:
+    """A team's usage in ``[start, end)`` (by when each step was recorded): totals, per run and
+    per domain. The totals are the sum of the per-run figures, which are the sums of their steps."""
+    qs = UsageRecord.objects.filter(team_id=team_id)
+    if start is not None:
+        qs = qs.filter(at__gte=start)
+    if end is not None:
+        qs = qs.filter(at__lt=end)
+    rows = _rows(qs)
+    per_run = _fold(rows, lambda r: (r["run_id"], r["run__name"]))
+    return {
+        "totals": _fold(rows, lambda r: "all").get("all", _round(_blank())),
+        "runs": [{"run": rid, "name": name, **figures} for (rid, name), figures in sorted(per_run.items())],
+        "domains": [{"domain": d, **figures} for d, figures in sorted(_fold([r for r in rows if r["domain"]], lambda r: r["domain"]).items())],
+    }
+
+
+def usage_csv(report: dict[str, Any]) -> str:
+    """A team report as CSV: one line per run, then one per domain, then the total."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["kind", "run", "name", "domain", *USAGE_FIELDS, "verifications"])
+    for r in report["runs"]:
+        w.writerow(["run", r["run"], r["name"], "", *[r[f] for f in USAGE_FIELDS], r["verifications"]])
+    for d in report["domains"]:
+        w.writerow(["domain", "", "", d["domain"], *[d[f] for f in USAGE_FIELDS], d["verifications"]])
+    t = report["totals"]
+    w.writerow(["total", "", "", "", *[t[f] for f in USAGE_FIELDS], t["verifications"]])
+    return buf.getvalue()
+
+
+def run_usage_totals(run_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Totals for several runs in one query (the home list, the team page)."""
+    agg = (UsageRecord.objects.filter(run_id__in=run_ids).values("run_id")
+           .annotate(**{f: Sum(f) for f in USAGE_FIELDS}))
+    return {a["run_id"]: _round({f: a[f] or 0 for f in USAGE_FIELDS}) for a in agg}
+
+
+MAX_RANGE_DAYS = 3660
+
+
+def parse_range(start: str, end: str) -> tuple[datetime | None, datetime | None]:
+    """``start`` and ``end`` of a report as aware datetimes (UTC when no zone is given); a bare
+    date ``end`` includes that day. Errors name the parameter.
+
+    >>> parse_range("2026-11-01", "2026-11-30")
+    (datetime.datetime(2026, 11, 1, 0, 0, tzinfo=datetime.timezone.utc), datetime.datetime(2026, 12, 1, 0, 0, tzinfo=datetime.timezone.utc))
+    >>> parse_range("", "")
+    (None, None)
+    >>> parse_range("yesterday", "")
+    Traceback (most recent call last):
+    ...
+    controlplane.common.errors.InvalidInput: start: must be an ISO date (2026-11-30) or date and time (2026-11-30T12:00:00Z)
+    """
+    def one(name: str, text: str, is_end: bool) -> datetime | None:
+        text = text.strip()
+        if not text:
+            return None
+        try:
+            if len(text) == 10:
+                day = date.fromisoformat(text)
+                value = datetime.combine(day + timedelta(days=1) if is_end else day, time.min)
+            else:
+                value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInput.one(name, "must be an ISO date (2026-11-30) or date and time (2026-11-30T12:00:00Z)") from None
+        return value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc)
+
+    lo, hi = one("start", start, False), one("end", end, True)
+    errors = []
+    if lo is not None and hi is not None:
+        if hi <= lo:
+            errors.append(FieldError("end", "must be after start"))
+        elif (hi - lo).days > MAX_RANGE_DAYS:
+            errors.append(FieldError("end", f"the range may span {MAX_RANGE_DAYS} days at most"))
+    if errors:
+        raise InvalidInput(errors)
+    return lo, hi
