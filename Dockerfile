@@ -1,22 +1,66 @@
 # Temper's image for the production topology (docker-compose.yml): web, workers and beat.
-FROM python:3.11-slim-bookworm
+# Builds with the classic builder (`docker build`, Docker 20.10+) as well as with BuildKit.
+#
+#   docker build -t temper:latest .                                   # CPU hosts (requirements.txt)
+#   docker build -t temper:gpu --build-arg REQUIREMENTS=requirements/gpu.txt \
+#       --build-arg RUNTIME_PACKAGES="gcc libc6-dev python3-dev" .    # CUDA hosts (compose profile gpu)
+#
+# Two stages: `builder` has the compilers and installs the Python packages into /opt/venv;
+# the final stage copies that environment onto the same base with only what the runtime needs
+# (Debian's python3, bubblewrap for the sandboxes) and runs as the user `temper`. Both stages use
+# Debian's python3, which is also the interpreter the bubblewrap sandboxes run (/usr/bin/python3).
+#
+# Build arguments:
+#   BASE_IMAGE        Debian bookworm (or a derivative with python3 3.11). A CUDA base is not
+#                     needed for GPUs: PyPI's torch and vllm wheels carry their CUDA libraries,
+#                     and the NVIDIA container runtime brings the driver.
+#   REQUIREMENTS      the pip requirements file: requirements.txt (CPU) or requirements/gpu.txt.
+#   RUNTIME_PACKAGES  extra Debian packages of the final stage. The GPU build needs a C compiler
+#                     and Python's headers at run time: Triton (torch.compile, vLLM) compiles its
+#                     launcher on first use.
+#   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX, PIP_TRUSTED_HOST
+#                     pip's own settings, for a build behind a mirror or from a wheelhouse; unset
+#                     by default (PyPI, and PyTorch's CPU index named in requirements.txt).
+ARG BASE_IMAGE=debian:bookworm-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
-    DJANGO_SETTINGS_MODULE=controlplane.settings TEMPER_VAR_DIR=/var/lib/temper
-
+FROM ${BASE_IMAGE} AS builder
+ARG REQUIREMENTS=requirements.txt
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_NO_INDEX
+ARG PIP_TRUSTED_HOST
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap build-essential libpq5 \
+ && apt-get install -y --no-install-recommends build-essential python3 python3-dev python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+COPY requirements.txt /src/requirements.txt
+COPY requirements /src/requirements
+WORKDIR /src
+# vLLM (requirements/gpu.txt) pulls in the `ninja` build tool, whose Python package has the import
+# name of django-ninja and overwrites it: reinstall django-ninja when that happened.
+RUN pip install -r "$REQUIREMENTS" \
+ && if pip show -q ninja 2>/dev/null; then \
+      pip install --no-deps --force-reinstall "$(pip freeze | grep -i '^django-ninja==')"; fi \
+ && find /opt/venv -depth -name __pycache__ -type d -exec rm -rf {} +
 
+FROM ${BASE_IMAGE} AS runtime
+ARG RUNTIME_PACKAGES=
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 bubblewrap ca-certificates $RUNTIME_PACKAGES \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /var/lib/temper --shell /usr/sbin/nologin temper \
+ && mkdir -p /var/lib/temper && chown temper:temper /var/lib/temper
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+    DJANGO_SETTINGS_MODULE=controlplane.settings TEMPER_VAR_DIR=/var/lib/temper
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install -r requirements.txt \
- && pip install --no-deps --force-reinstall "django-ninja==1.7.1" \
- && (pip uninstall -y torchvision torchaudio torchcodec || true)
-
 COPY . .
-RUN useradd --system --home /var/lib/temper temper && mkdir -p /var/lib/temper && chown temper /var/lib/temper \
- && SECRET_KEY=build python manage.py collectstatic --noinput -v0
+RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0
 USER temper
 EXPOSE 8000
+ENTRYPOINT ["/app/deploy/entrypoint.sh"]
 CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off", "--no-access-log", "--ws-max-size", "65536"]
