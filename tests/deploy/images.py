@@ -134,6 +134,9 @@ def wheelhouse(requirements: Path) -> Path:
     venv = CACHE / "pip-venv"
     if not (venv / "bin" / "pip").exists():
         subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
+        # Debian's bundled pip 23.0 builds an sdist with `setup.py bdist_wheel`, which needs `wheel`
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--upgrade", "pip", "wheel"], check=True,
+                       capture_output=True)
     out.mkdir(parents=True, exist_ok=True)
     # requirements.txt names PyTorch's CPU index; where that host does not resolve, one retry
     # (pip's default of five costs 7.5 s a project), as the Makefile does
