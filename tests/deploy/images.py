@@ -15,6 +15,7 @@ import functools
 import hashlib
 import http.server
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -115,28 +116,111 @@ def build_base(image: BaseImage) -> str:
     return tag
 
 
+IMAGE_PYTHON = "3.11"
+"""The python3 of Debian bookworm, the image's interpreter (Dockerfile): what the wheels are for."""
+PYTHON = os.environ.get("TEMPER_DEPLOY_PYTHON", "/usr/bin/python3")
+"""The interpreter whose pip builds the wheelhouse: this machine's Debian python3 by default."""
+
+
+def _requirement_files(requirements: Path, seen: frozenset = frozenset()) -> list[Path]:
+    """``requirements`` and every file it includes (``-r``, ``-c``, nested), each relative to the
+    file that names it, as pip reads them."""
+    requirements = requirements.resolve()
+    if requirements in seen:
+        return []
+    files = [requirements]
+    for line in requirements.read_text().splitlines():
+        included = re.match(r"(?:--requirement|--constraint|-r|-c)(?:\s*=\s*|\s+)?([^\s#]+)", line.strip())
+        if included:
+            files += _requirement_files(requirements.parent / included[1], seen | {requirements})
+    return files
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    """``cmd``'s exit status and output; a missing program reads as exit status 127, never raises."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, **kw)
+    except OSError as e:  # the program (or its script's interpreter) is missing, not executable
+        return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: {e}")
+
+
+def _probe(python: str) -> str:
+    """What identifies ``python``'s installation: its version and base prefix (the same for a venv
+    of it). A clear error where it is missing or is not the image's Python."""
+    done = _run([python, "-c", "import sys; print(sys.version.split()[0], sys.base_prefix, sep='|')"])
+    if done.returncode != 0:
+        raise RuntimeError(f"the wheelhouse needs {python} (Debian bookworm's python3, the image's Python; "
+                           f"TEMPER_DEPLOY_PYTHON names another): {(done.stdout + done.stderr).strip()[-500:]}")
+    ident = done.stdout.strip()
+    if not ident.startswith(IMAGE_PYTHON + "."):
+        raise RuntimeError(f"{python} is Python {ident.split('|')[0]}, the image's is {IMAGE_PYTHON} (Debian "
+                           f"bookworm): its wheels would not install there; set TEMPER_DEPLOY_PYTHON to a "
+                           f"python{IMAGE_PYTHON}")
+    return ident
+
+
+def _pip_works(venv_python: Path, ident: str) -> bool:
+    """Whether ``venv_python`` is a virtual environment of the interpreter ``ident`` names, with a
+    pip that runs and ``wheel`` (Debian's pip 23.0 builds an sdist with ``setup.py bdist_wheel``)."""
+    check = ("import sys, pip, wheel; assert sys.prefix != sys.base_prefix; "
+             "print(sys.version.split()[0], sys.base_prefix, sep='|')")
+    done = _run([str(venv_python), "-c", check])
+    return (done.returncode == 0 and done.stdout.strip() == ident
+            and _run([str(venv_python), "-m", "pip", "--version"]).returncode == 0)
+
+
+def pip_command(python: str = PYTHON) -> list[str]:
+    """``python -m pip`` of a virtual environment of ``python`` kept under CACHE (pip and wheel
+    up to date), made again whenever it is not whole: a venv left half-made by an interrupted run
+    (``bin/pip`` gone while pip's package stays, where ``python -m venv`` then installs no pip and
+    still exits 0), one made by another interpreter or from a python whose ``ensurepip`` is
+    absent (Debian without python3-venv: then pip comes from the pip running these tests, through
+    its ``--python``). Never its ``bin/pip`` script, whose interpreter line may be stale."""
+    ident = _probe(python)
+    venv = CACHE / "pip-venv"
+    venv_python = venv / "bin" / "python"
+    if (venv / ".temper-ok").is_file() and (venv / ".temper-ok").read_text() == ident and \
+            _pip_works(venv_python, ident):
+        return [str(venv_python), "-m", "pip"]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    errors = []
+    made = _run([python, "-m", "venv", "--clear", str(venv)])
+    if made.returncode != 0 or _run([str(venv_python), "-m", "pip", "--version"]).returncode != 0:
+        errors.append(f"{python} -m venv: exit {made.returncode}: {(made.stdout + made.stderr).strip()[-800:]}")
+        shutil.rmtree(venv, ignore_errors=True)
+        made = _run([python, "-m", "venv", "--clear", "--without-pip", str(venv)])
+        if made.returncode != 0:
+            raise RuntimeError(f"{python} cannot make a virtual environment at {venv}:\n" + "\n".join(
+                [*errors, (made.stdout + made.stderr).strip()[-800:]]))
+        boot = _run([sys.executable, "-m", "pip", "--python", str(venv_python), "install", "-q", "pip", "wheel"])
+        if boot.returncode != 0:
+            errors.append(f"pip of {sys.executable} --python {venv_python}: exit {boot.returncode}: "
+                          f"{boot.stderr.strip()[-800:]}")
+    up = _run([str(venv_python), "-m", "pip", "install", "-q", "--upgrade", "pip", "wheel"])
+    if up.returncode != 0:
+        errors.append(f"pip install --upgrade pip wheel: exit {up.returncode}: {up.stderr.strip()[-800:]}")
+    if not _pip_works(venv_python, ident):
+        shutil.rmtree(venv, ignore_errors=True)
+        raise RuntimeError(f"no working pip (with wheel) in a virtual environment of {python} at {venv}:\n"
+                           + "\n".join(errors or ["(pip installed nothing)"]))
+    (venv / ".temper-ok").write_text(ident)
+    return [str(venv_python), "-m", "pip"]
+
+
 def wheelhouse(requirements: Path) -> Path:
     """Wheels of every package ``requirements`` resolves to for the image's Python, Debian
     bookworm's python3 (a pip of this machine's /usr/bin/python3, so environment markers such as
     ``python_full_version < "3.11.3"`` resolve as in the image, with this machine's pip
-    configuration: the local wheel directory, the mirrors, PyPI), cached by the content."""
-    text = requirements.read_bytes()
-    for line in text.decode().splitlines():  # nested requirement files are part of the content
-        if line.startswith(("-r ", "--requirement ")):
-            text += (requirements.parent / line.split(maxsplit=1)[1].strip()).read_bytes()
-    python = "/usr/bin/python3"
-    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                             check=True).stdout
-    tag = hashlib.sha256(text + version.encode()).hexdigest()[:12]
-    out = CACHE / f"wheels-{tag}"
+    configuration: the local wheel directory, the mirrors, PyPI), cached by the content of the
+    file and of every file it includes (``-r requirements/common.txt``)."""
+    h = hashlib.sha256(_probe(PYTHON).encode())
+    for path in _requirement_files(requirements):
+        h.update(os.path.relpath(path, requirements.parent.resolve()).encode() + b"\0" + path.read_bytes())
+    out = CACHE / f"wheels-{h.hexdigest()[:12]}"
     if (out / ".done").exists():
         return out
-    venv = CACHE / "pip-venv"
-    if not (venv / "bin" / "pip").exists():
-        subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
-        # Debian's bundled pip 23.0 builds an sdist with `setup.py bdist_wheel`, which needs `wheel`
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--upgrade", "pip", "wheel"], check=True,
-                       capture_output=True)
+    pip = pip_command()
     out.mkdir(parents=True, exist_ok=True)
     # requirements.txt names PyTorch's CPU index; where that host does not resolve, one retry
     # (pip's default of five costs 7.5 s a project), as the Makefile does
@@ -145,8 +229,8 @@ def wheelhouse(requirements: Path) -> Path:
         retries = "5"
     except OSError:
         retries = "1"
-    done = subprocess.run([str(venv / "bin" / "pip"), "wheel", "-q", "--retries", retries, "-r", str(requirements),
-                           "-w", str(out)], cwd=requirements.parent, capture_output=True, text=True)
+    done = _run([*pip, "wheel", "-q", "--retries", retries, "-r", str(requirements), "-w", str(out)],
+                cwd=requirements.parent)
     if done.returncode != 0:
         raise RuntimeError(f"pip wheel failed:\n{done.stderr[-3000:]}")
     (out / ".done").write_text("ok\n")

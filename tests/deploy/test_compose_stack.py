@@ -29,7 +29,10 @@ import yaml
 from tests.deploy import images
 from tests.services import require
 
-pytestmark = [pytest.mark.slow, pytest.mark.services]
+pytestmark = [pytest.mark.slow, pytest.mark.services,
+              # pytest.ini's 900 s also counts the module fixture: with nothing cached it builds three
+              # base images, the wheelhouse and the image before the stack boots
+              pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_TIMEOUT_S = 420
