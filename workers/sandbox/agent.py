@@ -16,8 +16,14 @@ namespace init, not by permissions:
   scheduling policy, CPU affinity, I/O priority) is compared after each job with what it was at
   start; a job inherits those, so when one differs the agent exits and the sandbox is retired.
 
-After each job (the reset) the agent kills every process in the sandbox but itself
-(`kill(-1, SIGKILL)`, repeated until it has no child left), removes what outlives processes —
+Warm sandboxes (`--zygote K=V...`, the jobs' environment) also hold a zygote
+(:data:`ZYGOTE_SOURCE`): a second interpreter, started before any job with the test jobs'
+modules loaded, that forks each `python3 -I -S -c` job instead of the agent exec'ing a fresh
+interpreter for it (half of a HumanEval job's CPU was that start). It never sees a job's files.
+
+After each job (the reset) the agent kills every process in the sandbox but itself and the
+zygote (`kill(-1, SIGKILL)` where there is no zygote, else every other pid in /proc; repeated
+until none is left) and checks the zygote is as it started, removes what outlives processes —
 System V IPC objects, POSIX message queues, kernel keys — empties the writable mounts (/work,
 /tmp, /dev/shm, /dev/mqueue; bwrap's /dev/pts) and restores their modes, extended attributes
 (ACLs included) and times, then checks
@@ -35,8 +41,10 @@ after each job's reset), 5 agent error text.
 """
 from __future__ import annotations
 
-AGENT_SOURCE = r'''
-import _signal as signal, ctypes, marshal, os, resource, select, struct, time
+from .bwrap import ENV_ALLOW
+
+_AGENT_BODY = r'''
+import _signal as signal, _socket, ctypes, marshal, os, resource, select, struct, sys, time
 # (_signal, marshal and no json, base64 or re: the imports are most of the agent's start)
 
 for _sig in signal.valid_signals():  # SIG_DFL everywhere: the kernel's init protection applies
@@ -88,20 +96,50 @@ def read_frames(block):
             os._exit(0)  # host went away: nothing more to do
         inbuf += chunk
 
+def others():
+    """Pids of the sandbox but this agent and the zygote."""
+    keep = (1, ZYGOTE["pid"])
+    return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in keep]
+
 def killall():
-    try:
-        os.kill(-1, signal.SIGKILL)  # every process but pid 1 (this agent)
-    except ProcessLookupError:
-        pass
+    if ZYGOTE is None:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process but pid 1 (this agent)
+        except ProcessLookupError:
+            pass
+        return
+    for pid in others():  # kill(-1) would take the zygote too
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+def reaped(pid):
+    """Note a child we reaped: a dead zygote is replaced at the reset."""
+    if ZYGOTE is not None and pid == ZYGOTE["pid"]:
+        ZYGOTE["pid"], ZYGOTE["dead"] = -1, True  # its pid may go to a job's process, which killall must not spare
 
 def reap_all():
-    """Kill and reap until no process but us is left."""
-    while True:
+    """Kill and reap until no process but us (and the zygote) is left."""
+    while ZYGOTE is None:
         killall()  # again: a process forked while the last kill went round
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             return
+    while True:
+        killall()
+        while True:
+            try:
+                done, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done == 0:
+                break
+            reaped(done)
+        if not others():  # zombies are listed until their parent (us, once reparented) reaps them
+            return
+        time.sleep(0.0005)
 
 SYSCALLS = {"x86_64": {"keyctl": 250, "ioprio_get": 252},
             "aarch64": {"keyctl": 219, "ioprio_get": 31}}.get(os.uname().machine, {})
@@ -112,11 +150,11 @@ def syscall(name, *args):
 
 RLIMITS = sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")})
 
-def process_state():
-    """What another process of our uid can change about us and a job would inherit."""
-    sched = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
-    return ([resource.getrlimit(r) for r in RLIMITS], os.getpriority(os.PRIO_PROCESS, 0), sched,
-            sorted(os.sched_getaffinity(0)), syscall("ioprio_get", 1, 0))
+def process_state(pid=0):
+    """What another process of our uid can change about a process (us: 0) and a job would inherit."""
+    sched = os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority
+    return ([resource.prlimit(pid, r) for r in RLIMITS], os.getpriority(os.PRIO_PROCESS, pid), sched,
+            sorted(os.sched_getaffinity(pid)), syscall("ioprio_get", 1, pid))
 
 NET_TABLES = ("udp", "udp6", "udplite", "udplite6", "raw", "raw6", "unix", "packet")
 """Socket tables of the namespace (TCP's are left out: reading them walks the host's whole TCP
@@ -292,6 +330,7 @@ def residue():
 
 def reset():
     reap_all()
+    zygote_renew()
     wipe_ipc()
     wipe_keys()
     restore_tops()
@@ -311,6 +350,110 @@ def to_json(value):
         return b'"%s"' % value.encode()
     return repr(value).encode()
 
+ZYGOTE = None
+"""The zygote (see ZYGOTE_SOURCE): pid, socket, env, process state at start, dead flag; None
+when this sandbox has none (cold sandboxes, or it failed to start)."""
+
+def zygote_start(env, socks=None):
+    """Start a zygote with `env` (the jobs' environment) and wait for its preloads; None on any
+    failure (jobs then fork and exec as without it). The agent keeps both ends of the socket
+    (`socks`, made once), so that a zygote replaced after a job leaves the namespace's socket
+    table as it was."""
+    a, b = socks or _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    for end in (a, b):  # what a dead zygote or the agent left unread
+        end.setblocking(False)
+        try:
+            while True:
+                end.recv(1 << 20)
+        except OSError:
+            pass
+        end.setblocking(True)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open("/dev/null", os.O_RDWR)
+            os.dup2(null, 0); os.dup2(null, 1)
+            os.dup2(b.fileno(), 3)
+            os.closerange(4, 65536)
+            os.chdir("/")
+            os.execvpe(PYTHON_PREFIX[0], PYTHON_PREFIX + [ZYGOTE_SOURCE], env)
+        finally:
+            os._exit(127)
+    zygote = {"pid": pid, "sock": a, "socks": (a, b), "env": env, "dead": False}
+    if select.select([a], [], [], 20.0)[0] and a.recv(16) == b"Z":
+        zygote["state"] = process_state(pid)
+        return zygote
+    zygote_stop(zygote)
+    return None
+
+def zygote_stop(zygote):
+    if zygote["pid"] > 0:
+        try:
+            os.kill(zygote["pid"], signal.SIGKILL)
+            os.waitpid(zygote["pid"], 0)
+        except OSError:
+            pass
+    zygote["pid"], zygote["dead"] = -1, True
+
+def zygote_renew():
+    """After the reset's kill: a zygote a job changed (or that died) is replaced by a fresh one."""
+    global ZYGOTE
+    if ZYGOTE is None or not zygote_changed():
+        return
+    zygote_stop(ZYGOTE)
+    ZYGOTE = zygote_start(ZYGOTE["env"], ZYGOTE["socks"])
+
+def zygote_changed():
+    """Why the zygote may no longer serve jobs ('' when it may): a job can signal it (kill it,
+    stop it) or change what a process of its uid may change (rlimits, priority, affinity); its
+    memory and descriptors are out of reach (non-dumpable, like the agent)."""
+    pid = ZYGOTE["pid"]
+    try:
+        if ZYGOTE["dead"] or os.waitpid(pid, os.WNOHANG)[0] != 0:
+            return "the zygote died or failed"
+        with open("/proc/%d/status" % pid) as f:
+            status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        state = status["State"].split()[0]
+        if state not in ("R", "S"):
+            return "the zygote is in state " + state
+        if int(status["SigPnd"], 16) or int(status["ShdPnd"], 16):
+            # a signal sent by the job and not yet acted on (it blocks none, and ignored ones are
+            # never queued): it is about to die or stop
+            return "a signal is pending for the zygote"
+        if process_state(pid) != ZYGOTE["state"]:
+            return "the zygote's rlimits, priority or affinity were changed"
+    except OSError as e:
+        return "the zygote cannot be checked: %s" % e
+    return ""
+
+def zygote_launch(command, lim, fds):
+    """Have the zygote fork the job; the job's pid (our child once the zygote's intermediate
+    process has exited), or None when the zygote did not answer (the job then forks and execs)."""
+    sock = ZYGOTE["sock"]
+    try:
+        sock.sendmsg([marshal.dumps({"command": command, "limits": lim})],
+                     [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("3i", *fds))])
+        replies = []
+        deadline = time.monotonic() + 10.0
+        while len(replies) < 2:
+            if not select.select([sock], [], [], 0.05)[0]:
+                # (the agent holds both ends of the socket, so a dead zygote gives no EOF)
+                if time.monotonic() > deadline or zygote_changed():
+                    break
+                continue
+            data = sock.recv(16)
+            if not data:
+                break
+            replies.append(data)
+    except OSError:
+        replies = []
+    if len(replies) == 2 and len(replies[0]) == 4 and replies[1] == b"R":
+        pid = struct.unpack(">i", replies[0])[0]
+        if pid > 0:
+            return pid
+    ZYGOTE["dead"] = True  # replaced at the reset; this job runs without it
+    return None
+
 def run_job(job):
     for name, data in job["files"].items():
         path = os.path.join("/work", name)
@@ -324,7 +467,13 @@ def run_job(job):
     in_r, in_w = os.pipe() if stdin_data else (os.open("/dev/null", os.O_RDONLY), -1)
     lim = job["limits"]
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    pid = os.fork()
+    command = job["command"]
+    pid = None
+    if (ZYGOTE is not None and not ZYGOTE["dead"] and job["env"] == ZYGOTE["env"]
+            and command[:4] == PYTHON_PREFIX and len(command) >= 5):
+        pid = zygote_launch(command, lim, (in_r, out_w, err_w))
+    if pid is None:
+        pid = os.fork()
     if pid == 0:
         try:
             os.setsid()
@@ -402,6 +551,7 @@ def run_job(job):
                 break
             if done == 0:
                 break
+            reaped(done)
             if done == pid:
                 status, job_usage = st, ru
                 exited_at = time.monotonic()
@@ -431,6 +581,8 @@ for _top, _mode in MODES.items():
         os.chmod(_top, _mode)
     except OSError:
         pass  # not ours: docker's tmpfs is root's, already 1777
+if sys.argv[1:2] == ["--zygote"]:  # warm sandboxes: `--zygote K=V...` gives the jobs' environment
+    ZYGOTE = zygote_start(dict(a.split("=", 1) for a in sys.argv[2:]))
 BASE_KEYS = key_serials()
 BASE_TOPS = {top: top_state(top) for top in writable_mounts()}
 BASE_COUNTERS = net_state(NET_COUNTERS)
@@ -448,4 +600,164 @@ while True:
         reset()
         send(4, b"ready")
 '''
-"""Source of the agent, run with `python3 -I -S -c` as the sandbox's pid 1."""
+
+ZYGOTE_SOURCE = r'''
+import _signal as signal, _ctypes, _socket, marshal, os, resource, struct, sys
+
+for _sig in signal.valid_signals():  # SIG_DFL everywhere, as a job started by exec has them
+    if _sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(_sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+class _Int(_ctypes._SimpleCData):
+    _type_ = "i"
+
+class _Libc:
+    _handle = _ctypes.dlopen(None)
+
+class _Function(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL
+    _restype_ = _Int
+
+if _Function(("prctl", _Libc()))(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 0, or no zygote at all
+    os._exit(120)
+
+for _name in PRELOAD:
+    try:
+        __import__(_name)
+    except Exception:
+        pass
+del _name, _sig
+
+def _exit_status(code):
+    """The exit status of SystemExit(code), as the interpreter gives it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+def _become(req, fds):
+    """In the job's process: take its streams, limits and directory, then run its code as
+    `python3 -I -S -c CODE ARGS...` would, and exit as that interpreter would."""
+    command, lim = req["command"], req["limits"]
+    try:
+        os.setsid()
+        os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
+        os.closerange(3, 65536)  # the zygote's socket too: nothing leads back to it
+        for res, val in ((resource.RLIMIT_CORE, (0, 0)),
+                         (resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)),
+                         (resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])),
+                         (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
+                         (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
+            resource.setrlimit(res, val)
+        if lim.get("as"):
+            resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
+        os.chdir("/work")
+        # as exec would leave it: dumpable again, and the dispositions a fresh interpreter sets
+        # on the agent's SIG_DFL ones (SIGPIPE and SIGXFSZ ignored, SIGINT raising KeyboardInterrupt)
+        _Function(("prctl", _Libc()))(4, 1, 0, 0, 0)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.argv = ["-c"] + list(command[5:])
+        main = type(sys)("__main__")
+        sys.modules["__main__"] = main
+        code = compile(command[4], "<string>", "exec")
+    except BaseException as e:
+        os.write(2, ("temper agent: cannot run %r: %s\n" % (command[0], e)).encode())
+        os._exit(127)
+    try:
+        exec(code, main.__dict__)
+        status = 0
+    except SystemExit as e:
+        status = _exit_status(e.code)
+    except BaseException:
+        _type, _value, _tb = sys.exc_info()
+        _tb = _tb.tb_next if _tb is not None else None  # from the job's own code on
+        sys.excepthook(_type, _value.with_traceback(_tb), _tb)
+        del _type, _value, _tb
+        status = 1
+    try:  # what the interpreter does before it exits: wait for threads, run atexit, flush
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        if "atexit" in sys.modules:
+            sys.modules["atexit"]._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+_sock = _socket.socket(fileno=3)
+_sock.send(b"Z")
+while True:
+    try:
+        _msg, _anc, _flags, _addr = _sock.recvmsg(1 << 20, _socket.CMSG_SPACE(3 * 4))
+    except InterruptedError:
+        continue
+    if not _msg:
+        os._exit(0)  # the agent went away
+    _fds = []
+    for _level, _kind, _data in _anc:
+        if _level == _socket.SOL_SOCKET and _kind == _socket.SCM_RIGHTS:
+            _fds += struct.unpack("%di" % (len(_data) // 4), _data[:len(_data) - len(_data) % 4])
+    try:
+        _between = os.fork()
+    except OSError as e:
+        _sock.send(struct.pack(">i", -e.errno))
+        _between = None
+    if _between == 0:  # forks the job and exits, so that the job is the agent's child
+        try:
+            _job = os.fork()
+        except OSError as e:
+            _sock.send(struct.pack(">i", -e.errno))
+            os._exit(1)
+        if _job == 0:
+            _become(marshal.loads(_msg), _fds)
+        _sock.send(struct.pack(">i", _job))
+        os._exit(0)
+    for _fd in _fds:
+        os.close(_fd)
+    if _between:
+        os.waitpid(_between, 0)
+    _sock.send(b"R")
+'''
+"""The zygote: an interpreter a warm sandbox's agent starts once, before any job, with the
+jobs' environment and the modules most test jobs import already loaded (:data:`PRELOAD`). For a
+job whose command is `python3 -I -S -c CODE ARGS...` (the code-test harness's), it forks an
+intermediate process that forks the job and exits (so the job is the agent's child, as one it
+forks itself), and the job takes its pipes (passed as SCM_RIGHTS), its limits and /work, then
+runs CODE as that command line would. That saves the interpreter's start and the imports
+(about half of a HumanEval job's CPU) while holding nothing of any job: the zygote never runs
+job code, never receives a job's files (only its command line and limits), is non-dumpable (no
+ptrace, no /proc/<pid>/mem or fd), and after every job the reset checks it is alive, not
+stopped and has the rlimits, priority, scheduling and affinity it started with; a job that
+changed any of that retires the sandbox after its own verdict. Cold sandboxes (one job each)
+start none."""
+
+PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "string", "heapq", "bisect")
+"""Modules the zygote imports before it serves jobs (what HumanEval-style prompts import)."""
+
+PYTHON_PREFIX = ["python3", "-I", "-S", "-c"]
+"""Commands the zygote runs, `python3 -I -S -c CODE ARGS...` (the code-test harness's,
+trainer.verifiers.code_harness.COMMAND), and its own command line."""
+
+AGENT_SOURCE = ("ZYGOTE_SOURCE = %r\nPYTHON_PREFIX = %r\n" % ("PRELOAD = %r\n" % (PRELOAD,) + ZYGOTE_SOURCE, PYTHON_PREFIX)
+                + _AGENT_BODY)
+"""Source of the agent, run with `python3 -I -S -c` as the sandbox's pid 1 (with `--zygote K=V...`
+in warm sandboxes, the jobs' environment, it starts the zygote)."""
+
+
+def agent_zygote_args() -> list[str]:
+    """The agent's arguments that start a zygote for jobs run with the sandbox environment."""
+    return ["--zygote", *(f"{k}={v}" for k, v in ENV_ALLOW.items())]

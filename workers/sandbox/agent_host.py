@@ -27,9 +27,11 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 from . import cgroups
+from .agent import PYTHON_PREFIX
 from .bwrap import ENV_ALLOW
 from .outcome import Capture, check_command, check_files, classify
 from .types import Limits, SandboxError, Verdict
@@ -79,6 +81,31 @@ class FrameReader:
         frame = (kind, bytes(buf[5:5 + size]))
         del buf[:5 + size]
         return frame
+
+
+def children(pid: int) -> list[int]:
+    """Host pids of the children of process ``pid`` (a sandbox's chain: bwrap, the agent)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+ZYGOTE_CMDLINE = b"\0".join(s.encode() for s in PYTHON_PREFIX) + b"\0PRELOAD = "
+"""How the zygote's command line starts (agent.ZYGOTE_SOURCE)."""
+
+
+def zygote_of(agent_pid: int) -> int:
+    """Host pid of the agent's zygote (0 when it has none): the child running the zygote's
+    source. Outside a job the reset has killed every other process, so none can pose as it; the
+    agent replaces a zygote a job changed, so its pid is looked up, never kept."""
+    for pid in children(agent_pid) if agent_pid else []:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(ZYGOTE_CMDLINE):
+                return pid
+        except OSError:
+            continue
+    return 0
 
 
 def _stderr_tail(stream) -> str:

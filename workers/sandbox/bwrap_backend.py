@@ -21,6 +21,7 @@ class BwrapBackend(WarmBwrapBackend):
     """Fresh namespaces per job: every sandbox serves exactly one job."""
 
     uid_base = SLOT_UID_BASE
+    zygote = False
 
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
         if self._closed:

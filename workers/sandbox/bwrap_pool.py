@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bwrap, cgroups
-from .agent import AGENT_SOURCE
-from .agent_host import BackgroundWork, PipeAgentStream, run_agent_job
+from .agent import AGENT_SOURCE, agent_zygote_args
+from .agent_host import BackgroundWork, PipeAgentStream, children, run_agent_job, zygote_of
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
 
@@ -100,19 +100,20 @@ def _key_owners() -> set[int]:
         return set()
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
 class WarmBwrapBackend(BackgroundWork):
     """Pool of warm bwrap sandboxes per (domain, memory/pids/tmpfs shape)."""
 
     name = "bwrap"
     uid_base = WARM_UID_BASE
     """First uid of this backend's blocks (one block of MAX_SLOTS uids per worker process)."""
+    zygote = True
+    """Whether each sandbox's agent starts a zygote (agent.ZYGOTE_SOURCE): sandboxes that serve
+    many jobs; a cold sandbox serves one, for which starting one would only cost."""
+
+    @property
+    def resident(self) -> int:
+        """Processes of an idle sandbox in its cgroup: bwrap, the agent and its zygote."""
+        return RESIDENT + (1 if self.zygote else 0)
 
     def __init__(self, config: PoolConfig | None = None):
         if not bwrap.available():
@@ -140,9 +141,9 @@ class WarmBwrapBackend(BackgroundWork):
         """Sandboxes removed so far."""
 
     def agent_pids(self) -> set[int]:
-        """Host pids of the live sandboxes' bwrap and agent processes (they belong there)."""
+        """Host pids of the live sandboxes' bwrap, agent and zygote processes (they belong there)."""
         with self._lock:
-            return {p for sb in self._all for p in (sb.proc.pid, sb.agent_pid) if p}
+            return {p for sb in self._all for p in (sb.proc.pid, sb.agent_pid, zygote_of(sb.agent_pid)) if p}
 
     def cgroup_dirs(self) -> set[Path]:
         """Cgroup directories held by live sandboxes."""
@@ -207,11 +208,12 @@ class WarmBwrapBackend(BackgroundWork):
         try:
             if layout is not None:
                 try:
-                    cg = cgroups.JobCgroup(layout, (memory_mb + START_HEADROOM_MB) << 20, pids + RESIDENT)
+                    cg = cgroups.JobCgroup(layout, (memory_mb + START_HEADROOM_MB) << 20, pids + self.resident)
                 except OSError as e:
                     raise SandboxError(f"cannot create cgroup: {e}") from e
             shape = Limits(memory_mb=memory_mb, pids=pids, tmpfs_mb=tmpfs_mb)
-            argv = bwrap.bwrap_args(shape, self._privileged) + ["/usr/bin/python3", "-I", "-S", "-c", AGENT_SOURCE]
+            argv = bwrap.bwrap_args(shape, self._privileged) + ["/usr/bin/python3", "-I", "-S", "-c", AGENT_SOURCE,
+                                                                 *(agent_zygote_args() if self.zygote else [])]
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
@@ -242,7 +244,7 @@ class WarmBwrapBackend(BackgroundWork):
             raise
         try:
             stream.wait_for(4, READY_TIMEOUT_S)
-            kids = _children(proc.pid)
+            kids = children(proc.pid)
             sb.agent_pid = kids[0] if kids else 0
             if cg is not None:
                 sb.baseline_bytes = cg.memory_current()
@@ -361,10 +363,10 @@ class WarmBwrapBackend(BackgroundWork):
 
     def _reset(self, sb: WarmSandbox) -> None:
         """Wait for the agent's ready frame (it killed everything, removed IPC objects and wiped
-        the writable dirs), then check the sandbox holds nothing but bwrap and the agent."""
+        the writable dirs), then check the sandbox holds nothing but bwrap, the agent and its zygote."""
         try:
             sb.stream.wait_for(4, RESET_TIMEOUT_S)
-            healthy = sb.proc.poll() is None and (sb.cgroup is None or sb.cgroup.pids_current() <= RESIDENT)
+            healthy = sb.proc.poll() is None and (sb.cgroup is None or sb.cgroup.pids_current() <= self.resident)
         except SandboxError:
             healthy = False
         with self._lock:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cgroups
-from .agent import AGENT_SOURCE
-from .agent_host import BackgroundWork, FrameError, FrameReader, SendError, run_agent_job, wait_for
+from .agent import AGENT_SOURCE, agent_zygote_args
+from .agent_host import BackgroundWork, FrameError, FrameReader, SendError, run_agent_job, wait_for, zygote_of
 from .image import IMAGE
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
@@ -179,6 +179,10 @@ class AgentStream:
                 pass
 
 
+RESIDENT = 2
+"""Processes of an idle container: the agent and its zygote."""
+
+
 @dataclass(eq=False)
 class Container:
     """One warm container and what the host knows about it."""
@@ -250,9 +254,9 @@ class DockerBackend(BackgroundWork):
         self._reaper.start()
 
     def agent_pids(self) -> set[int]:
-        """Host pids of the agents of this pool's containers."""
+        """Host pids of the agents of this pool's containers and their zygotes."""
         with self._lock:
-            return {c.agent_pid for c in self._all}
+            return {p for c in self._all for p in (c.agent_pid, zygote_of(c.agent_pid)) if p}
 
     def container_ids(self) -> list[str]:
         """Ids of every container this pool holds (idle or busy)."""
@@ -281,7 +285,7 @@ class DockerBackend(BackgroundWork):
                          docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
             )
             cid = self.api.create_container(
-                self.image, ["python3", "-I", "-S", "-c", AGENT_SOURCE], user=f"{uid}:{uid}", stdin_open=True,
+                self.image, ["python3", "-I", "-S", "-c", AGENT_SOURCE, *agent_zygote_args()], user=f"{uid}:{uid}", stdin_open=True,
                 labels=labels, environment={}, hostname="sandbox", working_dir="/work",
                 network_disabled=True, host_config=host_config,
             )["Id"]
@@ -377,10 +381,10 @@ class DockerBackend(BackgroundWork):
 
     def _reset(self, cont: Container) -> None:
         """Wait for the agent's ready frame (it killed everything and reset the container), then
-        check the container holds nothing but the agent."""
+        check the container holds nothing but the agent and its zygote."""
         try:
             cont.stream.wait_for(4, 10.0)
-            healthy = cont.cgroup is None or cont.cgroup.pids_current() <= 1
+            healthy = cont.cgroup is None or cont.cgroup.pids_current() <= RESIDENT
         except SandboxError:
             healthy = False
         with self._lock:
