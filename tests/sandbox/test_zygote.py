@@ -154,6 +154,7 @@ UNREACHABLE = {
 
 ZYGOTE_STATE = FIND_ZYGOTE + r'''
 state = open("/proc/%d/stat" % z).read().rsplit(")", 1)[1].split()[0]
+state = "S" if state == "R" else state  # (it may still be on its way back to waiting, after forking this job)
 print(state, [resource.prlimit(z, getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")],
       os.getpriority(os.PRIO_PROCESS, z), os.sched_getscheduler(z), sorted(os.sched_getaffinity(z)),
       libc.syscall(252, 1, z))
@@ -191,3 +192,19 @@ def test_other_commands_are_exec_d(warm_and_cold):
     assert v.stdout == b"0 0 False\n", v
     v = run(warm, ["sh", "-c", "echo $0; exit 4", "sh-job"])
     assert (v.exit_code, v.stdout) == (4, b"sh-job\n"), v
+
+
+def test_a_job_that_kills_the_zygote_at_once_runs_once(warm_and_cold):
+    """Its code runs only after the agent has its pid, so the agent never takes the zygote's
+    death for a failed start and runs the job a second time beside the first."""
+    warm, _ = warm_and_cold
+    once = FIND_ZYGOTE + (
+        "fd = os.open('/work/runs', os.O_CREAT | os.O_APPEND | os.O_WRONLY)\n"
+        "os.write(fd, b'x')\n"
+        "os.kill(z, signal.SIGKILL)\n"
+        "try:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError:\n    pass\n"
+        "import time; time.sleep(0.3)\n"
+        "print(len(open('/work/runs').read()))\n")
+    for _ in range(5):
+        v = run(warm, python_command(once))
+        assert (v.status, v.stdout) == ("ok", b"1\n"), v

@@ -428,30 +428,38 @@ def zygote_changed():
 
 def zygote_launch(command, lim, fds):
     """Have the zygote fork the job; the job's pid (our child once the zygote's intermediate
-    process has exited), or None when the zygote did not answer (the job then forks and execs)."""
+    process has exited: it sends the pid, then lets the job run, then exits), or None when the
+    zygote did not answer (the job then forks and execs)."""
     sock = ZYGOTE["sock"]
+    pid = 0
     try:
         sock.sendmsg([marshal.dumps({"command": command, "limits": lim})],
                      [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("3i", *fds))])
-        replies = []
         deadline = time.monotonic() + 10.0
-        while len(replies) < 2:
-            if not select.select([sock], [], [], 0.05)[0]:
-                # (the agent holds both ends of the socket, so a dead zygote gives no EOF)
-                if time.monotonic() > deadline or zygote_changed():
+        while True:
+            if select.select([sock], [], [], 0.05)[0]:
+                data = sock.recv(16)
+                if len(data) == 4:
+                    pid = struct.unpack(">i", data)[0]  # the job's pid, or -errno
                     break
-                continue
-            data = sock.recv(16)
-            if not data:
+            # (the agent holds both ends of the socket, so a dead zygote gives no EOF)
+            elif time.monotonic() > deadline or zygote_changed():
                 break
-            replies.append(data)
     except OSError:
-        replies = []
-    if len(replies) == 2 and len(replies[0]) == 4 and replies[1] == b"R":
-        pid = struct.unpack(">i", replies[0])[0]
-        if pid > 0:
-            return pid
-    ZYGOTE["dead"] = True  # replaced at the reset; this job runs without it
+        pass
+    if pid > 0:  # the job runs
+        return pid
+    # No job was started (its code runs only once its pid is sent), so nothing of this job can
+    # have touched the zygote: a real failure. Kill whatever the launch left before the job is
+    # forked and exec'd here instead; the zygote is replaced at the reset.
+    zygote_stop(ZYGOTE)
+    killall()
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
     return None
 
 def run_job(job):
@@ -602,7 +610,7 @@ while True:
 '''
 
 ZYGOTE_SOURCE = r'''
-import _signal as signal, _ctypes, _socket, marshal, os, resource, struct, sys
+import _signal as signal, _socket, ctypes, marshal, os, resource, struct, sys
 
 for _sig in signal.valid_signals():  # SIG_DFL everywhere, as a job started by exec has them
     if _sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -611,17 +619,8 @@ for _sig in signal.valid_signals():  # SIG_DFL everywhere, as a job started by e
         except (OSError, ValueError):
             pass
 
-class _Int(_ctypes._SimpleCData):
-    _type_ = "i"
-
-class _Libc:
-    _handle = _ctypes.dlopen(None)
-
-class _Function(_ctypes.CFuncPtr):
-    _flags_ = _ctypes.FUNCFLAG_CDECL
-    _restype_ = _Int
-
-if _Function(("prctl", _Libc()))(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 0, or no zygote at all
+_libc = ctypes.CDLL(None, use_errno=True)
+if _libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 0, or no zygote at all
     os._exit(120)
 
 for _name in PRELOAD:
@@ -662,7 +661,7 @@ def _become(req, fds):
         os.chdir("/work")
         # as exec would leave it: dumpable again, and the dispositions a fresh interpreter sets
         # on the agent's SIG_DFL ones (SIGPIPE and SIGXFSZ ignored, SIGINT raising KeyboardInterrupt)
-        _Function(("prctl", _Libc()))(4, 1, 0, 0, 0)
+        _libc.prctl(4, 1, 0, 0, 0)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -717,20 +716,24 @@ while True:
         _sock.send(struct.pack(">i", -e.errno))
         _between = None
     if _between == 0:  # forks the job and exits, so that the job is the agent's child
+        _go_r, _go_w = os.pipe()
         try:
             _job = os.fork()
         except OSError as e:
             _sock.send(struct.pack(">i", -e.errno))
             os._exit(1)
         if _job == 0:
+            os.close(_go_w)
+            if os.read(_go_r, 1) != b"g":  # the agent never learnt this pid: it runs the job itself
+                os._exit(127)
             _become(marshal.loads(_msg), _fds)
         _sock.send(struct.pack(">i", _job))
+        os.write(_go_w, b"g")  # only now may the job's code run (it could kill this process)
         os._exit(0)
     for _fd in _fds:
         os.close(_fd)
     if _between:
         os.waitpid(_between, 0)
-    _sock.send(b"R")
 '''
 """The zygote: an interpreter a warm sandbox's agent starts once, before any job, with the
 jobs' environment and the modules most test jobs import already loaded (:data:`PRELOAD`). For a
