@@ -79,40 +79,45 @@ class Balance:
 # probability (rarest share / its answer's share), so every answer is about equally likely.
 BALANCED: dict[str, Balance] = {
     "acre": Balance("on / off / undetermined: 39% / 32% / 29%", draws=400),
-    "basic_arithmetic": Balance("0, -1 and 1 are 22% of level-0 answers (chance 3%)", draws=2000),
-    "binary_alternation": Balance("-1 (impossible) is 19-23% of answers"),
-    "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)"),
-    "circuit_logic": Balance("0 / 1: 63% / 37%", draws=400),
-    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)"),
+    "basic_arithmetic": Balance("0, -1 and 1 are 22% of level-0 answers (chance 3%)", draws=8000),
+    "binary_alternation": Balance("-1 (impossible) is 19-23% of answers", draws=8000),
+    "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)", draws=8000),
+    "circuit_logic": Balance("0 / 1: 63% / 37%", draws=8000),
+    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)", draws=8000),
     "composite": Balance("its parts' small answers repeat: 1 was right for 3% of tasks (chance 0)"),
-    "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0"),
+    "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0", draws=8000),
+    "calendar_arithmetic": Balance("yes / no questions and weekdays: 'no' was the answer to 17-25% of level-1 and 2 tasks "
+                                   "(chance 6-14%)", draws=8000),
     "game_of_life": Balance("the all-dead board is 9% of level-0 answers (another task's board is right for 1%)", draws=400),
-    "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=2000),
+    "family_relationships": Balance("son is 21-33% of answers (chance 12-22%), husband and wife the next", draws=8000),
+    "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=8000),
     "graph_color": Balance("the same small graphs (and so the same colouring) recur: one colouring was "
                            "right for 17% of tasks against 4% for another task's colouring"),
     "jugs": Balance("the same puzzles recur at level 0 (one move list is 10% of answers); '[\"no solution\"]' is 15% "
                     "at level 1", draws=400),
     "knight_swap": Balance("'No' (impossible) is 15-20% of answers; every possible puzzle has its own move list",
                            draws=100),
-    "largest_island": Balance("10 is 49% of level-0 answers"),
-    "letter_counting": Balance("1 is 32-46% of answers"),
+    "largest_island": Balance("10 is 49% of level-0 answers", draws=8000),
+    "leg_counting": Balance("small totals repeat and 0 legs is 7% of answers from level 2 (chance 2%)", draws=8000),
+    "letter_counting": Balance("1 is 32-46% of answers", draws=8000),
     "list_functions": Balance("[0] and [1] are 11% of answers (chance 3%)"),
     "manipulate_matrix": Balance("an all-zero matrix or a 1x1 '0' is 2% of answers (chance 0.3%)"),
-    "maze": Balance("a few path lengths dominate at level 0 (19% for one of six)"),
+    "maze": Balance("a few path lengths dominate at level 0 (19% for one of six)", draws=4000),
     "number_sequence": Balance("small next terms repeat: 4 was the answer to 25% of tasks (chance 6%)"),
     "polynomial_equations": Balance("the root 0.0 alone is 46% of level-0 answers, 17% at the top", draws=200),
-    "products": Balance("0 is 2% of answers (chance 0.2%)"),
+    "products": Balance("0 is 2% of answers (chance 0.2%)", draws=8000),
     "propositional_logic": Balance("a few conclusions recur up to equivalence ((P ∨ Q) passed 10% of tasks, "
-                                   "chance 2%)", by="truth table", draws=400),
+                                   "chance 2%)", by="truth table", draws=8000),
     "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
                         "right for 8-10% of tasks (chance 3%)", by="numbers"),
-    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers"),
-    "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)"),
-    "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers"),
+    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers", draws=8000),
+    "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)", draws=4000),
+    "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers", draws=8000),
+    "self_reference": Balance("2 is 32-42% of answers from level 2 (chance 24-30%)", draws=8000),
     "sentence_reordering": Balance("the corpus is small, so sentences recur: one was the answer to 17% of tasks"),
     "shortest_path": Balance("'infeasible' is 45% of level-0 answers and 69% at the top; other answers are paths"),
-    "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=400),
-    "tsumego": Balance("a few points recur on the small boards: E3 was the answer to 12% of tasks (chance 3%)"),
+    "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=8000),
+    "tsumego": Balance("a few points recur on the small boards: E3 was the answer to 12% of tasks (chance 3%)", draws=8000),
     "time_intervals": Balance("0 days, 00:00, 1 days and 00:01 are a third of level-0 answers"),
 }
 UNFIT_TRIES = 256
@@ -121,6 +126,9 @@ BALANCE_TRIES = 256
 """Draws at most per sample of a balanced generator (then the last draw is kept)."""
 BALANCE_MIN_COUNT = 10
 """Items an answer needs among the reference draws before its share is thinned to the others'."""
+BALANCE_MIN_SHARE = 0.01
+"""The lowest cap where some answers repeat: rarer answers are not thinned, so that a task takes a
+few draws (more reference draws make the shares precise, not the cap lower)."""
 
 
 
@@ -236,7 +244,10 @@ def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
     polynomial_equations). Answers above the cap are thinned down to it. The cap is the rarest
     share where most answers are unique (a path, a move list: one answer such as 'infeasible' must
     not stand out), else the share of :data:`BALANCE_MIN_COUNT` items, below which a share is too
-    noisy to thin by (an answer seen once may be ten times as common as that)."""
+    noisy to thin by (an answer seen once may be ten times as common as that), and at least
+    :data:`BALANCE_MIN_SHARE`. Generators with few answers take 8,000 draws: from 1,000, an answer
+    with a true share of 2% was measured under 1%, never thinned, and a constant scored twice
+    chance at that level."""
     balance = BALANCED.get(name, Balance(""))
     draws = balance.draws
     counts: Counter[str] = Counter()
@@ -250,7 +261,7 @@ def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
     total = sum(counts.values()) or 1
     shares = {label: n / total for label, n in counts.items()}
     rarest = min(shares.values(), default=1.0)
-    cap = rarest if len(shares) > total / 4 else max(rarest, BALANCE_MIN_COUNT / total)
+    cap = rarest if len(shares) > total / 4 else max(rarest, BALANCE_MIN_COUNT / total, BALANCE_MIN_SHARE)
     return shares, cap
 
 
