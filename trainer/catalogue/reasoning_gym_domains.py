@@ -73,51 +73,55 @@ class Balance:
         return answer_label(answer)
 
 
+FEW_ANSWER_DRAWS = 8000
+"""Reference draws for generators with few answers (4 shards x 2,000 items), enough that an answer
+right for 2% of tasks is not measured under the cap."""
+
 # Label balance: generators whose answers come from a small set, or where a few answers are much
 # more common than the rest, so that a constant answer beats chance (the rate at which another
 # task's gold is right; measured with bench/rg_scorers.py). sample() keeps an item with
 # probability (rarest share / its answer's share), so every answer is about equally likely.
 BALANCED: dict[str, Balance] = {
     "acre": Balance("on / off / undetermined: 39% / 32% / 29%", draws=400),
-    "basic_arithmetic": Balance("0, -1 and 1 are 22% of level-0 answers (chance 3%)", draws=8000),
-    "binary_alternation": Balance("-1 (impossible) is 19-23% of answers", draws=8000),
-    "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)", draws=8000),
-    "circuit_logic": Balance("0 / 1: 63% / 37%", draws=8000),
-    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)", draws=8000),
+    "basic_arithmetic": Balance("0, -1 and 1 are 22% of level-0 answers (chance 3%)", draws=FEW_ANSWER_DRAWS),
+    "binary_alternation": Balance("-1 (impossible) is 19-23% of answers", draws=FEW_ANSWER_DRAWS),
+    "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)", draws=FEW_ANSWER_DRAWS),
+    "circuit_logic": Balance("0 / 1: 63% / 37%", draws=FEW_ANSWER_DRAWS),
+    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)", draws=FEW_ANSWER_DRAWS),
     "composite": Balance("its parts' small answers repeat: 1 was right for 3% of tasks (chance 0)"),
-    "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0", draws=8000),
+    "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0", draws=FEW_ANSWER_DRAWS),
     "calendar_arithmetic": Balance("yes / no questions and weekdays: 'no' was the answer to 17-25% of level-1 and 2 tasks "
-                                   "(chance 6-14%)", draws=8000),
+                                   "(chance 6-14%)", draws=FEW_ANSWER_DRAWS),
     "game_of_life": Balance("the all-dead board is 9% of level-0 answers (another task's board is right for 1%)", draws=400),
-    "family_relationships": Balance("son is 21-33% of answers (chance 12-22%), husband and wife the next", draws=8000),
-    "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=8000),
+    "family_relationships": Balance("son is 21-33% of answers (chance 12-22%), husband and wife the next", draws=FEW_ANSWER_DRAWS),
+    "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=FEW_ANSWER_DRAWS),
     "graph_color": Balance("the same small graphs (and so the same colouring) recur: one colouring was "
                            "right for 17% of tasks against 4% for another task's colouring"),
     "jugs": Balance("the same puzzles recur at level 0 (one move list is 10% of answers); '[\"no solution\"]' is 15% "
                     "at level 1", draws=400),
     "knight_swap": Balance("'No' (impossible) is 15-20% of answers; every possible puzzle has its own move list",
                            draws=100),
-    "largest_island": Balance("10 is 49% of level-0 answers", draws=8000),
-    "leg_counting": Balance("small totals repeat and 0 legs is 7% of answers from level 2 (chance 2%)", draws=8000),
-    "letter_counting": Balance("1 is 32-46% of answers", draws=8000),
+    "largest_island": Balance("10 is 49% of level-0 answers", draws=FEW_ANSWER_DRAWS),
+    "leg_counting": Balance("small totals repeat and 0 legs is 7% of answers from level 2 (chance 2%)", draws=FEW_ANSWER_DRAWS),
+    "letter_counting": Balance("1 is 32-46% of answers", draws=FEW_ANSWER_DRAWS),
     "list_functions": Balance("[0] and [1] are 11% of answers (chance 3%)"),
     "manipulate_matrix": Balance("an all-zero matrix or a 1x1 '0' is 2% of answers (chance 0.3%)"),
     "maze": Balance("a few path lengths dominate at level 0 (19% for one of six)", draws=4000),
     "number_sequence": Balance("small next terms repeat: 4 was the answer to 25% of tasks (chance 6%)"),
     "polynomial_equations": Balance("the root 0.0 alone is 46% of level-0 answers, 17% at the top", draws=200),
-    "products": Balance("0 is 2% of answers (chance 0.2%)", draws=8000),
+    "products": Balance("0 is 2% of answers (chance 0.2%)", draws=FEW_ANSWER_DRAWS),
     "propositional_logic": Balance("a few conclusions recur up to equivalence ((P ∨ Q) passed 10% of tasks, "
-                                   "chance 2%)", by="truth table", draws=8000),
+                                   "chance 2%)", by="truth table", draws=FEW_ANSWER_DRAWS),
     "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
                         "right for 8-10% of tasks (chance 3%)", by="numbers"),
-    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers", draws=8000),
+    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers", draws=FEW_ANSWER_DRAWS),
     "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)", draws=4000),
-    "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers", draws=8000),
-    "self_reference": Balance("2 is 32-42% of answers from level 2 (chance 24-30%)", draws=8000),
+    "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers", draws=FEW_ANSWER_DRAWS),
+    "self_reference": Balance("2 is 32-42% of answers from level 2 (chance 24-30%)", draws=FEW_ANSWER_DRAWS),
     "sentence_reordering": Balance("the corpus is small, so sentences recur: one was the answer to 17% of tasks"),
     "shortest_path": Balance("'infeasible' is 45% of level-0 answers and 69% at the top; other answers are paths"),
-    "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=8000),
-    "tsumego": Balance("a few points recur on the small boards: E3 was the answer to 12% of tasks (chance 3%)", draws=8000),
+    "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=FEW_ANSWER_DRAWS),
+    "tsumego": Balance("a few points recur on the small boards: E3 was the answer to 12% of tasks (chance 3%)", draws=FEW_ANSWER_DRAWS),
     "time_intervals": Balance("0 days, 00:00, 1 days and 00:01 are a third of level-0 answers"),
 }
 UNFIT_TRIES = 256
