@@ -115,6 +115,7 @@ BALANCED: dict[str, Balance] = {
     "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
                         "right for 8-10% of tasks (chance 3%)", by="numbers"),
     "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers", draws=FEW_ANSWER_DRAWS),
+    "rearc": Balance("single-cell grids recur from level 5: the digit 0 alone was right for 7% of level-5 tasks (chance 2%)"),
     "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)", draws=4000),
     "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers", draws=FEW_ANSWER_DRAWS),
     "self_reference": Balance("2 is 32-42% of answers from level 2 (chance 24-30%)", draws=FEW_ANSWER_DRAWS),
