@@ -332,15 +332,13 @@ _BUTTONS = re.compile(r"[A-C](?:\s*(?:→|->|,)?\s*[A-C])*", re.I)
 
 def _quantum_lock(answer: str, entry: dict[str, Any], dataset: Any) -> float:
     """The upstream score, only when the whole answer is a button sequence (upstream keeps every
-    letter A-C found anywhere in the answer, words included); a longer sequence earns its 0.5
-    only if it reaches the target first at its end (not the gold followed by more presses)."""
+    letter A-C found anywhere in the answer, words included), and only for a shortest sequence:
+    the prompt asks for the shortest, and upstream's 0.5 for a longer one that reaches the target
+    paid a wrong guess followed by the gold (``w -> g``) whenever the two reached it together."""
     if not _BUTTONS.fullmatch(answer.strip()):
         return 0.0
     value = float(dataset.score_answer(answer, entry))
-    presses, meta = re.findall(r"[A-C]", answer.upper()), entry["metadata"]
-    if 0 < value < 1 and any(dataset.simulate_sequence(meta, presses[:k]) == meta["target_value"] for k in range(1, len(presses))):
-        return 0.0
-    return value
+    return value if value >= 1.0 else 0.0
 
 
 _PROBE_POINTS = (0.37, 1.29, 2.03, -0.61, 3.7)
@@ -537,8 +535,10 @@ OVERRIDES: dict[str, Override] = {
         "a valid path longer than the shortest earns 0.5 (kept)", earned=lambda v: v == 0.5),
     "quantum_lock": Override(
         "every letter A-C anywhere in the answer is read as a button press, words included; Temper "
-        "requires the answer to be only a button sequence. A longer sequence that reaches the target "
-        "earns 0.5 (kept)", _quantum_lock, earned=lambda v: v == 0.5),
+        "requires the answer to be only a button sequence. Any shortest sequence passes, so the gold "
+        "is only an example; a longer sequence that reaches the target earns 0.5 upstream, not kept "
+        "(the prompt asks for the shortest, and a wrong guess followed by the gold earned it)",
+        _quantum_lock, open_ended=True),
     "fraction_simplification": Override(
         "a fraction at the start of the answer is read and the rest ignored ('a/b/c/d' passes for a/b); "
         "wrong fractions earn 0.01-0.1 format credit", _fraction),
