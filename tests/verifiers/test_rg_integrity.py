@@ -276,10 +276,59 @@ def test_label_balance_brings_constants_to_chance():
         assert top <= chance + 3 * math.sqrt(chance * (1 - chance) / len(answers)) + 1 / len(answers), (name, top, chance)
 
 
+LEVEL_BALANCE_TASKS = 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BALANCED))
+def test_label_balance_holds_at_each_level(name):
+    """At level 0 and the top tested level alone (pooled levels hide a level's favourite answer:
+    count_bits' 11 was 13.8% of level-3 tasks against 7% chance), the label a first sample
+    favours is no more common in a second sample than another task's label is, beyond sampling
+    noise (3 sigma and one item). The favourite comes from samples, not the reference draws: an
+    answer the reference draws measure too rare is the one sampling favours."""
+    spec = RG[f"rg-{name}"]
+    balance = BALANCED[name]
+    for level in sorted({0, min(spec.source.levels - 1, TOP_LEVEL)}):
+        rng = rng_for(name, level, "level balance")
+        labels = [balance.label(t.meta["rg_entry"], t.answer)
+                  for t in (spec.source.sample(rng, level) for _ in range(LEVEL_BALANCE_TASKS + LEVEL_BALANCE_TASKS // 2))]
+        picked, scored = labels[LEVEL_BALANCE_TASKS:], labels[:LEVEL_BALANCE_TASKS]
+        favourite = max(sorted(set(picked)), key=picked.count)
+        n = len(scored)
+        chance = sum((scored.count(a) / n) ** 2 for a in set(scored))
+        rate = scored.count(favourite) / n
+        margin = 3 * math.sqrt(max(chance * (1 - chance), 1 / n) / n) + 1 / n  # sampling noise, and one more
+        assert rate <= chance + margin, (name, level, favourite[:60], rate, chance)
+
+
 def test_open_ended_domains_mark_the_gold_as_an_example():
     for name, override in OVERRIDES.items():
         task = first_task(f"rg-{name}")
         assert task.meta.get("answer_is_example", False) is override.open_ended, name
+
+
+def test_quantum_lock_pays_only_a_shortest_sequence():
+    """A longer sequence that reaches the target earned upstream's 0.5, and so did a wrong guess
+    followed by the gold when the two reached it together (the audit's ``w -> g`` hedge)."""
+    import itertools
+
+    from reasoning_gym.graphs.quantum_lock import QuantumLockDataset
+
+    checked = 0
+    for i in range(40):
+        task = RG["rg-quantum_lock"].source.sample(rng_for("quantum_lock", "longer", i), 0)
+        meta, gold = task.meta["rg_entry"]["metadata"], re.findall(r"[A-C]", str(task.answer))
+        simulate = QuantumLockDataset.simulate_sequence
+        longer = next((p for p in itertools.product("ABC", repeat=len(gold) + 1)
+                       if simulate(None, meta, list(p)) == meta["target_value"]
+                       and all(simulate(None, meta, list(p[:k])) != meta["target_value"] for k in range(1, len(p)))), None)
+        if longer is None:
+            continue
+        assert stage(" → ".join(longer), task).outcome is Outcome.FAIL, (task.id, longer)
+        assert stage(" → ".join(gold), task).outcome is Outcome.PASS, task.id
+        checked += 1
+    assert checked >= 3
 
 
 def test_judge_passes_the_reference_it_chose():
