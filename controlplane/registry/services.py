@@ -21,6 +21,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
+from controlplane.common.engines import engine_errors
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
 from controlplane.common.model_refs import BASE_PREFIX, REGISTRY_PREFIX, storage_dirs
 from controlplane.common.validation import SLUG_SCHEMA, validate
@@ -33,6 +34,7 @@ from controlplane.runs import series
 from controlplane.runs.services import metric_domain
 from controlplane.runs.models import TERMINAL_STATES, Checkpoint, MetricPoint, Run
 from trainer.config import MAX_SEED
+from trainer.rollout import ENGINES
 
 
 class GateRefused(Conflict):
@@ -388,8 +390,10 @@ def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSu
     """Queue an evaluation of ``version`` on ``suite_version`` (the eval queue runs it; with
     ``enqueue=False`` the caller runs it, e.g. ``manage.py registry evaluate --here``)."""
     actor.require(version.team_id, "run.control", "model version")
-    if engine not in ("torch", "vllm"):
-        raise InvalidInput.one("engine", "must be one of: torch, vllm")
+    if engine not in ENGINES:
+        raise InvalidInput.one("engine", f"must be one of: {', '.join(ENGINES)}")
+    if errors := engine_errors(engine, "engine"):
+        raise InvalidInput(errors)
     if suite_version.suite.team_id not in (None, version.team_id):
         raise NotFound("suite not found")
     return _eval_create(version=version, suite_version=suite_version, engine=engine, created_by=actor.user, enqueue=enqueue)

@@ -20,6 +20,7 @@ from typing import Any
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config, put_path
+from trainer.rollout import engine_problem
 
 _OWNED_FIELD = {o.path: o.source for o in RUN_OWNED if not o.assigned}
 """A setting the run fills from its own API field (``limits.max_steps`` <- ``budget.steps``)."""
@@ -78,10 +79,12 @@ def run_body_ceiling_errors(*, team: Team, data: dict[str, Any]) -> list[FieldEr
 
 def trainer_config_refusal(config: dict[str, Any], *, team: Team) -> list[tuple[str, str]]:
     """The worker's check of the trainer config it is about to start, as ``(path, message)``: the
-    trainer's own bounds (``load_config``), then ``team``'s ceilings as they are now. Empty when the
-    run may start."""
+    trainer's own bounds (``load_config``), an engine this host cannot run, then ``team``'s
+    ceilings as they are now. Empty when the run may start."""
     try:
         cfg = load_config(config)
     except ConfigError as exc:
         return list(exc.errors)
-    return ceiling_errors(cfg, team_ceilings(team), f"team {team.slug} (team ceiling)")
+    problem = engine_problem(cfg.rollout.engine)
+    return ([("rollout.engine", problem)] if problem else []) + ceiling_errors(
+        cfg, team_ceilings(team), f"team {team.slug} (team ceiling)")

@@ -24,6 +24,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
+from controlplane.common.engines import engine_errors
 from controlplane.common.errors import FieldError, InvalidInput, found
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.models import Domain, DomainVersion
@@ -33,7 +34,7 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, Ru
 from controlplane.runs.usage import USAGE_FIELDS
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
 from controlplane.runs.ceilings import run_body_ceiling_errors
-from trainer.config import MAX_DOMAIN_WEIGHT
+from trainer.config import MAX_DOMAIN_WEIGHT, RolloutConfig
 from trainer.outcomes import OUTCOME_VALUES
 
 
@@ -93,6 +94,8 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
     if priority > MAX_MEMBER_PRIORITY and role != "admin":
         errors.append(FieldError("priority", f"above {MAX_MEMBER_PRIORITY} needs the team admin role"))
     errors += run_body_ceiling_errors(team=team, data=data)  # the team's ceilings on run sizes
+    rollout = (data.get("config") or {}).get("rollout") or {}
+    errors += engine_errors(rollout.get("engine", RolloutConfig.engine), "config.rollout.engine")
 
     ref = data["base_model"].strip()
     errors += _model_ref_errors(team, ref, data.get("config", {}))

@@ -174,6 +174,15 @@ demo builds its model) and those TEMPER_MODEL_DIRS adds, comma- or ``os.pathsep`
 (symlinks resolved, then checked; controlplane/common/model_refs.py). Checkpoints and registry
 copies are never reachable as raw paths: teams name those ``registry:<version>``."""
 
+TEMPER_ROLLOUT_ENGINES = [e.strip() for e in os.environ.get("TEMPER_ROLLOUT_ENGINES", "").split(",") if e.strip()]
+"""The rollout engines (``torch``, ``vllm``) this installation's rollout and eval workers can run,
+comma-separated; empty (the default): those installed where the web app runs, which is right when
+web and workers share one environment (the demo, the image). A run or an evaluation naming another
+engine is refused at ``config.rollout.engine`` (``engine``) before it is saved
+(controlplane/common/engines.py); the worker checks its own host again before it loads anything."""
+if unknown := sorted(set(TEMPER_ROLLOUT_ENGINES) - {"torch", "vllm"}):
+    raise ImproperlyConfigured(f"TEMPER_ROLLOUT_ENGINES: unknown engine(s) {', '.join(unknown)} (one of: torch, vllm)")
+
 # Request bodies (controlplane/common/body.py): refused from Content-Length before they are read.
 TEMPER_API_MAX_BODY_BYTES = int(os.environ.get("TEMPER_API_MAX_BODY_BYTES", 4 * 1024 * 1024))
 """The largest JSON body an API endpoint (and any page) accepts; larger ones are answered 413."""
