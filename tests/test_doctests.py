@@ -13,7 +13,7 @@ MODULES = [
     "controlplane.domains.selectors", "controlplane.domains.schemas", "controlplane.common.model_refs", "controlplane.review.services",
     "controlplane.runs.services", "controlplane.runs.watch", "controlplane.scheduling.services", "controlplane.registry.services", "controlplane.domains.policy", "workers.driver", "workers.verify",
     "controlplane.accounts.throttle", "controlplane.common.security", "controlplane.settings.security",
-    "controlplane.runs.usage", "workers.usage", "trainer.rollout",
+    "controlplane.runs.usage", "workers.usage", "trainer.rollout", "controlplane.registry.selectors",
 ]
 
 

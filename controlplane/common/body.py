@@ -86,7 +86,7 @@ def declared_length(value: str | bytes | None) -> int | None:
     if value is None or value in ("", b""):
         return None
     text = value.decode("latin-1") if isinstance(value, bytes) else value
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):
         raise InvalidContentLength(f"Content-Length must be a number of bytes, got {text[:40]!r}")
     return int(text)
 

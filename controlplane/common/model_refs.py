@@ -100,7 +100,7 @@ def is_path_like(ref: str) -> bool:
     >>> [is_path_like(r) for r in ("Qwen/Qwen2-0.5B", "gpt2", "/srv/m", "a/../b", "~/m", "a/b/c", "./m")]
     [False, False, True, True, True, True, True]
     """
-    return not HUB_ID.match(ref) or ".." in ref or os.path.exists(ref)
+    return not HUB_ID.fullmatch(ref) or ".." in ref or os.path.exists(ref)
 
 
 def _refused_path(ref: str) -> ModelRefused:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable, Iterable
 
 import jsonschema
@@ -71,9 +72,31 @@ def _is_integer(checker: Any, value: Any) -> bool:
 
 
 @functools.cache
+def _ecma(pattern: str) -> re.Pattern:
+    """``pattern`` with JSON Schema's (ECMA-262's) meaning of a final ``$``: the end of the string.
+    Python's ``$`` also matches before a final newline, so ``^[a-z]+$`` let ``"x\\n"`` through (an
+    export directory whose name ends in a newline, a slug with one).
+
+    >>> bool(_ecma("^[a-z]+$").search("x\\n")), bool(_ecma("^[a-z]+$").search("x"))
+    (False, True)
+    """
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Any:
+    """jsonschema's ``pattern`` keyword, matched as :func:`_ecma` reads it."""
+    if validator.is_type(instance, "string") and not _ecma(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
 def _strict(validator_cls: type) -> type:
-    """``validator_cls`` whose ``integer`` is :func:`_is_integer` (one class per draft, made once)."""
-    return jsonschema.validators.extend(validator_cls, type_checker=validator_cls.TYPE_CHECKER.redefine("integer", _is_integer))
+    """``validator_cls`` whose ``integer`` is :func:`_is_integer` and whose ``pattern`` is
+    :func:`_pattern` (one class per draft, made once)."""
+    return jsonschema.validators.extend(validator_cls, validators={"pattern": _pattern},
+                                        type_checker=validator_cls.TYPE_CHECKER.redefine("integer", _is_integer))
 
 
 def schema_errors(instance: Any, schema: dict, prefix: str = "") -> list[FieldError]:

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path as Path_
 from typing import Any, Optional
 
-from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
@@ -233,10 +231,11 @@ def version_evaluate(request: HttpRequest, version_id: int = Path(..., ge=1, le=
 @router.post("/registry/versions/{version_id}/export", response={200: ExportOut, **ERRORS}, openapi_extra=body_doc(EXPORT_IN))
 def version_export(request: HttpRequest, version_id: int = Path(..., ge=1, le=MAX_ID)):
     """Write a promoted version as a Hugging Face directory (safetensors, config, tokenizer) under
-    the server's ``var/exports`` (the CLI writes anywhere its operator may)."""
+    the server's ``var/exports/<team>/`` (the CLI writes anywhere its operator may). A name that
+    holds another version's export is a 409; the same version's is replaced."""
     version = selectors.version_get(actor=request.auth, ref=version_id)
     data = _body(request, EXPORT_IN)
-    dest = str(Path_(settings.VAR_DIR) / "exports" / data["name"]) if data.get("name") else ""
+    dest = str(services.export_dir(version.team, data["name"])) if data.get("name") else ""
     path = services.version_export(actor=request.auth, version=version, dest=dest)
     return {"version": version.name, "path": str(path)}
 

@@ -22,11 +22,21 @@ def version_list(*, actor: Principal, team: str = "", base: str = "", run: int |
     return qs.order_by("-created_at", "-id")
 
 
+def _is_id(text: str) -> bool:
+    """``text`` is a row id: ASCII digits only (``str.isdigit`` is also true of ``²`` and ``①``,
+    which ``int`` refuses).
+
+    >>> _is_id("12"), _is_id("²"), _is_id("١٢"), _is_id("")
+    (True, False, False, False)
+    """
+    return text.isascii() and text.isdigit()
+
+
 def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
     """A version by id, or by name (``tiny@12/40``), or by alias (``tiny:production``)."""
     qs = ModelVersion.objects.filter(team_id__in=actor.team_ids).select_related("team", "run", "parent")
     version = None
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+    if isinstance(ref, int) or (isinstance(ref, str) and _is_id(ref)):
         version = qs.filter(pk=int(ref)).first()
     elif ":" in ref:
         base, _, alias = ref.rpartition(":")
@@ -48,9 +58,9 @@ def version_for_team(*, ref: str, team_id: int | None) -> ModelVersion | None:
     if team_id is None or not ref:
         return None
     qs = ModelVersion.objects.filter(team_id=team_id)
-    if ref.isdigit() or (ref[:1] == "v" and ref[1:].isdigit()):
+    if _is_id(ref) or (ref[:1] == "v" and _is_id(ref[1:])):
         by_id = qs.filter(pk=int(ref.lstrip("v"))).first()
-        if by_id is not None or ref.isdigit():
+        if by_id is not None or _is_id(ref):
             return by_id
     version = qs.filter(name=ref).first()
     if version is None and ":" in ref:

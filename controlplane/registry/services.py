@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -518,17 +519,49 @@ def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -
     weights = sorted(src.glob("*.safetensors")) + sorted(src.glob("*.safetensors.index.json"))
     if not weights or not (src / "config.json").is_file():
         raise Conflict(f"{version.name}: no safetensors weights and config under {src}")
-    out = Path(dest) if dest else Path(settings.VAR_DIR) / "exports" / version.name.replace("/", "_").replace("@", "_at_")
-    out.mkdir(parents=True, exist_ok=True)
-    for f in weights + [src / n for n in EXPORT_FILES if (src / n).is_file()]:
-        shutil.copy2(f, out / f.name)
-    lineage = {"name": version.name, "base_model": version.base_model, "run": version.run_id, "step": version.step,
-               "pinned_domains": version.pinned, "config": version.config,
-               "aliases": list(version.aliases.values_list("name", flat=True))}
-    (out / "temper.json").write_text(json.dumps(lineage, indent=1, default=str))
+    out = Path(dest) if dest else export_dir(version.team, version.name.replace("/", "_").replace("@", "_at_"))
+    held = _exported_version(out)
+    if out.exists() and held != version.name:
+        what = f"an export of {held}" if held else "files that are not an export of this version"
+        raise Conflict(f"{out.name}: the destination already holds {what}; choose another name")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written whole beside the destination, then swapped in: a re-export of the same version
+    # replaces the directory, never mixes its files with an earlier one's.
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for f in weights + [src / n for n in EXPORT_FILES if (src / n).is_file()]:
+            shutil.copy2(f, staging / f.name)
+        lineage = {"name": version.name, "base_model": version.base_model, "run": version.run_id, "step": version.step,
+                   "pinned_domains": version.pinned, "config": version.config,
+                   "aliases": list(version.aliases.values_list("name", flat=True))}
+        (staging / "temper.json").write_text(json.dumps(lineage, indent=1, default=str))
+        staging.chmod(0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            staging.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     audit_record(actor=actor, obj=version, action="version.export",
                  after={"dest": str(out)}, team=version.team)
     return out
+
+
+def export_dir(team: Team, name: str) -> Path:
+    """Where the API writes team ``team``'s export ``name``: ``var/exports/<team>/<name>``, so two
+    teams' exports of the same name never meet."""
+    return Path(settings.VAR_DIR) / "exports" / team.slug / name
+
+
+def _exported_version(path: Path) -> str | None:
+    """The version an export directory holds (its ``temper.json``), or None."""
+    try:
+        return json.loads((path / "temper.json").read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 # ----------------------------------------------------------------------------- eval curves

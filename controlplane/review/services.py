@@ -120,22 +120,52 @@ MODEL_KINDS = ("local", "similarity")
 """Judge kinds whose ``model`` is loaded from a directory (a model reference, checked like a run's)."""
 
 
-def api_key_env_error(name: str) -> str | None:
-    """Why a judge may not name ``name`` as the variable holding its key (None when it may): it
-    must match TEMPER_JUDGE_KEY_ENVS (exact names, or prefixes ending in ``*``) and never be
-    one of the server's own secrets.
+def team_key_part(slug: str) -> str:
+    """A team's slug as it stands in a variable name: ``{TEAM}`` in TEMPER_JUDGE_KEY_ENVS.
+
+    >>> team_key_part("ml-research")
+    'ML_RESEARCH'
+    """
+    return slug.upper().replace("-", "_")
+
+
+def allowed_key_envs(team_slug: str | None) -> list[str]:
+    """TEMPER_JUDGE_KEY_ENVS for a judge of team ``team_slug``: ``{TEAM}`` becomes that team's
+    :func:`team_key_part`; entries with ``{TEAM}`` are left out for a global judge (no team)."""
+    out = []
+    for entry in settings.TEMPER_JUDGE_KEY_ENVS:
+        if "{TEAM}" in entry:
+            if team_slug:
+                out.append(entry.replace("{TEAM}", team_key_part(team_slug)))
+        else:
+            out.append(entry)
+    return out
+
+
+def api_key_env_error(name: str, team_slug: str | None = None) -> str | None:
+    """Why a judge of team ``team_slug`` may not name ``name`` as the variable holding its key
+    (None when it may): it must match TEMPER_JUDGE_KEY_ENVS (exact names, or prefixes ending in
+    ``*`` followed by at least one character; ``{TEAM}`` is the judge's team) and never be one of
+    the server's own secrets.
 
     >>> api_key_env_error(""), api_key_env_error("SECRET_KEY") is None, api_key_env_error("TEMPER_SECRET") is None
     (None, False, False)
+    >>> api_key_env_error("TEMPER_JUDGE_KEY_") is None, api_key_env_error("TEMPER_JUDGE_KEY_X") is None
+    (False, True)
     """
     if not name:
         return None
-    allowed = settings.TEMPER_JUDGE_KEY_ENVS
+    allowed = allowed_key_envs(team_slug)
     secret = name in SERVER_SECRETS or (name.startswith(SERVER_PREFIXES) and not name.startswith(JUDGE_KEY_PREFIX))
-    if secret or not any(name == a or (a.endswith("*") and name.startswith(a[:-1])) for a in allowed):
+    if secret or not any(name == a or (a.endswith("*") and name.startswith(a[:-1]) and len(name) >= len(a))
+                         for a in allowed):
         return (f"{name!r} is not allowed: a judge's key variable must match TEMPER_JUDGE_KEY_ENVS "
                 f"({', '.join(allowed) or 'empty'}), and never a secret of the server")
     return None
+
+
+def _team_slug(team_id: int | None) -> str | None:
+    return Team.objects.filter(pk=team_id).values_list("slug", flat=True).first() if team_id else None
 
 
 def _version_errors(data: dict, *, kind: str, team_id: int, prefix: str = "") -> list[FieldError]:
@@ -154,7 +184,7 @@ def _version_errors(data: dict, *, kind: str, team_id: int, prefix: str = "") ->
             resolve_model(data["model"], team_id=team_id)
         except ModelRefused as exc:
             errors.append(FieldError(f"{prefix}model", str(exc)))
-    key_error = api_key_env_error(data.get("api_key_env", ""))
+    key_error = api_key_env_error(data.get("api_key_env", ""), _team_slug(team_id))
     if key_error:
         errors.append(FieldError(f"{prefix}api_key_env", key_error))
     return errors
@@ -176,7 +206,7 @@ def judge_spec(config: JudgeConfig):
     model = config.model
     if config.kind in MODEL_KINDS and model:
         model = resolve_model(model, team_id=config.judge.team_id).path
-    key_error = api_key_env_error(config.api_key_env)
+    key_error = api_key_env_error(config.api_key_env, _team_slug(config.judge.team_id))
     if key_error:
         raise ModelRefused(f"api_key_env {key_error}")
     return JudgeSpec(

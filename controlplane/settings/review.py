@@ -24,8 +24,12 @@ TEMPER_JUDGE_KEY_ENVS: list[str] = [name.strip() for name in
                                     os.environ.get("TEMPER_JUDGE_KEY_ENVS", "TEMPER_JUDGE_KEY_*,OPENAI_API_KEY").split(",")
                                     if name.strip()]
 """Environment variables a judge version may name as its ``api_key_env``: exact names, or
-prefixes ending in ``*``. The server's own secrets (SECRET_KEY, DATABASE_URL, REDIS_URL, any
-DJANGO_* and any other TEMPER_* variable) are refused whatever this list says."""
+prefixes ending in ``*`` (a name must add at least one character to a prefix). ``{TEAM}`` stands
+for the judge's team (its slug upper-cased, ``-`` as ``_``): ``TEMPER_JUDGE_KEY_{TEAM}_*`` gives
+each team keys no other team's judge may name; global judges match only entries without it. The
+server's own secrets (SECRET_KEY, DATABASE_URL, REDIS_URL, any DJANGO_* and any other TEMPER_*
+variable) are refused whatever this list says."""
 for _name in TEMPER_JUDGE_KEY_ENVS:
-    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*\*?", _name):
-        raise ImproperlyConfigured(f"TEMPER_JUDGE_KEY_ENVS: {_name!r} is not a variable name or a prefix ending in *")
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*(\{TEAM\}[A-Z0-9_]*)?\*?", _name):
+        raise ImproperlyConfigured(f"TEMPER_JUDGE_KEY_ENVS: {_name!r} is not a variable name or a prefix ending in *"
+                                   " (with at most one {TEAM})")

@@ -299,6 +299,44 @@ def test_allowed_key_variables(world, settings):
     assert JudgeConfig.objects.filter(judge__slug="j0").count() == 1
 
 
+@pytest.mark.parametrize("name", ["TEMPER_JUDGE_KEY_", "TEMPER_JUDGE_KEY_X\n", "OPENAI_API_KEY\n", "\nOPENAI_API_KEY"])
+def test_a_key_variable_must_add_to_a_prefix_and_carry_no_newline(world, settings, name):
+    settings.TEMPER_JUDGE_ENDPOINTS = {"vllm": "http://vllm:8000/v1"}
+    r = post(client_for(world.users["admin"]), "/api/judges", judge_body(kind="http", endpoint="vllm", api_key_env=name))
+    assert r.status_code == 422, r.content
+    assert [e["path"] for e in r.json()["errors"]] == ["api_key_env"]
+    assert Judge.objects.count() == 0
+
+
+def test_team_keys_are_for_the_teams_own_judges(world, settings):
+    """With TEMPER_JUDGE_KEY_{TEAM}_*, acme's judges name TEMPER_JUDGE_KEY_ACME_*, never globex's
+    key variables; a global judge names neither (only entries without {TEAM})."""
+    settings.TEMPER_JUDGE_ENDPOINTS = {"vllm": "http://vllm:8000/v1"}
+    settings.TEMPER_JUDGE_KEY_ENVS = ["TEMPER_JUDGE_KEY_{TEAM}_*", "OPENAI_API_KEY"]
+    admin = client_for(world.users["admin"])
+    ok = post(admin, "/api/judges", judge_body(slug="ours", kind="http", endpoint="vllm", api_key_env="TEMPER_JUDGE_KEY_ACME_VLLM"))
+    assert ok.status_code == 201, ok.content
+    message = refused(post(admin, "/api/judges", judge_body(slug="theirs", kind="http", endpoint="vllm",
+                                                            api_key_env="TEMPER_JUDGE_KEY_GLOBEX_VLLM")), "api_key_env")
+    assert "TEMPER_JUDGE_KEY_ACME_*" in message  # the list as it reads for this team
+    assert "not allowed" in refused(post(admin, "/api/judges/ours/versions", {"api_key_env": "TEMPER_JUDGE_KEY_GLOBEX_VLLM"}),
+                                    "api_key_env")
+    theirs = client_for(world.other_users["admin"])
+    assert post(theirs, "/api/judges", judge_body(slug="g", team="globex", kind="http", endpoint="vllm",
+                                                  api_key_env="TEMPER_JUDGE_KEY_GLOBEX_VLLM")).status_code == 201
+    from controlplane.review.services import api_key_env_error
+
+    assert api_key_env_error("TEMPER_JUDGE_KEY_ACME_VLLM", None) is not None  # a global judge
+    assert api_key_env_error("OPENAI_API_KEY", None) is None
+    # a key variable the list no longer allows is refused when the judge is built, as for its model
+    settings.TEMPER_JUDGE_KEY_ENVS = ["OPENAI_API_KEY"]
+    from controlplane.common.model_refs import ModelRefused
+    from controlplane.review.services import judge_spec
+
+    with pytest.raises(ModelRefused, match="api_key_env"):
+        judge_spec(Judge.objects.get(slug="ours").active)
+
+
 # ----------------------------------------------------------------------------- judges across teams
 JUDGED = {"stages": [{"type": "exact"}, {"type": "judge", "params": {"judge": "globex-judge", "threshold": 0.5}}]}
 
@@ -478,3 +516,29 @@ def test_a_base_model_named_by_a_live_run_cannot_be_removed(world, host, tmp_pat
     assert client_for(world.users["admin"]).delete("/api/registry/base-models/qwen").status_code == 403
     assert staff.delete("/api/registry/base-models/qwen").json() == {"removed": "qwen"}
     assert not BaseModel.objects.exists()
+
+
+# ----------------------------------------------------------------------------- ids that are not ASCII digits
+NOT_ASCII_DIGITS = ["²", "①", "١٢", "v²", "٣"]
+"""``str.isdigit`` is true of each (``int`` refuses the first two, reads the Arabic-Indic ones):
+a reference is a row id only in ASCII digits, so each is a name here, and not found."""
+
+
+@pytest.mark.parametrize("ref", NOT_ASCII_DIGITS)
+def test_a_registry_reference_in_other_digits_is_a_name_not_found(world, ref):
+    version = ModelVersion.objects.create(team=world.team, name="tiny@1/3", base="tiny", base_model="/m", path="/nowhere")
+    assert version.pk in (1, 2, 3)  # an id '١٢' or '٣' would have read as an ASCII one
+    member = client_for(world.users["member"])
+    for field, body in (("base_model", {"base_model": f"registry:{ref}"}),
+                        ("config.tokenizer.path", {"config": {"tokenizer": {"path": f"registry:{ref}"}}})):
+        r = post_run(world, **body)
+        assert r.status_code == 422, r.content
+        assert field in [e["path"] for e in r.json()["errors"]]
+    r = post(client_for(world.users["admin"]), "/api/judges",
+             {"team": "acme", "slug": "j", "title": "J", "kind": "similarity", "score_format": "binary", "model": f"registry:{ref}"})
+    assert [e["path"] for e in r.json()["errors"]] == ["model"]
+    assert post(member, "/api/registry/aliases/canary", {"version": ref}).status_code in (404, 422)
+    assert member.get(f"/api/registry/evals?version={ref}").status_code in (200, 404, 422)
+    assert member.get(f"/api/registry/compare?versions={ref},{ref}").status_code in (404, 422)
+    assert member.get(f"/registry/compare/?run={ref}").status_code == 200
+    assert Run.objects.count() == 0 and not Judge.objects.exists() and not Alias.objects.exists()

@@ -83,11 +83,61 @@ def test_versions_evals_and_export(world, clients, tmp_path, settings):
     r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "../../etc"})
     assert r.status_code == 422 and r.json()["errors"][0]["path"] == "name"
     r = post(clients["member"], f"/api/registry/versions/{v.id}/export", {"name": "tiny-prod"})
-    out = tmp_path / "exports" / "tiny-prod"
+    out = tmp_path / "exports" / "acme" / "tiny-prod"
     assert r.status_code == 200 and r.json()["path"] == str(out) and (out / "model.safetensors").is_file()
     assert json.loads((out / "temper.json").read_text())["aliases"] == ["canary"]
     assert clients["viewer"].get("/api/registry/aliases").json()[0]["name"] == "canary"
     assert EvalRun.objects.count() == 1
+
+
+def _promoted(team, name, root, payload: str):
+    """A version of ``team`` with files holding ``payload``, that an alias pointed at."""
+    from controlplane.registry.models import Alias, AliasMove
+
+    v = version(team, name)
+    weights = root / name.replace("/", "_")
+    weights.mkdir(parents=True)
+    for f in ("model.safetensors", "config.json", "tokenizer.json"):
+        (weights / f).write_text(payload)
+    v.path = str(weights)
+    v.save()
+    alias, _ = Alias.objects.update_or_create(team=team, base="tiny", name="canary", defaults={"version": v})
+    AliasMove.objects.create(alias=alias, to_version=v)
+    return v
+
+
+def test_exports_of_the_same_name_by_two_teams_never_meet(world, clients, tmp_path, settings):
+    """The attack: globex exports as "shared", then acme exports as "shared" too; acme's files
+    overwrote globex's in one directory. Each team's exports have a directory of their own; a name
+    holding another version is a 409; the same version's re-export replaces it whole."""
+    settings.VAR_DIR = tmp_path
+    theirs = _promoted(world.other, "tiny@9/9", tmp_path / "w", "globex")
+    ours = _promoted(world.team, "tiny@1/1", tmp_path / "w", "acme")
+    assert post(clients["other"], f"/api/registry/versions/{theirs.id}/export", {"name": "shared"}).status_code == 200
+    r = post(clients["member"], f"/api/registry/versions/{ours.id}/export", {"name": "shared"})
+    assert r.status_code == 200, r.content
+    assert (tmp_path / "exports" / "globex" / "shared" / "model.safetensors").read_text() == "globex"
+    assert (tmp_path / "exports" / "acme" / "shared" / "model.safetensors").read_text() == "acme"
+
+    later = _promoted(world.team, "tiny@1/2", tmp_path / "w", "acme-later")
+    r = post(clients["member"], f"/api/registry/versions/{later.id}/export", {"name": "shared"})
+    assert r.status_code == 409 and "already holds an export of tiny@1/1" in r.json()["detail"]
+    assert (tmp_path / "exports" / "acme" / "shared" / "model.safetensors").read_text() == "acme"
+
+    stale = tmp_path / "exports" / "acme" / "shared" / "left-over.bin"
+    stale.write_text("x")
+    assert post(clients["member"], f"/api/registry/versions/{ours.id}/export", {"name": "shared"}).status_code == 200
+    assert not stale.exists()  # replaced whole, not copied over
+    assert sorted(p.name for p in (tmp_path / "exports" / "acme").iterdir()) == ["shared"]  # no staging left
+
+
+@pytest.mark.parametrize("name", ["x\n", "x\n\n", "\nx", "x\r"])
+def test_an_export_name_with_a_newline_is_refused(world, clients, tmp_path, settings, name):
+    settings.VAR_DIR = tmp_path
+    ours = _promoted(world.team, "tiny@1/1", tmp_path / "w", "acme")
+    r = post(clients["member"], f"/api/registry/versions/{ours.id}/export", {"name": name})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "name"
+    assert not (tmp_path / "exports").exists()
 
 
 def test_openapi_documents_the_registry(world, clients):

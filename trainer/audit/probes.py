@@ -214,7 +214,7 @@ def perturb_text(gold: str) -> list[str]:
     out = []
     for i in (spots[-1], spots[0]):
         ch = text[i]
-        if ch.isdigit():
+        if ch.isascii() and ch.isdigit():
             new = str((int(ch) + 1) % 10)
         elif ch.isalpha() and ch.isascii():
             base = "a" if ch.islower() else "A"

@@ -148,7 +148,7 @@ def _get(obj: Any, path: str) -> tuple[bool, Any]:
     for part in path.split(".") if path else []:
         if isinstance(obj, dict) and part in obj:
             obj = obj[part]
-        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+        elif isinstance(obj, list) and part.isascii() and part.isdigit() and int(part) < len(obj):
             obj = obj[int(part)]
         else:
             return False, None
