@@ -51,8 +51,28 @@ QUOTA_SCHEMA = {
 TASK_SOURCE_SCHEMA = {
     "type": "object",
     "required": ["family"],
-    "properties": {"family": {"type": "string", "minLength": 1}},
+    "properties": {"family": {"type": "string", "pattern": r"^[a-z0-9_]+$", "maxLength": 64}},
 }
+
+UPLOAD_FAMILY = "jsonl"
+"""The task source of an uploaded domain: its tasks are in the domain (``task_source.tasks``)."""
+
+
+def task_source_errors(source: Any) -> list[FieldError]:
+    """A task source given in a domain body (create or change): never an upload's. An uploaded
+    domain's tasks come only through ``POST /api/domains/upload``, which checks every line; tasks
+    written into ``task_source`` skipped those checks (a task without a prompt, a level of 2**70)
+    and failed on the worker."""
+    if not isinstance(source, dict):
+        return []
+    errors = []
+    if source.get("family") == UPLOAD_FAMILY:
+        errors.append(FieldError("task_source.family", f"{UPLOAD_FAMILY!r} domains are made by uploading their tasks "
+                                                       "(POST /api/domains/upload; every line is checked)"))
+    if "tasks" in source:
+        errors.append(FieldError("task_source.tasks", "tasks are uploaded (POST /api/domains/upload), never written "
+                                                      "into task_source"))
+    return errors
 
 DOMAIN_SCHEMA = {
     "type": "object",

@@ -26,7 +26,7 @@ from controlplane.domains.models import (
     VerifierAudit,
     VerifierAuditOverride,
 )
-from controlplane.domains.schemas import audit_report_errors, domain_errors, judge_stage_refs
+from controlplane.domains.schemas import UPLOAD_FAMILY, audit_report_errors, domain_errors, judge_stage_refs, task_source_errors
 from trainer.catalogue.jsonl import JSONLError, parse_jsonl
 
 QUOTA_FIELDS = ("max_concurrent_sandboxes", "max_share", "task_timeout_s", "priority")
@@ -73,15 +73,24 @@ def _new_version(domain: Domain, actor: Principal, note: str) -> DomainVersion:
 
 
 @transaction.atomic
-def domain_create(*, actor: Principal, data: dict, team: Team | None = None, note: str = "created") -> Domain:
+def domain_create(*, actor: Principal, data: dict, team: Team | None = None, note: str = "created",
+                  uploaded: list[dict] | None = None) -> Domain:
+    """Create a domain from ``data``; ``uploaded`` holds the checked tasks of an upload
+    (:func:`domain_upload_jsonl`), the only way a domain gets tasks of its own."""
     _require_edit(actor, team.id if team else None)
+    if uploaded is not None:
+        data = {**data, "family": UPLOAD_FAMILY, "task_source": {"family": UPLOAD_FAMILY}}
     errors = domain_errors(data, creating=True)
+    if not errors and uploaded is None:
+        errors = task_source_errors(data.get("task_source"))
     if not errors:
         errors = _judge_errors(data.get("verifier"), team.id if team else None)
     if not errors and Domain.objects.filter(slug=data["slug"]).exists():
         errors = [InvalidInput.one("slug", f"a domain named {data['slug']!r} exists already").errors[0]]
     if errors:
         raise InvalidInput(errors)
+    if uploaded is not None:
+        data = {**data, "task_source": {"family": UPLOAD_FAMILY, "tasks": uploaded}}
     domain = Domain(team=team, version=1, **data)
     domain.full_clean()
     domain.save()
@@ -98,6 +107,8 @@ def domain_update(*, actor: Principal, domain: Domain, changes: dict, note: str 
         raise InvalidInput.one("slug", "cannot be changed; create a new domain instead")
     changes = {k: v for k, v in changes.items() if k != "slug"}
     errors = domain_errors(changes, creating=False)
+    if not errors and "task_source" in changes:
+        errors = task_source_errors(changes["task_source"])
     if not errors and "verifier" in changes:
         errors = _judge_errors(changes["verifier"], domain.team_id)
     if errors:
@@ -158,7 +169,7 @@ def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str 
     text, or an uploaded file read a line at a time (its size was checked with the request's)."""
 
     _require_edit(actor, team.id)
-    errors = domain_errors({**data, "task_source": {"family": "jsonl"}}, creating=True)
+    errors = domain_errors({**data, "task_source": {"family": UPLOAD_FAMILY}}, creating=True)
     limit = settings.TEMPER_UPLOAD_MAX_BYTES
     if isinstance(jsonl, (str, bytes)) and len(jsonl) > limit:
         errors.append(FieldError("jsonl", f"larger than {limit / (1024 * 1024):g} MiB (TEMPER_UPLOAD_MAX_BYTES)"))
@@ -171,9 +182,8 @@ def domain_upload_jsonl(*, actor: Principal, team: Team, data: dict, jsonl: str 
         raise InvalidInput([
             FieldError(f"jsonl.lines[{line}]" + (f".{field}" if field else ""), message) for line, field, message in exc.errors
         ]) from None
-    source = {"family": "jsonl", "tasks": [dataclasses.asdict(t) for t in tasks]}
-    return domain_create(actor=actor, data={**data, "family": "jsonl", "task_source": source}, team=team,
-                         note=f"uploaded {len(tasks)} tasks")
+    return domain_create(actor=actor, data=data, team=team, note=f"uploaded {len(tasks)} tasks",
+                         uploaded=[dataclasses.asdict(t) for t in tasks])
 
 
 # ----------------------------------------------------------------------------- the verifier audit

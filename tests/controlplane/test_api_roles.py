@@ -45,7 +45,7 @@ ENDPOINTS = [
     Endpoint("domains-list", "get", lambda w, t, r, d: "/api/domains", ALL, other=200),
     Endpoint("domain-create-team", "post", lambda w, t, r, d: "/api/domains", ADMIN, ok=201,
              body=lambda w, t: {"team": t.slug, "slug": f"new-{t.slug}", "title": "New", "kind": "math",
-                                "task_source": {"family": "jsonl"}, "verifier": factories.EXACT}),
+                                "task_source": {"family": "test"}, "verifier": factories.EXACT}),
     Endpoint("domain-detail", "get", lambda w, t, r, d: f"/api/domains/{d.slug}", ALL),
     Endpoint("domain-update", "patch", lambda w, t, r, d: f"/api/domains/{d.slug}", ADMIN, body=lambda w, t: {"priority": 70}),
     Endpoint("domain-versions", "get", lambda w, t, r, d: f"/api/domains/{d.slug}/versions", ALL),

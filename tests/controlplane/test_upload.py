@@ -81,3 +81,65 @@ def test_a_run_trains_on_uploaded_tasks(tmp_path, settings, monkeypatch):
     prompts = set(Trajectory.objects.filter(run=run).values_list("prompt", flat=True))
     assert prompts and prompts <= {f"{a}+{a}=" for a in range(5)}
     assert MetricPoint.objects.filter(run=run, key="reward/sums").count() == 2
+
+
+# ----------------------------------------------------------------------------- tasks only by upload
+INLINE = [
+    {"family": "jsonl", "tasks": "x"},
+    {"family": "jsonl", "tasks": [{"id": 1}]},
+    {"family": "jsonl", "tasks": [{"id": "1", "prompt": "p", "answer": "a", "level": 2**70}]},
+    {"family": "jsonl"},
+    {"family": "builtin", "tasks": [{"prompt": "p", "answer": "a"}]},
+]
+
+
+@pytest.mark.parametrize("source", INLINE)
+def test_tasks_written_into_a_domain_body_are_refused(world, source):
+    """The attack: tasks given in POST /api/domains skipped every line check of the upload and
+    failed on the worker (Task(**{"id": 1}): TypeError). Tasks come only through the upload."""
+    client = Client()
+    client.force_login(world.users["admin"])
+    body = {"team": "acme", "slug": "inline", "title": "I", "kind": "math", "task_source": source,
+            "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}}
+    r = client.post("/api/domains", json.dumps(body), content_type="application/json")
+    assert r.status_code == 422, r.content
+    assert {e["path"] for e in r.json()["errors"]} <= {"task_source.family", "task_source.tasks"}
+    assert not Domain.objects.filter(slug="inline").exists()
+
+
+@pytest.mark.parametrize("source", INLINE)
+def test_an_uploaded_domains_tasks_are_not_rewritten_through_a_change(world, source):
+    client = Client()
+    client.force_login(world.users["admin"])
+    assert upload(client, GOOD).status_code == 201
+    r = client.patch("/api/domains/sums", json.dumps({"task_source": source}), content_type="application/json")
+    assert r.status_code == 422, r.content
+    d = Domain.objects.get(slug="sums")
+    assert d.version == 1 and len(d.task_source["tasks"]) == 5
+
+
+@pytest.mark.parametrize("family", ["/etc/passwd", "os.system", "", "a" * 65])
+def test_a_task_source_family_is_a_name(world, family):
+    client = Client()
+    client.force_login(world.users["admin"])
+    body = {"team": "acme", "slug": "fam", "title": "F", "kind": "math", "task_source": {"family": family},
+            "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}}
+    r = client.post("/api/domains", json.dumps(body), content_type="application/json")
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "task_source.family"
+
+
+@pytest.mark.parametrize("line,path", [
+    ({"prompt": "p", "answer": "a", "level": 2**70}, "level"),
+    ({"prompt": "p", "answer": "a", "level": 1001}, "level"),
+    ({"prompt": "p", "answer": "a", "id": 2**70}, "id"),
+    ({"prompt": "p", "answer": "a", "id": "x" * 201}, "id"),
+    ({"prompt": "p", "answer": "a", "id": ""}, "id"),
+    ({"prompt": "p", "answer": "a", "id": True}, "id"),
+])
+def test_upload_levels_and_ids_are_bounded(world, line, path):
+    client = Client()
+    client.force_login(world.users["admin"])
+    r = upload(client, GOOD + "\n" + json.dumps(line))
+    assert r.status_code == 422, r.content
+    assert r.json()["errors"] == [{"path": f"jsonl.lines[6].{path}", "message": r.json()["errors"][0]["message"]}]
+    assert not Domain.objects.filter(slug="sums").exists()

@@ -25,6 +25,9 @@ from trainer.verifiers.stages import validate_cascade
 MAX_LINES = 100_000
 MAX_LINE_BYTES = 1_000_000
 ALLOWED = {"prompt", "answer", "tests", "metadata", "id", "level"}
+MAX_LEVEL = 1000
+"""Levels are curriculum steps (the catalogue's generators have at most a dozen)."""
+MAX_ID_CHARS = 200
 
 
 class JSONLError(ValueError):
@@ -57,10 +60,14 @@ def _check_line(obj: Any, needs_tests: bool) -> list[tuple[str, str]]:
             errors.append(("tests", "must be a non-empty string or a list of strings"))
     if "metadata" in obj and not isinstance(obj["metadata"], dict):
         errors.append(("metadata", "must be an object"))
-    if "id" in obj and not isinstance(obj["id"], (str, int)):
+    task_id = obj.get("id")
+    if "id" in obj and (not isinstance(task_id, (str, int)) or isinstance(task_id, bool)):
         errors.append(("id", "must be a string or an integer"))
-    if "level" in obj and (not isinstance(obj["level"], int) or isinstance(obj["level"], bool) or obj["level"] < 0):
-        errors.append(("level", "must be an integer >= 0"))
+    elif "id" in obj and not (0 < len(str(task_id)) <= MAX_ID_CHARS) or (isinstance(task_id, int) and abs(task_id) >= 2**63):
+        errors.append(("id", f"must be 1 to {MAX_ID_CHARS} characters (an integer: below 2**63)"))
+    level = obj.get("level")
+    if "level" in obj and (not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= MAX_LEVEL):
+        errors.append(("level", f"must be an integer from 0 to {MAX_LEVEL}"))
     for key in sorted(set(obj) - ALLOWED):
         errors.append((key, "unknown field"))
     return errors
