@@ -143,3 +143,18 @@ def test_upload_levels_and_ids_are_bounded(world, line, path):
     assert r.status_code == 422, r.content
     assert r.json()["errors"] == [{"path": f"jsonl.lines[6].{path}", "message": r.json()["errors"][0]["message"]}]
     assert not Domain.objects.filter(slug="sums").exists()
+
+
+@pytest.mark.parametrize("stage,path", [
+    ({"type": "code_tests", "params": {"backend": "../../bin/sh"}}, "verifier.stages[0].params.backend"),
+    ({"type": "environment", "params": {"env": "os:system"}}, "verifier.stages[0].params.env"),
+    ({"type": "json_schema", "params": {"schema": {"$ref": "file:///etc/passwd"}}}, "verifier.stages[0].params.schema.$ref"),
+])
+def test_a_domains_stage_params_are_checked_when_it_is_saved(world, stage, path):
+    client = Client()
+    client.force_login(world.users["admin"])
+    body = {"team": "acme", "slug": "staged", "title": "S", "kind": "code", "task_source": {"family": "test"},
+            "verifier": {"stages": [stage]}}
+    r = client.post("/api/domains", json.dumps(body), content_type="application/json")
+    assert r.status_code == 422 and [e["path"] for e in r.json()["errors"]] == [path], r.content
+    assert not Domain.objects.filter(slug="staged").exists()

@@ -173,6 +173,44 @@ def test_validate_cascade_paths_and_messages():
     assert info.value.errors == [("verifier.stages[0].type", "unknown stage type 'foo'")]
 
 
+@pytest.mark.parametrize("stage,path,message", [
+    ({"type": "code_tests", "params": {"backend": "none"}}, "params.backend", "must be one of: bwrap, bwrap-cold, docker, null"),
+    ({"type": "code_tests", "params": {"backend": "../../bin/sh"}}, "params.backend", "must be one of"),
+    ({"type": "environment", "params": {"env": "/etc/passwd"}}, "params.env", "unknown environment '/etc/passwd'"),
+    ({"type": "environment", "params": {"env": "os:system"}}, "params.env", "unknown environment"),
+    ({"type": "rg_score", "params": {"dataset": "/etc/passwd"}}, "params.dataset", "unknown reasoning-gym generator"),
+    ({"type": "json_schema", "params": {"schema": {"type": 5}}}, "params.schema.type", "not a valid JSON Schema"),
+    ({"type": "json_schema", "params": {"schema": {"$ref": "http://127.0.0.1:9/x"}}}, "params.schema.$ref", "must refer inside"),
+    ({"type": "json_schema", "params": {"schema": {"properties": {"a": {"$ref": "file:///etc/passwd"}}}}},
+     "params.schema.properties.a.$ref", "must refer inside"),
+    ({"type": "math", "params": {"float_rounding": 2**70}}, "params.float_rounding", "must be at most 20"),
+    ({"type": "length", "params": {"max_chars": 10**12}}, "params.max_chars", "must be at most 100000000"),
+])
+def test_stage_params_a_schema_alone_let_through_are_refused(stage, path, message):
+    """Found by an attacker's pass: each was saved and failed only on the worker (an unknown
+    backend or environment a ValueError/KeyError at verify time), or named something outside."""
+    errors = validate_cascade({"stages": [stage]})
+    assert [p for p, _ in errors] == [f"verifier.stages[0].{path}"], errors
+    assert message in errors[0][1]
+
+
+@pytest.mark.parametrize("stage", [
+    {"type": "code_tests", "params": {"backend": "docker"}}, {"type": "code_tests", "params": {"backend": None}},
+    {"type": "environment", "params": {"env": "calculator_kv"}}, {"type": "rg_score", "params": {"dataset": "gcd"}},
+    {"type": "json_schema", "params": {"schema": {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}}}},
+    {"type": "math", "params": {"float_rounding": 6}},
+])
+def test_stage_params_within_the_rules_pass(stage):
+    assert validate_cascade({"stages": [stage]}) == []
+
+
+def test_the_sandbox_refuses_the_backends_a_stage_may_not_name():
+    from workers.sandbox import PoolConfig, _make_backend
+
+    with pytest.raises(ValueError, match="expected bwrap, bwrap-cold, docker"):
+        _make_backend("none", PoolConfig())
+
+
 def test_every_stage_type_has_an_importable_function_and_schema():
     schema = cascade_json_schema()
     assert len(schema["properties"]["stages"]["items"]["oneOf"]) == len(STAGES)

@@ -59,7 +59,7 @@ def check(value: Any, schema: dict[str, Any], path: str) -> list[tuple[str, str]
         if not any(_is_type(value, n) for n in names):
             return [(path, "must be " + " or ".join(_TYPE_NAMES[n] for n in names))]
     if "enum" in schema and value not in schema["enum"]:
-        return [(path, "must be one of: " + ", ".join(map(str, schema["enum"])))]
+        return [(path, "must be one of: " + ", ".join("null" if v is None else str(v) for v in schema["enum"]))]
     if _is_type(value, "number"):
         if "exclusiveMinimum" in schema and not value > schema["exclusiveMinimum"]:
             errors.append((path, f"must be greater than {_fmt(schema['exclusiveMinimum'])}"))

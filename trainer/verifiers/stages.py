@@ -17,7 +17,11 @@ from trainer.verifiers.schema import check
 ANY: dict[str, Any] = {}
 STRINGS = {"type": "array", "items": {"type": "string"}}
 NON_NEG = {"type": "number", "minimum": 0}
-NON_NEG_INT = {"type": "integer", "minimum": 0}
+COUNT = {"type": "integer", "minimum": 0, "maximum": 100_000_000}
+"""A count a check compares with (characters, words, lines): bounded like every number here."""
+SANDBOX_BACKENDS = ("bwrap", "bwrap-cold", "docker")
+"""The sandbox backends a ``code_tests`` stage may name (the workers' sandbox runtime refuses any
+other; null: the worker's default, ``TEMPER_SANDBOX_BACKEND``)."""
 TOLERANCE = {
     "type": "object",
     "additionalProperties": False,
@@ -57,6 +61,9 @@ class StageType:
     needs_context: bool = False
     """The function takes a ``context`` keyword (a :class:`~trainer.verifiers.context.VerifyContext`:
     sandbox, judges); such a stage runs in the caller's process (``thread`` isolation)."""
+    check_params: Callable[[dict[str, Any], str], list[tuple[str, str]]] | None = field(default=None, compare=False)
+    """Checks of param values a schema cannot state (a name among those registered, a JSON
+    Schema that is one), run when the params match the schema: ``(params, path) -> errors``."""
     _fn: list[Callable[..., Any]] = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -79,6 +86,52 @@ def register_stage(stage: StageType) -> StageType:
     return stage
 
 
+def _environment_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    from trainer.environments import ENVIRONMENTS  # lazy: this module imports no verifier code
+
+    env = params.get("env")
+    if env is not None and env not in ENVIRONMENTS:
+        return [(f"{where}.env", f"unknown environment {env!r}; known: {', '.join(sorted(ENVIRONMENTS))}")]
+    return []
+
+
+def _rg_dataset_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    name = params.get("dataset")
+    if name is None:
+        return []
+    from reasoning_gym.factory import DATASETS  # lazy: seconds, paid only by a spec that names one
+
+    if name not in DATASETS:
+        return [(f"{where}.dataset", f"unknown reasoning-gym generator {name!r}")]
+    return []
+
+
+def _json_schema_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """The stage's schema must be a JSON Schema (its metaschema) whose references stay inside it."""
+    schema = params.get("schema")
+    if schema is None:
+        return []
+    import jsonschema  # lazy: validating a cascade imports no verifier dependency unless it must
+
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
+        return [(f"{where}.schema{at}", f"not a valid JSON Schema: {exc.message}")]
+    errors = []
+    stack: list[tuple[str, Any]] = [(f"{where}.schema", schema)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef", "$recursiveRef") and not (isinstance(value, str) and value.startswith("#")):
+                    errors.append((f"{path}.{key}", "must refer inside the schema ('#...'): nothing is fetched"))
+                stack.append((f"{path}.{key}", value))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
+    return sorted(errors)
+
+
 _V = "trainer.verifiers."
 for _stage in [
     StageType("extract", _V + "extract:extract_answer", params_schema({
@@ -89,7 +142,7 @@ for _stage in [
         "required_tags": STRINGS, "single_tags": STRINGS, "pattern": {"type": "string", "format": "regex"}, "forbidden": STRINGS,
     }), "Required tags, a regex that must appear, forbidden text.", 0, True, default_timeout_s=2.0),
     StageType("length", _V + "format_length:length_check", params_schema({
-        "min_chars": NON_NEG_INT, "max_chars": NON_NEG_INT, "min_words": NON_NEG_INT, "max_words": NON_NEG_INT, "max_lines": NON_NEG_INT,
+        "min_chars": COUNT, "max_chars": COUNT, "min_words": COUNT, "max_words": COUNT, "max_lines": COUNT,
     }), "Bounds on characters, words and lines.", 0, True, default_timeout_s=2.0),
     StageType("exact", _V + "exact:exact_match", params_schema({
         "expected": ANY, "case_sensitive": {"type": "boolean"}, "strip_punctuation": {"type": "boolean"},
@@ -107,23 +160,25 @@ for _stage in [
     }), "Multiple choice by letter or option text.", 1, default_timeout_s=2.0),
     StageType("json_schema", _V + "json_checks:json_schema", params_schema({
         "schema": {"type": "object"}, "allow_empty": {"type": "boolean"},
-    }), "The answer is one JSON value, valid against a JSON Schema and not empty.", 1, True, default_timeout_s=5.0),
+    }), "The answer is one JSON value, valid against a JSON Schema and not empty.", 1, True, default_timeout_s=5.0,
+        check_params=_json_schema_errors),
     StageType("json_fields", _V + "json_checks:json_fields", params_schema({
         "expected": ANY, "fields": STRINGS, "tolerances": {"type": "object", "additionalProperties": TOLERANCE},
         "default_tolerance": TOLERANCE, "partial_credit": {"type": "boolean"}, "given": STRINGS,
     }), "JSON fields compared one by one, numbers with per-field tolerance; partial credit, none for fields the prompt gives.", 1, default_timeout_s=5.0),
     StageType("math", _V + "math_equiv:math_equivalence", params_schema({
-        "expected": ANY, "float_rounding": NON_NEG_INT, "strict": {"type": "boolean"},
+        "expected": ANY, "float_rounding": {"type": "integer", "minimum": 0, "maximum": 20}, "strict": {"type": "boolean"},
     }), "Symbolic equivalence with math-verify: one final answer, of the gold's kind, finite and evaluated.", 2, default_timeout_s=10.0),
     StageType("rg_score", _V + "rg_score:rg_score", params_schema({
         "dataset": {"type": "string"},
-    }), "A reasoning-gym generator's own score_answer.", 2, default_timeout_s=10.0),
+    }), "A reasoning-gym generator's own score_answer.", 2, default_timeout_s=10.0, check_params=_rg_dataset_errors),
     StageType("environment", _V + "environment:environment_replay", params_schema({
         "env": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1},
-    }), "Replay the tool calls in the completion through a tool-use environment; reward from the final state.", 2, default_timeout_s=10.0),
+    }), "Replay the tool calls in the completion through a tool-use environment; reward from the final state.", 2, default_timeout_s=10.0,
+        check_params=_environment_errors),
     StageType("code_tests", _V + "code:code_tests", params_schema({
         "tests": ANY, "entry_point": {"type": "string"}, "prompt": {"type": "string"}, "limits": limits_json_schema(),
-        "backend": {"type": ["string", "null"]}, "partial_credit": {"type": "boolean"},
+        "backend": {"enum": [*SANDBOX_BACKENDS, None]}, "partial_credit": {"type": "boolean"},
     }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0, needs_context=True),
     StageType("judge", _V + "judge:judge_stage", params_schema({
         "judge": {"type": "string"}, "rubric": {"type": "string"}, "threshold": {"type": "number", "minimum": 0, "maximum": 1},
@@ -172,7 +227,11 @@ def validate_cascade(spec: Any, path: str = "verifier") -> list[tuple[str, str]]
         elif not isinstance(kind, str) or kind not in STAGES:
             errors.append((f"{where}.type", f"unknown stage type {kind!r}"))
         else:
-            errors.extend(check(stage.get("params", {}), STAGES[kind].params_schema, f"{where}.params"))
+            params = stage.get("params", {})
+            problems = check(params, STAGES[kind].params_schema, f"{where}.params")
+            if not problems and STAGES[kind].check_params is not None:
+                problems = STAGES[kind].check_params(params, f"{where}.params")
+            errors.extend(problems)
         if "timeout_s" in stage:
             errors.extend(check(stage["timeout_s"], {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S}, f"{where}.timeout_s"))
         if "stop_on" in stage:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import threading
 
+from trainer.verifiers.stages import SANDBOX_BACKENDS
+
 from . import bwrap, cgroups
 from .bwrap_backend import BwrapBackend
 from .bwrap_pool import WarmBwrapBackend
@@ -45,6 +47,8 @@ def default_backend() -> str:
 
 
 def _make_backend(name: str, config: PoolConfig):
+    if name not in SANDBOX_BACKENDS:  # the names a domain's code_tests stage may give (checked when it is saved)
+        raise ValueError(f"unknown sandbox backend {name!r}: expected {', '.join(SANDBOX_BACKENDS)}")
     if name == "bwrap" and config.bwrap_warm:
         return WarmBwrapBackend(config)
     if name in ("bwrap", "bwrap-cold"):
