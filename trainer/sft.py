@@ -26,13 +26,22 @@ def reference_text(task: Task) -> str:
     return solution
 
 
-def sft_batch(tokenizer, tasks: list[Task], device) -> dict[str, torch.Tensor]:
-    """input_ids (B, T) right-padded; labels (B, T) with -100 everywhere but answer and eos."""
+def sft_batch(tokenizer, tasks: list[Task], device, *, max_prompt_tokens: int | None = None,
+              max_new_tokens: int | None = None) -> dict[str, torch.Tensor]:
+    """input_ids (B, T) right-padded; labels (B, T) with -100 everywhere but answer and eos.
+
+    A prompt keeps its last ``max_prompt_tokens`` tokens (as a rollout's does) and an answer, with
+    its eos, its first ``max_new_tokens``: a sequence is never longer than the trainer's bounds
+    (``sequence_tokens``) allow, whatever the tasks hold."""
     rows, labels = [], []
     for task in tasks:
         prompt = tokenizer(task.prompt)["input_ids"]
         answer = tokenizer(reference_text(task), add_special_tokens=False)["input_ids"]
         answer = answer + [tokenizer.eos_token_id]
+        if max_prompt_tokens is not None:
+            prompt = prompt[-max_prompt_tokens:]
+        if max_new_tokens is not None:
+            answer = answer[:max_new_tokens]
         rows.append(prompt + answer)
         labels.append([-100] * len(prompt) + answer)
     length = max(len(r) for r in rows)
@@ -46,17 +55,28 @@ def sft_batch(tokenizer, tasks: list[Task], device) -> dict[str, torch.Tensor]:
     return {"input_ids": ids.to(device), "labels": lab.to(device), "attention_mask": attn.to(device)}
 
 
-def sft_step(model, backend, tokenizer, tasks: list[Task], device) -> float:
-    """One optimizer step of mean next-token cross-entropy on the answers; returns the loss."""
-    batch = sft_batch(tokenizer, tasks, device)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    loss = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]),  # (B*(T-1), V)
-        batch["labels"][:, 1:].reshape(-1),  # (B*(T-1),)
-        ignore_index=-100)
-    backend.backward(loss)
+def sft_step(model, backend, tokenizer, tasks: list[Task], device, *, micro_batch_size: int | None = None,
+             max_prompt_tokens: int | None = None, max_new_tokens: int | None = None) -> float:
+    """One optimizer step of mean next-token cross-entropy on the answers; returns the loss.
+
+    The forward and backward passes take ``micro_batch_size`` tasks at a time (all at once when
+    None), each micro-batch's summed loss divided by the answer tokens of the whole batch, so the
+    gradient is the whole batch's mean whatever the micro-batch size (as the RL update does)."""
+    size = micro_batch_size or len(tasks)
+    micro = [sft_batch(tokenizer, tasks[i:i + size], device, max_prompt_tokens=max_prompt_tokens,
+                       max_new_tokens=max_new_tokens) for i in range(0, len(tasks), size)]
+    normalizer = float(sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro)) or 1.0
+    total = 0.0
+    for batch in micro:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]),  # (B*(T-1), V)
+            batch["labels"][:, 1:].reshape(-1),  # (B*(T-1),)
+            ignore_index=-100, reduction="sum") / normalizer
+        backend.backward(loss)
+        total += float(loss.detach())
     backend.step()
-    return float(loss.detach())
+    return total
 
 
 class SupervisedStage:
@@ -81,7 +101,10 @@ class SupervisedStage:
         for _ in range(steps):
             tasks = [self.sampler.sample_task(s, self.rng)
                      for s in self.rng.choices(self.sampler.slugs, self.sampler.weights, k=cfg.batch_size)]
-            loss = sft_step(self.model, self.backend, self.tokenizer, tasks, self.device)
+            loss = sft_step(self.model, self.backend, self.tokenizer, tasks, self.device,
+                            micro_batch_size=self.config.optimizer.micro_batch_size,
+                            max_prompt_tokens=self.config.tokenizer.max_prompt_tokens,
+                            max_new_tokens=self.config.rollout.max_new_tokens)
             self.steps_done += 1
             losses.append(loss)
             if callback:

@@ -202,6 +202,38 @@ def test_sft_stage_lowers_loss(base_config):
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
 
 
+def test_sft_micro_batches_give_the_whole_batchs_gradient_and_sequences_stay_bounded(base_config):
+    """An SFT step ran one forward over every task of ``sft.batch_size`` at whatever length the
+    tasks had (4,096 tasks of an upload with long prompts: one pass over all of them). It takes
+    ``optimizer.micro_batch_size`` tasks at a time, with the same gradient, and cuts prompts and
+    answers to the trainer's token bounds."""
+    from trainer.sft import sft_batch, sft_step
+    from trainer.tasks.base import Task
+
+    job = Job(base_config)
+    tasks = [Task("d", str(i), "x" * (3 + 7 * i), "12345678"[: 1 + i]) for i in range(6)]
+
+    class Grads:  # a backend that keeps the gradient of the step instead of stepping
+        def backward(self, loss):
+            loss.backward()
+
+        def step(self):
+            self.grads = [p.grad.detach().clone() for p in job.model.parameters() if p.grad is not None]
+            job.model.zero_grad(set_to_none=True)
+
+    whole, micro = Grads(), Grads()
+    loss_whole = sft_step(job.model, whole, job.tokenizer, tasks, job.device)
+    loss_micro = sft_step(job.model, micro, job.tokenizer, tasks, job.device, micro_batch_size=4)
+    assert loss_micro == pytest.approx(loss_whole, rel=1e-5)
+    assert len(whole.grads) == len(micro.grads) > 0
+    for a, b in zip(whole.grads, micro.grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+    batch = sft_batch(job.tokenizer, tasks, job.device, max_prompt_tokens=5, max_new_tokens=3)
+    assert batch["input_ids"].shape[1] <= 5 + 3
+    assert int((batch["labels"] != -100).sum(dim=1).max()) <= 3
+
+
 def test_unknown_domain_and_missing_model_name_the_field(base_config):
     with pytest.raises(ConfigError) as info:
         Job({**base_config, "domains": {"no-such-domain": 1.0}})
