@@ -8,6 +8,7 @@ from django.utils.datastructures import MultiValueDict
 from ninja import Field, Path, Schema
 from ninja.pagination import LimitOffsetPagination
 from ninja.parser import Parser
+from pydantic import ConfigDict
 
 from controlplane.common.body import read_json, read_json_object, string_problem
 from controlplane.common.errors import FieldError, InvalidInput
@@ -22,6 +23,13 @@ ERROR_SCHEMA = {
         },
     },
 }
+
+
+class BodyIn(Schema):
+    """Base of a request body read as a schema: strict types (``"0.5"`` is not a number, ``true``
+    not 1) and no unknown field, as the API's JSON Schema bodies (``additionalProperties: false``)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class FieldErrorOut(Schema):

@@ -134,7 +134,9 @@ def read_upload_form(request: HttpRequest, *, file_field: str, json_fields: tupl
     for key in fields:
         value = fields[key]
         problem = string_problem(value) or string_problem(key)
-        if problem:
+        if len(fields.getlist(key)) > 1:  # Django keeps the last: the others would be dropped unsaid
+            errors.append(FieldError(_safe_key(key), "given more than once"))
+        elif problem:
             errors.append(FieldError(_safe_key(key), problem))
         elif key in json_fields:
             try:
@@ -149,6 +151,8 @@ def read_upload_form(request: HttpRequest, *, file_field: str, json_fields: tupl
     for key in files:
         if key != file_field:
             errors.append(FieldError(_safe_key(key), "unknown file (the upload is one file)"))
+        elif len(files.getlist(key)) > 1:
+            errors.append(FieldError(_safe_key(key), "more than one file (the upload is one file)"))
     if errors:
         raise InvalidInput(errors[:MAX_REPORTED])
     return data, upload

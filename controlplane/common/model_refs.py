@@ -126,7 +126,7 @@ def resolve_model(ref: str, *, team_id: int | None, needs: str = "config.json") 
     """
     ref = ref.strip()
     if not ref:
-        raise ModelRefused("must name a model")
+        raise ModelRefused("must name a model (an empty string leaves an optional one unset)")
     if not _nameable(ref):
         raise ModelRefused("not a model name or path: it holds a NUL or a character no file name can hold")
     if ref.startswith(BASE_PREFIX):
@@ -188,12 +188,13 @@ each needs (the base model is the run's own ``base_model`` field)."""
 
 
 def config_refs(config: object) -> list[tuple[str, str, str]]:
-    """``(dotted path, reference, needs)`` for each model reference set in a trainer config dict."""
+    """``(dotted path, reference, needs)`` for each model reference set in a trainer config dict
+    (an empty string is unset; a blank one is a reference, refused: the trainer would load it)."""
     out = []
     for path, needs in CONFIG_REFS:
         value: object = config
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value:
             out.append((path, value, needs))
     return out

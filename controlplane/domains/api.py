@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, BodyIn, body_doc, json_object
 from controlplane.common.body import read_upload_form
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
@@ -236,11 +236,11 @@ class AuditViewOut(Schema):
     open: Optional[AuditProgressOut] = None
 
 
-class AuditRequestIn(Schema):
+class AuditRequestIn(BodyIn):
     note: str = "re-run"
 
 
-class OverrideIn(Schema):
+class OverrideIn(BodyIn):
     reason: str
 
 

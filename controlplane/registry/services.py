@@ -258,8 +258,9 @@ MAX_SUITE_COMPLETIONS = 2**18
 """Completions one evaluation of a suite generates at most (tasks x samples over its items): each
 item is bounded alone, but 500 items of 10,000 tasks x 256 samples would be 1.3 billion."""
 MAX_SUITE_TOKENS = 2**30
-"""Tokens one evaluation of a suite may generate at most (completions x max_new_tokens, x max_turns
-for an end-to-end item)."""
+"""Tokens one evaluation of a suite may generate or hold at most: completions x max_new_tokens for
+a capability item; for an end-to-end item, completions x the larger of max_turns x max_new_tokens
+and max_episode_tokens (an episode holds the environment's replies too, up to max_episode_tokens)."""
 
 SUITE_ITEM = {
     "type": "object", "required": ["domain"], "additionalProperties": False,
@@ -328,17 +329,26 @@ def _suite_size_errors(items: list[dict]) -> list[FieldError]:
     >>> item = {**ITEM_DEFAULTS, "tasks": 10000, "samples": 32, "temperature": 1.0}
     >>> [str(e) for e in _suite_size_errors([item])]
     ['items: 320000 completions an evaluation (tasks x samples over the items); at most 262144 are allowed']
+
+    An end-to-end episode holds up to ``max_episode_tokens`` whatever its turns generate:
+
+    >>> e2e = {**ITEM_DEFAULTS, "layer": "end_to_end", "tasks": 10000, "samples": 26, "max_new_tokens": 1,
+    ...        "max_turns": 100, "max_episode_tokens": 131072}
+    >>> [str(e).split(";")[0] for e in _suite_size_errors([e2e])]
+    ['items: 34078720000 tokens an evaluation at most (completions x max_new_tokens, end to end x the larger of max_turns x max_new_tokens and max_episode_tokens)']
     """
     completions = sum(i["tasks"] * i["samples"] for i in items)
-    tokens = sum(i["tasks"] * i["samples"] * i["max_new_tokens"] * (i["max_turns"] if i["layer"] == "end_to_end" else 1)
+    tokens = sum(i["tasks"] * i["samples"] * (max(i["max_new_tokens"] * i["max_turns"], i["max_episode_tokens"])
+                                               if i["layer"] == "end_to_end" else i["max_new_tokens"])
                  for i in items)
     errors = []
     if completions > MAX_SUITE_COMPLETIONS:
         errors.append(FieldError("items", f"{completions} completions an evaluation (tasks x samples over the items); "
                                           f"at most {MAX_SUITE_COMPLETIONS} are allowed"))
     if tokens > MAX_SUITE_TOKENS:
-        errors.append(FieldError("items", f"{tokens} tokens an evaluation at most (completions x max_new_tokens, "
-                                          f"x max_turns end to end); at most {MAX_SUITE_TOKENS} are allowed"))
+        errors.append(FieldError("items", f"{tokens} tokens an evaluation at most (completions x max_new_tokens, end to "
+                                          f"end x the larger of max_turns x max_new_tokens and max_episode_tokens); "
+                                          f"at most {MAX_SUITE_TOKENS} are allowed"))
     return errors
 
 

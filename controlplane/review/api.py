@@ -9,7 +9,7 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, VERSION, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, VERSION, BodyIn, body_doc, json_object
 from controlplane.common.errors import InvalidInput
 from controlplane.review import selectors, services
 from controlplane.review.models import Reservation
@@ -58,7 +58,7 @@ class JudgeDetailOut(JudgeOut):
         return list(obj.versions.select_related("created_by").order_by("-version"))
 
 
-class ThresholdIn(Schema):
+class ThresholdIn(BodyIn):
     threshold: float
 
 
@@ -121,12 +121,12 @@ class NextOut(Schema):
     progress: dict[str, Any]
 
 
-class LabelIn(Schema):
+class LabelIn(BodyIn):
     value: float
     seconds: Optional[float] = None
 
 
-class SkipIn(Schema):
+class SkipIn(BodyIn):
     reason: str
 
 

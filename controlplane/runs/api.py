@@ -11,7 +11,7 @@ from ninja.pagination import paginate
 from ninja.responses import NinjaJSONEncoder
 
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
-from controlplane.common.errors import InvalidInput
+from controlplane.common.validation import validate
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
 from controlplane.runs import selectors, series, services, usage
@@ -173,8 +173,7 @@ for _name, _action in (("start", services.run_start), ("pause", services.run_pau
 def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
-    if "priority" not in data:
-        raise InvalidInput.one("priority", "required")
+    validate(data, PRIORITY_IN)  # the documented body is the accepted one (unknown keys refused)
     return services.run_set_priority(actor=request.auth, run=run, priority=data["priority"])
 
 
@@ -182,6 +181,7 @@ def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID))
 def run_weights(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     data = json_object(request)
+    validate(data, WEIGHTS_IN)
     return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
 
 

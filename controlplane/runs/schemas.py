@@ -74,7 +74,7 @@ RUN_SCHEMA = {
         },
         "priority": {"type": "integer", "minimum": 1, "maximum": 99},
         "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
-        "clone_from": {"type": ["integer", "null"], "minimum": 1},
+        "clone_from": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**63 - 1},
     },
 }
 

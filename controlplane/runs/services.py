@@ -45,6 +45,7 @@ class RunPlan:
     team: Team
     fields: dict[str, Any]
     domains: list[tuple[Domain, float]]
+    cloned_from: Run | None = None
 
     def as_dict(self) -> dict[str, Any]:
         total = sum(w for _, w in self.domains)
@@ -90,6 +91,8 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
     team = _resolve_team(actor, data.get("team"))
     role = actor.require(team.id, "run.control", "team")
 
+    if not data["name"].strip():
+        errors.append(FieldError("name", "must not be blank"))
     priority = data.get("priority", MAX_MEMBER_PRIORITY)
     if priority > MAX_MEMBER_PRIORITY and role != "admin":
         errors.append(FieldError("priority", f"above {MAX_MEMBER_PRIORITY} needs the team admin role"))
@@ -118,12 +121,17 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
         else:
             domains.append((domain, float(entry["weight"])))
     errors += _unsafe_pins(DomainVersion.objects.filter(domain__in=[d for d, _ in domains], version=F("domain__version")))
+    cloned_from = None
+    if data.get("clone_from"):  # checked here, so /api/runs/validate says what /api/runs would
+        cloned_from = Run.objects.filter(pk=data["clone_from"], team_id__in=actor.team_ids).first()
+        if cloned_from is None:
+            errors.append(FieldError("clone_from", f"no run {data['clone_from']} in your teams"))
     if errors:
         raise InvalidInput(errors)
 
     budget = data["budget"]
     fields = {
-        "name": data["name"].strip() or data["name"],
+        "name": data["name"].strip(),
         "base_model": ref,
         "config": data.get("config", {}),
         "staleness": data.get("staleness", STALENESS["default"]),
@@ -133,7 +141,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
         "priority": priority,
         "gpus": data.get("gpus", 0),
     }
-    return RunPlan(team=team, fields=fields, domains=domains)
+    return RunPlan(team=team, fields=fields, domains=domains, cloned_from=cloned_from)
 
 
 def _unsafe_pins(versions) -> list[FieldError]:
@@ -155,13 +163,7 @@ def _user_event(run: Run, kind: str, message: str, actor: Principal, **data: Any
 @transaction.atomic
 def run_create(*, actor: Principal, data: Any) -> Run:
     plan = run_validate(actor=actor, data=data)
-    clone_id = data.get("clone_from")
-    cloned_from = None
-    if clone_id:
-        cloned_from = Run.objects.filter(pk=clone_id, team_id__in=actor.team_ids).first()
-        if cloned_from is None:
-            raise InvalidInput.one("clone_from", f"no run {clone_id} in your teams")
-    run = Run(team=plan.team, created_by=actor.user, cloned_from=cloned_from, **plan.fields)
+    run = Run(team=plan.team, created_by=actor.user, cloned_from=plan.cloned_from, **plan.fields)
     run.full_clean()
     run.save()
     versions = {

@@ -335,6 +335,38 @@ def test_multipart_upload_errors_name_their_field(world):
     assert not Domain.objects.filter(slug="filed").exists()
 
 
+def test_a_field_or_file_given_twice_in_a_form_is_refused(world):
+    """Django keeps the last of repeated parts: an upload with two files imported one and dropped
+    the other without a word."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    admin = client_for(world.users["admin"])
+    good = b'{"prompt": "a", "answer": "1"}\n'
+    form = _form(good)
+    form["jsonl"] = [form["jsonl"], SimpleUploadedFile("more.jsonl", good, content_type="application/x-ndjson")]
+    r = admin.post("/api/domains/upload", form)
+    assert r.status_code == 422 and errors_of(r) == [{"path": "jsonl", "message": "more than one file (the upload is one file)"}]
+    r = admin.post("/api/domains/upload", _form(good, title=["A", "B"]))
+    assert r.status_code == 422 and errors_of(r) == [{"path": "title", "message": "given more than once"}]
+    assert not Domain.objects.filter(slug="filed").exists()
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/api/judges/{judge}/threshold", {"threshold": "0.5"}),
+    ("/api/judges/{judge}/threshold", {"threshold": True}),
+    ("/api/judges/{judge}/threshold", {"threshold": 0.5, "x": 1}),
+])
+def test_schema_bodies_take_their_types_strictly_and_no_unknown_field(world, path, body):
+    from controlplane.review.models import Judge, JudgeConfig
+
+    judge = Judge.objects.create(team=world.team, slug="strict", title="J")
+    judge.active = JudgeConfig.objects.create(judge=judge, version=1, kind="similarity", score_format="binary")
+    judge.save()
+    r = post_raw(client_for(world.users["admin"]), path.format(judge="strict"), json.dumps(body).encode())
+    assert r.status_code == 422, r.content
+    assert Judge.objects.get(slug="strict").threshold == judge.threshold  # unchanged
+
+
 def test_an_integral_float_is_not_an_integer(world):
     """JSON Schema counts -1e308 as an integer; the version lookup behind this field got a float (500)."""
     r = post_raw(client_for(world.users["admin"]), "/api/registry/aliases/production", b'{"version": -1e308}')

@@ -139,3 +139,36 @@ def test_a_running_runs_domain_weights_are_finite_and_bounded(world, weight):
     assert [(e.path, e.message) for e in err.value.errors] == [
         ("weights.addition", "must be a finite number greater than 0 and at most 1e+06")]
     assert run_set_weights(actor=actor, run=run, weights={"addition": 1e6}).run_domains.get().weight == 1e6
+
+
+@pytest.mark.parametrize("body,path", [
+    ({"name": "   "}, "name"),
+    ({"config": {"tokenizer": {"path": "\t"}}}, "config.tokenizer.path"),
+    ({"config": {"model": {"reference_path": " "}}}, "config.model.reference_path"),
+    ({"clone_from": 2**63 - 1}, "clone_from"),
+])
+def test_validate_refuses_what_create_refuses(world, body, path):
+    """A blank run name or model reference reached the trainer as it was; /api/runs/validate said
+    valid: true for a clone_from that /api/runs refused."""
+    for endpoint in ("/api/runs/validate", "/api/runs"):
+        r = _post(_member(world), endpoint, factories.run_payload(["addition"], team="acme", **body))
+        assert r.status_code == 422, (endpoint, r.content)
+        assert [e["path"] for e in r.json()["errors"]] == [path]
+    assert Run.objects.count() == 0
+
+
+def test_a_clone_from_another_teams_run_is_refused_by_validate_too(world):
+    theirs = Run.objects.create(team=world.other, name="theirs", base_model="tiny-llama", budget_steps=1)
+    r = _post(_member(world), "/api/runs/validate", factories.run_payload(["addition"], team="acme", clone_from=theirs.pk))
+    assert r.status_code == 422 and r.json()["errors"] == [{"path": "clone_from", "message": f"no run {theirs.pk} in your teams"}]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("priority", {"priority": 5, "x": 1}),
+    ("weights", {"weights": {"addition": 1}, "x": 1}),
+])
+def test_a_run_controls_documented_body_is_the_accepted_one(world, path, body):
+    created = _post(_member(world), "/api/runs", factories.run_payload(["addition"], team="acme"))
+    run_id = created.json()["id"]
+    r = _post(_member(world), f"/api/runs/{run_id}/{path}", body)
+    assert r.status_code == 422 and r.json()["errors"] == [{"path": "x", "message": "unknown field"}]
