@@ -15,6 +15,21 @@ import jsonschema
 
 from controlplane.common.errors import FieldError, InvalidInput, join_path
 
+MAX_ROW_ID = 2**63 - 1
+"""The largest id a row has (64-bit keys); a larger one names nothing."""
+
+
+def is_row_id(text: str) -> bool:
+    """``text`` is a row id: ASCII digits only (``str.isdigit`` is also true of ``²``, ``①`` and
+    ``١``), from 1 to :data:`MAX_ROW_ID` (a larger one overflows the database's integer, and
+    ``int`` refuses 4,301 digits).
+
+    >>> is_row_id("12"), is_row_id("²"), is_row_id("١٢"), is_row_id(""), is_row_id("0"), is_row_id("9" * 19)
+    (True, False, False, False, False, False)
+    """
+    return text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) <= MAX_ROW_ID
+
+
 SLUG_SCHEMA = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_-]*$", "maxLength": 100}
 """A slug as an input (domains, judges, eval suites): lower case, what their ``SlugField(max_length=100)`` holds."""
 

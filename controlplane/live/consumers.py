@@ -125,6 +125,7 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return
+        self.user = user
         await self.connect_user(user)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
@@ -222,7 +223,7 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
         """The safety net: every ``poll_s``, re-join the groups and read the database for what no
         wake-up announced (in-memory layer: the only way rows arrive; Redis: rows a restart or a
         data loss dropped the wake-ups of)."""
-        while True:
+        while not getattr(self, "closed", False):
             await asyncio.sleep(self.poll_s)
             try:
                 await self._poll()
@@ -246,7 +247,27 @@ class _Coalescing(AsyncJsonWebsocketConsumer):
     async def flush(self) -> None:
         async with self.lock:
             self.last_flush = time.monotonic()
+            refusal = await self.refusal()
+            if refusal is not None:
+                await self.end(refusal)
+                return
             await self.send_new()
+
+    async def refusal(self) -> int | None:  # pragma: no cover - abstract
+        """Why the user may no longer see what this socket sends (a close code), or None. Asked
+        before every send, not only at connect: a user removed from the team (or deactivated)
+        while the socket is open gets nothing more of it."""
+        raise NotImplementedError
+
+    async def end(self, code: int) -> None:
+        """Close the socket with ``code`` and stop its watch; its groups are left on disconnect."""
+        if getattr(self, "closed", False):
+            return
+        self.closed = True
+        await self.close(code=code)
+        tail = getattr(self, "tail", None)
+        if tail is not None and tail is not asyncio.current_task():
+            tail.cancel()
 
     async def send_new(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -283,6 +304,9 @@ class RunConsumer(_Coalescing):
 
     async def run_wake(self, event):
         await self.wake()
+
+    async def refusal(self) -> int | None:
+        return await _run_refusal(self.user, self.run_id)
 
     async def send_new(self) -> None:
         if self.cursor is None:
@@ -321,6 +345,19 @@ class RunsConsumer(_Coalescing):
 
     async def runs_wake(self, event):
         await self.wake()
+
+    async def refusal(self) -> int | None:
+        """The user's teams as they are now: a team the user left is no longer read and its
+        group is left (the socket stays, for the teams that remain or are joined again later:
+        a team joined after connecting is read once the page reconnects)."""
+        now = await _team_ids(self.user)
+        for gone in set(self.team_ids) - set(now):
+            try:
+                await self.channel_layer.group_discard(team_group_name(gone), self.channel_name)
+            except LAYER_ERRORS:
+                pass
+        self.team_ids = [t for t in self.team_ids if t in now]
+        return None
 
     async def send_new(self) -> None:
         runs, self.since = await _runs_changed(self.team_ids, self.since)

@@ -6,6 +6,7 @@ from django.db.models import Q, QuerySet
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, NotFound, found
+from controlplane.common.validation import MAX_ROW_ID, is_row_id
 from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
 
@@ -22,21 +23,13 @@ def version_list(*, actor: Principal, team: str = "", base: str = "", run: int |
     return qs.order_by("-created_at", "-id")
 
 
-def _is_id(text: str) -> bool:
-    """``text`` is a row id: ASCII digits only (``str.isdigit`` is also true of ``²`` and ``①``,
-    which ``int`` refuses).
-
-    >>> _is_id("12"), _is_id("²"), _is_id("١٢"), _is_id("")
-    (True, False, False, False)
-    """
-    return text.isascii() and text.isdigit()
-
-
 def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:
     """A version by id, or by name (``tiny@12/40``), or by alias (``tiny:production``)."""
     qs = ModelVersion.objects.filter(team_id__in=actor.team_ids).select_related("team", "run", "parent")
     version = None
-    if isinstance(ref, int) or (isinstance(ref, str) and _is_id(ref)):
+    if isinstance(ref, int):
+        version = qs.filter(pk=ref).first() if 0 < ref <= MAX_ROW_ID else None
+    elif is_row_id(ref):
         version = qs.filter(pk=int(ref)).first()
     elif ":" in ref:
         base, _, alias = ref.rpartition(":")
@@ -58,9 +51,9 @@ def version_for_team(*, ref: str, team_id: int | None) -> ModelVersion | None:
     if team_id is None or not ref:
         return None
     qs = ModelVersion.objects.filter(team_id=team_id)
-    if _is_id(ref) or (ref[:1] == "v" and _is_id(ref[1:])):
+    if is_row_id(ref) or (ref[:1] == "v" and is_row_id(ref[1:])):
         by_id = qs.filter(pk=int(ref.lstrip("v"))).first()
-        if by_id is not None or _is_id(ref):
+        if by_id is not None or is_row_id(ref):
             return by_id
     version = qs.filter(name=ref).first()
     if version is None and ":" in ref:

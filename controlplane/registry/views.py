@@ -8,6 +8,7 @@ from django.shortcuts import render
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import ServiceError
+from controlplane.common.validation import is_row_id
 from controlplane.registry import selectors
 from controlplane.registry.models import ModelVersion
 
@@ -38,7 +39,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     refs = [r for r in request.GET.getlist("v") if r]
     suite = request.GET.get("suite", "")
     run_id = request.GET.get("run", "")
-    if not refs and run_id.isascii() and run_id.isdigit():
+    if not refs and is_row_id(run_id):
         ordered = list(ModelVersion.objects.filter(run_id=int(run_id), team_id__in=actor.team_ids).order_by("step"))
         if ordered and request.GET.get("from") == "base":  # the base model against the last checkpoint
             base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()

@@ -6,6 +6,7 @@ calibrate, promote and roll back versions and create review queues. Reviewers (a
 from __future__ import annotations
 
 import math
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,7 @@ from controlplane.runs.models import Trajectory
 from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
 from trainer.tasks.base import Task
 from trainer.verifiers import compile_cascade, validate_cascade
+from trainer.verifiers.isolation import ProcessPool
 from trainer.verifiers.judge import JudgeError, JudgeLimiter, JudgeRequest, JudgeSpec, local_limit
 from trainer.verifiers.judges import build_judge
 
@@ -411,12 +413,28 @@ def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[st
     return out
 
 
+RULE_BUDGET_S = 60.0
+"""The most a rule verifier may take over a queue's whole population (it runs while the request
+that samples the queue waits); a rule that needs longer is refused, naming how far it got."""
+
+
 def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str]) -> list[float | None]:
+    """A rule cascade's scores on the population. Its stages run as a verify worker runs them: in
+    a verifier process of their own, each killed at its timeout (a regex that backtracks for
+    minutes held the web request, inline), and the whole population within :data:`RULE_BUDGET_S`."""
     cascade = compile_cascade(spec)
     out: list[float | None] = []
-    for t, ref in zip(rows, references):
-        v = cascade(t.completion, Task(t.domain, t.task_id or str(t.pk), t.prompt, answer=ref or None), isolation="inline")
-        out.append(None if v.outcome in INFRASTRUCTURE_OUTCOMES else float(v.score))
+    deadline = time.monotonic() + RULE_BUDGET_S
+    pool = ProcessPool(1)
+    try:
+        for i, (t, ref) in enumerate(zip(rows, references)):
+            if time.monotonic() > deadline:
+                raise InvalidInput.one("compare_to.rule", f"the rule took more than {RULE_BUDGET_S:g} s over {i} of {len(rows)} "
+                                                          "trajectories; a rule verifier must be cheap")
+            v = cascade(t.completion, Task(t.domain, t.task_id or str(t.pk), t.prompt, answer=ref or None), pool=pool)
+            out.append(None if v.outcome in INFRASTRUCTURE_OUTCOMES else float(v.score))
+    finally:
+        pool.close()
     return out
 
 

@@ -162,6 +162,12 @@ def run_usage_totals(run_ids: list[int]) -> dict[int, dict[str, Any]]:
 MAX_RANGE_DAYS = 3660
 
 
+REPORT_FROM = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+REPORT_TO = datetime(9000, 1, 1, tzinfo=dt_timezone.utc)
+"""The dates a report may start or end at (past either end a date overflows Python's or the
+database's calendar: 9999-12-31 as an end is the day after)."""
+
+
 def parse_range(start: str, end: str) -> tuple[datetime | None, datetime | None]:
     """``start`` and ``end`` of a report as aware datetimes (UTC when no zone is given); a bare
     date ``end`` includes that day. Errors name the parameter.
@@ -174,6 +180,10 @@ def parse_range(start: str, end: str) -> tuple[datetime | None, datetime | None]
     Traceback (most recent call last):
     ...
     controlplane.common.errors.InvalidInput: start: must be an ISO date (2026-11-30) or date and time (2026-11-30T12:00:00Z)
+    >>> parse_range("", "9999-12-31")
+    Traceback (most recent call last):
+    ...
+    controlplane.common.errors.InvalidInput: end: must be from 1970-01-01 to 9000-01-01
     """
     def one(name: str, text: str, is_end: bool) -> datetime | None:
         text = text.strip()
@@ -185,9 +195,15 @@ def parse_range(start: str, end: str) -> tuple[datetime | None, datetime | None]
                 value = datetime.combine(day + timedelta(days=1) if is_end else day, time.min)
             else:
                 value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            value = value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc)
+            in_range = REPORT_FROM <= value.astimezone(dt_timezone.utc) <= REPORT_TO
         except ValueError:
             raise InvalidInput.one(name, "must be an ISO date (2026-11-30) or date and time (2026-11-30T12:00:00Z)") from None
-        return value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc)
+        except OverflowError:  # the day after 9999-12-31, or a zone that moves 0001-01-01 before year 1
+            in_range = False
+        if not in_range:
+            raise InvalidInput.one(name, f"must be from {REPORT_FROM:%Y-%m-%d} to {REPORT_TO:%Y-%m-%d}")
+        return value
 
     lo, hi = one("start", start, False), one("end", end, True)
     errors = []

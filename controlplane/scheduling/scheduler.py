@@ -121,15 +121,21 @@ def schedule(
             # The freed slots are reserved for this run: nothing behind it takes them this tick.
             freeing[run.pool] = freeing.get(run.pool, 0) - (run.slots - free)
             used[run.pool] = cap
-            who = ", ".join(f"run {r.id} (priority {r.priority})" for r in victims) or "runs already checkpointing"
+            who = ", ".join(_named(r, run.team) for r in victims) or "runs already checkpointing"
             decision.pending[run.id] = _pending(position, run.pool, f"waiting for {who} to checkpoint and free {run.pool} slots",
                                                 cap - free, cap)
         else:
             holders = sorted((r for r in running if r.pool == run.pool), key=lambda r: -r.priority)
-            detail = ", ".join(f"run {r.id} (priority {r.priority})" for r in holders[:5])
+            detail = ", ".join(_named(r, run.team) for r in holders[:5])
             decision.pending[run.id] = _pending(position, run.pool, f"no free {run.pool} slot: {cap - free} of {cap} in use"
                                                 + (f" by {detail}" if detail else ""), cap - free, cap)
     return decision
+
+
+def _named(r: RunView, team: str) -> str:
+    """A run holding slots as the waiting run's team may read it: its own team's by id, another
+    team's only as that (the note is shown to the waiting run's team)."""
+    return f"run {r.id} (priority {r.priority})" if r.team == team else f"another team's run (priority {r.priority})"
 
 
 def _pending(position: int, binding: str, reason: str, used: int, limit: int) -> dict:

@@ -149,10 +149,12 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
         "kinds": kinds, "pools": pools, "team_rows": team_rows,
         "queued": [{"run": r, "note": r.scheduler_note or {}, "waiting_s": (now - r.queued_at).total_seconds() if r.queued_at else None}
                    for r in queued],
-        "running": [{"run": r, "mine": r.team_id in actor.roles, "pool": "train_gpu" if r.gpus > 0 else "cpu",
-                     "slots": max(r.gpus, 1), "inflight": (r.inflight or {}).get("per_domain", {}),
-                     "phase": (r.inflight or {}).get("phase", "")}
-                    for r in running],
+        # Another team's running run shows only what the pools need: its priority, pool and slots
+        # (its name, team, step, phase and domains in flight are that team's).
+        "running": [{"run": r, "mine": mine, "pool": "train_gpu" if r.gpus > 0 else "cpu", "slots": max(r.gpus, 1),
+                     "inflight": (r.inflight or {}).get("per_domain", {}) if mine else {},
+                     "phase": (r.inflight or {}).get("phase", "") if mine else ""}
+                    for r in running for mine in [r.team_id in actor.roles]],
         "workers": list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker")),
         "scheduler": scheduler_status(now=now),
     }

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import NotFound
+from controlplane.common.validation import is_row_id
 from controlplane.common.views import get_or_404
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
@@ -49,8 +50,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
     clone = None
     if request.GET.get("clone"):
         try:
+            if not is_row_id(request.GET["clone"]):
+                raise NotFound("not a run id")
             source = run_selectors.run_get(actor=actor, run_id=int(request.GET["clone"]))
-        except (ValueError, NotFound):
+        except NotFound:
             raise Http404("no such run to clone")
         clone = pages.run_as_form_data(source)
     return render(request, "runs/new.html", {

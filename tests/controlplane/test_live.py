@@ -215,3 +215,33 @@ async def test_events_and_status_follow_their_own_cursor():
     events = await _next_of(second, "events")
     assert [e["message"] for e in events["events"]] == ["three"]
     await second.disconnect()
+
+
+async def test_a_user_removed_from_the_team_gets_nothing_more_and_the_run_socket_closes_4403():
+    """The attack: sockets opened while a member kept streaming the team's metrics and runs after
+    the membership was deleted (access was checked at connect only)."""
+    from controlplane.accounts.models import Membership
+    from controlplane.runs.models import Run
+
+    user, run, _ = await _setup()
+    watcher = _socket(run.id, user)
+    assert (await watcher.connect())[0]
+    await watcher.send_json_to({"cursor": 0})
+    await _write(run, [1])
+    assert len(await _drain(watcher, 1)) == 1
+    runs = _runs_socket(user)
+    assert (await runs.connect())[0]
+    assert [r["id"] for r in (await _next_of(runs, "runs"))["runs"]] == [run.id]
+
+    await database_sync_to_async(lambda: Membership.objects.filter(user=user).delete())()
+    await _write(run, [2])
+    run.current_step = 9
+    await database_sync_to_async(run.save)()  # wakes both sockets
+    while True:  # status or event messages may come first; no metric point may
+        message = await watcher.receive_output(timeout=10)
+        if message["type"] == "websocket.close":
+            break
+        assert '"metrics"' not in message.get("text", ""), message
+    assert message["code"] == 4403
+    assert await runs.receive_nothing(timeout=2)  # the team's change is not sent
+    await runs.disconnect()

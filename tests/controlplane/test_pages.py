@@ -126,6 +126,46 @@ def test_queue_page_explains_queued_runs_and_hides_other_teams_names(client, wor
     assert queued.id
 
 
+def test_queue_page_shows_of_another_teams_running_run_only_what_the_pools_need(client, world):
+    """Its private domains in flight, its phase and its step were shown beside the masked name."""
+    theirs = factories.run(world.other, name="theirs", state="running")
+    theirs.inflight = {"per_domain": {"globex-private": 7}, "phase": "verifying globex-private"}
+    theirs.current_step, theirs.budget_steps = 123, 456
+    theirs.save()
+    ours = factories.run(world.team, name="ours", state="running")
+    ours.inflight = {"per_domain": {"acme-private": 3}, "phase": "verifying acme-private"}
+    ours.save()
+    client.force_login(world.users["viewer"])
+    body = client.get("/queue/").content.decode()
+    assert "globex-private" not in body and "123 / 456" not in body
+    assert "acme-private: 3" in body and "verifying acme-private" in body
+
+
+def test_scheduler_notes_name_only_the_waiting_runs_own_teams_runs():
+    from controlplane.scheduling.scheduler import Quota, RunView, schedule
+
+    ours = RunView(id=1, team="acme", pool="cpu", slots=1, priority=10, queued_at=1.0)
+    holders = [RunView(id=2, team="globex", pool="cpu", slots=1, priority=50, started_at=0.0),
+               RunView(id=3, team="acme", pool="cpu", slots=1, priority=60, started_at=0.0)]
+    decision = schedule(queued=[ours], running=holders, capacity={"cpu": 2},
+                      quotas={"acme": Quota(max_gpus=0, max_concurrent_runs=5)}, now=1.0, min_run_s=60)
+    reason = decision.pending[1]["reason"]
+    assert "run 3 (priority 60)" in reason and "another team's run (priority 50)" in reason and "run 2" not in reason
+
+
+@pytest.mark.parametrize("url", ["/runs/new/?clone=%EF%BC%91", "/runs/new/?clone=%D9%A1", "/runs/new/?clone=+1",
+                                 "/runs/new/?clone=9223372036854775808", "/registry/compare/?run=9223372036854775808",
+                                 "/registry/compare/?v=" + "9" * 4301 + "&v=1", "/usage/?end=9999-12-31",
+                                 "/usage/?start=0001-01-01T00:00:00%2B05:00", "/api/teams/acme/usage?end=9999-12-31",
+                                 "/api/registry/evals?version=" + "9" * 4301, "/api/registry/compare?versions=" + "9" * 4301 + ",1"])
+def test_hostile_ids_and_dates_in_page_queries_are_not_a_500(client, world, url):
+    factories.run(world.team, name="one")
+    client.force_login(world.users["admin"])
+    r = client.get(url)
+    assert r.status_code in (200, 400, 404, 422), (url, r.status_code)
+    assert b"Traceback" not in r.content
+
+
 def test_team_switcher_changes_the_runs_list(client, world):
     from controlplane.accounts.models import Membership
 

@@ -3,6 +3,7 @@ reviewers, statistics, calibration, shadow re-scoring, promotion and rollback, a
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -257,3 +258,22 @@ def test_queue_and_judge_lists_take_a_constant_number_of_queries(judged, django_
     assert (count("/api/review/queues"), count("/api/judges")) == one
     with django_assert_max_num_queries(12):
         admin.get("/api/review/queues")
+
+
+def test_a_rule_that_backtracks_is_stopped_at_its_timeout_not_run_in_the_web_process(judged, monkeypatch):
+    """The attack: a team admin's rule regex ``(?:(?:.?)*){9}X`` ran inline in the web request for
+    minutes. Its stages now run in a verifier process killed at the stage's timeout, and the
+    population's total within RULE_BUDGET_S."""
+    from controlplane.review import services
+
+    admin = client_for(judged.users["admin"])
+    slow = {"rule": {"stages": [{"type": "regex", "params": {"pattern": "(?:(?:.?)*){9}X"}, "timeout_s": 0.05}]}}
+    r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "slow",
+                                           "strategy": "disagreement", "size": 5, "compare_to": slow})
+    assert r.status_code == 201, r.content
+    assert all(i.compare_score == 0.0 for i in ReviewItem.objects.filter(queue_id=r.json()["id"]))  # each timed out
+    monkeypatch.setattr(services, "RULE_BUDGET_S", 0.0)
+    r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "slower",
+                                           "strategy": "disagreement", "size": 5, "compare_to": slow})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "compare_to.rule"
+    assert re.search(r"took more than 0 s over \d+ of 45 trajectories", r.json()["errors"][0]["message"])
