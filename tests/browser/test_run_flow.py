@@ -104,7 +104,8 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     paused_at = _points(page)
     screenshot(page, "04-run-paused")
     page.click("[data-testid=resume]")
-    page.wait_for_selector("[data-testid=run-state]:text('running')")
+    # as after the first start: a scheduler tick, a worker and the checkpoint's load come first
+    page.wait_for_selector("[data-testid=run-state]:text('running')", timeout=120_000)
     _wait_points_above(page, paused_at + 1)
     assert RunEvent.objects.filter(run=run, kind="paused").exists() and RunEvent.objects.filter(run=run, kind="resumed").exists()
     page.wait_for_selector("[data-testid=events] li[data-kind=paused]")
