@@ -10,6 +10,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from controlplane.accounts.api import router as accounts_router
 from controlplane.accounts.auth import AUTH
+from controlplane.alerts.api import router as alerts_router
 from controlplane.common.api import BodyParser, error_payload, pydantic_errors
 from controlplane.common.body import body_limit
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
@@ -33,6 +34,7 @@ api.add_router("", domains_router)
 api.add_router("", runs_router)
 api.add_router("", registry_router)
 api.add_router("", review_router)
+api.add_router("", alerts_router)
 
 
 @api.exception_handler(InvalidInput)

@@ -20,6 +20,8 @@ TASK_QUEUES = {
     "temper.control.ping": "control",
     "temper.control.worker_sweep": "control",
     "temper.control.schedule_tick": "control",
+    "temper.control.alert_deliver": "control",
+    "temper.control.alert_sweep": "control",
     "temper.rollout.drive_run": "rollout",
     "temper.verify.batch": "verify",
     "temper.verify.audit": "audit",

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from controlplane.accounts.views import LoginView
+from controlplane.alerts import views as alert_views
 from controlplane.api import api
 from controlplane.common.views import api_not_found
 from controlplane.web import usage_views, views
@@ -25,4 +26,6 @@ urlpatterns = [
     path("api/", api.urls),
     path("api/<path:rest>", api_not_found),
     path("review/", include("controlplane.review.urls")),
+    path("alerts/", include("controlplane.alerts.urls")),
+    path("notifications/", alert_views.notifications_page, name="notifications"),
 ]

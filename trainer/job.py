@@ -495,7 +495,8 @@ def rewards_of(trajs: Sequence[Trajectory]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, response length, truncation.
+    """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, infra_rate/<domain> (the
+    share of infrastructure outcomes), response length, truncation.
 
     Rewards average the samples that have one: a domain (or a whole step) whose samples were all
     masked (infrastructure outcomes) gets no ``reward/<domain>`` (no ``reward/mean``) rather than a
@@ -517,6 +518,7 @@ def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         for outcome in {t.verification.outcome for t in ts}:
             out[f"outcome/{slug}/{outcome.value}"] = float(sum(t.verification.outcome is outcome
                                                                for t in ts))
+        out[f"infra_rate/{slug}"] = sum(t.verification.is_infrastructure for t in ts) / len(ts)
         out[f"response/length/{slug}"] = sum(sum(t.loss_mask) for t in ts) / len(ts)
     if all_rewards:  # a step whose every sample was masked has no reward (not 0): no point at all
         out["reward/mean"] = sum(all_rewards) / len(all_rewards)

@@ -35,6 +35,11 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"queue": "control", "expires": 60.0},
     },
+    "alert-sweep": {
+        "task": "temper.control.alert_sweep",
+        "schedule": settings.TEMPER_ALERT_SWEEP_S,
+        "options": {"queue": "control", "expires": settings.TEMPER_ALERT_SWEEP_S},
+    },
 }
 broker.configure(app)  # reconnect after any broker outage (workers/broker.py)
 app.autodiscover_tasks(["workers"], related_name="tasks", force=True)

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from controlplane import dispatch
+from controlplane.alerts import services as alerts
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
@@ -323,6 +324,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             if eval_every and step % eval_every == 0:
                 periodic_eval(job, run, step)
                 watch.run_watch_heldout(run=run, step=step)
+            _alerts(run, step)
             if step % every == 0:
                 checkpoint()
             if stuck := silent.observe(job.last_generated):
@@ -353,11 +355,21 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             runs.run_finish(run=run, worker=worker, state=RunState.FAILED, error=error)
         except runs.LeaseLost:
             pass
+        _alerts(run, run.current_step)
         return "failed"
     finally:
         stop_renewing.set()
         if job is not None:
             job.close()
+
+
+def _alerts(run: Run, step: int) -> None:
+    """Evaluate the run's alert rules on what its steps wrote (controlplane/alerts): a rule whose
+    condition holds at this step fires now. A fault here is logged; it never stops the run."""
+    try:
+        alerts.alerts_after_step(run=run, step=step)
+    except Exception:  # noqa: BLE001 - alerting is a side channel of the run, not part of it
+        log.exception("run %s: alert evaluation at step %s failed", run.id, step)
 
 
 def _inflight(run_id: int, worker: str, inflight: InFlight) -> int:

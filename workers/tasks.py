@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from controlplane.alerts import services as alerts
 from controlplane.domains.pins import domain_quotas, pinned_domain
 from controlplane.scheduling import services as scheduling
 from workers import verify
@@ -30,6 +31,20 @@ def schedule_tick(self) -> dict:
     """Admit queued runs, ask lower-priority runs to yield, re-dispatch runs whose driver died."""
     decision = scheduling.schedule_tick(worker=self.request.hostname or "")
     return {"admit": decision.admit, "preempt": decision.preempt}
+
+
+@shared_task(name="temper.control.alert_deliver", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True)
+def alert_deliver(delivery_id: int) -> str:
+    """Try one alert delivery (a webhook, a Slack message, an e-mail); a failed try is scheduled
+    again with backoff, and the sweep retries any whose message was lost."""
+    delivery = alerts.deliver(delivery_id)
+    return delivery.status if delivery is not None else "not due"
+
+
+@shared_task(name="temper.control.alert_sweep", queue="control", soft_time_limit=60, time_limit=120, ignore_result=True)
+def alert_sweep() -> dict:
+    """Alerts no step announces: stalled runs, events of runs that stopped, deliveries due again."""
+    return alerts.alerts_sweep()
 
 
 DRIVE_TIME_LIMIT_S = 30 * 24 * 3600

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "controlplane.web",
     "controlplane.live",
     "controlplane.review",
+    "controlplane.alerts",
 ]
 
 MIDDLEWARE = [
@@ -212,4 +213,5 @@ from controlplane.settings.celery import *  # noqa: E402,F401,F403
 from controlplane.settings.channels import *  # noqa: E402,F401,F403
 from controlplane.settings.sandbox import *  # noqa: E402,F401,F403
 from controlplane.settings.review import *  # noqa: E402,F401,F403
+from controlplane.settings.alerts import *  # noqa: E402,F401,F403
 from controlplane.settings.security import *  # noqa: E402,F401,F403

@@ -269,3 +269,56 @@ def test_trainer_config_gives_the_trainer_the_runs_own_values(settings, tmp_path
     cfg = load_config(trainer_config(run, rows))
     assert cfg.limits.max_wall_s == 0.0  # the trainer's "no limit"
     assert cfg.sampler.holdout_fraction == RUN_DEFAULTS["sampler.holdout_fraction"]
+
+
+def test_a_reward_collapse_fires_one_signed_webhook_from_the_driver_within_the_step(setup, monkeypatch):
+    """A collapse injected into a real run's reward (the trainer's outcome metrics, scripted for
+    one domain) fires the team's rule in the step it first holds: one signed POST to a local
+    receiver, sent before the next step is written, linked to the chart at that step."""
+    import hashlib
+    import hmac
+
+    import trainer.job
+    from controlplane import dispatch
+    from controlplane.alerts import services as alerts
+    from controlplane.alerts.models import AlertFiring, AlertRule
+    from tests.alerts_receiver import Receiver
+
+    actor, model = setup
+    series = [0.9] * 4 + [0.0] * 4
+    real, calls = trainer.job.outcome_metrics, []
+
+    def scripted(trajs):
+        out = real(trajs)
+        if trajs:
+            calls.append(1)
+            out["reward/builtin-addition"] = series[min(len(calls), len(series)) - 1]
+        return out
+
+    monkeypatch.setattr(trainer.job, "outcome_metrics", scripted)
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: alerts.deliver(*args) if name == "temper.control.alert_deliver" else None)
+    AlertRule.objects.filter(team__isnull=True).delete()
+    run = _running_run(actor, model, steps=len(series))
+    secret = "driver-test-secret-0001"
+    with Receiver() as receiver:
+        AlertRule.objects.create(team=run.team, name="addition collapse", condition="drop", metric="reward/builtin-addition",
+                                 threshold=0.3, window=2, channels=[{"type": "webhook", "url": receiver.url, "secret": secret}])
+        assert drive(run.id, worker="w1", send=_no_send) == "completed"
+        requests = list(receiver.requests)
+    firing = AlertFiring.objects.get(run=run)
+    a, ema, best, expected = 2 / 3, None, None, None  # the first step whose EMA is 0.3 below its best
+    for i, v in enumerate(series, start=1):
+        ema = v if ema is None else a * v + (1 - a) * ema
+        best = ema if best is None else max(best, ema)
+        if expected is None and i >= 2 and best - ema >= 0.3:
+            expected = i
+    assert firing.step == expected == 5
+    (request,) = requests
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    mac = hmac.new(secret.encode(), headers["x-temper-timestamp"].encode() + b"." + request["body"], hashlib.sha256)
+    assert headers["x-temper-signature"] == "sha256=" + mac.hexdigest()
+    assert request["json"]["url"].endswith(f"/runs/{run.id}/?step={expected}&metric=reward/builtin-addition#charts")
+    delivery = firing.deliveries.get()
+    next_step_written = MetricPoint.objects.filter(run=run, step=expected + 1).order_by("time").first().time
+    assert delivery.status == "sent" and delivery.sent_at < next_step_written
+    assert RunEvent.objects.filter(run=run, kind="alert", data__step=expected).count() == 1

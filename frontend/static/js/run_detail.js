@@ -151,6 +151,8 @@
     return out;
   }
 
+  const markedStep = (() => { const v = Number(new URLSearchParams(location.search).get("step")); return Number.isFinite(v) && v > 0 ? v : null; })();
+
   function layout(id, spec) {
     const l = {
       margin: { l: 48, r: spec.y2 ? 48 : 12, t: 24, b: 36 }, height: 280, showlegend: true,
@@ -161,6 +163,9 @@
     };
     if (spec.y2) l.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2 }, rangemode: "tozero" };
     if (zoom[id]) l.xaxis.range = zoom[id].range;
+    if (markedStep !== null && xAxis === "step") { // an alert's link (?step=N): the step it fired at
+      l.shapes = [{ type: "line", x0: markedStep, x1: markedStep, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", width: 1.5, color: "#c0392b" } }];
+    }
     return l;
   }
 

@@ -1,0 +1,532 @@
+"""Alert rules (validated writes), their evaluation after each step and in the sweep, firings,
+and deliveries: signed webhooks, Slack-compatible incoming webhooks, e-mail and in-app
+notifications.
+
+Evaluation: ``alerts_after_step`` runs in the run driver right after a step's metrics are written
+(so a condition that holds at step s fires at step s); ``alerts_sweep`` runs on the ``control``
+queue every ``TEMPER_ALERT_SWEEP_S`` for what no step announces: a run that stopped stepping
+(``stalled``), events of runs that no longer step (``failed``), and deliveries due a retry.
+
+A webhook body is JSON; ``X-Temper-Signature: sha256=<hex>`` is the HMAC-SHA256 of
+``<X-Temper-Timestamp>.<body>`` under the channel's secret (the receiver checks it and refuses old
+timestamps). A delivery is tried up to ``MAX_ATTEMPTS`` times, ``BACKOFF_S`` doubling between
+tries, each try logged (when, HTTP status or error, milliseconds).
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import time
+import urllib.error
+import urllib.request
+from datetime import timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.accounts.models import Membership
+from controlplane.accounts.principal import Principal
+from controlplane.accounts.services import audit_record
+from controlplane.accounts.selectors import team_get
+from controlplane.alerts.models import (AlertFiring, AlertRule, AlertState, Condition, Delivery, DeliveryStatus,
+                                        Notification)
+from controlplane.alerts.rules import MetricState, fold, verdict
+from controlplane.common.errors import FieldError, Forbidden, InvalidInput
+from controlplane.common.validation import validate
+from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 6
+BACKOFF_S = 5.0
+"""Seconds before the second try; doubled before each next one (5, 10, 20, 40, 80)."""
+TIMEOUT_S = 5.0
+"""A receiver answers within this or the try fails."""
+METRIC_CONDITIONS = (Condition.DROP, Condition.ABOVE, Condition.BELOW)
+STALLED_KEY, EVENTS_KEY = "stalled", "events"
+
+_CHANNEL = {
+    "webhook": {"type": "object", "additionalProperties": False, "required": ["type", "url"],
+                "properties": {"type": {"const": "webhook"}, "url": {"type": "string", "minLength": 1, "maxLength": 2000},
+                               "secret": {"type": "string", "minLength": 16, "maxLength": 200,
+                                          "description": "HMAC key; omit on an update to keep the one this URL has"}}},
+    "slack": {"type": "object", "additionalProperties": False, "required": ["type", "url"],
+              "properties": {"type": {"const": "slack"}, "url": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+    "email": {"type": "object", "additionalProperties": False, "required": ["type", "to"],
+              "properties": {"type": {"const": "email"},
+                             "to": {"type": "array", "minItems": 1, "maxItems": 20, "uniqueItems": True,
+                                    "items": {"type": "string", "maxLength": 254,
+                                              "pattern": r"^[^@\s]+@[^@\s]+\.[^@\s]+$"}}}},
+    "in_app": {"type": "object", "additionalProperties": False, "required": ["type"],
+               "properties": {"type": {"const": "in_app"}}},
+}
+EVENT_KINDS = ("failed", "quarantine", "reward_hacking", "tampering", "paused", "preempted", "storage_error")
+"""Run event kinds a rule is offered (any kind the system records is accepted, but ``alert``)."""
+
+RULE_FIELDS = {
+    "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+    "condition": {"enum": [c.value for c in Condition]},
+    "metric": {"type": "string", "maxLength": 200, "pattern": r"^[A-Za-z0-9_./@*?:-]*$",
+               "description": "A metric key (reward/builtin-addition) or a glob (reward/*, infra_rate/*)"},
+    "threshold": {"type": "number", "minimum": -1e12, "maximum": 1e12,
+                  "description": "drop: how far from the best EMA; above/below: the bound; stalled: minutes"},
+    "window": {"type": "integer", "minimum": 1, "maximum": 1000},
+    "events": {"type": "array", "maxItems": 20, "uniqueItems": True,
+               "items": {"type": "string", "pattern": r"^[a-z_]{1,64}$", "not": {"const": "alert"}}},
+    "channels": {"type": "array", "minItems": 1, "maxItems": 10,
+                 "items": {"type": "object", "required": ["type"],
+                           "properties": {"type": {"enum": sorted(_CHANNEL)}},
+                           "allOf": [{"if": {"properties": {"type": {"const": k}}}, "then": v} for k, v in _CHANNEL.items()]}},
+    "enabled": {"type": "boolean"},
+}
+RULE_CREATE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "condition", "channels"],
+                      "properties": {"team": {"type": ["string", "null"], "maxLength": 100,
+                                              "description": "A team slug; null: a default for every run (platform admins)"},
+                                     **RULE_FIELDS}}
+RULE_UPDATE_SCHEMA = {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": RULE_FIELDS}
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+def url_errors(url: str, path: str) -> list[FieldError]:
+    """What is wrong with a delivery URL (http or https, a host; no private or loopback address
+    unless ``TEMPER_ALERT_ALLOW_PRIVATE``: checked again against what the name resolves to at
+    delivery)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        return [FieldError(path, f"not a URL: {exc}")]
+    if parts.scheme not in ("http", "https") or not host:
+        return [FieldError(path, "must be an http:// or https:// URL with a host")]
+    if parts.username or parts.password:
+        return [FieldError(path, "must not carry a user or password (put a token in the path, or use the secret)")]
+    if not settings.TEMPER_ALERT_ALLOW_PRIVATE and (host == "localhost" or host.endswith(".localhost") or _private(host)):
+        return [FieldError(path, f"{host} is a private or loopback address; deliveries go to public hosts "
+                                 f"(TEMPER_ALERT_ALLOW_PRIVATE=1 allows private ones)")]
+    return []
+
+
+def _private(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return not ip.is_global
+
+
+def _rule_errors(data: dict, old: AlertRule | None) -> list[FieldError]:
+    merged = {"condition": old.condition if old else "", "metric": old.metric if old else "",
+              "threshold": old.threshold if old else 0.0, "events": old.events if old else []} | data
+    errors = []
+    cond = merged["condition"]
+    if cond in METRIC_CONDITIONS and not merged["metric"]:
+        errors.append(FieldError("metric", f"a {cond} rule needs a metric key or glob (reward/*)"))
+    if cond == Condition.EVENT and not merged["events"]:
+        errors.append(FieldError("events", "an event rule needs at least one event kind (failed, quarantine, ...)"))
+    if cond == Condition.DROP and merged["threshold"] <= 0:
+        errors.append(FieldError("threshold", "a drop is a positive distance from the best EMA"))
+    if cond == Condition.STALLED and not 1 <= merged["threshold"] <= 7 * 24 * 60:
+        errors.append(FieldError("threshold", "a stalled rule's threshold is minutes without a step, 1 to 10080"))
+    for i, ch in enumerate(data.get("channels") or []):
+        if ch["type"] in ("webhook", "slack"):
+            errors += url_errors(ch["url"], f"channels[{i}].url")
+    return errors
+
+
+def _with_secrets(channels: list[dict], old: AlertRule | None) -> tuple[list[dict], list[FieldError]]:
+    """Webhook channels without a secret keep the one their URL had; a new URL needs one."""
+    known = {c["url"]: c.get("secret") for c in (old.channels if old else []) if c.get("type") == "webhook"}
+    out, errors = [], []
+    for i, ch in enumerate(channels):
+        ch = dict(ch)
+        if ch["type"] == "webhook" and not ch.get("secret"):
+            if not known.get(ch["url"]):
+                errors.append(FieldError(f"channels[{i}].secret", "a new webhook needs a secret of 16 to 200 characters "
+                                                                  "(its deliveries are signed with it)"))
+            ch["secret"] = known.get(ch["url"], "")
+        out.append(ch)
+    return out, errors
+
+
+def _require_edit(actor: Principal, team_id: int | None) -> None:
+    if team_id is None:
+        if not actor.platform_admin:
+            raise Forbidden("only platform admins edit the default rules (those of every run)")
+        return
+    actor.require(team_id, "run.control", "team")
+
+
+def rule_out(rule: AlertRule) -> dict:
+    """A rule as the API and the pages show it: webhook secrets never leave the server."""
+    channels = [{k: v for k, v in c.items() if k != "secret"} | ({"secret_set": bool(c.get("secret"))} if c["type"] == "webhook" else {})
+                for c in rule.channels]
+    return {"id": rule.id, "team": rule.team.slug if rule.team_id else None, "name": rule.name, "condition": rule.condition,
+            "metric": rule.metric, "threshold": rule.threshold, "window": rule.window, "events": list(rule.events),
+            "channels": channels, "enabled": rule.enabled, "updated_at": rule.updated_at}
+
+
+@transaction.atomic
+def rule_create(*, actor: Principal, data: dict) -> AlertRule:
+    validate(data, RULE_CREATE_SCHEMA)
+    team = team_get(actor=actor, slug=data["team"]) if data.get("team") else None
+    _require_edit(actor, team.id if team else None)
+    channels, secret_errors = _with_secrets(data["channels"], None)
+    errors = _rule_errors(data, None) + secret_errors
+    if errors:
+        raise InvalidInput(errors)
+    fields = {k: v for k, v in data.items() if k != "team"} | {"channels": channels}
+    rule = AlertRule.objects.create(team=team, created_by=actor.user, **fields)
+    audit_record(actor=actor, obj=rule, action="alert_rule.create", after=rule_out(rule) | {"updated_at": None}, team=team)
+    return rule
+
+
+@transaction.atomic
+def rule_update(*, actor: Principal, rule: AlertRule, data: dict) -> AlertRule:
+    validate(data, RULE_UPDATE_SCHEMA)
+    _require_edit(actor, rule.team_id)
+    before = rule_out(rule) | {"updated_at": None}
+    errors = _rule_errors(data, rule)
+    if "channels" in data:
+        data = dict(data)
+        data["channels"], secret_errors = _with_secrets(data["channels"], rule)
+        errors += secret_errors
+    if errors:
+        raise InvalidInput(errors)
+    changed_condition = any(k in data and data[k] != getattr(rule, k) for k in ("condition", "metric", "window", "events"))
+    for k, v in data.items():
+        setattr(rule, k, v)
+    rule.save()
+    if changed_condition:  # what the rule remembered was about another condition
+        rule.states.all().delete()
+    audit_record(actor=actor, obj=rule, action="alert_rule.update", before=before, after=rule_out(rule) | {"updated_at": None},
+                 team=rule.team)
+    return rule
+
+
+@transaction.atomic
+def rule_delete(*, actor: Principal, rule: AlertRule) -> None:
+    _require_edit(actor, rule.team_id)
+    audit_record(actor=actor, obj=rule, action="alert_rule.delete", before=rule_out(rule) | {"updated_at": None}, team=rule.team)
+    rule.delete()
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+def rules_for(run: Run) -> list[AlertRule]:
+    """The enabled rules that watch ``run``: its team's and the defaults."""
+    return list(AlertRule.objects.filter(Q(team_id=run.team_id) | Q(team__isnull=True), enabled=True).order_by("id"))
+
+
+def chart_path(run: Run, step: int, key: str = "") -> str:
+    """Where a firing points: the run page at that step, with the metric's chart."""
+    return f"/runs/{run.id}/?step={step}" + (f"&metric={quote(key, safe='/')}" if key else "") + "#charts"
+
+
+def absolute(path: str) -> str:
+    return settings.TEMPER_PUBLIC_URL.rstrip("/") + path
+
+
+def _state(rule: AlertRule, run: Run, key: str) -> AlertState:
+    state, created = AlertState.objects.select_for_update().get_or_create(rule=rule, run=run, key=key)
+    if created and key == EVENTS_KEY:  # a rule looks at events from when it first sees the run
+        state.last_event_id = 0 if rule.created_at <= (run.started_at or run.created_at) else (
+            RunEvent.objects.filter(run=run, at__lt=rule.created_at).aggregate(m=Max("id"))["m"] or 0)
+    return state
+
+
+@transaction.atomic
+def alerts_after_step(*, run: Run, step: int) -> list[AlertFiring]:
+    """Evaluate every rule of ``run`` on what its steps up to ``step`` wrote; fire or resolve."""
+    fired: list[AlertFiring] = []
+    rules = rules_for(run)
+    if not rules:
+        return fired
+    keys_now = list(MetricPoint.objects.filter(run=run, step=step).values_list("key", flat=True))
+    for rule in rules:
+        if rule.condition in METRIC_CONDITIONS:
+            for key in sorted(k for k in keys_now if fnmatch.fnmatchcase(k, rule.metric)):
+                fired += _metric(rule, run, key, step)
+        elif rule.condition == Condition.STALLED:
+            state = AlertState.objects.filter(rule=rule, run=run, key=STALLED_KEY, firing=True).first()
+            if state is not None:
+                _resolve(state, step, f"run {run.name} steps again (step {step})")
+        elif rule.condition == Condition.EVENT:
+            fired += _events(rule, run)
+    return fired
+
+
+def _metric(rule: AlertRule, run: Run, key: str, step: int) -> list[AlertFiring]:
+    state = _state(rule, run, key)
+    new = list(MetricPoint.objects.filter(run=run, key=key, step__gt=state.last_step, step__lte=step)
+               .order_by("step").values_list("step", "value"))
+    if not new:
+        return []
+    folded = fold(MetricState(state.ema, state.best, state.points, list(state.recent)), rule.condition, rule.window,
+                  [v for _, v in new])
+    state.ema, state.best, state.points, state.recent = folded.ema, folded.best, folded.points, folded.recent
+    state.last_step = new[-1][0]
+    holds, value = verdict(folded, rule.condition, rule.window, rule.threshold, firing=state.firing)
+    out = []
+    if holds and not state.firing:
+        state.firing = True
+        out.append(_fire(rule, run, key, state.last_step, value, _metric_message(rule, run, key, value, folded)))
+    elif state.firing and not holds:
+        _resolve(state, state.last_step, f"{key} is back within the rule ({value})", save=False)
+    state.save()
+    return out
+
+
+def _metric_message(rule: AlertRule, run: Run, key: str, value: float | None, state: MetricState) -> str:
+    if rule.condition == Condition.DROP:
+        return (f"{rule.name}: {key} of run {run.name} fell to {value:.4g} (EMA over {rule.window} steps), "
+                f"{state.best - state.ema:.4g} below its best {state.best:.4g}")
+    word = "above" if rule.condition == Condition.ABOVE else "below"
+    return f"{rule.name}: {key} of run {run.name} is {value:.4g} over the last {rule.window} step(s), {word} {rule.threshold:g}"
+
+
+def _events(rule: AlertRule, run: Run) -> list[AlertFiring]:
+    state = _state(rule, run, EVENTS_KEY)
+    out = []
+    for event in RunEvent.objects.filter(run=run, id__gt=state.last_event_id).exclude(kind__startswith="alert").order_by("id"):
+        state.last_event_id = event.id
+        if event.kind in rule.events:
+            step = int((event.data or {}).get("step") or run.current_step)
+            firing = _fire(rule, run, event.kind, step, None, f"{rule.name}: run {run.name}: {event.kind}: {event.message}"[:4000],
+                           event=event)
+            firing.resolved_at, firing.resolved_step = firing.at, step  # an occurrence: nothing to resolve
+            firing.save(update_fields=["resolved_at", "resolved_step"])
+            out.append(firing)
+    state.save()
+    return out
+
+
+def _resolve(state: AlertState, step: int, message: str, *, save: bool = True) -> None:
+    state.firing = False
+    if save:
+        state.save(update_fields=["firing"])
+    now = timezone.now()
+    for firing in AlertFiring.objects.filter(rule_id=state.rule_id, run_id=state.run_id, key=state.key, resolved_at__isnull=True):
+        firing.resolved_at, firing.resolved_step = now, step
+        firing.save(update_fields=["resolved_at", "resolved_step"])
+        RunEvent.objects.create(run_id=state.run_id, kind="alert_resolved", message=f"{state.rule.name}: {message}",
+                                data={"rule": state.rule_id, "firing": firing.id, "key": state.key, "step": step})
+
+
+def _fire(rule: AlertRule, run: Run, key: str, step: int, value: float | None, message: str,
+          event: RunEvent | None = None) -> AlertFiring:
+    """Record a firing (with an ``alert`` run event, unless it fires on an event already on the
+    run's list) and send it through the rule's channels once the transaction commits."""
+    path = chart_path(run, step, key if rule.condition in METRIC_CONDITIONS else "")
+    if event is None:
+        event = RunEvent.objects.create(run=run, kind="alert", message=message,
+                                        data={"rule": rule.id, "rule_name": rule.name, "condition": rule.condition, "key": key,
+                                              "step": step, "value": value, "url": path})
+    firing = AlertFiring.objects.create(rule=rule, run=run, key=key, step=step, value=value, message=message, event=event)
+    if event.kind == "alert":
+        event.data["firing"] = firing.id
+        event.save(update_fields=["data"])
+    payload = _payload("alert.fired", rule, run, key=key, step=step, value=value, message=message, url=absolute(path),
+                       firing=firing.id)
+    for slot, channel in enumerate(rule.channels):
+        if channel["type"] == "in_app":
+            users = Membership.objects.filter(team_id=run.team_id).values_list("user_id", flat=True)
+            Notification.objects.bulk_create([Notification(user_id=u, firing=firing, message=message, url=path) for u in users])
+            continue
+        delivery = Delivery.objects.create(rule=rule, firing=firing, channel=channel["type"], target=_target(channel),
+                                           payload=payload | {"slot": slot})
+        dispatch.send_on_commit("temper.control.alert_deliver", delivery.id)
+    log.info("alert %s fired for run %s at step %s: %s", rule.id, run.id, step, message)
+    return firing
+
+
+def _target(channel: dict) -> str:
+    return ", ".join(channel["to"]) if channel["type"] == "email" else channel["url"]
+
+
+def _payload(kind: str, rule: AlertRule, run: Run | None, **fields: Any) -> dict:
+    return {"type": kind, "rule": {"id": rule.id, "name": rule.name, "condition": rule.condition, "metric": rule.metric,
+                                   "threshold": rule.threshold, "window": rule.window},
+            "run": ({"id": run.id, "name": run.name, "team": run.team.slug, "state": run.state} if run else None),
+            "at": timezone.now().isoformat(), **fields}
+
+
+def alerts_sweep(*, now=None) -> dict:
+    """What no step announces: stalled runs, events of runs that stopped stepping, retries due."""
+    now = now or timezone.now()
+    fired = 0
+    for rule in AlertRule.objects.filter(enabled=True, condition__in=[Condition.STALLED, Condition.EVENT]).order_by("id"):
+        runs = Run.objects.filter(team_id=rule.team_id) if rule.team_id else Run.objects.all()
+        if rule.condition == Condition.STALLED:
+            fired += _stalled(rule, runs.filter(state=RunState.RUNNING), now)
+            for state in AlertState.objects.filter(rule=rule, key=STALLED_KEY, firing=True).exclude(run__state=RunState.RUNNING):
+                with transaction.atomic():
+                    _resolve(state, state.run.current_step, f"run {state.run.name} is {state.run.state}")
+        else:
+            recent = runs.filter(Q(state__in=[RunState.RUNNING, RunState.PAUSED, RunState.QUEUED]) |
+                                 Q(finished_at__gte=now - timedelta(hours=1)))
+            for run in recent.filter(events__id__gt=0).distinct():
+                with transaction.atomic():
+                    fired += len(_events(rule, run))
+    retried = 0
+    for delivery_id in Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now).values_list("id", flat=True)[:200]:
+        retried += deliver(delivery_id) is not None
+    return {"fired": fired, "retried": retried}
+
+
+def _stalled(rule: AlertRule, runs, now) -> int:
+    fired = 0
+    minutes = rule.threshold
+    for run in runs.annotate(last_point=Max("metrics__time")):
+        last = max(t for t in (run.last_point, run.started_at) if t is not None) if (run.last_point or run.started_at) else None
+        if last is None or (now - last).total_seconds() < minutes * 60:
+            continue
+        with transaction.atomic():
+            state = _state(rule, run, STALLED_KEY)
+            if state.firing:
+                continue
+            state.firing = True
+            state.save()
+            idle = (now - last).total_seconds() / 60
+            _fire(rule, run, STALLED_KEY, run.current_step, round(idle, 2),
+                  f"{rule.name}: run {run.name} has written no step for {idle:.0f} minutes (last at step {run.current_step})")
+            fired += 1
+    return fired
+
+
+# -- delivery ---------------------------------------------------------------------------------
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp``.
+
+    >>> sign("0123456789abcdef", 1700000000, b'{}')
+    'sha256=e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e'
+    """
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # a receiver's redirect is its answer, not a new target
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _check_resolved(url: str) -> None:
+    if settings.TEMPER_ALERT_ALLOW_PRIVATE:
+        return
+    parts = urlsplit(url)
+    for info in socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)):
+        if _private(info[4][0]):
+            raise ValueError(f"{parts.hostname} resolves to {info[4][0]}, a private address")
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    _check_resolved(url)
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json",
+                                                                               "User-Agent": "Temper-Alerts/1", **headers})
+    try:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
+            response.read(4096)
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _send(delivery: Delivery, channel: dict) -> int | None:
+    payload = {k: v for k, v in delivery.payload.items() if k != "slot"} | {"id": delivery.id}
+    if delivery.channel == "webhook":
+        body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        ts = int(time.time())
+        return _post(channel["url"], body, {"X-Temper-Delivery": str(delivery.id), "X-Temper-Timestamp": str(ts),
+                                            "X-Temper-Signature": sign(channel["secret"], ts, body)})
+    text = payload.get("message", "")
+    if delivery.channel == "slack":
+        link = payload.get("url")
+        body = json.dumps({"text": f"[Temper] {text}" + (f" <{link}|chart>" if link else "")}).encode()
+        return _post(channel["url"], body, {})
+    if delivery.channel == "email":
+        run = payload.get("run") or {}
+        subject = f"[Temper] {payload['rule']['name']}" + (f": run {run.get('name')}" if run else "")
+        send_mail(subject[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, channel["to"])
+        return None
+    raise ValueError(f"unknown channel {delivery.channel!r}")
+
+
+def deliver(delivery_id: int) -> Delivery | None:
+    """Try one delivery once, if it is due and nobody else is trying it (the claim is one UPDATE);
+    None when it was not ours to try."""
+    now = timezone.now()
+    claimed = Delivery.objects.filter(id=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now).update(
+        attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=TIMEOUT_S * 6))
+    if not claimed:
+        return None
+    delivery = Delivery.objects.select_related("rule").get(id=delivery_id)
+    slot = delivery.payload.get("slot", -1)
+    channels = delivery.rule.channels
+    channel = channels[slot] if 0 <= slot < len(channels) else None
+    t0 = time.monotonic()
+    code, error = None, ""
+    if channel is None or channel["type"] != delivery.channel or _target(channel) != delivery.target:
+        error = "the rule's channel was changed or removed since this alert fired"
+    else:
+        try:
+            code = _send(delivery, channel)
+            if code is not None and not 200 <= code < 300:
+                error = f"the receiver answered HTTP {code}"
+        except Exception as exc:  # noqa: BLE001 - a receiver's failure is the delivery's outcome, logged
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+    entry = {"at": timezone.now().isoformat(), "attempt": delivery.attempts, "code": code, "error": error,
+             "ms": round((time.monotonic() - t0) * 1000, 1)}
+    delivery.log = (delivery.log + [entry])[-MAX_ATTEMPTS * 2:]
+    delivery.last_code, delivery.last_error = code, error
+    if not error:
+        delivery.status, delivery.sent_at = DeliveryStatus.SENT, timezone.now()
+    elif channel is None or delivery.attempts >= MAX_ATTEMPTS or delivery.firing_id is None:
+        delivery.status = DeliveryStatus.FAILED  # a test delivery is tried once: its answer is the point
+    else:
+        wait = BACKOFF_S * 2 ** (delivery.attempts - 1)
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=wait)
+        transaction.on_commit(lambda: dispatch.send("temper.control.alert_deliver", delivery_id, countdown=wait))
+    delivery.save(update_fields=["log", "last_code", "last_error", "status", "sent_at", "next_attempt_at"])
+    return delivery
+
+
+def rule_test_delivery(*, actor: Principal, rule: AlertRule) -> list[Delivery]:
+    """Send a test alert through every channel of ``rule`` now (one try each) and return the
+    deliveries with their answers; the in-app channel notifies the actor."""
+    _require_edit(actor, rule.team_id)
+    message = f"Test of alert rule {rule.name!r}: this is what a firing sends."
+    out = []
+    for slot, channel in enumerate(rule.channels):
+        if channel["type"] == "in_app":
+            if actor.user is not None:
+                Notification.objects.create(user=actor.user, message=message, url="/alerts/")
+            continue
+        delivery = Delivery.objects.create(rule=rule, channel=channel["type"], target=_target(channel),
+                                           payload=_payload("alert.test", rule, None, message=message, url=absolute("/alerts/"),
+                                                            slot=slot))
+        out.append(deliver(delivery.id) or delivery)
+    return out
+
+
+def notifications_read(*, user, ids: list[int] | None = None) -> int:
+    """Mark the user's notifications read (``ids``, or all of them); how many changed."""
+    qs = Notification.objects.filter(user=user, read_at__isnull=True)
+    if ids is not None:
+        qs = qs.filter(id__in=ids)
+    return qs.update(read_at=timezone.now())

@@ -1,0 +1,348 @@
+"""Alerts: rules fire once when their condition holds (within the step), stay quiet until resolved,
+and reach a real local HTTP receiver signed (HMAC over timestamp and body), Slack-shaped, by
+e-mail and in-app; failed deliveries are retried with backoff and logged; stalled runs and events
+fire from the sweep; rules are validated (every error at once) and confined to their team."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import timedelta
+
+import pytest
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.alerts import services
+from controlplane.alerts.models import AlertFiring, AlertRule, Delivery, Notification
+from controlplane.runs.models import MetricPoint, Run, RunEvent
+from tests import factories
+from tests.alerts_receiver import Receiver
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "s3cret-for-the-receiver"
+KEY = "reward/addition"
+
+
+@pytest.fixture
+def sent(monkeypatch, django_capture_on_commit_callbacks):
+    """Tasks the services send, in order; no broker (the tests run what the worker would)."""
+    out: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: out.append((name, args)))
+    return out
+
+
+@pytest.fixture
+def quiet(world):
+    """Only the rules a test makes: the defaults (every run's) are tested on their own."""
+    AlertRule.objects.filter(team__isnull=True).delete()
+    return world
+
+
+def client_for(user) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def running(team, name="r"):
+    run = factories.run(team, state="running", budget_steps=100, name=name)
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now())
+    run.refresh_from_db()
+    return run
+
+
+def rule(team, **fields):
+    data = {"name": "collapse", "condition": "drop", "metric": KEY, "threshold": 0.3, "window": 3,
+            "channels": [{"type": "in_app"}]} | fields
+    return AlertRule.objects.create(team=team, **data)
+
+
+def step(run, n, values: dict[str, float]):
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=k, value=v) for k, v in values.items()])
+    return services.alerts_after_step(run=run, step=n)
+
+
+def deliver_sent(sent):
+    """Run the deliveries the services asked for, as the control worker does."""
+    while sent:
+        name, args = sent.pop(0)
+        assert name == "temper.control.alert_deliver"
+        services.deliver(*args)
+
+
+def first_collapse(series: list[float], window: int, threshold: float) -> int:
+    """The first step (1-based) at which the EMA is `threshold` below its best, computed here."""
+    a, ema, best = 2 / (window + 1), None, None
+    for i, v in enumerate(series, start=1):
+        ema = v if ema is None else a * v + (1 - a) * ema
+        best = ema if best is None else max(best, ema)
+        if i >= window and best - ema >= threshold:
+            return i
+    raise AssertionError("no collapse in the series")
+
+
+def test_a_reward_collapse_fires_one_signed_webhook_in_the_step_it_holds_linked_to_the_chart(quiet, sent, django_capture_on_commit_callbacks):
+    run = running(quiet.team)
+    rule(quiet.team, channels=[{"type": "webhook", "url": "", "secret": SECRET}, {"type": "in_app"}])
+    series = [0.8] * 6 + [0.1] * 8
+    expected = first_collapse(series, 3, 0.3)
+    with Receiver() as receiver:
+        AlertRule.objects.filter(team=quiet.team).update(channels=[{"type": "webhook", "url": receiver.url, "secret": SECRET},
+                                                                   {"type": "in_app"}])
+        fired_at = []
+        for n, v in enumerate(series, start=1):
+            with django_capture_on_commit_callbacks(execute=True):
+                if step(run, n, {KEY: v, "reward/mean": 0.5}):
+                    fired_at.append(n)
+            deliver_sent(sent)
+        assert fired_at == [expected]
+        assert len(receiver.requests) == 1
+        request = receiver.requests[0]
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    mac = hmac.new(SECRET.encode(), headers["x-temper-timestamp"].encode() + b"." + request["body"], hashlib.sha256)
+    assert headers["x-temper-signature"] == "sha256=" + mac.hexdigest()
+    body = request["json"]
+    assert (body["type"], body["step"], body["key"], body["run"]["id"]) == ("alert.fired", expected, KEY, run.id)
+    assert body["url"].endswith(f"/runs/{run.id}/?step={expected}&metric={KEY}#charts")
+    event = RunEvent.objects.get(run=run, kind="alert")
+    assert event.data["step"] == expected and event.data["url"] in body["url"]
+    page = client_for(quiet.users["viewer"]).get(event.data["url"].split("#")[0])
+    assert page.status_code == 200
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.attempts, delivery.last_code) == ("sent", 1, 200)
+    assert Notification.objects.filter(firing__run=run).count() == 4  # every member of the team
+
+
+def test_a_firing_stays_quiet_until_resolved_then_fires_again(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team)
+    series = [0.9] * 5 + [0.1] * 5 + [0.9] * 8 + [0.1] * 5
+    fired = [n for n, v in enumerate(series, start=1) if step(run, n, {KEY: v})]
+    assert len(fired) == 2 and fired[0] < 11 and fired[1] > 18
+    resolved = RunEvent.objects.filter(run=run, kind="alert_resolved")
+    assert resolved.count() == 1
+    firings = list(AlertFiring.objects.filter(run=run).order_by("at"))
+    assert firings[0].resolved_step is not None and 10 < firings[0].resolved_step <= 18 and firings[1].resolved_at is None
+
+
+def test_above_below_and_globs_watch_each_matching_key(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team, name="infra", condition="above", metric="infra_rate/*", threshold=0.25, window=2)
+    rule(quiet.team, name="entropy", condition="below", metric="policy/entropy", threshold=0.05, window=2)
+    step(run, 1, {"infra_rate/a": 0.5, "infra_rate/b": 0.0, "policy/entropy": 1.0})
+    fired = step(run, 2, {"infra_rate/a": 0.5, "infra_rate/b": 0.1, "policy/entropy": 0.01})
+    assert [f.key for f in fired] == ["infra_rate/a"]  # entropy's mean over 2 steps is still above 0.05
+    fired = step(run, 3, {"infra_rate/a": 0.5, "infra_rate/b": 0.6, "policy/entropy": 0.01})
+    assert sorted(f.key for f in fired) == ["infra_rate/b", "policy/entropy"]  # b's mean is 0.35 now
+    assert step(run, 4, {"infra_rate/a": 0.5, "infra_rate/b": 0.6, "policy/entropy": 0.01}) == []  # all firing already
+
+
+def test_non_finite_values_never_move_a_rule():
+    from controlplane.alerts.rules import MetricState, fold, verdict
+
+    state = fold(MetricState(), "above", 1, [float("nan"), float("inf"), float("-inf")])
+    assert state == MetricState() and verdict(state, "above", 1, 0.5, firing=False) == (False, None)
+    assert verdict(fold(state, "above", 1, [0.9, float("nan")]), "above", 1, 0.5, firing=False) == (True, 0.9)
+
+
+def test_failed_deliveries_are_retried_with_backoff_logged_and_given_up(quiet, sent, django_capture_on_commit_callbacks):
+    run = running(quiet.team)
+    with Receiver(codes=[500, 503]) as receiver:
+        rule(quiet.team, condition="above", threshold=0.5, window=1, channels=[{"type": "webhook", "url": receiver.url, "secret": SECRET}])
+        with django_capture_on_commit_callbacks(execute=True):
+            step(run, 1, {KEY: 0.9})
+        (name, (delivery_id,)), = sent
+        sent.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            d = services.deliver(delivery_id)
+        assert (d.status, d.attempts, d.last_code) == ("pending", 1, 500)
+        assert sent and sent[0][0] == "temper.control.alert_deliver"  # sent again, with a countdown
+        wait = (d.next_attempt_at - timezone.now()).total_seconds()
+        assert services.BACKOFF_S - 1 < wait <= services.BACKOFF_S
+        assert services.deliver(delivery_id) is None  # not due yet: a second worker takes nothing
+        Delivery.objects.filter(pk=delivery_id).update(next_attempt_at=timezone.now())
+        d = services.deliver(delivery_id)
+        assert (d.status, d.attempts, d.last_code) == ("pending", 2, 503)
+        assert (d.next_attempt_at - timezone.now()).total_seconds() > services.BACKOFF_S * 2 - 1
+        Delivery.objects.filter(pk=delivery_id).update(next_attempt_at=timezone.now())
+        assert services.alerts_sweep()["retried"] == 1  # the sweep retries what is due
+        d.refresh_from_db()
+        assert (d.status, d.attempts, d.last_code) == ("sent", 3, 200)
+        assert [e["code"] for e in d.log] == [500, 503, 200]
+        assert len(receiver.requests) == 3 and len({r["headers"]["X-Temper-Delivery"] for r in receiver.requests}) == 1
+    dead = Delivery.objects.create(rule=d.rule, firing=d.firing, channel="webhook", target="http://127.0.0.1:9/hook",
+                                   payload=d.payload, attempts=services.MAX_ATTEMPTS - 1)
+    AlertRule.objects.filter(pk=d.rule_id).update(channels=[{"type": "webhook", "url": "http://127.0.0.1:9/hook", "secret": SECRET}])
+    d = services.deliver(dead.id)
+    assert d.status == "failed" and "Error" in d.last_error
+
+
+def test_slack_and_email_channels(quiet, sent, django_capture_on_commit_callbacks, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    run = running(quiet.team, name="nightly")
+    with Receiver() as receiver:
+        rule(quiet.team, condition="above", threshold=0.5, window=1,
+             channels=[{"type": "slack", "url": receiver.url}, {"type": "email", "to": ["oncall@example.com"]}])
+        with django_capture_on_commit_callbacks(execute=True):
+            step(run, 1, {KEY: 0.9})
+        deliver_sent(sent)
+        (slack,) = receiver.requests
+    assert set(slack["json"]) == {"text"} and "nightly" in slack["json"]["text"] and f"/runs/{run.id}/?step=1" in slack["json"]["text"]
+    (message,) = mail.outbox
+    assert message.to == ["oncall@example.com"] and "nightly" in message.subject and f"/runs/{run.id}/?step=1" in message.body
+    assert set(Delivery.objects.values_list("status", flat=True)) == {"sent"}
+
+
+def test_in_app_notifications_show_an_unread_count_and_are_marked_read(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team, condition="above", threshold=0.5, window=1)
+    step(run, 1, {KEY: 0.9})
+    viewer = client_for(quiet.users["viewer"])
+    page = viewer.get("/")
+    assert b'data-testid="unread-count">1<' in page.content
+    listing = viewer.get("/api/notifications").json()
+    assert listing["unread"] == 1 and listing["items"][0]["url"].startswith(f"/runs/{run.id}/?step=1")
+    assert client_for(quiet.other_users["admin"]).get("/api/notifications").json()["unread"] == 0
+    assert viewer.post("/api/notifications/read", {}, content_type="application/json").json() == {"marked": 1, "unread": 0}
+    assert b'data-testid="unread-count"' not in viewer.get("/").content
+    assert b"collapse" in viewer.get("/notifications/").content
+
+
+def test_a_stalled_run_fires_from_the_sweep_once_and_resolves_when_it_steps(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team, name="stalled", condition="stalled", metric="", threshold=20)
+    step(run, 1, {KEY: 0.5})
+    MetricPoint.objects.filter(run=run).update(time=timezone.now() - timedelta(minutes=30))
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(hours=1), current_step=1)
+    assert services.alerts_sweep()["fired"] == 1
+    assert services.alerts_sweep()["fired"] == 0
+    firing = AlertFiring.objects.get(run=run)
+    assert firing.key == "stalled" and firing.value >= 29
+    step(run, 2, {KEY: 0.5})
+    firing.refresh_from_db()
+    assert firing.resolved_step == 2
+    fresh = running(quiet.team, name="fresh")  # started now, no step yet: not stalled
+    assert services.alerts_sweep()["fired"] == 0 and not AlertFiring.objects.filter(run=fresh).exists()
+
+
+def test_event_rules_fire_on_the_events_themselves(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team, name="ops", condition="event", metric="", events=["quarantine", "failed"])
+    RunEvent.objects.create(run=run, kind="quarantine", message="domain x quarantined", data={"domain": "x", "step": 3})
+    RunEvent.objects.create(run=run, kind="weights", message="weights changed")
+    fired = step(run, 3, {KEY: 0.5})
+    assert [(f.key, f.step) for f in fired] == [("quarantine", 3)]
+    assert fired[0].event.kind == "quarantine" and not RunEvent.objects.filter(run=run, kind="alert").exists()
+    assert step(run, 4, {KEY: 0.5}) == []  # seen once
+    RunEvent.objects.create(run=run, kind="failed", message="RuntimeError: boom")
+    Run.objects.filter(pk=run.pk).update(state="failed", finished_at=timezone.now())
+    assert services.alerts_sweep()["fired"] == 1  # a run that no longer steps: the sweep sees its end
+
+
+def test_rules_are_validated_with_every_error_at_once(quiet, settings):
+    admin = client_for(quiet.users["admin"])
+    bad = admin.post("/api/alerts/rules", {"team": "acme", "name": "x", "condition": "drop", "threshold": 0,
+                                           "channels": [{"type": "webhook", "url": "ftp://h/x"}]}, content_type="application/json")
+    assert bad.status_code == 422
+    paths = {e["path"] for e in bad.json()["errors"]}
+    assert {"metric", "threshold", "channels[0].url", "channels[0].secret"} <= paths
+    for body, path in [({"condition": "sometimes"}, "condition"), ({"window": 0}, "window"), ({"events": ["alert"]}, "events[0]"),
+                       ({"channels": [{"type": "pager"}]}, "channels[0].type"), ({"colour": "red"}, "colour"),
+                       ({"channels": [{"type": "email", "to": ["not-an-address"]}]}, "channels[0].to[0]")]:
+        r = admin.post("/api/alerts/rules", {"team": "acme", "name": "x", "condition": "above", "metric": KEY,
+                                             "channels": [{"type": "in_app"}]} | body, content_type="application/json")
+        assert r.status_code == 422, body
+        assert path in {e["path"] for e in r.json()["errors"]}, (body, r.json())
+    r = admin.post("/api/alerts/rules", '{"team": "acme", "name": "x", "condition": "above", "metric": "k", "threshold": NaN, '
+                                        '"channels": [{"type": "in_app"}]}', content_type="application/json")
+    assert r.status_code == 422
+    settings.TEMPER_ALERT_ALLOW_PRIVATE = False
+    for host in ("127.0.0.1", "10.0.0.8", "[::1]", "localhost", "169.254.169.254"):
+        r = admin.post("/api/alerts/rules", {"team": "acme", "name": "x", "condition": "above", "metric": KEY,
+                                             "channels": [{"type": "slack", "url": f"http://{host}/x"}]}, content_type="application/json")
+        assert r.status_code == 422 and r.json()["errors"][0]["path"] == "channels[0].url", host
+    assert AlertRule.objects.filter(team__isnull=False).count() == 0  # nothing saved
+
+
+def test_a_private_address_is_refused_at_delivery_too(quiet, settings):
+    settings.TEMPER_ALERT_ALLOW_PRIVATE = False
+    run = running(quiet.team)
+    r = rule(quiet.team, channels=[{"type": "slack", "url": "http://localhost.test.invalid/x"}])
+    d = Delivery.objects.create(rule=r, firing=AlertFiring.objects.create(rule=r, run=run, key=KEY, step=1, message="m"),
+                                channel="slack", target="http://localhost.test.invalid/x", payload={"slot": 0, "message": "m"})
+    AlertRule.objects.filter(pk=r.pk).update(channels=[{"type": "slack", "url": "http://127.0.0.1:9/x"}])
+    d.target = "http://127.0.0.1:9/x"
+    d.save()
+    d = services.deliver(d.id)
+    assert d.status == "pending" and "private address" in d.last_error
+
+
+def test_rules_belong_to_their_team_and_secrets_never_leave(quiet):
+    body = {"team": "acme", "name": "mine", "condition": "above", "metric": KEY, "threshold": 0.5,
+            "channels": [{"type": "webhook", "url": "https://hooks.example.com/t", "secret": SECRET}]}
+    assert client_for(quiet.users["viewer"]).post("/api/alerts/rules", body, content_type="application/json").status_code == 403
+    created = client_for(quiet.users["member"]).post("/api/alerts/rules", body, content_type="application/json")
+    assert created.status_code == 201 and SECRET not in created.content.decode()
+    rid = created.json()["id"]
+    assert created.json()["channels"] == [{"type": "webhook", "url": "https://hooks.example.com/t", "secret_set": True}]
+    other = client_for(quiet.other_users["admin"])
+    assert other.get(f"/api/alerts/rules/{rid}").status_code == 404
+    assert other.patch(f"/api/alerts/rules/{rid}", {"enabled": False}, content_type="application/json").status_code == 404
+    assert other.post("/api/alerts/rules", body, content_type="application/json").status_code == 404
+    member = client_for(quiet.users["member"])
+    kept = member.patch(f"/api/alerts/rules/{rid}", {"channels": [{"type": "webhook", "url": "https://hooks.example.com/t"}]},
+                        content_type="application/json")
+    assert kept.status_code == 200 and AlertRule.objects.get(pk=rid).channels[0]["secret"] == SECRET  # kept
+    default = AlertRule.objects.create(team=None, name="d", condition="stalled", threshold=20, channels=[{"type": "in_app"}])
+    assert member.get(f"/api/alerts/rules/{default.id}").status_code == 200
+    assert member.patch(f"/api/alerts/rules/{default.id}", {"enabled": False}, content_type="application/json").status_code == 403
+    staff = client_for(quiet.staff)
+    assert staff.patch(f"/api/alerts/rules/{default.id}", {"enabled": False}, content_type="application/json").status_code == 200
+    assert member.delete(f"/api/alerts/rules/{rid}").status_code == 204
+
+
+def test_test_delivery_sends_now_and_answers_what_the_receiver_said(quiet):
+    admin = client_for(quiet.users["admin"])
+    with Receiver(codes=[200, 404]) as receiver:
+        created = admin.post("/api/alerts/rules", {
+            "team": "acme", "name": "t", "condition": "stalled", "threshold": 30,
+            "channels": [{"type": "webhook", "url": receiver.url, "secret": SECRET}, {"type": "slack", "url": receiver.url},
+                         {"type": "in_app"}]}, content_type="application/json").json()
+        answer = admin.post(f"/api/alerts/rules/{created['id']}/test").json()
+        assert [(d["channel"], d["status"], d["last_code"]) for d in answer] == [("webhook", "sent", 200), ("slack", "failed", 404)]
+        assert receiver.requests[0]["json"]["type"] == "alert.test"
+    assert Notification.objects.filter(user=quiet.users["admin"]).count() == 1
+    page = admin.get(f"/alerts/rules/{created['id']}/")
+    assert page.status_code == 200 and b"HTTP 404" in page.content
+    assert client_for(quiet.users["viewer"]).post(f"/api/alerts/rules/{created['id']}/test").status_code == 403
+
+
+def test_pages_list_rules_and_firings(quiet, sent):
+    run = running(quiet.team)
+    rule(quiet.team, name="acme-watch", condition="above", threshold=0.5, window=1)
+    step(run, 1, {KEY: 0.9})
+    page = client_for(quiet.users["member"]).get("/alerts/")
+    assert page.status_code == 200
+    assert b"acme-watch" in page.content and f"/runs/{run.id}/?step=1".encode() in page.content and b"rule-create" in page.content
+    assert b"rule-create" not in client_for(quiet.users["viewer"]).get("/alerts/").content
+    assert b"acme-watch" not in client_for(quiet.other_users["admin"]).get("/alerts/").content
+
+
+@pytest.mark.django_db(transaction=False)
+def test_default_rules_watch_every_run(world, sent):
+    names = set(AlertRule.objects.filter(team__isnull=True, enabled=True).values_list("name", flat=True))
+    assert {"Reward collapse", "Infrastructure errors", "Run stalled"} <= names
+    run = running(world.other)
+    fired = [n for n, v in enumerate([0.9] * 10 + [0.0] * 10, start=1) if step(run, n, {"reward/x": v})]
+    assert len(fired) == 1
+    assert Notification.objects.filter(firing__run=run).count() == 4
+
+
+def test_notification_ids_are_bounded_row_ids(quiet):
+    viewer = client_for(quiet.users["viewer"])
+    for ids in ([123456789012345678901234567890], [0], ["1"], list(range(1, 1002))):
+        r = viewer.post("/api/notifications/read", {"ids": ids}, content_type="application/json")
+        assert r.status_code == 422, ids
