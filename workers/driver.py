@@ -36,11 +36,12 @@ from controlplane.live.services import run_wake
 from controlplane.review.selectors import judges_of_other_teams
 from controlplane.runs import services as runs
 from controlplane.runs import watch
-from controlplane.runs.models import Run, RunDomain, RunState
+from controlplane.runs.models import MetricPoint, Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
 from controlplane.scheduling.selectors import QueueService, queue_service
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
+from workers import lanes as lanes_
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
 from workers.usage import step_usage
@@ -229,9 +230,19 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     versions = {pin.slug: pin.version for pin in pins}
     queues = QueueWatch()
     needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs
+    sandboxed = sorted(slug for slug, queue in needs.items() if queue == lanes_.QUEUES[lanes_.SHORT])
+    lanes = lanes_.Lanes(settings.TEMPER_VERIFY_LONG_S, seed=lane_seed(sandboxed))
+
+    def lane(slug: str) -> str | None:
+        """The long lane's task for a long domain while a worker serves it (else the usual one)."""
+        if settings.TEMPER_VERIFY_LANES and lanes.lane(slug) == lanes_.LONG and queues.served(lanes_.QUEUES[lanes_.LONG]):
+            return lanes_.TASKS[lanes_.LONG]
+        return None
+
     verify_remote, gatherer = make_verify_batch(
         cascades={pin.slug: pin.verifier for pin in pins}, versions=versions, served=queues.served,
-        timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None)
+        timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None,
+        lane=lane)
     inflight = InFlight()
     silent = SilentQueues(needs)
 
@@ -303,7 +314,10 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             metrics = job.step()
             used = step_usage(job.last_generated, job.last_trained, wall_s=time.monotonic() - wall0,
                               cpu_s=time.process_time() - cpu0, gpus=run.gpus)
-            metrics.update(latency_metrics(step_latencies(job.last_generated)))
+            latencies = step_latencies(job.last_generated)
+            metrics.update(latency_metrics(latencies))
+            _observe_lanes(run, lanes, {d: v for d, v in latencies.items() if d in sandboxed}, job.step_count)
+            metrics.update({f"verify/{d}/long_lane": float(lane(d) is not None) for d in sandboxed})
             unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
                                  and (NO_WORKER in t.verification.details or LOST in t.verification.details))
             for slug, bad, seen in quarantine.observe(without_unanswered(metrics, unanswered), list(weights)):
@@ -361,6 +375,27 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         stop_renewing.set()
         if job is not None:
             job.close()
+
+
+def lane_seed(slugs: list[str], runs: int = 5, steps: int = 20) -> dict[str, list[float]]:
+    """Each domain's recent verification latencies from the runs before this one (the p99 of
+    each of its last ``steps`` steps in its last ``runs`` runs): a domain known to be slow starts
+    in the long lane instead of holding the short one until this run has measured it."""
+    out: dict[str, list[float]] = {}
+    for slug in slugs:
+        run_ids = list(RunDomain.objects.filter(domain__slug=slug).order_by("-run_id").values_list("run_id", flat=True)[:runs])
+        values = MetricPoint.objects.filter(run_id__in=run_ids, key=f"verify/{slug}/p99_s").order_by("-id").values_list("value", flat=True)
+        out[slug] = list(values[: runs * steps])
+    return out
+
+
+def _observe_lanes(run: Run, lanes, latencies: dict[str, list[float]], step: int) -> None:
+    """Fold a step's latencies into the lanes; a domain that changes lane is a run event."""
+    for slug, before, after in lanes.observe(latencies):
+        p95 = lanes.p95(slug) or 0.0
+        runs.run_event_record(run=run, kind="lane", data={"domain": slug, "from": before, "to": after, "step": step, "p95_s": p95},
+                              message=f"domain {slug} moves to the {after} verification lane: its p95 is {p95:.2f} s "
+                                      f"(long from {lanes.long_s:g} s)")
 
 
 def _alerts(run: Run, step: int) -> None:

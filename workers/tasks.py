@@ -69,6 +69,13 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     return verify.verify_items(pin.verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
 
 
+@shared_task(name="temper.verify.batch_long", queue="verify_long", acks_late=True, soft_time_limit=600, time_limit=660)
+def verify_batch_long(domain: str, version: int, items: list[dict]) -> list[dict]:
+    """The same as temper.verify.batch, on the long lane (workers/lanes.py): domains whose
+    verifications take long, so they never hold the workers of the short ones."""
+    return verify_batch(domain, version, items)
+
+
 @shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)
 def verify_audit(audit_id: int) -> str:
     """Run one domain version's verifier audit and record it (safe to run twice; a crash is

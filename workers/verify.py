@@ -177,13 +177,15 @@ class Gatherer:
 def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
                       send: Callable[[str, tuple], Any], deadline_s: float | None = None,
                       priorities: dict[str, int] | None = None,
-                      served: Callable[[str], bool] | None = None) -> tuple[Callable, Gatherer]:
+                      served: Callable[[str], bool] | None = None,
+                      lane: Callable[[str], str | None] | None = None) -> tuple[Callable, Gatherer]:
     """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats).
 
     A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the worst
     per-task timeout for every item (a worker verifies a batch's items one by one). ``timeouts``
     and ``priorities`` are read at every call, so the driver can keep them live; batches of
-    higher-priority domains are sent first.
+    higher-priority domains are sent first. ``lane(domain)``, asked at every call, names another
+    task for a domain's sandbox batches (``temper.verify.batch_long``: workers/lanes.py), or None.
     """
     compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
@@ -207,6 +209,8 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
         index: dict[str, list[list[int]]] = {}
         for slug, idxs in sorted(by_domain.items(), key=lambda kv: -priorities.get(kv[0], 0)):
             name = task_names[slug]
+            if lane is not None and name == "temper.verify.batch":
+                name = lane(slug) or name
             for start in range(0, len(idxs), BATCH_SIZE):
                 chunk = idxs[start:start + BATCH_SIZE]
                 payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]

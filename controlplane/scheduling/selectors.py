@@ -76,3 +76,35 @@ def scheduler_status(*, now: datetime | None = None) -> dict:
             "reason": reason, "duration_ms": tick.duration_ms if tick and at else None,
             "admitted": tick.admitted if tick else 0, "preempted": tick.preempted if tick else 0,
             "queued": tick.queued if tick else 0, "worker": tick.worker if tick else ""}
+
+
+LANE_QUEUES = (("verify", "short sandbox verifications"), ("verify_long", "long sandbox verifications (p95 from TEMPER_VERIFY_LONG_S)"),
+               ("judge", "judged verifications"))
+"""The verification lanes (workers/lanes.py) /queue/ shows, with what each carries."""
+
+
+def queue_backlog(queue: str) -> int | None:
+    """Messages waiting in ``queue`` on a Redis broker (all its priority lists); None when the
+    broker is not Redis or does not answer."""
+    url = settings.CELERY_BROKER_URL
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    try:
+        import redis  # lazy: only a Redis broker has a backlog to read
+
+        client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        keys = [queue] + [f"{queue}\x06\x16{p}" for p in range(1, 10)]  # kombu's priority lists
+        pipe = client.pipeline()
+        for key in keys:
+            pipe.llen(key)
+        return int(sum(pipe.execute()))
+    except Exception:  # noqa: BLE001 - a page shows "unknown" rather than fail on the broker
+        return None
+
+
+def lanes_view(*, now: datetime | None = None) -> list[dict]:
+    """Per verification lane: its queue, the live workers serving it and the messages waiting."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=worker_stale_s())
+    live = list(WorkerHeartbeat.objects.filter(last_seen__gte=cutoff).values_list("worker", "queues"))
+    return [{"queue": q, "what": what, "workers": sorted(w for w, queues in live if q in (queues or [])),
+             "backlog": queue_backlog(q)} for q, what in LANE_QUEUES]

@@ -4,10 +4,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from controlplane.settings.env import env_bool
+
 _VAR = Path(os.environ.get("TEMPER_VAR_DIR", Path(__file__).resolve().parent.parent.parent / "var")).resolve()
 _REDIS = os.environ.get("REDIS_URL", "")
 
-CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "judge", "eval", "audit")
+CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "verify_long", "judge", "eval", "audit")
 CELERY_QUEUES_RUN = tuple(q for q in CELERY_QUEUES_ALL if q != "audit")
 """The queues a run's work uses. ``audit`` (verifier audits of new domain versions: minutes of
 CPU after a catalogue sync) has a worker of its own, so audits never wait in front of a run."""
@@ -50,3 +52,10 @@ nothing long (scheduling, the worker sweep, pings), so it never waits behind tra
 TEMPER_WORKER_STALE_S = float(os.environ.get("TEMPER_WORKER_STALE_S", 60))
 """A worker whose heartbeat is older than this no longer serves its queues: a run whose verify
 (or judge, or rollout) work has no worker left is paused naming the queue, not failed."""
+
+TEMPER_VERIFY_LANES = env_bool("TEMPER_VERIFY_LANES", True)
+"""Duration-aware dispatch (workers/lanes.py): a domain whose verification p95 reaches
+``TEMPER_VERIFY_LONG_S`` sends its batches to the ``verify_long`` queue while a worker serves it."""
+TEMPER_VERIFY_LONG_S = float(os.environ.get("TEMPER_VERIFY_LONG_S", 1.0))
+if not 0 < TEMPER_VERIFY_LONG_S <= 3600:
+    raise ValueError(f"TEMPER_VERIFY_LONG_S: must be a number of seconds in (0, 3600], not {TEMPER_VERIFY_LONG_S!r}")

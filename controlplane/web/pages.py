@@ -18,7 +18,7 @@ from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState
 from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
-from controlplane.scheduling.selectors import scheduler_status
+from controlplane.scheduling.selectors import lanes_view, scheduler_status
 from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -157,4 +157,17 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                     for r in running for mine in [r.team_id in actor.roles]],
         "workers": list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker")),
         "scheduler": scheduler_status(now=now),
+        "lanes": lanes_view(now=now),
+        "long_lane": _long_lane_domains([r for r in running if r.team_id in actor.roles]),
     }
+
+
+def _long_lane_domains(runs: list[Run]) -> dict[int, list[str]]:
+    """Per run (of the actor's teams): the domains its last step sent to the long lane."""
+    out: dict[int, list[str]] = {}
+    for run in runs:
+        keys = MetricPoint.objects.filter(run=run, step=run.current_step, key__endswith="/long_lane", value=1.0).values_list("key", flat=True)
+        slugs = sorted(k.removeprefix("verify/").removesuffix("/long_lane") for k in keys)
+        if slugs:
+            out[run.id] = slugs
+    return out

@@ -49,7 +49,7 @@ def _spec() -> dict:
 
 ONE_SHOT = {"migrate"}
 """Services that run once and exit: no health check; the others wait for their exit status 0."""
-SANDBOXED = {"worker-verify", "worker-eval", "worker-audit"}
+SANDBOXED = {"worker-verify", "worker-verify-long", "worker-eval", "worker-audit"}
 """Workers whose tasks run candidate code in bubblewrap sandboxes."""
 
 

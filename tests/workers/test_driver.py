@@ -228,6 +228,33 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     assert list(MetricPoint.objects.filter(run=run, key="verify/remote-code/p50_s").values_list("value", flat=True)) == [0.01] * 3
 
 
+@pytest.mark.parametrize("long_lane_served", [True, False])
+def test_a_slow_domain_moves_to_the_long_lane_while_a_worker_serves_it(setup, long_lane_served):
+    """Duration-aware dispatch: a sandboxed domain whose verifications take 3 s (as the workers
+    report them) is measured in the first step and its later batches go to the long lane
+    (temper.verify.batch_long) when a live worker serves verify_long; with none, they stay on
+    verify (lanes degrade, never stall)."""
+    actor, model = setup
+    _code_domain(actor, "slow-code", "Slow")
+    run = _running_run(actor, model, steps=3, domains=["slow-code"])
+    factories.live_worker(["verify", "verify_long"] if long_lane_served else ["verify"])
+    names = []
+
+    def send(name, args):
+        names.append(name)
+        return _Replies({"outcome": "pass", "score": 1.0, "details": {"verify_s": 3.0}}, len(args[2]))
+
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    event = RunEvent.objects.get(run=run, kind="lane")
+    assert (event.data["domain"], event.data["from"], event.data["to"], event.data["step"]) == ("slow-code", "short", "long", 1)
+    first = names[0]
+    later = set(names[1:])
+    assert first == "temper.verify.batch"
+    assert later == ({"temper.verify.batch_long"} if long_lane_served else {"temper.verify.batch"}), names
+    lane = list(MetricPoint.objects.filter(run=run, key="verify/slow-code/long_lane").order_by("step").values_list("value", flat=True))
+    assert lane == ([1.0] * 3 if long_lane_served else [0.0] * 3)
+
+
 def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings):
     """A run lasts longer than the default task limit (5 minutes); the driver's own limits say so
     explicitly (a limit of None would fall back to the default and fail the run mid-training)."""

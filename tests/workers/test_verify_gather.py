@@ -65,3 +65,21 @@ def test_a_batch_lost_every_time_becomes_sandbox_error():
     assert all(v.is_infrastructure and v.reward is None for v in out[:2])
     assert out[2].outcome == Outcome.PASS  # cheap domains verify inline, unaffected
     assert len(calls) == gatherer.max_attempts and gatherer.stats["lost_items"] == 2
+
+
+def test_a_lane_names_the_task_of_sandbox_batches_only():
+    """Duration-aware dispatch (workers/lanes.py): ``lane`` re-routes a domain's sandbox batches to
+    the long lane's task; judged domains keep the judge queue, inline ones are not sent."""
+    judged = {"stages": [{"type": "judge", "judge": "j", "timeout_s": 5.0}]}
+    sent = []
+
+    def send(name, args):
+        sent.append((name, args[0]))
+        return Done([{"outcome": "pass", "score": 1.0, "details": {}} for _ in args[2]])
+
+    verify, _ = make_verify_batch(cascades={"code": CODE, "judged": judged, "easy": EXACT}, versions={"code": 1, "judged": 1, "easy": 1},
+                                  timeouts={"code": 1.0, "judged": 1.0, "easy": 1.0}, send=send,
+                                  lane=lambda slug: "temper.verify.batch_long")
+    out = verify(_items(2) + _items(2, "judged") + _items(2, "easy"))
+    assert len(out) == 6 and all(v is not None for v in out)
+    assert sorted(set(sent)) == [("temper.judge.batch", "judged"), ("temper.verify.batch_long", "code")]
