@@ -20,7 +20,7 @@ TASK_QUEUES = {
     "temper.control.ping": "control",
     "temper.control.worker_sweep": "control",
     "temper.control.schedule_tick": "control",
-    "temper.control.alert_deliver": "control",
+    "temper.notify.deliver": "notify",
     "temper.control.alert_sweep": "control",
     "temper.rollout.drive_run": "rollout",
     "temper.verify.batch": "verify",

@@ -33,7 +33,7 @@ def schedule_tick(self) -> dict:
     return {"admit": decision.admit, "preempt": decision.preempt}
 
 
-@shared_task(name="temper.control.alert_deliver", queue="control", soft_time_limit=30, time_limit=60, ignore_result=True)
+@shared_task(name="temper.notify.deliver", queue="notify", soft_time_limit=30, time_limit=60, ignore_result=True)
 def alert_deliver(delivery_id: int) -> str:
     """Try one alert delivery (a webhook, a Slack message, an e-mail); a failed try is scheduled
     again with backoff, and the sweep retries any whose message was lost."""

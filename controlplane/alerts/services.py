@@ -42,12 +42,16 @@ from controlplane.accounts.selectors import team_get
 from controlplane.alerts.models import (AlertFiring, AlertRule, AlertState, Condition, Delivery, DeliveryStatus,
                                         Notification)
 from controlplane.alerts.rules import MetricState, fold, verdict
-from controlplane.common.errors import FieldError, Forbidden, InvalidInput
+from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
 from controlplane.common.validation import validate
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
 
 log = logging.getLogger(__name__)
 
+MAX_RULES_PER_TEAM = 100
+"""Each rule is evaluated after every step of every run of its team."""
+TEST_EVERY_S = 10.0
+"""A rule's test delivery may be sent again after this (a button held down floods nobody)."""
 MAX_ATTEMPTS = 6
 BACKOFF_S = 5.0
 """Seconds before the second try; doubled before each next one (5, 10, 20, 40, 80)."""
@@ -127,7 +131,7 @@ def _private(host: str) -> bool:
     return not ip.is_global
 
 
-def _rule_errors(data: dict, old: AlertRule | None) -> list[FieldError]:
+def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list[FieldError]:
     merged = {"condition": old.condition if old else "", "metric": old.metric if old else "",
               "threshold": old.threshold if old else 0.0, "events": old.events if old else []} | data
     errors = []
@@ -143,7 +147,19 @@ def _rule_errors(data: dict, old: AlertRule | None) -> list[FieldError]:
     for i, ch in enumerate(data.get("channels") or []):
         if ch["type"] in ("webhook", "slack"):
             errors += url_errors(ch["url"], f"channels[{i}].url")
+        if ch["type"] == "email":
+            errors += email_errors(ch["to"], team_id, f"channels[{i}].to")
     return errors
+
+
+def email_errors(addresses: list[str], team_id: int | None, path: str) -> list[FieldError]:
+    """Alerts e-mail the members of the rule's team (their account's address) or addresses in
+    ``TEMPER_ALERT_EMAIL_DOMAINS``: a rule is no relay for mail to anyone."""
+    members = {e.lower() for e in Membership.objects.filter(team_id=team_id).values_list("user__email", flat=True) if e} \
+        if team_id is not None else set()
+    domains = {d.lower().lstrip("@") for d in settings.TEMPER_ALERT_EMAIL_DOMAINS}
+    return [FieldError(f"{path}[{i}]", f"{a} is not the address of a member of the team nor in TEMPER_ALERT_EMAIL_DOMAINS")
+            for i, a in enumerate(addresses) if a.lower() not in members and a.lower().rsplit("@", 1)[-1] not in domains]
 
 
 def _with_secrets(channels: list[dict], old: AlertRule | None) -> tuple[list[dict], list[FieldError]]:
@@ -184,7 +200,9 @@ def rule_create(*, actor: Principal, data: dict) -> AlertRule:
     team = team_get(actor=actor, slug=data["team"]) if data.get("team") else None
     _require_edit(actor, team.id if team else None)
     channels, secret_errors = _with_secrets(data["channels"], None)
-    errors = _rule_errors(data, None) + secret_errors
+    if team is not None and AlertRule.objects.filter(team=team).count() >= MAX_RULES_PER_TEAM:
+        raise Conflict(f"team {team.slug} has {MAX_RULES_PER_TEAM} alert rules, the most a team may have; delete one first")
+    errors = _rule_errors(data, None, team.id if team else None) + secret_errors
     if errors:
         raise InvalidInput(errors)
     fields = {k: v for k, v in data.items() if k != "team"} | {"channels": channels}
@@ -198,7 +216,7 @@ def rule_update(*, actor: Principal, rule: AlertRule, data: dict) -> AlertRule:
     validate(data, RULE_UPDATE_SCHEMA)
     _require_edit(actor, rule.team_id)
     before = rule_out(rule) | {"updated_at": None}
-    errors = _rule_errors(data, rule)
+    errors = _rule_errors(data, rule, rule.team_id)
     if "channels" in data:
         data = dict(data)
         data["channels"], secret_errors = _with_secrets(data["channels"], rule)
@@ -347,7 +365,7 @@ def _fire(rule: AlertRule, run: Run, key: str, step: int, value: float | None, m
             continue
         delivery = Delivery.objects.create(rule=rule, firing=firing, channel=channel["type"], target=_target(channel),
                                            payload=payload | {"slot": slot})
-        dispatch.send_on_commit("temper.control.alert_deliver", delivery.id)
+        dispatch.send_on_commit("temper.notify.deliver", delivery.id)
     log.info("alert %s fired for run %s at step %s: %s", rule.id, run.id, step, message)
     return firing
 
@@ -380,10 +398,10 @@ def alerts_sweep(*, now=None) -> dict:
             for run in recent.filter(events__id__gt=0).distinct():
                 with transaction.atomic():
                     fired += len(_events(rule, run))
-    retried = 0
-    for delivery_id in Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now).values_list("id", flat=True)[:200]:
-        retried += deliver(delivery_id) is not None
-    return {"fired": fired, "retried": retried}
+    due = list(Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now).values_list("id", flat=True)[:500])
+    for delivery_id in due:  # tried on the notify queue (the claim makes a second send harmless)
+        dispatch.send("temper.notify.deliver", delivery_id)
+    return {"fired": fired, "resent": len(due)}
 
 
 def _stalled(rule: AlertRule, runs, now) -> int:
@@ -416,6 +434,15 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     """
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return "sha256=" + mac.hexdigest()
+
+
+def slack_escape(text: str) -> str:
+    """Text as Slack shows it literally: a run's name cannot ping a channel or forge a link.
+
+    >>> slack_escape("run <!channel> & <http://x|y>")
+    'run &lt;!channel&gt; &amp; &lt;http://x|y&gt;'
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -457,12 +484,12 @@ def _send(delivery: Delivery, channel: dict) -> int | None:
     text = payload.get("message", "")
     if delivery.channel == "slack":
         link = payload.get("url")
-        body = json.dumps({"text": f"[Temper] {text}" + (f" <{link}|chart>" if link else "")}).encode()
+        body = json.dumps({"text": f"[Temper] {slack_escape(text)}" + (f" <{link}|chart>" if link else "")}).encode()
         return _post(channel["url"], body, {})
     if delivery.channel == "email":
         run = payload.get("run") or {}
         subject = f"[Temper] {payload['rule']['name']}" + (f": run {run.get('name')}" if run else "")
-        send_mail(subject[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, channel["to"])
+        send_mail(" ".join(subject.split())[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, channel["to"])
         return None
     raise ValueError(f"unknown channel {delivery.channel!r}")
 
@@ -501,15 +528,20 @@ def deliver(delivery_id: int) -> Delivery | None:
     else:
         wait = BACKOFF_S * 2 ** (delivery.attempts - 1)
         delivery.next_attempt_at = timezone.now() + timedelta(seconds=wait)
-        transaction.on_commit(lambda: dispatch.send("temper.control.alert_deliver", delivery_id, countdown=wait))
+        transaction.on_commit(lambda: dispatch.send("temper.notify.deliver", delivery_id, countdown=wait))
     delivery.save(update_fields=["log", "last_code", "last_error", "status", "sent_at", "next_attempt_at"])
     return delivery
 
 
+@transaction.atomic
 def rule_test_delivery(*, actor: Principal, rule: AlertRule) -> list[Delivery]:
     """Send a test alert through every channel of ``rule`` now (one try each) and return the
     deliveries with their answers; the in-app channel notifies the actor."""
     _require_edit(actor, rule.team_id)
+    AlertRule.objects.select_for_update().filter(pk=rule.pk).first()  # one test at a time per rule
+    recent = Delivery.objects.filter(rule=rule, firing__isnull=True, created_at__gte=timezone.now() - timedelta(seconds=TEST_EVERY_S))
+    if recent.exists():
+        raise Conflict(f"a test of this rule was sent less than {TEST_EVERY_S:.0f} s ago; try again in a few seconds")
     message = f"Test of alert rule {rule.name!r}: this is what a firing sends."
     out = []
     for slot, channel in enumerate(rule.channels):

@@ -9,10 +9,12 @@ from controlplane.settings.env import env_bool
 _VAR = Path(os.environ.get("TEMPER_VAR_DIR", Path(__file__).resolve().parent.parent.parent / "var")).resolve()
 _REDIS = os.environ.get("REDIS_URL", "")
 
-CELERY_QUEUES_ALL = ("control", "rollout", "train", "verify", "verify_long", "judge", "eval", "audit")
-CELERY_QUEUES_RUN = tuple(q for q in CELERY_QUEUES_ALL if q != "audit")
+CELERY_QUEUES_ALL = ("control", "notify", "rollout", "train", "verify", "verify_long", "judge", "eval", "audit")
+CELERY_QUEUES_RUN = tuple(q for q in CELERY_QUEUES_ALL if q not in ("audit", "notify"))
 """The queues a run's work uses. ``audit`` (verifier audits of new domain versions: minutes of
-CPU after a catalogue sync) has a worker of its own, so audits never wait in front of a run."""
+CPU after a catalogue sync) has a worker of its own, so audits never wait in front of a run;
+``notify`` (alert deliveries: a receiver may take seconds to answer) is served beside the
+control queue by processes of its own, never by those that train or schedule."""
 TEMPER_WORKER_APP = "workers.celery:app"
 """The Celery app workers run (``celery -A workers.celery``); named here, never imported by the
 control plane, for a CLI that runs one job in its own process (``dispatch.run_here``)."""

@@ -69,7 +69,7 @@ def deliver_sent(sent):
     """Run the deliveries the services asked for, as the control worker does."""
     while sent:
         name, args = sent.pop(0)
-        assert name == "temper.control.alert_deliver"
+        assert name == "temper.notify.deliver"
         services.deliver(*args)
 
 
@@ -159,7 +159,7 @@ def test_failed_deliveries_are_retried_with_backoff_logged_and_given_up(quiet, s
         with django_capture_on_commit_callbacks(execute=True):
             d = services.deliver(delivery_id)
         assert (d.status, d.attempts, d.last_code) == ("pending", 1, 500)
-        assert sent and sent[0][0] == "temper.control.alert_deliver"  # sent again, with a countdown
+        assert sent and sent[0][0] == "temper.notify.deliver"  # sent again, with a countdown
         wait = (d.next_attempt_at - timezone.now()).total_seconds()
         assert services.BACKOFF_S - 1 < wait <= services.BACKOFF_S
         assert services.deliver(delivery_id) is None  # not due yet: a second worker takes nothing
@@ -168,7 +168,9 @@ def test_failed_deliveries_are_retried_with_backoff_logged_and_given_up(quiet, s
         assert (d.status, d.attempts, d.last_code) == ("pending", 2, 503)
         assert (d.next_attempt_at - timezone.now()).total_seconds() > services.BACKOFF_S * 2 - 1
         Delivery.objects.filter(pk=delivery_id).update(next_attempt_at=timezone.now())
-        assert services.alerts_sweep()["retried"] == 1  # the sweep retries what is due
+        sent.clear()
+        assert services.alerts_sweep()["resent"] == 1  # the sweep sends what is due to the notify queue
+        deliver_sent(sent)
         d.refresh_from_db()
         assert (d.status, d.attempts, d.last_code) == ("sent", 3, 200)
         assert [e["code"] for e in d.log] == [500, 503, 200]
@@ -182,7 +184,8 @@ def test_failed_deliveries_are_retried_with_backoff_logged_and_given_up(quiet, s
 
 def test_slack_and_email_channels(quiet, sent, django_capture_on_commit_callbacks, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    run = running(quiet.team, name="nightly")
+    type(quiet.users["member"]).objects.filter(pk=quiet.users["member"].pk).update(email="oncall@example.com")
+    run = running(quiet.team, name="nightly <!channel>")
     with Receiver() as receiver:
         rule(quiet.team, condition="above", threshold=0.5, window=1,
              channels=[{"type": "slack", "url": receiver.url}, {"type": "email", "to": ["oncall@example.com"]}])
@@ -190,7 +193,8 @@ def test_slack_and_email_channels(quiet, sent, django_capture_on_commit_callback
             step(run, 1, {KEY: 0.9})
         deliver_sent(sent)
         (slack,) = receiver.requests
-    assert set(slack["json"]) == {"text"} and "nightly" in slack["json"]["text"] and f"/runs/{run.id}/?step=1" in slack["json"]["text"]
+    assert set(slack["json"]) == {"text"} and "nightly &lt;!channel&gt;" in slack["json"]["text"] and "<!channel>" not in slack["json"]["text"]
+    assert f"/runs/{run.id}/?step=1" in slack["json"]["text"]
     (message,) = mail.outbox
     assert message.to == ["oncall@example.com"] and "nightly" in message.subject and f"/runs/{run.id}/?step=1" in message.body
     assert set(Delivery.objects.values_list("status", flat=True)) == {"sent"}
@@ -267,6 +271,35 @@ def test_rules_are_validated_with_every_error_at_once(quiet, settings):
     assert AlertRule.objects.filter(team__isnull=False).count() == 0  # nothing saved
 
 
+def test_email_goes_to_team_members_or_allowed_domains_only(quiet, settings):
+    type(quiet.users["viewer"]).objects.filter(pk=quiet.users["viewer"].pk).update(email="vera@acme.test")
+    type(quiet.other_users["admin"]).objects.filter(pk=quiet.other_users["admin"].pk).update(email="gina@globex.test")
+    admin = client_for(quiet.users["admin"])
+
+    def create(to):
+        return admin.post("/api/alerts/rules", {"team": "acme", "name": "mail", "condition": "stalled", "threshold": 30,
+                                                "channels": [{"type": "email", "to": to}]}, content_type="application/json")
+
+    assert create(["Vera@acme.test"]).status_code == 201
+    refused = create(["vera@acme.test", "gina@globex.test", "anyone@spam.test"])
+    assert refused.status_code == 422 and [e["path"] for e in refused.json()["errors"]] == ["channels[0].to[1]", "channels[0].to[2]"]
+    settings.TEMPER_ALERT_EMAIL_DOMAINS = ["spam.test"]
+    assert create(["anyone@spam.test"]).status_code == 201
+
+
+def test_a_team_has_a_bounded_number_of_rules_and_tests_are_rate_limited(quiet, monkeypatch):
+    monkeypatch.setattr(services, "MAX_RULES_PER_TEAM", 2)
+    admin = client_for(quiet.users["admin"])
+    body = {"team": "acme", "name": "r", "condition": "stalled", "threshold": 30, "channels": [{"type": "slack", "url": "http://127.0.0.1:9/x"}]}
+    ids = [admin.post("/api/alerts/rules", body, content_type="application/json").json()["id"] for _ in range(2)]
+    third = admin.post("/api/alerts/rules", body, content_type="application/json")
+    assert third.status_code == 409 and "2 alert rules" in third.json()["detail"]
+    assert admin.post(f"/api/alerts/rules/{ids[0]}/test").status_code == 200
+    again = admin.post(f"/api/alerts/rules/{ids[0]}/test")
+    assert again.status_code == 409 and "less than 10 s ago" in again.json()["detail"]
+    assert admin.post(f"/api/alerts/rules/{ids[1]}/test").status_code == 200  # per rule
+
+
 def test_a_private_address_is_refused_at_delivery_too(quiet, settings):
     settings.TEMPER_ALERT_ALLOW_PRIVATE = False
     run = running(quiet.team)
@@ -315,6 +348,7 @@ def test_test_delivery_sends_now_and_answers_what_the_receiver_said(quiet):
         assert [(d["channel"], d["status"], d["last_code"]) for d in answer] == [("webhook", "sent", 200), ("slack", "failed", 404)]
         assert receiver.requests[0]["json"]["type"] == "alert.test"
     assert Notification.objects.filter(user=quiet.users["admin"]).count() == 1
+    Delivery.objects.filter(firing__isnull=True).update(created_at=timezone.now() - timedelta(seconds=services.TEST_EVERY_S + 1))
     page = admin.get(f"/alerts/rules/{created['id']}/")
     assert page.status_code == 200 and b"HTTP 404" in page.content
     assert client_for(quiet.users["viewer"]).post(f"/api/alerts/rules/{created['id']}/test").status_code == 403

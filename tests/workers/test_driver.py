@@ -323,7 +323,7 @@ def test_a_reward_collapse_fires_one_signed_webhook_from_the_driver_within_the_s
         return out
 
     monkeypatch.setattr(trainer.job, "outcome_metrics", scripted)
-    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: alerts.deliver(*args) if name == "temper.control.alert_deliver" else None)
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: alerts.deliver(*args) if name == "temper.notify.deliver" else None)
     AlertRule.objects.filter(team__isnull=True).delete()
     run = _running_run(actor, model, steps=len(series))
     secret = "driver-test-secret-0001"

@@ -31,7 +31,7 @@ def demo_processes(*, python: str, var_dir, host: str, port: int, web_processes:
     ``worker`` serves a run's queues with two processes (a run's driver, and its verifications or
     evaluations); ``control`` serves the scheduler's queue alone (scheduling ticks, the worker
     sweep, pings: each well under a second), so a run started while both training processes are
-    busy is still admitted at once; ``audit`` runs verifier audits at a lower CPU priority; beat
+    busy is still admitted at once; ``notify`` sends alert deliveries on threads; ``audit`` runs verifier audits at a lower CPU priority; beat
     asks for a tick every TEMPER_SCHEDULE_PERIOD_S."""
     procs: dict[str, tuple[list[str], str]] = {
         # Several processes share the SQLite file as the workers do; without Redis each has its own
@@ -44,6 +44,10 @@ def demo_processes(*, python: str, var_dir, host: str, port: int, web_processes:
     run_queues = ",".join(q for q in settings.CELERY_QUEUES_RUN if q != "control")
     procs["worker"] = ([*celery, "worker", "-Q", run_queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
     procs["control"] = ([*celery, "worker", "-Q", "control", "-c", "1", "-n", "control@%h", "-l", "info"], "control.log")
+    # Alert deliveries wait on other hosts (5 s a try at most): threads of their own, so a slow
+    # receiver never holds the scheduler's process.
+    procs["notify"] = ([*celery, "worker", "-Q", "notify", "-P", "threads", "-c", "4", "-n", "notify@%h", "-l", "info"],
+                       "notify.log")
     # Verifier audits of the catalogue sync take minutes of CPU: one process of their own,
     # at a lower CPU priority, so the demo run's steps go first.
     procs["audit"] = (["nice", "-n", "10", *celery, "worker", "-Q", "audit", "-c", "1", "-n", "audit@%h", "-l", "info"],
