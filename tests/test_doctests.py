@@ -14,7 +14,7 @@ MODULES = [
     "controlplane.runs.services", "controlplane.runs.watch", "controlplane.scheduling.services", "controlplane.registry.services", "controlplane.domains.policy", "workers.driver", "workers.verify",
     "controlplane.accounts.throttle", "controlplane.common.security", "controlplane.settings.security",
     "controlplane.runs.usage", "workers.usage", "trainer.rollout", "controlplane.registry.selectors",
-    "controlplane.alerts.rules", "controlplane.alerts.services", "workers.lanes",
+    "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",
 ]
 
 

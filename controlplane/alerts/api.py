@@ -92,32 +92,37 @@ def _firing_out(f) -> dict:
             "at": f.at, "resolved_at": f.resolved_at, "resolved_step": f.resolved_step}
 
 
-def _delivery_out(d) -> dict:
-    return {"id": d.id, "rule": d.rule_id, "firing": d.firing_id, "channel": d.channel, "target": d.target,
-            "status": d.status, "attempts": d.attempts, "last_code": d.last_code, "last_error": d.last_error,
-            "log": d.log, "created_at": d.created_at, "sent_at": d.sent_at}
+def _delivery_out(d, reveal: bool) -> dict:
+    return {"id": d.id, "rule": d.rule_id, "firing": d.firing_id, "channel": d.channel,
+            "target": services.shown_target(d.channel, d.target, reveal=reveal),
+            "status": d.status, "attempts": d.attempts, "last_code": d.last_code,
+            "last_error": d.last_error if reveal else ("failed" if d.last_error else ""),
+            "log": d.log if reveal else [{k: v for k, v in e.items() if k != "error"} for e in d.log],
+            "created_at": d.created_at, "sent_at": d.sent_at}
 
 
 @router.get("/alerts/rules", response={200: list[RuleOut], **ERRORS})
 def rule_list(request: HttpRequest, team: str = ""):
     team_id = team_get(actor=request.auth, slug=team).id if team else None
-    return [services.rule_out(r) for r in selectors.rule_list(actor=request.auth, team_id=team_id)]
+    return [services.rule_out(r, reveal=services.editable(request.auth, r.team_id))
+            for r in selectors.rule_list(actor=request.auth, team_id=team_id)]
 
 
 @router.post("/alerts/rules", response={201: RuleOut, **ERRORS}, openapi_extra=body_doc(services.RULE_CREATE_SCHEMA))
 def rule_create(request: HttpRequest):
-    return Status(201, services.rule_out(services.rule_create(actor=request.auth, data=json_object(request))))
+    return Status(201, services.rule_out(services.rule_create(actor=request.auth, data=json_object(request)), reveal=True))
 
 
 @router.get("/alerts/rules/{rule_id}", response={200: RuleOut, **ERRORS})
 def rule_get(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_ID)):
-    return services.rule_out(selectors.rule_get(actor=request.auth, rule_id=rule_id))
+    rule = selectors.rule_get(actor=request.auth, rule_id=rule_id)
+    return services.rule_out(rule, reveal=services.editable(request.auth, rule.team_id))
 
 
 @router.patch("/alerts/rules/{rule_id}", response={200: RuleOut, **ERRORS}, openapi_extra=body_doc(services.RULE_UPDATE_SCHEMA))
 def rule_update(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_ID)):
     rule = selectors.rule_get(actor=request.auth, rule_id=rule_id)
-    return services.rule_out(services.rule_update(actor=request.auth, rule=rule, data=json_object(request)))
+    return services.rule_out(services.rule_update(actor=request.auth, rule=rule, data=json_object(request)), reveal=True)
 
 
 @router.delete("/alerts/rules/{rule_id}", response={204: None, **ERRORS})
@@ -130,14 +135,15 @@ def rule_delete(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_ID))
 def rule_test(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_ID)):
     """Send a test alert through each of the rule's channels now and answer what each receiver said."""
     rule = selectors.rule_get(actor=request.auth, rule_id=rule_id)
-    return [_delivery_out(d) for d in services.rule_test_delivery(actor=request.auth, rule=rule)]
+    return [_delivery_out(d, True) for d in services.rule_test_delivery(actor=request.auth, rule=rule)]
 
 
 @router.get("/alerts/rules/{rule_id}/deliveries", response={200: list[DeliveryOut], **ERRORS})
 @paginate
 def rule_deliveries(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_ID)):
     rule = selectors.rule_get(actor=request.auth, rule_id=rule_id)
-    return [_delivery_out(d) for d in selectors.delivery_list(actor=request.auth, rule=rule)[:1000]]
+    reveal = services.editable(request.auth, rule.team_id)
+    return [_delivery_out(d, reveal) for d in selectors.delivery_list(actor=request.auth, rule=rule)[:1000]]
 
 
 @router.get("/alerts/firings", response={200: list[FiringOut], **ERRORS})
@@ -148,13 +154,13 @@ def firing_list(request: HttpRequest, run: Optional[int] = Query(None, ge=1, le=
 
 @router.get("/notifications", response={200: NotificationsOut, **ERRORS})
 def notification_list(request: HttpRequest, unread: bool = False, limit: int = Query(50, ge=1, le=500)):
-    qs = selectors.notifications(user=request.auth.user)
+    qs = selectors.notifications(actor=request.auth)
     if unread:
         qs = qs.filter(read_at__isnull=True)
-    return {"unread": selectors.unread_count(user=request.auth.user), "items": list(qs[:limit])}
+    return {"unread": selectors.unread_count(actor=request.auth), "items": list(qs[:limit])}
 
 
 @router.post("/notifications/read", response={200: ReadOut, **ERRORS})
 def notification_read(request: HttpRequest, payload: ReadIn):
-    marked = services.notifications_read(user=request.auth.user, ids=payload.ids)
-    return {"marked": marked, "unread": selectors.unread_count(user=request.auth.user)}
+    marked = services.notifications_read(actor=request.auth, ids=payload.ids)
+    return {"marked": marked, "unread": selectors.unread_count(actor=request.auth)}

@@ -42,11 +42,17 @@ def delivery_list(*, actor: Principal, rule: AlertRule) -> QuerySet[Delivery]:
     return qs.order_by("-created_at", "-id")
 
 
-def notifications(*, user) -> QuerySet[Notification]:
-    return Notification.objects.filter(user=user).order_by("-created_at", "-id")
+def notifications(*, actor: Principal) -> QuerySet[Notification]:
+    """The actor's notifications about runs of teams it reads now: a token sees its own team's
+    only, a member who left a team no longer sees that team's; a session also sees its own
+    rule tests (no run)."""
+    qs = Notification.objects.filter(user=actor.user, firing__run__team_id__in=actor.team_ids)
+    if actor.token is None:
+        qs = Notification.objects.filter(user=actor.user).filter(Q(firing__run__team_id__in=actor.team_ids) | Q(firing__isnull=True))
+    return qs.order_by("-created_at", "-id")
 
 
-def unread_count(*, user) -> int:
-    if user is None or not getattr(user, "is_authenticated", False):
+def unread_count(*, actor: Principal) -> int:
+    if actor.user is None:
         return 0
-    return Notification.objects.filter(user=user, read_at__isnull=True).count()
+    return notifications(actor=actor).filter(read_at__isnull=True).count()

@@ -20,27 +20,26 @@ import hmac
 import ipaddress
 import json
 import logging
-import socket
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
+from django.core.cache import cache
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from controlplane import dispatch
-from controlplane.accounts.models import Membership
+from controlplane.accounts.models import Membership, Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.accounts.selectors import team_get
 from controlplane.alerts.models import (AlertFiring, AlertRule, AlertState, Condition, Delivery, DeliveryStatus,
                                         Notification)
+from controlplane.alerts import selectors, transport
 from controlplane.alerts.rules import MetricState, fold, verdict
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
 from controlplane.common.validation import validate
@@ -52,6 +51,13 @@ MAX_RULES_PER_TEAM = 100
 """Each rule is evaluated after every step of every run of its team."""
 TEST_EVERY_S = 10.0
 """A rule's test delivery may be sent again after this (a button held down floods nobody)."""
+TESTS_PER_MINUTE = 6
+"""Test deliveries one user may send in a minute, all rules together."""
+TEST_BUDGET_S = 10.0
+"""How long a test delivery's request tries receivers itself before it leaves the rest to a worker."""
+MAX_KEYS_PER_RULE = 50
+"""Metric keys one rule's glob watches in a run (the first, in key order): a glob like ``*`` must
+not make every point of a step a firing."""
 MAX_ATTEMPTS = 6
 BACKOFF_S = 5.0
 """Seconds before the second try; doubled before each next one (5, 10, 20, 40, 80)."""
@@ -104,9 +110,9 @@ RULE_UPDATE_SCHEMA = {"type": "object", "additionalProperties": False, "minPrope
 # -- rules ------------------------------------------------------------------------------------
 
 def url_errors(url: str, path: str) -> list[FieldError]:
-    """What is wrong with a delivery URL (http or https, a host; no private or loopback address
-    unless ``TEMPER_ALERT_ALLOW_PRIVATE``: checked again against what the name resolves to at
-    delivery)."""
+    """What is wrong with a delivery URL: http or https, a DNS name or an IP literal as the host,
+    no user info; no private or loopback address unless ``TEMPER_ALERT_ALLOW_PRIVATE`` (checked
+    again, against what the name resolves to, at each delivery: controlplane/alerts/transport.py)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -117,18 +123,21 @@ def url_errors(url: str, path: str) -> list[FieldError]:
         return [FieldError(path, "must be an http:// or https:// URL with a host")]
     if parts.username or parts.password:
         return [FieldError(path, "must not carry a user or password (put a token in the path, or use the secret)")]
-    if not settings.TEMPER_ALERT_ALLOW_PRIVATE and (host == "localhost" or host.endswith(".localhost") or _private(host)):
+    if problem := transport.host_error(host):
+        return [FieldError(path, problem)]
+    literal = _literal(host)
+    local = host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost")
+    if not settings.TEMPER_ALERT_ALLOW_PRIVATE and (local or (literal is not None and not transport.public_ip(literal))):
         return [FieldError(path, f"{host} is a private or loopback address; deliveries go to public hosts "
                                  f"(TEMPER_ALERT_ALLOW_PRIVATE=1 allows private ones)")]
     return []
 
 
-def _private(host: str) -> bool:
+def _literal(host: str) -> str | None:
     try:
-        ip = ipaddress.ip_address(host.strip("[]"))
+        return str(ipaddress.ip_address(host.strip("[]")))
     except ValueError:
-        return False
-    return not ip.is_global
+        return None
 
 
 def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list[FieldError]:
@@ -144,7 +153,12 @@ def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list
         errors.append(FieldError("threshold", "a drop is a positive distance from the best EMA"))
     if cond == Condition.STALLED and not 1 <= merged["threshold"] <= 7 * 24 * 60:
         errors.append(FieldError("threshold", "a stalled rule's threshold is minutes without a step, 1 to 10080"))
+    seen: set[tuple[str, str]] = set()
     for i, ch in enumerate(data.get("channels") or []):
+        target = (ch["type"], ch.get("url", "") or ",".join(sorted(a.lower() for a in ch.get("to", []))))
+        if target in seen:
+            errors.append(FieldError(f"channels[{i}]", f"a second {ch['type']} channel to the same place"))
+        seen.add(target)
         if ch["type"] in ("webhook", "slack"):
             errors += url_errors(ch["url"], f"channels[{i}].url")
         if ch["type"] == "email":
@@ -185,10 +199,43 @@ def _require_edit(actor: Principal, team_id: int | None) -> None:
     actor.require(team_id, "run.control", "team")
 
 
-def rule_out(rule: AlertRule) -> dict:
-    """A rule as the API and the pages show it: webhook secrets never leave the server."""
-    channels = [{k: v for k, v in c.items() if k != "secret"} | ({"secret_set": bool(c.get("secret"))} if c["type"] == "webhook" else {})
-                for c in rule.channels]
+def editable(actor: Principal, team_id: int | None) -> bool:
+    """Whether ``actor`` edits the rules of ``team_id`` (None: the defaults, platform admins)."""
+    return actor.platform_admin if team_id is None else actor.can(team_id, "run.control")
+
+
+def shown_target(channel: str, target: str, *, reveal: bool) -> str:
+    """A delivery's target as someone who may not edit the rule sees it: a webhook or Slack URL
+    is a credential (its path often is the token), addresses are people's.
+
+    >>> shown_target("slack", "https://hooks.slack.com/services/T0/B0/XXXX", reveal=False)
+    'https://hooks.slack.com/…'
+    >>> shown_target("email", "a@x.test, b@x.test", reveal=False)
+    '2 address(es)'
+    """
+    if reveal or channel == "in_app":
+        return target
+    if channel == "email":
+        return f"{len([a for a in target.split(',') if a.strip()])} address(es)"
+    parts = urlsplit(target)
+    return f"{parts.scheme}://{parts.hostname}/…"
+
+
+def _channel_out(c: dict, reveal: bool) -> dict:
+    out = {k: v for k, v in c.items() if k != "secret"}
+    if c["type"] == "webhook":
+        out["secret_set"] = bool(c.get("secret"))
+    if not reveal and c["type"] in ("webhook", "slack"):
+        out["url"] = shown_target(c["type"], c["url"], reveal=False)
+    if not reveal and c["type"] == "email":
+        out = {"type": "email", "recipients": len(c["to"])}
+    return out
+
+
+def rule_out(rule: AlertRule, *, reveal: bool = False) -> dict:
+    """A rule as the API and the pages show it: webhook secrets never leave the server; the
+    URLs and addresses only to those who edit the rule (``reveal``)."""
+    channels = [_channel_out(c, reveal) for c in rule.channels]
     return {"id": rule.id, "team": rule.team.slug if rule.team_id else None, "name": rule.name, "condition": rule.condition,
             "metric": rule.metric, "threshold": rule.threshold, "window": rule.window, "events": list(rule.events),
             "channels": channels, "enabled": rule.enabled, "updated_at": rule.updated_at}
@@ -200,6 +247,8 @@ def rule_create(*, actor: Principal, data: dict) -> AlertRule:
     team = team_get(actor=actor, slug=data["team"]) if data.get("team") else None
     _require_edit(actor, team.id if team else None)
     channels, secret_errors = _with_secrets(data["channels"], None)
+    if team is not None:
+        Team.objects.select_for_update().filter(pk=team.pk).first()  # concurrent creates count one by one
     if team is not None and AlertRule.objects.filter(team=team).count() >= MAX_RULES_PER_TEAM:
         raise Conflict(f"team {team.slug} has {MAX_RULES_PER_TEAM} alert rules, the most a team may have; delete one first")
     errors = _rule_errors(data, None, team.id if team else None) + secret_errors
@@ -275,7 +324,7 @@ def alerts_after_step(*, run: Run, step: int) -> list[AlertFiring]:
     keys_now = list(MetricPoint.objects.filter(run=run, step=step).values_list("key", flat=True))
     for rule in rules:
         if rule.condition in METRIC_CONDITIONS:
-            for key in sorted(k for k in keys_now if fnmatch.fnmatchcase(k, rule.metric)):
+            for key in sorted(k for k in keys_now if fnmatch.fnmatchcase(k, rule.metric))[:MAX_KEYS_PER_RULE]:
                 fired += _metric(rule, run, key, step)
         elif rule.condition == Condition.STALLED:
             state = AlertState.objects.filter(rule=rule, run=run, key=STALLED_KEY, firing=True).first()
@@ -407,7 +456,9 @@ def alerts_sweep(*, now=None) -> dict:
 def _stalled(rule: AlertRule, runs, now) -> int:
     fired = 0
     minutes = rule.threshold
-    for run in runs.annotate(last_point=Max("metrics__time")):
+    # A run's newest point by id (the (run, id) index), not the max over all of its points.
+    newest = MetricPoint.objects.filter(run=OuterRef("pk")).order_by("-id").values("time")[:1]
+    for run in runs.annotate(last_point=Subquery(newest)):
         last = max(t for t in (run.last_point, run.started_at) if t is not None) if (run.last_point or run.started_at) else None
         if last is None or (now - last).total_seconds() < minutes * 60:
             continue
@@ -445,33 +496,9 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # a receiver's redirect is its answer, not a new target
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def _check_resolved(url: str) -> None:
-    if settings.TEMPER_ALERT_ALLOW_PRIVATE:
-        return
-    parts = urlsplit(url)
-    for info in socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)):
-        if _private(info[4][0]):
-            raise ValueError(f"{parts.hostname} resolves to {info[4][0]}, a private address")
-
-
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    _check_resolved(url)
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json",
-                                                                               "User-Agent": "Temper-Alerts/1", **headers})
-    try:
-        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
-            response.read(4096)
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    headers = {"Content-Type": "application/json", "User-Agent": "Temper-Alerts/1", **headers}
+    return transport.post(url, body, headers, deadline_s=TIMEOUT_S, allow_private=settings.TEMPER_ALERT_ALLOW_PRIVATE)
 
 
 def _send(delivery: Delivery, channel: dict) -> int | None:
@@ -489,7 +516,11 @@ def _send(delivery: Delivery, channel: dict) -> int | None:
     if delivery.channel == "email":
         run = payload.get("run") or {}
         subject = f"[Temper] {payload['rule']['name']}" + (f": run {run.get('name')}" if run else "")
-        send_mail(" ".join(subject.split())[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, channel["to"])
+        # Addresses are checked again: a member who left the team gets no more of its alerts.
+        to = [a for a in channel["to"] if not email_errors([a], delivery.rule.team_id, "")]
+        if not to:
+            raise transport.Refused("none of the rule's addresses belongs to a member of its team any more")
+        send_mail(" ".join(subject.split())[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, to)
         return None
     raise ValueError(f"unknown channel {delivery.channel!r}")
 
@@ -533,32 +564,49 @@ def deliver(delivery_id: int) -> Delivery | None:
     return delivery
 
 
-@transaction.atomic
-def rule_test_delivery(*, actor: Principal, rule: AlertRule) -> list[Delivery]:
-    """Send a test alert through every channel of ``rule`` now (one try each) and return the
-    deliveries with their answers; the in-app channel notifies the actor."""
-    _require_edit(actor, rule.team_id)
-    AlertRule.objects.select_for_update().filter(pk=rule.pk).first()  # one test at a time per rule
-    recent = Delivery.objects.filter(rule=rule, firing__isnull=True, created_at__gte=timezone.now() - timedelta(seconds=TEST_EVERY_S))
-    if recent.exists():
+def _test_allowed(actor: Principal, rule: AlertRule) -> None:
+    """One test of a rule every ``TEST_EVERY_S``, and at most ``TESTS_PER_MINUTE`` by one user
+    (in Django's cache: Redis in production, shared by every web process)."""
+    if not cache.add(f"temper:alert-test:{rule.id}:{rule.created_at.timestamp()}", 1, timeout=TEST_EVERY_S):
         raise Conflict(f"a test of this rule was sent less than {TEST_EVERY_S:.0f} s ago; try again in a few seconds")
+    if actor.user is not None:
+        key = f"temper:alert-tests-by:{actor.user.pk}:{actor.user.date_joined.timestamp()}"
+        cache.add(key, 0, timeout=60)
+        if cache.incr(key) > TESTS_PER_MINUTE:
+            raise Conflict(f"you sent {TESTS_PER_MINUTE} test deliveries in the last minute; wait a minute")
+
+
+def rule_test_delivery(*, actor: Principal, rule: AlertRule) -> list[Delivery]:
+    """Send a test alert through every channel of ``rule`` now (one try each, within
+    ``TEST_BUDGET_S`` for all: what is left goes to the notify queue) and return the deliveries
+    with their answers; the in-app channel notifies the actor. Nothing is locked while a
+    receiver is waited for."""
+    _require_edit(actor, rule.team_id)
+    _test_allowed(actor, rule)
     message = f"Test of alert rule {rule.name!r}: this is what a firing sends."
-    out = []
-    for slot, channel in enumerate(rule.channels):
-        if channel["type"] == "in_app":
-            if actor.user is not None:
-                Notification.objects.create(user=actor.user, message=message, url="/alerts/")
-            continue
-        delivery = Delivery.objects.create(rule=rule, channel=channel["type"], target=_target(channel),
-                                           payload=_payload("alert.test", rule, None, message=message, url=absolute("/alerts/"),
-                                                            slot=slot))
-        out.append(deliver(delivery.id) or delivery)
+    with transaction.atomic():
+        ids = []
+        for slot, channel in enumerate(rule.channels):
+            if channel["type"] == "in_app":
+                if actor.user is not None:
+                    Notification.objects.create(user=actor.user, message=message, url="/alerts/")
+                continue
+            ids.append(Delivery.objects.create(rule=rule, channel=channel["type"], target=_target(channel),
+                                               payload=_payload("alert.test", rule, None, message=message,
+                                                                url=absolute("/alerts/"), slot=slot)).id)
+    started, out = time.monotonic(), []
+    for delivery_id in ids:
+        if time.monotonic() - started < TEST_BUDGET_S:
+            out.append(deliver(delivery_id) or Delivery.objects.get(pk=delivery_id))
+        else:  # the request has waited long enough: a notify worker tries the rest
+            dispatch.send("temper.notify.deliver", delivery_id)
+            out.append(Delivery.objects.get(pk=delivery_id))
     return out
 
 
-def notifications_read(*, user, ids: list[int] | None = None) -> int:
-    """Mark the user's notifications read (``ids``, or all of them); how many changed."""
-    qs = Notification.objects.filter(user=user, read_at__isnull=True)
+def notifications_read(*, actor: Principal, ids: list[int] | None = None) -> int:
+    """Mark the actor's notifications read (``ids``, or all it sees); how many changed."""
+    qs = Notification.objects.filter(pk__in=selectors.notifications(actor=actor).filter(read_at__isnull=True).values("pk"))
     if ids is not None:
         qs = qs.filter(id__in=ids)
     return qs.update(read_at=timezone.now())

@@ -17,6 +17,16 @@ from controlplane.alerts.models import Condition
 from controlplane.common.views import get_or_404
 
 
+def _shown(deliveries, reveal: bool) -> list:
+    """Deliveries with the target each viewer may see (``shown``) and, for those who do not edit
+    the rule, no receiver's error text (it can name internal hosts)."""
+    out = list(deliveries)
+    for d in out:
+        d.shown = services.shown_target(d.channel, d.target, reveal=reveal)
+        d.shown_error = d.last_error if reveal else ("failed" if d.last_error else "")
+    return out
+
+
 @login_required
 def alerts_page(request: HttpRequest) -> HttpResponse:
     actor = Principal.for_user(request.user)
@@ -25,10 +35,9 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         list(selectors.rule_list(actor=actor).filter(team__isnull=True))
     rows = []
     for rule in rules:
-        editable = actor.platform_admin if rule.team_id is None else actor.can(rule.team_id, "run.control")
-        rows.append({"rule": rule, "out": services.rule_out(rule), "editable": editable,
-                     "json": json.dumps(services.rule_out(rule), default=str),
-                     "deliveries": list(selectors.delivery_list(actor=actor, rule=rule)[:5])})
+        editable = services.editable(actor, rule.team_id)
+        rows.append({"rule": rule, "out": services.rule_out(rule, reveal=editable), "editable": editable,
+                     "deliveries": _shown(selectors.delivery_list(actor=actor, rule=rule)[:5], editable)})
     firings = list(selectors.firing_list(actor=actor).filter(run__team=team)[:50]) if team else []
     return render(request, "alerts/index.html", {
         "rows": rows, "team": team, "firings": [(f, services.chart_path(f.run, f.step, f.key if f.rule.condition in
@@ -42,17 +51,18 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
 def rule_page(request: HttpRequest, rule_id: int) -> HttpResponse:
     actor = Principal.for_user(request.user)
     rule = get_or_404(selectors.rule_get, actor=actor, rule_id=rule_id)
+    editable = services.editable(actor, rule.team_id)
     firings = [(f, services.chart_path(f.run, f.step, f.key if rule.condition in services.METRIC_CONDITIONS else ""))
                for f in selectors.firing_list(actor=actor, rule_id=rule.id)[:100]]
     return render(request, "alerts/rule.html", {
-        "rule": rule, "out": services.rule_out(rule), "json": json.dumps(services.rule_out(rule), default=str),
-        "editable": actor.platform_admin if rule.team_id is None else actor.can(rule.team_id, "run.control"),
-        "firings": firings, "deliveries": list(selectors.delivery_list(actor=actor, rule=rule)[:100]),
+        "rule": rule, "out": services.rule_out(rule, reveal=editable),
+        "json": json.dumps(services.rule_out(rule, reveal=True), default=str) if editable else "",
+        "editable": editable, "firings": firings, "deliveries": _shown(selectors.delivery_list(actor=actor, rule=rule)[:100], editable),
         "conditions": [(c.value, c.label) for c in Condition], "event_kinds": services.EVENT_KINDS,
     })
 
 
 @login_required
 def notifications_page(request: HttpRequest) -> HttpResponse:
-    items = list(selectors.notifications(user=request.user)[:200])
+    items = list(selectors.notifications(actor=Principal.for_user(request.user))[:200])
     return render(request, "alerts/notifications.html", {"items": items})

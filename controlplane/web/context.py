@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.alerts.selectors import unread_count
 
@@ -10,4 +11,12 @@ from controlplane.alerts.selectors import unread_count
 def team_context(request: HttpRequest) -> dict:
     team, teams = current_team(request)  # the view's read when it made one; each team carries the role
     return {"current_team": team, "teams": teams, "current_role": team.role if team is not None else "",
-            "unread_notifications": unread_count(user=getattr(request, "user", None))}
+            "unread_notifications": _unread(request, teams)}
+
+
+def _unread(request: HttpRequest, teams) -> int:
+    """The header's count: the user's unread notifications about the teams they are in now."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return 0
+    return unread_count(actor=Principal(user=user, roles={t.id: t.role for t in teams}, platform_admin=bool(user.is_staff)))

@@ -311,7 +311,7 @@ def test_a_private_address_is_refused_at_delivery_too(quiet, settings):
     d.target = "http://127.0.0.1:9/x"
     d.save()
     d = services.deliver(d.id)
-    assert d.status == "pending" and "private address" in d.last_error
+    assert d.status == "pending" and "not public" in d.last_error
 
 
 def test_rules_belong_to_their_team_and_secrets_never_leave(quiet):
@@ -385,3 +385,157 @@ def test_notification_ids_are_bounded_row_ids(quiet):
     for ids in ([123456789012345678901234567890], [0], ["1"], list(range(1, 1002))):
         r = viewer.post("/api/notifications/read", {"ids": ids}, content_type="application/json")
         assert r.status_code == 422, ids
+
+
+
+def test_a_token_sees_the_notifications_of_its_team_only_and_a_leaver_none_of_the_old_team(quiet, sent):
+    from controlplane.accounts.models import Membership
+
+    u = quiet.users["member"]
+    Membership.objects.create(user=u, team=quiet.other, role="viewer")
+    run = running(quiet.team)
+    rule(quiet.team, condition="above", threshold=0.5, window=1)
+    step(run, 1, {KEY: 0.9})
+    _, secret = factories.token(u, quiet.other, "viewer")
+    by_token = Client().get("/api/notifications", HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+    assert by_token == {"unread": 0, "items": []}
+    assert Client().post("/api/notifications/read", {}, content_type="application/json",
+                         HTTP_AUTHORIZATION=f"Bearer {secret}").json()["marked"] == 0
+    session = client_for(u)
+    assert session.get("/api/notifications").json()["unread"] == 1
+    Membership.objects.filter(user=u, team=quiet.team).delete()
+    assert session.get("/api/notifications").json()["unread"] == 0
+    assert b'data-testid="unread-count"' not in session.get("/").content
+
+
+def test_urls_and_addresses_are_shown_only_to_those_who_edit_the_rule(quiet):
+    type(quiet.users["viewer"]).objects.filter(pk=quiet.users["viewer"].pk).update(email="vera@acme.test")
+    body = {"team": "acme", "name": "hooks", "condition": "stalled", "threshold": 30, "channels": [
+        {"type": "slack", "url": "https://hooks.slack.com/services/T0/B0/SLACKTOKEN"},
+        {"type": "webhook", "url": "https://hooks.example.com/t?token=BEARERTOKEN", "secret": SECRET},
+        {"type": "email", "to": ["vera@acme.test"]}]}
+    rid = client_for(quiet.users["admin"]).post("/api/alerts/rules", body, content_type="application/json").json()["id"]
+    assert "SLACKTOKEN" in client_for(quiet.users["member"]).get(f"/api/alerts/rules/{rid}").content.decode()
+    viewer = client_for(quiet.users["viewer"])
+    for text in (viewer.get(f"/api/alerts/rules/{rid}").content.decode(), viewer.get("/api/alerts/rules").content.decode(),
+                 viewer.get("/alerts/").content.decode(), viewer.get(f"/alerts/rules/{rid}/").content.decode()):
+        assert "SLACKTOKEN" not in text and "BEARERTOKEN" not in text and "vera@acme.test" not in text
+    channels = viewer.get(f"/api/alerts/rules/{rid}").json()["channels"]
+    assert channels[0]["url"] == "https://hooks.slack.com/…" and channels[2] == {"type": "email", "recipients": 1}
+    default = AlertRule.objects.create(team=None, name="d", condition="stalled", threshold=20,
+                                       channels=[{"type": "slack", "url": "https://hooks.slack.com/services/T0/B0/DEFAULTTOKEN"}])
+    assert "DEFAULTTOKEN" not in client_for(quiet.other_users["admin"]).get(f"/api/alerts/rules/{default.id}").content.decode()
+    assert "DEFAULTTOKEN" in client_for(quiet.staff).get(f"/api/alerts/rules/{default.id}").content.decode()
+
+
+def test_hosts_are_plain_names_and_checked_addresses_are_the_ones_connected_to(quiet, settings, monkeypatch):
+    import socket
+
+    from controlplane.alerts import transport
+
+    settings.TEMPER_ALERT_ALLOW_PRIVATE = False
+    admin = client_for(quiet.users["admin"])
+    for url in ("http://127%2E0%2E0%2E1.attacker.test/h", "http://a_b.test/h", "http://[64:ff9b::a9fe:a9fe]/h",
+                "http://[2002:7f00:1::]/h", "http://[fec0::1]/h", "http://[::127.0.0.1]/h"):
+        r = admin.post("/api/alerts/rules", {"team": "acme", "name": "x", "condition": "stalled", "threshold": 30,
+                                             "channels": [{"type": "slack", "url": url}]}, content_type="application/json")
+        assert r.status_code == 422, url
+    assert [transport.public_ip(a) for a in ("93.184.216.34", "64:ff9b::a00:1", "2002:7f00:1::", "::ffff:0:7f00:1", "fe80::1")] == \
+        [True, False, False, False, False]
+    with Receiver() as receiver:
+        port = int(receiver.url.split(":")[2].split("/")[0])
+        real = socket.getaddrinfo
+        answers = iter(["93.184.216.34", "127.0.0.1"])  # what a rebinding name answers: checked, then not
+
+        def rebinding(host, *args, **kw):
+            if host == "rebind.attacker.test":
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+            return real(host, *args, **kw)
+
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        monkeypatch.setattr(services, "TIMEOUT_S", 1.0)
+        run = running(quiet.team)
+        r = rule(quiet.team, channels=[{"type": "slack", "url": f"http://rebind.attacker.test:{port}/hook"}])
+        d = Delivery.objects.create(rule=r, firing=AlertFiring.objects.create(rule=r, run=run, key=KEY, step=1, message="m"),
+                                    channel="slack", target=f"http://rebind.attacker.test:{port}/hook", payload={"slot": 0, "message": "m"})
+        d = services.deliver(d.id)
+        assert receiver.requests == [] and d.status == "pending"  # it went to the address checked, not to loopback
+
+
+def test_a_receiver_that_trickles_is_cut_off_at_the_deadline(quiet, monkeypatch):
+    import socket
+    import threading
+    import time as time_
+
+    monkeypatch.setattr(services, "TIMEOUT_S", 0.5)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    stop = threading.Event()
+
+    def trickle():
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        while not stop.is_set():  # a header byte now and then, each well inside a socket timeout
+            try:
+                conn.sendall(b"X")
+            except OSError:
+                break
+            time_.sleep(0.1)
+        conn.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+    try:
+        run = running(quiet.team)
+        r = rule(quiet.team, channels=[{"type": "slack", "url": url}])
+        d = Delivery.objects.create(rule=r, firing=AlertFiring.objects.create(rule=r, run=run, key=KEY, step=1, message="m"),
+                                    channel="slack", target=url, payload={"slot": 0, "message": "m"})
+        d = services.deliver(d.id)
+    finally:
+        stop.set()
+        server.close()
+    assert d.status == "pending" and "no answer within 0.5 s" in d.last_error
+
+
+def test_a_second_channel_to_the_same_place_is_refused(quiet):
+    r = client_for(quiet.users["admin"]).post("/api/alerts/rules", {
+        "team": "acme", "name": "x", "condition": "stalled", "threshold": 30,
+        "channels": [{"type": "in_app"}, {"type": "in_app"}, {"type": "slack", "url": "https://h.example.com/a"},
+                     {"type": "slack", "url": "https://h.example.com/a"}]}, content_type="application/json")
+    assert r.status_code == 422 and {e["path"] for e in r.json()["errors"]} == {"channels[1]", "channels[3]"}
+
+
+def test_a_rule_watches_a_bounded_number_of_keys(quiet, sent, monkeypatch):
+    monkeypatch.setattr(services, "MAX_KEYS_PER_RULE", 3)
+    run = running(quiet.team)
+    rule(quiet.team, metric="*", condition="above", threshold=0.5, window=1)
+    assert len(step(run, 1, {f"k/{i:02d}": 0.9 for i in range(10)})) == 3
+
+
+def test_an_address_that_left_the_team_is_not_mailed(quiet, sent, settings, django_capture_on_commit_callbacks):
+    from controlplane.accounts.models import Membership
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    for role, email in (("viewer", "vera@acme.test"), ("member", "mo@acme.test")):
+        type(quiet.users[role]).objects.filter(pk=quiet.users[role].pk).update(email=email)
+    run = running(quiet.team)
+    rule(quiet.team, condition="above", threshold=0.5, window=1, channels=[{"type": "email", "to": ["vera@acme.test", "mo@acme.test"]}])
+    Membership.objects.filter(user=quiet.users["viewer"], team=quiet.team).delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        step(run, 1, {KEY: 0.9})
+    deliver_sent(sent)
+    (message,) = mail.outbox
+    assert message.to == ["mo@acme.test"]
+
+
+def test_a_viewer_sees_that_a_delivery_failed_not_what_the_receiver_or_resolver_said(quiet):
+    admin = client_for(quiet.users["admin"])
+    created = admin.post("/api/alerts/rules", {"team": "acme", "name": "t", "condition": "stalled", "threshold": 30,
+                                               "channels": [{"type": "slack", "url": "http://127.0.0.1:9/x"}]},
+                         content_type="application/json").json()
+    (answer,) = admin.post(f"/api/alerts/rules/{created['id']}/test").json()
+    assert answer["status"] == "failed" and answer["last_error"] not in ("", "failed")
+    (shown,) = client_for(quiet.users["viewer"]).get(f"/api/alerts/rules/{created['id']}/deliveries").json()["items"]
+    assert shown["last_error"] == "failed" and all("error" not in e for e in shown["log"])
