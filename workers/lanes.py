@@ -34,19 +34,23 @@ MIN_SAMPLES = 8
 """Fewer than these, a domain stays in the lane it is in (a new domain: short)."""
 
 
-def p95(values) -> float:
-    """The 95th percentile (linear between ranks).
+def percentile(values, q: float) -> float:
+    """The ``q`` quantile (linear between ranks), to 6 places; 0 for no values.
 
-    >>> p95([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    >>> percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.95)
     9.55
     """
     ordered = sorted(values)
     if not ordered:
         return 0.0
-    rank = 0.95 * (len(ordered) - 1)
+    rank = q * (len(ordered) - 1)
     lo = int(rank)
     hi = min(lo + 1, len(ordered) - 1)
     return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo), 6)
+
+
+def p95(values) -> float:
+    return percentile(values, 0.95)
 
 
 class Lanes:

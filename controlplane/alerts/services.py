@@ -17,7 +17,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import time
@@ -125,19 +124,12 @@ def url_errors(url: str, path: str) -> list[FieldError]:
         return [FieldError(path, "must not carry a user or password (put a token in the path, or use the secret)")]
     if problem := transport.host_error(host):
         return [FieldError(path, problem)]
-    literal = _literal(host)
+    literal = transport.ip_literal(host)
     local = host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost")
     if not settings.TEMPER_ALERT_ALLOW_PRIVATE and (local or (literal is not None and not transport.public_ip(literal))):
         return [FieldError(path, f"{host} is a private or loopback address; deliveries go to public hosts "
                                  f"(TEMPER_ALERT_ALLOW_PRIVATE=1 allows private ones)")]
     return []
-
-
-def _literal(host: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(host.strip("[]")))
-    except ValueError:
-        return None
 
 
 def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list[FieldError]:

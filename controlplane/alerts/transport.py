@@ -47,7 +47,7 @@ def public_ip(text: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def _ip_literal(host: str) -> str | None:
+def ip_literal(host: str) -> str | None:
     try:
         return str(ipaddress.ip_address(host.strip("[]")))
     except ValueError:
@@ -56,7 +56,7 @@ def _ip_literal(host: str) -> str | None:
 
 def host_error(host: str) -> str:
     """What is wrong with a URL's host as written ('' when it is a DNS name or an IP literal)."""
-    if _ip_literal(host) is not None:
+    if ip_literal(host) is not None:
         return ""
     name = host[:-1] if host.endswith(".") else host
     if not name or len(name) > 253 or not all(LABEL.match(label) for label in name.split(".")):
@@ -67,7 +67,7 @@ def host_error(host: str) -> str:
 def resolve(host: str, port: int, *, allow_private: bool) -> str:
     """The address to connect to: the first ``host`` resolves to, once every one of them was
     checked."""
-    literal = _ip_literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         addresses = [literal]
     else:
