@@ -4,7 +4,7 @@
       model/          weights and tokenizer (``save_pretrained``)
       optimizer.pt    {"backend": the RL optimizer, "sft_backend": the SFT optimizer or None}
       rng.pt          {"engine": engine RNG, "torch": torch RNG, "sft_rng": SFT task RNG,
-                       "pending": batches generated ahead, [{"trajs", "policy_version"}]}
+                       "pending": batches generated ahead, [{"trajs", "policy_version", "carried"}]}
       state.json      {"step", "sft_steps_done", "initial_model_path", "config", "sampler"}
 
 It is written next to its place (``step-100.tmp``) and renamed, so a crash never leaves half of
@@ -62,7 +62,8 @@ class Checkpoint:
             tokenizer.save_pretrained(tmp / "model")
             torch.save({"backend": self.optimizer, "sft_backend": self.sft["optimizer"]}, tmp / "optimizer.pt")
             torch.save({"engine": self.engine_rng, "torch": self.torch_rng,
-                        "pending": [{"trajs": b.trajs, "policy_version": b.policy_version} for b in self.ahead],
+                        "pending": [{"trajs": b.trajs, "policy_version": b.policy_version, "carried": b.carried}
+                                    for b in self.ahead],
                         "sft_rng": self.sft["rng"]}, tmp / "rng.pt")
             state = {"step": self.step, "sft_steps_done": self.sft["steps_done"],
                      "initial_model_path": self.config.model.path,
@@ -107,7 +108,7 @@ class Checkpoint:
             if isinstance(saved, list):  # saved before batches kept their version: the i-th batch
                 # ahead was queued i+1 steps before the checkpoint, behind that step's sync
                 saved = {"trajs": saved, "policy_version": max(0, state["step"] - config.rollout.staleness + i)}
-            ahead.append(Batch(saved["trajs"], saved["policy_version"]))
+            ahead.append(Batch(saved["trajs"], saved["policy_version"], carried=saved.get("carried", False)))
         return cls(step=state["step"], config=config, sampler=state["sampler"], optimizer=opt["backend"],
                    engine_rng=rng["engine"], torch_rng=rng["torch"], ahead=ahead,
                    sft={"steps_done": state["sft_steps_done"], "rng": rng["sft_rng"],

@@ -142,6 +142,9 @@ class RolloutConfig:
     """Nucleus sampling mass."""
     staleness: int = _num(0, ge=0, le=16)
     """Steps that generation may run ahead of the update (0 = synchronous)."""
+    verify_budget_s: float = _num(0.0, ge=0, le=86_400)
+    """Seconds a step waits for its batch's verification once generated; groups still verifying
+    then join the next step, within the staleness bound (needs staleness >= 1; 0 = wait for all)."""
     max_turns: int = _num(1, ge=1, le=256)
     """Model turns per episode in multi-turn environments."""
     max_episode_tokens: int = _num(1024, ge=1, le=262_144)
@@ -534,6 +537,9 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
             errors.append((f"domains.{slug}", f"must be at most {MAX_DOMAIN_WEIGHT:g}"))
     if cfg.sampler.min_samples > cfg.sampler.max_samples:
         errors.append(("sampler.min_samples", "must be at most sampler.max_samples"))
+    if cfg.rollout.verify_budget_s > 0 and cfg.rollout.staleness < 1:
+        errors.append(("rollout.verify_budget_s", "needs rollout.staleness of at least 1 (a group left "
+                                                  "verifying joins a later step, one update staler)"))
     if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
         errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
     for size in SIZES:

@@ -24,7 +24,7 @@ class Trajectory:
     task: Task
     """The task it answers."""
     group: int
-    """Index of its group (one group per drawn task) within the step's batch."""
+    """Id of its group (one group per drawn task), unique within the job."""
     prompt_ids: list[int]
     """Prompt token ids."""
     response_ids: list[int] = field(default_factory=list)

@@ -186,8 +186,12 @@ class Job:
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.clocks = StageClocks()
         self.pipeline = pipeline_cls(self.engine, self.model, self._generate, self.verify_batch, self.clocks,
-                                 staleness=cfg.rollout.staleness, chunk_size=cfg.rollout.batch_size)
+                                 staleness=cfg.rollout.staleness, chunk_size=cfg.rollout.batch_size,
+                                 verify_budget_s=cfg.rollout.verify_budget_s)
         self.step_count = 0
+        self.groups_drawn = 0
+        """Groups drawn so far: the next group's id (ids are unique within the job, so groups
+        carried over from an earlier batch never share one with the batch they join)."""
         self.last_generated: list[Trajectory] = []
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
         self.last_trained: list[Trajectory] = []
@@ -251,22 +255,27 @@ class Job:
             return trajs
         kept, refills, dropped = self._drop_flat(trajs), 0, 0
         dropped += len({t.group for t in trajs}) - len({t.group for t in kept})
+        # refills top the batch up to k groups; groups carried over from an earlier step may make
+        # it larger, and none of those is dropped
+        limit = max(k, len({t.group for t in kept}))
         while len({t.group for t in kept}) < k and refills < alg.max_refills:
             refills += 1
-            requests = self._draw_requests(k - len({t.group for t in kept}), refills * k * 2)
+            requests = self._draw_requests(k - len({t.group for t in kept}))
             more = self.pipeline.refill(requests, metrics).trajs
             self._update_sampler(more)
             self.last_generated += more
             good = self._drop_flat(more)
             dropped += len({t.group for t in more}) - len({t.group for t in good})
             kept += good
-        keep_groups = list(dict.fromkeys(t.group for t in kept))[:k]
+        keep_groups = list(dict.fromkeys(t.group for t in kept))[:limit]
         metrics["batch/refills"] = refills
         metrics["batch/dropped_groups"] = dropped
         return [t for t in kept if t.group in set(keep_groups)]
 
-    def _draw_requests(self, k: int, first_group: int = 0) -> list[Request]:
-        return [(task, n, first_group + i) for i, (task, n) in enumerate(self.sampler.draw(k))]
+    def _draw_requests(self, k: int) -> list[Request]:
+        drawn = self.sampler.draw(k)
+        first, self.groups_drawn = self.groups_drawn, self.groups_drawn + len(drawn)
+        return [(task, n, first + i) for i, (task, n) in enumerate(drawn)]
 
     def _generate(self, requests: list[Request]) -> list[Trajectory]:
         """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env.
@@ -482,6 +491,7 @@ class Job:
         job.sampler.load_state_dict(saved.sampler)
         job.step_count = saved.step
         job.pipeline.restore(saved.ahead, version=saved.step)  # the engine has the checkpoint's weights
+        job.groups_drawn = 1 + max((t.group for b in saved.ahead for t in b.trajs), default=-1)
         return job
 
 

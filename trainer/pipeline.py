@@ -16,6 +16,15 @@ Batch k+s is drawn and queued when step k starts, behind the sync of update k, s
 by weights that are exactly ``s`` updates older than the update that consumes it (fewer in the
 first steps). A sync copies a snapshot, so generation never sees half an update.
 
+Each chunk's completions are verified per domain, on verify threads of that domain's own, so a
+slow domain (a long verification lane) never holds a fast one's groups. With a verification budget
+(``rollout.verify_budget_s`` = b > 0) a step waits for its batch's verification at most b seconds
+once the batch is generated: it trains on the groups verified by then, and the rest stay in
+flight and join the next step (the step after is the last one a group may join under the bound,
+so there it is waited for). To keep such a group under the bound, a budgeted pipeline generates
+``s - 1`` batches ahead instead of ``s``: the batch a step consumes is ``s - 1`` updates old, a
+group it carries ``s``.
+
 Either way every batch carries the policy version that generated it, and a batch more than
 ``staleness`` updates old is refused.
 """
@@ -44,6 +53,11 @@ VerifyBatch = Callable[[list[tuple[str, Task]]], list[Verification]]
 T = TypeVar("T")
 
 
+VERIFY_THREADS = 2
+"""Verifications of one domain an overlapped pipeline runs at once (each domain has its own
+threads, so a slow domain's verifications never hold a fast one's)."""
+
+
 @dataclass
 class Batch:
     """Trajectories generated for one step, with the version of the weights that generated them."""
@@ -52,8 +66,24 @@ class Batch:
     """Generated trajectories, verified by the time the step consumes them."""
     policy_version: int
     """Policy updates already applied to the weights the engine generated this batch with."""
-    checks: list = field(default_factory=list, repr=False)
-    """Futures of the chunk verifications still running (empty once the batch is ready)."""
+    checks: list[tuple[list[Trajectory], cf.Future]] = field(default_factory=list, repr=False)
+    """The verifications still running: each future verifies the trajectories beside it (whole
+    groups of one domain); empty once the batch is ready."""
+    carried: bool = False
+    """Groups held over from an earlier step whose verification budget ran out: they join the next
+    step's batch."""
+
+    def groups(self) -> int:
+        return len({t.group for t in self.trajs})
+
+    def split(self) -> tuple[Batch, Batch]:
+        """The part whose verification is done, and the part still verifying (same version)."""
+        done = [(trajs, check) for trajs, check in self.checks if check.done()]
+        running = [(trajs, check) for trajs, check in self.checks if not check.done()]
+        late = {id(t) for trajs, _ in running for t in trajs}
+        ready = Batch([t for t in self.trajs if id(t) not in late], self.policy_version, done, carried=self.carried)
+        rest = Batch([t for t in self.trajs if id(t) in late], self.policy_version, running, carried=True)
+        return ready, rest
 
 
 # ----------------------------------------------------------------------------- stage clocks
@@ -172,7 +202,7 @@ class Pipeline:
     """Whether the engine may generate with the policy's own parameters (else it keeps a copy)."""
 
     def __init__(self, engine, policy: torch.nn.Module, generate: Generate, verify_batch: VerifyBatch,
-                 clocks: StageClocks, *, staleness: int, chunk_size: int):
+                 clocks: StageClocks, *, staleness: int, chunk_size: int, verify_budget_s: float = 0.0):
         self.engine = engine
         self.policy = policy
         self._generate_untimed = generate
@@ -180,6 +210,8 @@ class Pipeline:
         self.clocks = clocks
         self.staleness = staleness
         self.chunk_size = chunk_size
+        self.verify_budget_s = verify_budget_s
+        """Seconds a step waits for its batch's verification once generated (0: all of it)."""
         self.version = 0
         """Policy updates handed to :meth:`sync` so far (the caller's view)."""
         self.engine_version = 0
@@ -211,12 +243,13 @@ class Pipeline:
         raise NotImplementedError
 
     def ahead(self) -> list[Batch]:
-        """The batches generated ahead of the current step, verified (for a checkpoint)."""
+        """The batches generated ahead of the current step, verified (for a checkpoint): groups
+        carried over from a step (``carried``) first, then the batches queued ahead."""
         raise NotImplementedError
 
     def restore(self, ahead: list[Batch], version: int) -> None:
         """Continue from a checkpoint taken after ``version`` updates, whose weights the engine was
-        built from; ``ahead`` are the batches that were generated ahead then."""
+        built from; ``ahead`` are the batches that were generated ahead then (:meth:`ahead`)."""
         self.version = self.engine_version = version
 
     def close(self) -> None:
@@ -293,22 +326,29 @@ class SyncPipeline(Pipeline):
 
 
 class OverlappedPipeline(Pipeline):
-    """``staleness > 0``: one thread generates (and applies weight syncs in order), one verifies;
-    the engine keeps its own copy of the weights."""
+    """``staleness > 0``: one thread generates (and applies weight syncs in order), each domain's
+    verify threads verify; the engine keeps its own copy of the weights."""
 
     shares_weights = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.rollout_thread = cf.ThreadPoolExecutor(1, "rollout")
-        self.verify_thread = cf.ThreadPoolExecutor(1, "verify")
+        self.verify_threads: dict[str, cf.ThreadPoolExecutor] = {}
+        """Per domain (and ``""`` for evaluations), its verify threads, started when first needed."""
+        self._threads_lock = threading.Lock()
+        self.lookahead = self.staleness - 1 if self.verify_budget_s > 0 else self.staleness
+        """Batches generated ahead of the one a step consumes (one fewer with a budget, so that a
+        group carried to the next step is still within the staleness bound there)."""
         self.pending: list[cf.Future] = []
-        """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``staleness``."""
+        """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``lookahead``."""
+        self.carried: list[Batch] = []
+        """Groups of earlier batches still verifying when their step's budget ran out."""
 
     def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
-        while len(self.pending) < self.staleness + 1:  # queue the batches generated ahead
+        while len(self.pending) < self.lookahead + 1:  # queue the batches generated ahead
             self.pending.append(self._submit(draw()))
-        return self._checked(self._ready(self.pending.pop(0), metrics), metrics)
+        return self._checked(self._take(self.pending.pop(0), metrics), metrics)
 
     def refill(self, requests: list[Request], metrics: dict) -> Batch:
         return self._checked(self._ready(self._submit(requests), metrics), metrics)
@@ -328,50 +368,113 @@ class OverlappedPipeline(Pipeline):
         return self.rollout_thread.submit(fn).result()
 
     def verify(self, trajs: list[Trajectory]) -> None:
-        self.verify_thread.submit(self._verify, trajs).result()
+        self._verifier("").submit(self._verify, trajs).result()
 
     def ahead(self) -> list[Batch]:
-        return [self._ready(f) for f in self.pending]
+        return [self._wait_all(b) for b in self.carried] + [self._ready(f) for f in self.pending]
 
     def restore(self, ahead: list[Batch], version: int) -> None:
         super().restore(ahead, version)
         for batch in ahead:
-            done: cf.Future = cf.Future()
-            done.set_result(batch)
-            self.pending.append(done)
+            if batch.carried:
+                self.carried.append(batch)
+            else:
+                self.pending.append(_done(batch))
 
     def close(self) -> None:
-        for thread in (self.rollout_thread, self.verify_thread):
-            thread.shutdown(wait=True, cancel_futures=True)
+        self.rollout_thread.shutdown(wait=True, cancel_futures=True)
+        with self._threads_lock:
+            pools = list(self.verify_threads.values())
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _verifier(self, domain: str) -> cf.ThreadPoolExecutor:
+        """``domain``'s verify threads."""
+        with self._threads_lock:
+            if domain not in self.verify_threads:
+                self.verify_threads[domain] = cf.ThreadPoolExecutor(VERIFY_THREADS, f"verify-{domain}" if domain else "verify")
+            return self.verify_threads[domain]
 
     def _produce(self, requests: list[Request]) -> Batch:
-        """On the rollout thread: generate a batch chunk by chunk, each chunk going to the verify
-        thread as soon as it is generated (its verification overlaps the next chunk's generation,
-        the next batch's, and the caller's update)."""
+        """On the rollout thread: generate a batch chunk by chunk, each chunk's completions going to
+        the verify threads (a verification per domain) as soon as they are generated (it overlaps
+        the next chunk's generation, the next batch's, and the caller's update)."""
         batch = Batch([], policy_version=self.engine_version)
         for chunk in engine_chunks(requests, self.chunk_size):
             trajs = self._generate(chunk)
             batch.trajs += trajs
-            batch.checks.append(self.verify_thread.submit(self._verify, trajs))
+            by_domain: dict[str, list[Trajectory]] = {}
+            for t in trajs:
+                by_domain.setdefault(t.task.domain, []).append(t)
+            for domain, part in by_domain.items():
+                batch.checks.append((part, self._verifier(domain).submit(self._verify, part)))
         return batch
 
     def _submit(self, requests: list[Request]) -> cf.Future:
         """Queue a batch on the rollout thread (behind every sync queued before it)."""
         return self.rollout_thread.submit(self._produce, requests)
 
+    def _take(self, future: cf.Future, metrics: dict) -> Batch:
+        """This step's batch: the queued batch once generated, with the groups carried over from
+        the step before; without a budget every verification is waited for, with one only as
+        long as it allows (at least one group, and every group at the staleness bound, always)."""
+        t0 = time.perf_counter()
+        batch = future.result()
+        t1 = time.perf_counter()
+        metrics["stage/generate_s"] += t1 - t0
+        carried, self.carried = self.carried, []
+        due = [b for b in carried if self.version - b.policy_version >= self.staleness]
+        budgeted = [b for b in carried if b not in due] + [batch]
+        for b in due:  # its last step under the bound
+            self._wait_all(b)
+        checks = [check for b in budgeted for _, check in b.checks]
+        if self.verify_budget_s > 0:
+            cf.wait(checks, timeout=self.verify_budget_s)
+            if not due and not any(b.split()[0].trajs for b in budgeted):
+                cf.wait(checks, return_when=cf.FIRST_COMPLETED)  # a step trains on something
+        else:
+            cf.wait(checks)
+        parts = []
+        for b in due + budgeted:
+            ready, rest = b.split()
+            parts.append(ready)
+            if rest.trajs:
+                self.carried.append(rest)
+        for b in parts:
+            self._wait_all(b)  # done already: raises a verification's exception, as waiting would
+        metrics["stage/verify_s"] += time.perf_counter() - t1
+        metrics["batch/groups_carried_in"] = float(sum(b.groups() for b in parts if b.carried))
+        metrics["batch/groups_carried_out"] = float(sum(b.groups() for b in self.carried))
+        parts = [b for b in parts if b.trajs]
+        return Batch([t for b in parts for t in b.trajs],
+                     min((b.policy_version for b in parts), default=batch.policy_version))
+
     @staticmethod
-    def _ready(future: cf.Future, metrics: dict | None = None) -> Batch:
+    def _wait_all(batch: Batch) -> Batch:
+        """``batch`` with every verification done (a verifier's exception is raised here)."""
+        for _, check in batch.checks:
+            check.result()
+        batch.checks = []
+        return batch
+
+    @classmethod
+    def _ready(cls, future: cf.Future, metrics: dict | None = None) -> Batch:
         """Wait for a queued batch to be generated, then verified; time each wait."""
         t0 = time.perf_counter()
         batch = future.result()
         t1 = time.perf_counter()
-        for check in batch.checks:
-            check.result()
-        batch.checks = []
+        cls._wait_all(batch)
         if metrics is not None:
             metrics["stage/generate_s"] += t1 - t0
             metrics["stage/verify_s"] += time.perf_counter() - t1
         return batch
+
+
+def _done(batch: Batch) -> cf.Future:
+    """A future already holding ``batch``."""
+    future: cf.Future = cf.Future()
+    future.set_result(batch)
+    return future
 
 
 class _ParamsView:

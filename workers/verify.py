@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -110,6 +111,11 @@ class Gatherer:
         self.max_attempts = max_attempts
         self.served = served
         self.stats = {"batches": 0, "resent": 0, "lost_items": 0, "unserved_items": 0}
+        self._stats_lock = threading.Lock()  # the Job verifies from several threads at once
+
+    def _count(self, key: str, n: int) -> None:
+        with self._stats_lock:
+            self.stats[key] += n
 
     def run(self, name: str, batches: list[tuple]) -> list[list[dict] | None]:
         """``batches`` are task arguments; returns each batch's results (None when lost for good)."""
@@ -129,10 +135,10 @@ class Gatherer:
                 unserved.update(todo)
                 break
             if attempt > 1:
-                self.stats["resent"] += len(todo)
+                self._count("resent", len(todo))
                 log.warning("re-dispatching %d lost or late %s batches (attempt %d)", len(todo), name, attempt)
             pending = {i: self.send(name, batches[i]) for i in todo}
-            self.stats["batches"] += len(pending)
+            self._count("batches", len(pending))
             deadline = time.monotonic() + max(self.deadline_s(len(batches[i][-1])) for i in todo)
             todo = []
             for i, handle in pending.items():
@@ -143,9 +149,8 @@ class Gatherer:
                     todo.append(i)
                 else:
                     results[i] = outcome
-        for i in list(todo) + sorted(unserved):
-            self.stats["lost_items"] += len(batches[i][-1])
-        self.stats["unserved_items"] += sum(len(batches[i][-1]) for i in unserved)
+        self._count("lost_items", sum(len(batches[i][-1]) for i in list(todo) + sorted(unserved)))
+        self._count("unserved_items", sum(len(batches[i][-1]) for i in unserved))
         return results, unserved
 
     def _served(self, queue: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
-from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, has_path, load_config
+from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, has_path, load_config, put_path
 from trainer.config_schema import config_json_schema, config_setting
 
 MAX_MEMBER_PRIORITY = 50
@@ -116,21 +116,67 @@ def _without(config: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return rest
 
 
-def trainer_config_errors(config: dict[str, Any], prefix: str = "config") -> list[FieldError]:
+def trainer_config_errors(config: dict[str, Any], prefix: str = "config",
+                          run: dict[str, Any] | None = None) -> list[FieldError]:
     """The trainer's validation of a run's config section, with paths under ``prefix``: a setting
     the run owns is refused with the run field that sets it, every other one is checked by
-    ``trainer.config.load_config``."""
+    ``trainer.config.load_config``, with the numbers the run body ``run`` gives the settings it
+    owns (a rule across settings, such as a verification budget needing staleness, sees them)."""
     owned = [o for o in RUN_OWNED if has_path(config, o.path)]
     errors = [FieldError(f"{prefix}.{o.path}", o.refusal()) for o in owned]
+    checked = _without(config, [o.path for o in owned])
+    for o in RUN_OWNED:
+        value = _field(run or {}, o.source)
+        if not o.assigned and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and _mappings_on_the_way(checked, o.path):  # else load_config says the section is wrong
+            put_path(checked, o.path, value)
     try:
-        load_config(_without(config, [o.path for o in owned]))
+        load_config(checked)
     except ConfigError as exc:
         errors += [FieldError(f"{prefix}.{path}" if path else prefix, message) for path, message in exc.errors]
     return errors
 
 
+def _mappings_on_the_way(config: dict[str, Any], path: str) -> bool:
+    """Whether each section on the way to ``path`` in ``config`` is a mapping or absent."""
+    node: Any = config
+    for part in path.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return True
+        if not isinstance(node, dict):
+            return False
+    return True
+
+
 def run_schema_errors(data: Any) -> list[FieldError]:
+    """Every error of a run body's shape and of its config section, in one pass (a bad weight does
+    not hide a bad setting); a run field with an error of its own is not lent to the config's
+    cross-setting rules."""
     errors = schema_errors(data, RUN_SCHEMA)
-    if not errors and isinstance(data.get("config"), dict):
-        errors += trainer_config_errors(data["config"])
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        bad = [e.path for e in errors]
+        run = copy.deepcopy(data)
+        for o in RUN_OWNED:
+            if any(p == o.source or p.startswith(o.source + ".") or p.startswith(o.source + "[") for p in bad):
+                _drop(run, o.source)
+        errors += trainer_config_errors(data["config"], run=run)
     return errors
+
+
+def _drop(data: dict[str, Any], dotted: str) -> None:
+    """Remove the value at ``dotted`` of a run body, where there is one."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        data = data.get(part) if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        data.pop(leaf, None)
+
+
+def _field(data: dict[str, Any], dotted: str) -> Any:
+    """The value at ``dotted`` (``budget.steps``) of a run body, or None."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data

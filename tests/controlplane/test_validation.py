@@ -83,6 +83,10 @@ def test_domain_create_lists_every_missing_field():
     (lambda p: p.update(config={"rollout": {"n": "eight"}}), "config.rollout.n: must be an integer"),
     (lambda p: p.update(config={"model": {"path": "/x"}}), "config.model.path: set it with the run's 'base_model' field instead"),
     (lambda p: p.update(config={"rollout": {"staleness": 2}}), "config.rollout.staleness: set it with the run's 'staleness' field instead"),
+    (lambda p: p.update(config={"rollout": {"verify_budget_s": 5}}),
+     "config.rollout.verify_budget_s: needs rollout.staleness of at least 1"),
+    (lambda p: p.update(staleness=0, config={"rollout": {"verify_budget_s": 5}}),
+     "config.rollout.verify_budget_s: needs rollout.staleness of at least 1"),
     (lambda p: p["domains"].append({"slug": "nope", "weight": 1}), "domains[1].slug: unknown domain 'nope'"),
     (lambda p: p["domains"].append({"slug": "addition", "weight": 1}), "domains[1].slug: 'addition' is listed twice"),
     (lambda p: p.update(base_model="/does/not/exist"), "base_model: model directory '/does/not/exist' not found under the allowed model directories"),
@@ -93,6 +97,27 @@ def test_run_errors_name_the_field(world, mutate, expected):
     with pytest.raises(InvalidInput) as err:
         run_validate(actor=factories.actor(world.users["member"]), data=payload)
     assert any(m.startswith(expected) for m in messages(err.value.errors)), messages(err.value.errors)
+
+
+def test_every_error_of_a_run_body_comes_in_one_pass(world):
+    """A bad weight and a bad budget do not hide the config's bad settings, nor one another; a run
+    field with its own error is not lent to the config's cross-setting rules."""
+    payload = factories.run_payload(["addition"], team="acme", staleness=-1,
+                                    config={"algorithm": {"clip_low": 1.5}, "rollout": {"n": "x", "verify_budget_s": 5}})
+    payload["domains"][0]["weight"] = 0
+    payload["budget"]["steps"] = 0
+    with pytest.raises(InvalidInput) as err:
+        run_validate(actor=factories.actor(world.users["member"]), data=payload)
+    paths = [e.path for e in err.value.errors]
+    assert {"domains[0].weight", "budget.steps", "staleness", "config.algorithm.clip_low", "config.rollout.n"} <= set(paths), paths
+    assert "config.rollout.staleness" not in paths  # staleness is reported once, at its own field
+
+
+def test_a_section_that_is_not_a_mapping_is_an_error_not_a_crash(world):
+    payload = factories.run_payload(["addition"], team="acme", staleness=1, config={"rollout": 5})
+    with pytest.raises(InvalidInput) as err:
+        run_validate(actor=factories.actor(world.users["member"]), data=payload)
+    assert ("config.rollout", "must be a mapping") in [(e.path, e.message) for e in err.value.errors]
 
 
 def test_bad_run_is_refused_before_anything_is_saved(world):
@@ -200,6 +225,14 @@ def test_settings_beside_run_owned_ones_are_accepted(world):
     plan = run_validate(actor=factories.actor(world.users["member"]),
                         data=factories.run_payload(["addition"], team="acme", config=config))
     assert plan.fields["config"] == config
+
+
+def test_a_rule_across_config_and_run_fields_sees_the_run_fields(world):
+    """A verification budget needs staleness, which the run's own field sets: with it, accepted."""
+    plan = run_validate(actor=factories.actor(world.users["member"]),
+                        data=factories.run_payload(["addition"], team="acme", staleness=1,
+                                                   config={"rollout": {"verify_budget_s": 5}}))
+    assert plan.fields["config"] == {"rollout": {"verify_budget_s": 5}}
 
 
 def test_run_fields_take_the_trainer_settings_bounds_and_default(world):

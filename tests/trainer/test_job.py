@@ -386,3 +386,67 @@ def test_completions_are_verified_as_soon_as_each_engine_batch_is_generated(base
     job.close()
     assert waited[3] is True
     assert chunks[:4] == [4, 4, 4, 4] and metrics["batch/completions"] == 16
+
+
+def _slow_parity(release: threading.Event):
+    """A verify_batch whose builtin-parity verifications wait for ``release`` (a slow lane)."""
+    def verify(items):
+        if any(task.domain == "builtin-parity" for _, task in items):
+            assert release.wait(timeout=300), "the test never released the slow verifications"
+        return alternate(items)
+    return verify
+
+
+def test_a_budget_trains_on_what_is_verified_and_carries_the_rest_to_the_next_step(base_config, tmp_path):
+    """With rollout.verify_budget_s, a step whose slow domain is still verifying when the budget
+    runs out trains on the groups verified by then; the late groups join the next step, one update
+    staler and never beyond the staleness bound (there they are waited for, budget or not); group
+    ids stay distinct; a checkpoint keeps the carried groups and a resumed job trains on them."""
+    base_config["domains"] = {"builtin-addition": 1.0, "builtin-parity": 1.0}
+    base_config["rollout"].update(staleness=1, verify_budget_s=2.0, prompts_per_step=8, batch_size=4)
+    release = threading.Event()
+    job = Job(base_config, verify_batch=_slow_parity(release))
+    assert job.pipeline.lookahead == 0  # one batch fewer ahead: a carried group is then 1 update old
+    first = job.step()
+    trained = {t.task.domain for t in job.last_generated}
+    assert trained == {"builtin-addition"}, "the step waited for the slow domain past its budget"
+    late = int(first["batch/groups_carried_out"])
+    assert late >= 1 and first["batch/groups_carried_in"] == 0
+    assert first["batch/policy_lag"] == 0
+
+    # the carried groups reach their bound at the next step: it waits for them past the budget
+    done = threading.Event()
+    result = {}
+    runner = threading.Thread(target=lambda: (result.update(m=job.step()), done.set()))
+    runner.start()
+    assert not done.wait(timeout=3 * job.config.rollout.verify_budget_s), "a group past its bound was dropped or skipped"
+    release.set()
+    runner.join(timeout=300)
+    second = result["m"]
+    assert second["batch/groups_carried_in"] == late
+    assert second["batch/groups_carried_out"] == 0  # released: every verification came back
+    assert second["batch/policy_lag"] == 1 == job.config.rollout.staleness
+    groups = [t.group for t in job.last_generated]
+    assert "builtin-parity" in {t.task.domain for t in job.last_generated}
+    assert len(set(groups)) == second["batch/groups_generated"] == late + 8  # ids never collide
+
+    release.clear()  # slow again: step 3 carries parity groups, and a checkpoint keeps them
+    third = job.step()
+    carried = int(third["batch/groups_carried_out"])
+    assert carried >= 1
+    release.set()
+    job.save_checkpoint(tmp_path / "ckpt")
+    job.close()
+    resumed = Job.resume(tmp_path / "ckpt", verify_batch=_slow_parity(release))
+    fourth = resumed.step()
+    resumed.close()
+    assert fourth["batch/groups_carried_in"] == carried
+    assert fourth["batch/policy_lag"] == 1
+    assert len({t.group for t in resumed.last_generated}) == fourth["batch/groups_generated"]
+
+
+def test_a_verification_budget_needs_an_overlapped_pipeline(base_config):
+    base_config["rollout"].update(staleness=0, verify_budget_s=5.0)
+    with pytest.raises(ConfigError) as info:
+        Job(base_config)
+    assert [path for path, _ in info.value.errors] == ["rollout.verify_budget_s"]
