@@ -4,20 +4,30 @@ The tiny model trains on single-digit addition; every completion is verified by 
 execution that takes about 200 ms (the sandboxed code domain's cost), 8 executions at a time as
 a verify pool would (the sandbox pool's global and domain limits are set to ``--slots``), each
 supervised from its own process as verify workers do (``--verify-in threads``: from threads of
-the trainer's process, where their polling competes with generation for the GIL).
+the trainer's process, where their polling competes with generation for the GIL). The execution
+starts the way the code domain's test harness does (``python3 -I -S -c``, forked by the warm
+sandbox's zygote; ``--check exec``: a fresh interpreter running a file, about 2.5x its CPU).
 
 With staleness s, batches k+1 .. k+s are generated and verified while step k trains, and each
 chunk of ``--engine-batch`` samples goes to verification as soon as it is sampled (streaming);
-with staleness 0 each step generates, verifies and updates in turn. ``--max-new-tokens`` sets
-the cost of sampling against the fixed cost of verifying: at the default 320 sampling a batch
-takes about as long as verifying it, the regime of LLM RL on code where overlap pays; at 64
-sampling is a tenth of verification and no schedule can beat (g + v + u) / (v + u).
+with staleness 0 each step generates, verifies and updates in turn.
+
+The workload is the regime overlap is for, LLM RL on code, where sampling a batch takes about as
+long as verifying it; every sample is generated to ``--max-new-tokens`` (``ignore_eos``, as
+vLLM's benchmarks do), so each setting does the same work whatever its policy learns to say.
+By default that length is calibrated on the machine it runs on: sampling a batch at 64 tokens
+and verifying it are timed, the length that would make the two equal is timed in turn, and the
+length it gives is used. No schedule beats
+``(g + v + u) / max(g, v, u)`` (the stages' seconds per step at staleness 0): the bench reports
+that bound and the share of it reached. Settings run in rounds (0, 1, 2, then 2, 1, 0), each
+round a new job with 2 warm-up steps, so a machine whose speed drifts weighs on all alike.
+
 Besides the goals' figures it reports each stage's busy fraction (generate, verify, update) and
 the policy lag of the trained batches. Last line: one JSON object with steps_per_hour (by
-staleness), speedup_1_vs_0 and generator_idle (by staleness).
+staleness), speedup_1_vs_0, generator_idle (by staleness) and the bound.
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--backend bwrap|docker] [--verify-in processes|threads]
-                                       [--slots 8] [--max-new-tokens 320] [--engine-batch 8]
+                                       [--slots 8] [--max-new-tokens 0] [--engine-batch 8] [--check harness|exec]
 """
 from __future__ import annotations
 
@@ -28,28 +38,39 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = "import time\ntime.sleep(0.2)\nprint('checked')\n"
+PROBE_TOKENS = 64
+"""Generation length at which sampling a batch is timed for the calibration."""
+STALENESS = (0, 1, 2)
 
 
-def sandbox_check(backend: str | None) -> str:
+def sandbox_check(backend: str | None, check: str = "harness") -> str:
     """One sandboxed execution of the checker (in a verify process); its verdict's status."""
     from workers.sandbox import Limits, execute
 
+    if check == "harness":  # as trainer/verifiers/code_harness.py starts the tests
+        return execute({}, ["python3", "-I", "-S", "-c", PROGRAM], Limits(cpu_s=5, wall_s=10),
+                       backend=backend, domain="bench-pipeline").status
     return execute({"check.py": PROGRAM}, ["python3", "check.py"], Limits(cpu_s=5, wall_s=10),
                    backend=backend, domain="bench-pipeline").status
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12, help="measured steps per setting (after 2 warm-up steps)")
+    parser.add_argument("--steps", type=int, default=12, help="measured steps per setting (after 2 warm-up steps a round)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every setting (alternating order); steps split among them")
     parser.add_argument("--slots", type=int, default=8, help="sandbox executions in parallel")
     parser.add_argument("--backend", default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=320,
-                        help="generation length: sets the generation cost against the fixed verification cost "
-                             "(320: sampling a batch takes about as long as verifying it, as in LLM RL)")
+    parser.add_argument("--check", choices=["harness", "exec"], default="harness",
+                        help="start the checker as the code domain's harness does (python3 -I -S -c, forked by the "
+                             "sandbox's zygote) or as a fresh interpreter running a file")
+    parser.add_argument("--max-new-tokens", type=int, default=0,
+                        help="tokens sampled per completion (every one to this length); 0: the length at which "
+                             "sampling a batch takes as long as verifying it on this machine")
     parser.add_argument("--engine-batch", type=int, default=8,
                         help="rollout.batch_size: sequences sampled together; with staleness > 0 each such "
                              "chunk goes to verification as soon as it is sampled (streaming)")
@@ -63,10 +84,11 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
+    from trainer.catalogue import get
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
     from trainer.outcomes import Outcome, Verification
-    from trainer.catalogue import get
+    from trainer.pipeline import engine_chunks
 
     if args.verify_in == "processes":
         import multiprocessing
@@ -77,46 +99,91 @@ def main() -> int:
     exact = get("builtin-addition").verify
 
     def verify_batch(items):
-        statuses = pool.map(sandbox_check, [args.backend] * len(items))
+        statuses = pool.map(sandbox_check, [args.backend] * len(items), [args.check] * len(items))
         return [exact(completion, task) if status == "ok" else Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": status})
                 for (completion, task), status in zip(items, statuses)]
 
     model = str(build_tiny(tempfile.mkdtemp() + "/m", layers=2))
-    results = {}
-    for staleness in (0, 1, 2):
+
+    def new_job(staleness: int, max_new_tokens: int) -> Job:
         job = Job({"model": {"path": model}, "domains": {"builtin-addition": 1.0}, "seed": 0,
-                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": args.max_new_tokens, "staleness": staleness,
+                   "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": max_new_tokens, "staleness": staleness,
                                "batch_size": args.engine_batch},
                    "optimizer": {"lr": 5e-4}}, verify_batch=verify_batch)
+        job.params = replace(job.params, ignore_eos=True)  # the same work in every setting
+        return job
+
+    calibration = None
+    tokens = args.max_new_tokens
+    if tokens <= 0:
+        # sampling's cost per token grows with the length (attention over the cache), so the
+        # length found at the probe is timed again and corrected once
+        job = new_job(0, PROBE_TOKENS)
+        requests = job._draw_requests(job.config.rollout.prompts_per_step)
+        tokens, calibration = PROBE_TOKENS, []
         for _ in range(2):
-            job.step()
-        busy = {stage: 0.0 for stage in ("generate", "verify", "update")}
-        lags, windows, t0 = [], 0.0, time.perf_counter()
-        for _ in range(args.steps):
-            metrics = job.step()
-            lags.append(int(metrics["batch/policy_lag"]))
-            windows += metrics["pipeline/window_s"]  # these tile the measured steps' time
-            for stage in busy:
-                busy[stage] += metrics[f"pipeline/{stage}_busy_s"]
-        elapsed = time.perf_counter() - t0
+            job.params = replace(job.params, max_new_tokens=tokens)
+            gen_s, verify_s = [], []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                trajs = [t for chunk in engine_chunks(requests, args.engine_batch) for t in job._generate(chunk)]
+                t1 = time.perf_counter()
+                verify_batch([(t.completion, t.task) for t in trajs])  # a whole batch, as staleness 0 does
+                gen_s.append(t1 - t0)
+                verify_s.append(time.perf_counter() - t1)
+            g, v = sorted(gen_s)[1], sorted(verify_s)[1]
+            calibration.append({"tokens": tokens, "generate_s": round(g, 3), "verify_s": round(v, 3)})
+            print(f"calibration: sampling a batch at {tokens} tokens {g:.3f} s, verifying it {v:.3f} s", flush=True)
+            tokens = max(16, min(1024, 8 * round(tokens * v / g / 8)))
         job.close()
-        results[staleness] = {"steps_per_hour": round(3600 * args.steps / elapsed, 1),
-                              "generator_idle": round(1 - busy["generate"] / windows, 3),
-                              "busy_frac": {s: round(b / windows, 3) for s, b in busy.items()},
-                              "busy_s_per_step": {s: round(b / args.steps, 3) for s, b in busy.items()},
-                              "max_policy_lag": max(lags)}
-        print(f"staleness {staleness}: {results[staleness]}", flush=True)
+        print(f"calibrated: {tokens} tokens a completion", flush=True)
+
+    per_round = max(1, args.steps // args.rounds)
+    totals = {s: {"steps": 0, "elapsed": 0.0, "windows": 0.0, "lags": [],
+                  "busy": {stage: 0.0 for stage in ("generate", "verify", "update")}} for s in STALENESS}
+    for r in range(args.rounds):
+        for staleness in (STALENESS if r % 2 == 0 else STALENESS[::-1]):
+            job = new_job(staleness, tokens)
+            for _ in range(2):
+                job.step()
+            total = totals[staleness]
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                metrics = job.step()
+                total["lags"].append(int(metrics["batch/policy_lag"]))
+                total["windows"] += metrics["pipeline/window_s"]  # these tile the measured steps' time
+                for stage in total["busy"]:
+                    total["busy"][stage] += metrics[f"pipeline/{stage}_busy_s"]
+            elapsed = time.perf_counter() - t0
+            total["elapsed"] += elapsed
+            total["steps"] += per_round
+            job.close()  # batches queued ahead are dropped: they count in no setting's time
+            print(f"round {r + 1} staleness {staleness}: {3600 * per_round / elapsed:.1f} steps/h", flush=True)
     pool.shutdown()
+
+    results = {}
+    for staleness, t in totals.items():
+        results[staleness] = {"steps_per_hour": round(3600 * t["steps"] / t["elapsed"], 1),
+                              "generator_idle": round(1 - t["busy"]["generate"] / t["windows"], 3),
+                              "busy_frac": {s: round(b / t["windows"], 3) for s, b in t["busy"].items()},
+                              "busy_s_per_step": {s: round(b / t["steps"], 3) for s, b in t["busy"].items()},
+                              "max_policy_lag": max(t["lags"])}
+        print(f"staleness {staleness}: {results[staleness]}", flush=True)
+    stages = results[0]["busy_s_per_step"]  # in turn: a step is the sum of its stages
+    bound = sum(stages.values()) / max(stages.values())
+    speedup = results[1]["steps_per_hour"] / results[0]["steps_per_hour"]
     out = {
         "steps_per_hour": {str(s): r["steps_per_hour"] for s, r in results.items()},
-        "speedup_1_vs_0": round(results[1]["steps_per_hour"] / results[0]["steps_per_hour"], 3),
+        "speedup_1_vs_0": round(speedup, 3),
         "speedup_2_vs_0": round(results[2]["steps_per_hour"] / results[0]["steps_per_hour"], 3),
+        "speedup_bound": round(bound, 3), "share_of_bound_1": round(speedup / bound, 3),
         "generator_idle": {str(s): r["generator_idle"] for s, r in results.items()},
         "busy_frac": {str(s): r["busy_frac"] for s, r in results.items()},
+        "busy_s_per_step": {str(s): r["busy_s_per_step"] for s, r in results.items()},
         "max_policy_lag": {str(s): r["max_policy_lag"] for s, r in results.items()},
         "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
-        "max_new_tokens": args.max_new_tokens, "verify_in": args.verify_in,
-        "engine_batch": args.engine_batch,
+        "max_new_tokens": tokens, "calibration": calibration, "check": args.check, "verify_in": args.verify_in,
+        "engine_batch": args.engine_batch, "steps": {str(s): t["steps"] for s, t in totals.items()},
     }
     print(json.dumps(out))
     return 0

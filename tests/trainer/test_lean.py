@@ -11,6 +11,7 @@ from trainer.episodes import Trajectory
 from trainer.job import Job, pack_responses
 from trainer.models.lean import LeanLlama, unsupported
 from trainer.models.load import load_model, load_tokenizer
+from trainer.outcomes import Verification
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.torch_engine import TorchEngine
 from trainer.tasks.base import Task
@@ -105,6 +106,27 @@ def test_prefill_and_decode_give_the_logits_of_a_full_forward(make):
         for seq, tok in zip(fed, tokens.tolist()):
             seq.append(tok)
         last = lean.decode(tokens, cache)
+
+
+def test_the_engine_samples_from_the_weights_of_the_last_update(base_config):
+    """After an update by the job's optimizer (fused AdamW, which moves no tensor version counter),
+    the engine's next prefill and decode compute the updated policy: nothing the sampler keeps
+    between tokens may outlive a weight change."""
+    job = Job(base_config, verify_batch=lambda items: [Verification.passed() if i % 2 else Verification.failed()
+                                                       for i, _ in enumerate(items)])
+    ids = torch.tensor([PROMPTS[1]])
+    mask = torch.ones_like(ids)
+    lean = job.engine.lean
+    before = lean.prefill(ids, mask, room=2)[1][0]
+    job.step()
+    cache, after = lean.prefill(ids, mask, room=2)
+    with torch.no_grad():
+        expected = job.model(input_ids=ids).logits[0, -1]
+        assert not torch.allclose(before, expected, atol=1e-6), "the step did not move the policy"
+        assert torch.allclose(after[0], expected, atol=1e-5)
+        following = lean.decode(torch.tensor([7]), cache)[0]
+        assert torch.allclose(following, job.model(input_ids=torch.tensor([PROMPTS[1] + [7]])).logits[0, -1], atol=1e-5)
+    job.close()
 
 
 def test_the_engine_samples_the_same_tokens_with_and_without_the_lean_path(tiny_path):

@@ -69,3 +69,14 @@ def test_stop_token_ends_and_truncation_is_flagged(tiny_path):
         assert len(g.token_ids) == len(g.logprobs) <= 3
         assert g.finished == (g.token_ids[-1] == tok.eos_token_id)
         assert tok.eos_token_id not in g.token_ids[:-1]
+
+
+def test_ignore_eos_samples_every_sequence_to_its_length(tiny_path):
+    """A benchmark's equal work per sample: stop tokens are sampled through, never truncated early."""
+    model, tok = setup(tiny_path)
+    prompts = [tok("1+2=")["input_ids"]] * 32
+    stopped = TorchEngine(model, tok, seed=0).generate(prompts, SamplingParams(max_new_tokens=24))
+    assert any(g.finished for g in stopped)  # the untrained model does sample its eos token
+    gens = TorchEngine(model, tok, seed=0).generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))
+    assert all(len(g.token_ids) == len(g.logprobs) == 24 and not g.finished for g in gens)
+    assert any(tok.eos_token_id in g.token_ids for g in gens)

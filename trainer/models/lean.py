@@ -195,6 +195,8 @@ class LeanLlama:
         self.scaling = attn.scaling
         self.eps = self.inner.norm.variance_epsilon
         self.rope_scale = float(getattr(self.inner.rotary_emb, "attention_scaling", 1.0))
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        """cos, sin (P, D) of positions 0..P-1, for sampling (see :meth:`_rotary_at`)."""
 
     @classmethod
     def wrap(cls, model) -> "LeanLlama | None":
@@ -213,6 +215,19 @@ class LeanLlama:
         cos = (emb.cos() * self.rope_scale).to(dtype)
         sin = (emb.sin() * self.rope_scale).to(dtype)
         return cos[:, None], sin[:, None]
+
+    def _rotary_at(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (B, 1, 1, D) for one position per row (B,), looked up in a table of every
+        position so far: the same numbers :meth:`_rotary` computes, without its ten operations
+        a token (sampling only; the table grows by doubling)."""
+        need = int(positions.max()) + 1
+        table = self._rope_table
+        if table is None or table[0].shape[0] < need or table[0].dtype != dtype or table[0].device != positions.device:
+            size = max(need, 2 * (table[0].shape[0] if table is not None else 0), 64)
+            cos, sin = self._rotary(torch.arange(size, device=positions.device)[None], dtype)  # (1, 1, P, D)
+            table = self._rope_table = (cos[0, 0], sin[0, 0])
+        return (table[0].index_select(0, positions)[:, None, None],
+                table[1].index_select(0, positions)[:, None, None])
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -376,7 +391,7 @@ class LeanLlama:
         cache.valid[:, slot] = True
         mask = cache.valid[:, None, None, :slot + 1]  # (B, 1, 1, slot+1)
         h = self.inner.embed_tokens(tokens[:, None])  # (B, 1, C)
-        cos, sin = self._rotary(cache.positions[:, None], h.dtype)
+        cos, sin = self._rotary_at(cache.positions, h.dtype)  # (B, 1, 1, D)
         for i, layer in enumerate(self.inner.layers):
             q, k, v = self._qkv(layer, self._norm(h, layer.input_layernorm.weight), cos, sin)
             cache.keys[i][:, :, slot] = k[:, :, 0]

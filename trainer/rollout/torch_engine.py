@@ -137,8 +137,8 @@ class TorchEngine:
         done)`` feeds the sampled tokens (B,) and returns the next logits (those of finished rows
         are not used). Returns tokens, logprobs, lengths and finished flags."""
         pad_id = self.tokenizer.pad_token_id
-        stop = torch.tensor(sorted({self.tokenizer.eos_token_id, *params.stop_token_ids}),
-                            device=self.device)
+        stop = torch.tensor([] if params.ignore_eos else sorted({self.tokenizer.eos_token_id, *params.stop_token_ids}),
+                            dtype=torch.long, device=self.device)
         tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long,
                             device=self.device)  # (B, N)
         logps = torch.zeros((batch, params.max_new_tokens), device=self.device)  # (B, N)

@@ -76,10 +76,11 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VSP
 
-        stop = sorted({self.tokenizer.eos_token_id, *params.stop_token_ids})
+        stop = [] if params.ignore_eos else sorted({self.tokenizer.eos_token_id, *params.stop_token_ids})
         # One seed per call and prompt: reproducible given the call count (saved in state_dict).
         sps = [VSP(max_tokens=params.max_new_tokens, temperature=params.temperature,
                    top_p=params.top_p, logprobs=0, stop_token_ids=stop, skip_special_tokens=True,
+                   ignore_eos=params.ignore_eos,
                    seed=(self.seed * 1_000_003 + self.calls * 65_537 + i) % (2**31))
                for i in range(len(prompts))]
         self.calls += 1
