@@ -303,7 +303,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                 runs.run_park(run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
             weights, caps = _apply_weights(job, run, weights, live, quarantine.quarantined)
-            missing = queues.unserved(needs, [d for d in weights if d not in quarantine.quarantined])
+            missing = queues.unserved(needs, [d for d, w in weights.items() if w > 0 and d not in quarantine.quarantined])
             if missing:
                 checkpoint()
                 _pause_unserved(run, worker, queues.service, missing)
@@ -631,10 +631,11 @@ class LiveQuotas:
 
 
 def _apply_quarantine(job, weights: dict[str, float], caps: dict[str, float], quarantined: set[str]) -> None:
-    """Stop sampling quarantined domains; when none is left the run cannot go on."""
-    active = {d: w for d, w in weights.items() if d not in quarantined}
+    """Stop sampling quarantined domains and those paused (weight 0); when none is left the run
+    cannot go on."""
+    active = {d: w for d, w in weights.items() if d not in quarantined and w > 0}
     if not active:
-        raise RuntimeError("every domain of the run is quarantined for infrastructure errors")
+        raise RuntimeError("every domain of the run is quarantined for infrastructure errors or paused")
     shares = capped_shares(active, caps)
     job.sampler.set_weights({d: shares.get(d, 0.0) for d in weights})
 
@@ -648,8 +649,12 @@ def _apply_weights(job, run: Run, current: dict[str, float], live: LiveQuotas,
     if latest != current or caps_changed:
         _apply_quarantine(job, latest, live.caps, quarantined)
     if latest != current:
-        runs.run_event_record(run=run, kind="weights_applied", message=f"domain weights applied at step {job.step_count}",
-                                data={"weights": latest})
+        paused = sorted(d for d, w in latest.items() if w == 0)
+        runs.run_event_record(run=run, kind="weights_applied",
+                              message=f"domain weights applied at step {job.step_count}: "
+                                      + ", ".join(f"{d} {w:g}" for d, w in latest.items())
+                                      + (f" ({', '.join(paused)} paused)" if paused else ""),
+                              data={"weights": latest, "paused": paused})
     if caps_changed:
         runs.run_event_record(run=run, kind="quotas_applied", message=f"domain share caps applied at step {job.step_count}",
                                 data={"max_share": live.caps})

@@ -122,7 +122,8 @@ PRIORITY_IN = {
 WEIGHTS_IN = {
     "type": "object", "required": ["weights"], "additionalProperties": False,
     "properties": {"weights": {"type": "object", "minProperties": 1,
-                               "additionalProperties": {"type": "number", "exclusiveMinimum": 0}}},
+                               # 0 pauses a domain (run_set_weights keeps one above 0)
+                               "additionalProperties": {"type": "number", "minimum": 0}}},
 }
 
 

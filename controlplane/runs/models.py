@@ -135,12 +135,16 @@ class RunDomain(models.Model):
     domain = models.ForeignKey(Domain, on_delete=models.PROTECT, related_name="+")
     domain_version = models.ForeignKey(DomainVersion, on_delete=models.PROTECT, related_name="+")
     weight = models.FloatField()
+    initial_weight = models.FloatField(null=True, blank=True)
+    """The weight the run was created with (``weight`` changes mid-run): what a clone starts from.
+    None on runs created before it was kept."""
 
     class Meta:
         ordering = ["domain__slug"]
         constraints = [
             models.UniqueConstraint(fields=["run", "domain"], name="rundomain_unique"),
-            models.CheckConstraint(condition=Q(weight__gt=0), name="rundomain_weight_gt_0"),
+            # 0 pauses a domain mid-run (run_set_weights keeps one above 0); a run starts with all above
+            models.CheckConstraint(condition=Q(weight__gte=0), name="rundomain_weight_gte_0"),
         ]
 
     def __str__(self) -> str:

@@ -171,7 +171,8 @@ def run_create(*, actor: Principal, data: Any) -> Run:
         for dv in DomainVersion.objects.filter(domain__in=[d for d, _ in plan.domains])
     }
     for domain, weight in plan.domains:
-        RunDomain.objects.create(run=run, domain=domain, domain_version=versions[(domain.id, domain.version)], weight=weight)
+        RunDomain.objects.create(run=run, domain=domain, domain_version=versions[(domain.id, domain.version)], weight=weight,
+                                 initial_weight=weight)
     _user_event(run, "created", f"created by {actor.name}", actor)
     audit_record(actor=actor, obj=run, action="run.create", after=plan.as_dict(), team=plan.team)
     return run
@@ -262,17 +263,21 @@ def run_set_weights(*, actor: Principal, run: Run, weights: dict[str, float]) ->
         if slug not in rows:
             errors.append(FieldError(f"weights.{slug}", "not a domain of this run"))
         elif (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight)
-              or not 0 < weight <= MAX_DOMAIN_WEIGHT):
-            errors.append(FieldError(f"weights.{slug}", f"must be a finite number greater than 0 and at most {MAX_DOMAIN_WEIGHT:g}"))
+              or not 0 <= weight <= MAX_DOMAIN_WEIGHT):
+            errors.append(FieldError(f"weights.{slug}", f"must be a finite number from 0 (pauses the domain) to {MAX_DOMAIN_WEIGHT:g}"))
     if errors:
         raise InvalidInput(errors)
+    if not any((weights.get(slug, rd.weight)) > 0 for slug, rd in rows.items()):
+        raise InvalidInput.one("weights", "at least one domain must keep a weight above 0 (a weight of 0 pauses a domain)")
     before = {slug: rd.weight for slug, rd in rows.items()}
     for slug, weight in weights.items():
         rows[slug].weight = float(weight)
         rows[slug].save(update_fields=["weight"])
     after = {slug: rd.weight for slug, rd in rows.items()}
     if after != before:
-        _user_event(run, "weights", f"domain weights changed by {actor.name}", actor, before=before, after=after)
+        changes = ", ".join(f"{slug} {before[slug]:g} -> {after[slug]:g}" + (" (paused)" if after[slug] == 0 else "")
+                            for slug in rows if before[slug] != after[slug])
+        _user_event(run, "weights", f"domain weights changed by {actor.name}: {changes}", actor, before=before, after=after)
         audit_record(actor=actor, obj=run, action="run.weights", before=before, after=after, team=run.team)
     return run
 

@@ -73,17 +73,25 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     page.fill("[data-testid=cfg-rollout-prompts_per_step]", "8")
     page.fill("[data-testid=cfg-rollout-n]", "4")
     page.fill("[data-testid=cfg-rollout-max_new_tokens]", "4")
-    # A bad value first: the server's error appears beside the field and nothing is saved.
+    # Bad values first: every error comes in one pass, each beside its field, and nothing is saved.
     page.fill("[data-testid=cfg-algorithm-clip_low]", "1.5")
+    page.fill("[data-testid=budget-steps]", "0")
     page.click("[data-testid=validate]")
     page.wait_for_selector("[data-testid=cfg-algorithm-clip_low].invalid")
     error = page.inner_text("[data-testid=form-errors]")
-    assert "config.algorithm.clip_low" in error
+    assert "config.algorithm.clip_low" in error and "budget.steps" in error
+    assert "budget.steps" in page.inner_text("[data-path-error='budget.steps']")
     screenshot(page, "01-run-form-inline-error")
     assert not Run.objects.exists()
+    page.fill("[data-testid=budget-steps]", "400")
     page.fill("[data-testid=cfg-algorithm-clip_low]", "0.2")
     page.click("[data-testid=validate]")
     page.wait_for_selector("[data-testid=plan][data-state=valid]")
+    # settings changed from their defaults are marked, and counted on their section
+    assert page.locator("[data-testid=cfg-rollout-n].changed").count() == 1
+    assert page.locator("[data-testid=cfg-algorithm-clip_low].changed").count() == 0  # back at its default
+    assert page.locator("[data-testid=cfg-rollout-temperature].changed").count() == 0
+    assert "3 changed" in page.inner_text("details.cfg-section:has([data-testid=cfg-rollout-n]) summary")
     assert "builtin-addition" in page.inner_text("[data-testid=plan]")
     screenshot(page, "02-run-form-valid")
     page.click("[data-testid=create-start]")
@@ -123,9 +131,28 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     title = page.inner_text("#traj-title")
     assert "step" in title and ("builtin-addition" in title or "builtin-parity" in title)
     screenshot(page, "05-trajectories")
+
+    # A weight of 0 pauses a domain mid-run; the page says so in a success colour, not an error's.
+    page.fill("[data-testid=run-weight-builtin-parity]", "0")
+    page.click("[data-testid=save-weights]")
+    page.wait_for_selector("#weights-error.field-ok:text('builtin-parity paused')")
+    assert run.run_domains.get(domain__slug="builtin-parity").weight == 0
+    assert "builtin-parity 1 -> 0 (paused)" in RunEvent.objects.get(run=run, kind="weights").message
     page.once("dialog", lambda d: d.accept())
     page.click("[data-testid=cancel]")
     page.wait_for_selector("[data-testid=run-state]:text('cancelled')", timeout=60_000)
+    assert page.locator("#weights-form").count() == 0 or page.locator("#weights-form button[disabled]").count() == 1
+
+    # A clone starts from the run's original settings (parity's weight 1, not the 0 set mid-run)
+    # and marks what is changed from them.
+    page.goto(f"/runs/new/?clone={run.id}")
+    assert page.input_value("[data-testid=cfg-rollout-n]") == "4"
+    assert page.input_value("[data-testid=weight-builtin-parity]") == "1"
+    assert page.locator("[data-testid=cfg-rollout-n].changed-from-clone").count() == 0
+    page.fill("[data-testid=cfg-rollout-n]", "6")
+    assert page.locator("[data-testid=cfg-rollout-n].changed-from-clone").count() == 1
+    page.fill("[data-testid=budget-steps]", "10")
+    assert page.locator("[data-testid=budget-steps].changed-from-clone").count() == 1
 
 
 def test_viewer_sees_no_controls_and_a_forged_post_is_refused(server, browser):

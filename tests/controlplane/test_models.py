@@ -110,7 +110,7 @@ def test_run_children_constraints():
     dv = d.versions.get()
     violates(lambda: RunDomain.objects.create(run=run, domain=d, domain_version=dv, weight=1))
     other = factories.domain("ee")
-    violates(lambda: RunDomain.objects.create(run=run, domain=other, domain_version=other.versions.get(), weight=0))
+    violates(lambda: RunDomain.objects.create(run=run, domain=other, domain_version=other.versions.get(), weight=-0.5))
     MetricPoint.objects.create(run=run, step=1, domain="dd", key="reward/dd", value=0.5)
     violates(lambda: MetricPoint.objects.create(run=run, step=1, domain="dd", key="reward/dd", value=0.7))
     violates(lambda: MetricPoint.objects.create(run=run, step=-1, domain="", key="k", value=1))

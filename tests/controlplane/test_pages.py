@@ -55,8 +55,26 @@ def test_run_page_controls_follow_the_role(client, world):
     client.force_login(world.users["member"])
     r = client.get(url)
     assert 'data-testid="controls"' in r.content.decode() and _page_data(r, "page-data")["can_control"] is True
+    assert 'id="weights-form"' in r.content.decode()
+    ended = factories.run(world.team, domains=[world.domain], state="completed")
+    assert 'id="weights-form"' not in client.get(f"/runs/{ended.id}/").content.decode()  # nothing to apply it to
     client.force_login(world.other_users["admin"])
     assert client.get(url).status_code == 404
+
+
+def test_a_clone_takes_the_weights_the_run_was_created_with(client, world):
+    """Weights changed mid-run (a domain paused at 0 among them) are the run's; its clone starts
+    from the mix it was created with."""
+    from controlplane.runs.services import run_create, run_set_weights
+
+    actor = factories.actor(world.users["member"])
+    payload = factories.run_payload(["addition", "parity"], team="acme")
+    payload["domains"][0]["weight"] = 2.0
+    source = run_create(actor=actor, data=payload)
+    run_set_weights(actor=actor, run=source, weights={"addition": 5.0, "parity": 0})
+    client.force_login(world.users["member"])
+    clone = _page_data(client.get(f"/runs/new/?clone={source.id}"), "form-data")["clone"]
+    assert clone["domains"] == [{"slug": "addition", "weight": 2.0}, {"slug": "parity", "weight": 1.0}]
 
 
 def test_new_run_form_data_and_clone(client, world):

@@ -125,7 +125,7 @@ def test_an_evaluation_over_the_runs_domains_is_bounded(world):
     assert Run.objects.count() == 0
 
 
-@pytest.mark.parametrize("weight", [float("inf"), float("nan"), 1e7, 0, -1])
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), 1e7, -1e-9, -1])
 def test_a_running_runs_domain_weights_are_finite_and_bounded(world, weight):
     """The API's body reader refuses NaN and Infinity; the CLI's values (YAML: .inf) reach the
     service directly, which refuses them too."""
@@ -137,8 +137,29 @@ def test_a_running_runs_domain_weights_are_finite_and_bounded(world, weight):
     with pytest.raises(InvalidInput) as err:
         run_set_weights(actor=actor, run=run, weights={"addition": weight})
     assert [(e.path, e.message) for e in err.value.errors] == [
-        ("weights.addition", "must be a finite number greater than 0 and at most 1e+06")]
+        ("weights.addition", "must be a finite number from 0 (pauses the domain) to 1e+06")]
     assert run_set_weights(actor=actor, run=run, weights={"addition": 1e6}).run_domains.get().weight == 1e6
+
+
+def test_a_weight_of_0_pauses_a_domain_but_a_run_keeps_one_domain_sampled(world):
+    from controlplane.common.errors import InvalidInput
+    from controlplane.runs.services import run_set_weights
+
+    run = factories.run(world.team, domains=[world.domain])
+    with pytest.raises(InvalidInput) as err:
+        run_set_weights(actor=factories.actor(world.users["member"]), run=run, weights={"addition": 0})
+    assert [(e.path, e.message) for e in err.value.errors] == [
+        ("weights", "at least one domain must keep a weight above 0 (a weight of 0 pauses a domain)")]
+    assert run.run_domains.get().weight == 1.0
+    two = factories.run(world.team, domains=[world.domain, world.domain2])
+    client = _member(world)
+    r = _post(client, f"/api/runs/{two.id}/weights", {"weights": {"parity": 0}})
+    assert r.status_code == 200, r.content
+    assert dict(two.run_domains.values_list("domain__slug", "weight")) == {"addition": 1.0, "parity": 0.0}
+    r = _post(client, f"/api/runs/{two.id}/weights", {"weights": {"addition": 0}})
+    assert r.status_code == 422 and [e["path"] for e in r.json()["errors"]] == ["weights"]
+    r = _post(client, f"/api/runs/{two.id}/weights", {"weights": {"parity": 2}})  # resumed
+    assert r.status_code == 200 and two.run_domains.get(domain__slug="parity").weight == 2.0
 
 
 @pytest.mark.parametrize("body,path", [

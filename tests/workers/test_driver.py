@@ -169,18 +169,40 @@ def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
     assert steps_of(run) == [1, 2, 3, 4, 5]  # resumed from step 2's checkpoint; step 3 rewritten once
 
 
+def _weights_after_step(actor, step: int, weights: dict[str, float]):
+    """Change the run's weights through the service once ``step`` is recorded."""
+    def change(**kw):
+        if kw["step"] == step:
+            run_set_weights(actor=actor, run=Run.objects.get(pk=kw["run"].pk), weights=weights)
+    return after_each_step(change)
+
+
 def test_weight_change_is_applied_at_a_step_boundary(setup):
     actor, model = setup
     run = _running_run(actor, model, steps=2)
-
-    def change_after_first(**kw):
-        if kw["step"] == 1:
-            run_set_weights(actor=actor, run=Run.objects.get(pk=kw["run"].pk), weights={"builtin-addition": 5.0})
-
-    with after_each_step(change_after_first):
+    with _weights_after_step(actor, 1, {"builtin-addition": 5.0}):
         assert drive(run.id, worker="w1", send=_no_send) == "completed"
     applied = RunEvent.objects.get(run=run, kind="weights_applied")
     assert applied.data["weights"]["builtin-addition"] == 5.0 and "at step 1" in applied.message
+
+
+def test_a_weight_of_0_pauses_a_domain_from_the_next_step(setup):
+    """A domain set to weight 0 mid-run is no longer sampled from the next step on, the run goes
+    on with the others, and both events say the values."""
+    actor, model = setup
+    run = _running_run(actor, model, steps=4)
+    with _weights_after_step(actor, 1, {"builtin-parity": 0}):
+        assert drive(run.id, worker="w1", send=_no_send) == "completed"
+    assert steps_of(run) == [1, 2, 3, 4]
+    sampled = set(MetricPoint.objects.filter(run=run, domain="builtin-parity", key__startswith="outcome/")
+                  .values_list("step", flat=True))
+    assert sampled <= {1}, f"a paused domain was sampled at steps {sorted(sampled - {1})}"
+    others = set(MetricPoint.objects.filter(run=run, key__startswith="outcome/", step__gt=1).values_list("domain", flat=True))
+    assert others and "builtin-parity" not in others
+    changed = RunEvent.objects.get(run=run, kind="weights")
+    assert "builtin-parity 1 -> 0 (paused)" in changed.message
+    applied = RunEvent.objects.get(run=run, kind="weights_applied")
+    assert applied.data["paused"] == ["builtin-parity"] and "builtin-parity 0" in applied.message
 
 
 def test_cancel_stops_the_driver(setup):
@@ -226,6 +248,60 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     lag = list(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").order_by("step").values_list("value", flat=True))
     assert lag == [0.0, 1.0, 1.0]
     assert list(MetricPoint.objects.filter(run=run, key="verify/remote-code/p50_s").values_list("value", flat=True)) == [0.01] * 3
+
+
+class _Gated(_Replies):
+    """Replies that arrive only once ``gate`` is set (a verification on a slow lane)."""
+
+    def __init__(self, result: dict, n: int, gate: threading.Event):
+        super().__init__(result, n)
+        self.gate = gate
+
+    def get(self, timeout=None, **kw):
+        from celery.exceptions import TimeoutError as ResultTimeout
+
+        if not self.gate.wait(timeout):
+            raise ResultTimeout("not yet")
+        return super().get(**kw)
+
+
+def test_a_step_waits_for_a_slow_lane_only_as_long_as_its_budget_and_its_groups_join_the_next_step(setup, monkeypatch):
+    """A sandboxed domain whose results come back only after the step is recorded: with
+    rollout.verify_budget_s the step trains on the inline domain's groups, the slow domain's join
+    the next step (one update staler, within staleness 1), and the run completes with contiguous
+    steps instead of waiting out the slow lane at every step."""
+    actor, model = setup
+    _code_domain(actor, "slow-code", "Slow")
+    config = {**SMALL, "rollout": {**SMALL["rollout"], "verify_budget_s": 1.0}}
+    run = run_create(actor=actor, data=factories.run_payload(["builtin-addition", "slow-code"], team="acme", base_model=model,
+                                                             budget={"steps": 3}, config=config, staleness=1))
+    run.transition("queued"); run.transition("running"); run.save()
+    factories.live_worker(["verify"])
+    gates: list[threading.Event] = []
+
+    def send(name, args):
+        gates.append(threading.Event())
+        return _Gated({"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}, len(args[2]), gates[-1])
+
+    record = run_services.run_record_step
+
+    def record_then_release(**kw):  # the slow lane answers once the step that sent it is recorded
+        record(**kw)
+        for gate in list(gates):
+            gate.set()
+
+    monkeypatch.setattr("workers.driver.runs.run_record_step", record_then_release)
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    assert steps_of(run) == [1, 2, 3]
+
+    def series(key, domain=""):
+        return dict(MetricPoint.objects.filter(run=run, key=key, domain=domain).values_list("step", "value"))
+
+    out, into = series("batch/groups_carried_out"), series("batch/groups_carried_in")
+    assert out[1] >= 1 and into[1] == 0
+    assert into[2] == out[1] and into[3] == out[2]
+    assert series("outcome/slow-code/pass", "slow-code").keys() == {2, 3}  # step 1 trained on addition alone
+    assert set(series("batch/policy_lag").values()) <= {0.0, 1.0}
 
 
 @pytest.mark.parametrize("long_lane_served", [True, False])

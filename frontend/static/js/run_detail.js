@@ -318,10 +318,16 @@
 
   // ------------------------------------------------------------------ controls
   function renderControls() {
+    const s = page.run.state;
+    const ended = ["completed", "failed", "cancelled"].includes(s);
+    const weights = document.getElementById("weights-form");
+    if (weights && ended) { // an ended run's mix is history: nothing to apply it to
+      weights.querySelectorAll("input, button").forEach((n) => { n.disabled = true; });
+      weights.dataset.state = "ended";
+    }
     const box = document.getElementById("controls");
     if (!box) return;
-    const s = page.run.state;
-    const allowed = { pause: s === "running", resume: s === "paused", cancel: !["completed", "failed", "cancelled"].includes(s) };
+    const allowed = { pause: s === "running", resume: s === "paused", cancel: !ended };
     box.querySelectorAll("button[data-action]").forEach((b) => { b.disabled = !allowed[b.dataset.action]; });
   }
 
@@ -347,11 +353,15 @@
       e.preventDefault();
       const weights = {};
       weightsForm.querySelectorAll("input").forEach((i) => { weights[i.name] = Number(i.value); });
+      const status = document.getElementById("weights-error");
       try {
         await api("POST", `/api/runs/${runId}/weights`, { weights });
-        document.getElementById("weights-error").textContent = "saved; applied at the next step";
+        const paused = Object.keys(weights).filter((d) => weights[d] === 0);
+        status.textContent = "saved; applied at the next step" + (paused.length ? ` (${paused.join(", ")} paused)` : "");
+        status.className = "field-ok";
       } catch (err) {
-        document.getElementById("weights-error").textContent = (err.errors || []).map((x) => `${x.path}: ${x.message}`).join("; ") || err.detail;
+        status.textContent = (err.errors || []).map((x) => `${x.path}: ${x.message}`).join("; ") || err.detail;
+        status.className = "field-error";
       }
     });
   }

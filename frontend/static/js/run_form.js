@@ -252,10 +252,40 @@
     if (e.target.value) location.assign(`/runs/new/?clone=${e.target.value}`);
   });
 
+  // ------------------------------------------------------------------ what differs from the defaults or the clone
+  // A setting changed from its default is marked `changed` (with the default in its tooltip); on a
+  // clone, a field that differs from the source run is marked `changed-from-clone`. Each config
+  // section's summary counts its changed settings.
+  function markChanged() {
+    sections.querySelectorAll("[data-path^='config.']").forEach((input) => {
+      if (!input.dataset.kind) return;
+      const now = JSON.stringify(readValue(input));
+      const changed = now !== input.dataset.default && !(now === '""' && input.dataset.default === "null");
+      input.classList.toggle("changed", changed);
+      input.title = changed ? `default: ${input.dataset.default}` : "";
+      const source = input.dataset.cloned ?? input.dataset.default;
+      input.classList.toggle("changed-from-clone", cloneFrom !== null && now !== source);
+    });
+    form.querySelectorAll("[data-cloned]:not([data-kind])").forEach((input) => {
+      input.classList.toggle("changed-from-clone", cloneFrom !== null && input.value !== input.dataset.cloned);
+    });
+    sections.querySelectorAll("details.cfg-section").forEach((block) => {
+      const n = block.querySelectorAll(".changed").length;
+      let badge = block.querySelector("summary .changed-count");
+      if (!badge) { badge = el("span", { class: "changed-count muted" }); block.querySelector("summary").append(" ", badge); }
+      badge.textContent = n ? `(${n} changed)` : "";
+    });
+  }
+  form.addEventListener("input", markChanged);
+  form.addEventListener("change", markChanged);
+
   function prefill(c) {
     cloneFrom = c.clone_from;
     document.getElementById("clone-from").value = String(c.clone_from);
-    const set = (name, v) => { const i = form.querySelector(`[name="${name}"]`); if (i && v !== null && v !== undefined) i.value = v; };
+    const set = (name, v) => {
+      const i = form.querySelector(`[name="${name}"]`);
+      if (i && v !== null && v !== undefined) { i.value = v; i.dataset.cloned = String(v); }
+    };
     set("name", c.name); set("base_model", c.base_model); set("priority", c.priority); set("gpus", c.gpus);
     set("staleness", c.staleness); set("budget.steps", c.budget.steps); set("budget.tokens", c.budget.tokens);
     set("budget.wall_s", c.budget.wall_s);
@@ -270,6 +300,7 @@
       const input = form.querySelector(`[data-path="${CSS.escape(path)}"]`);
       if (!input) continue; // e.g. a setting the run now owns: its own field carries it
       if (input.dataset.kind === "boolean") input.checked = !!v; else input.value = v;
+      input.dataset.cloned = JSON.stringify(readValue(input));
     }
   }
 
@@ -277,5 +308,6 @@
   else if (data.models.length) form.querySelector('[name="base_model"]').value = data.models[0].path;
   renderList();
   renderMix();
+  markChanged();
   window.TemperRunForm = { body, mix, fmt };
 })();
