@@ -119,7 +119,11 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_MIN_RUN_S="0")
     new_run = factories.one_slot_contest(
         tmp_path, {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}})
-    worker = start_celery_worker(env, "preempt", "control,rollout", concurrency=2, log_path=tmp_path / "worker.log")
+    # The scheduler's ticks have a worker of their own, as in every deployment (docs/orchestration.md,
+    # "A scheduler that cannot starve"): on one worker serving both queues, the tick that preempts
+    # could be handed to the process busy driving the low run and wait for it to finish.
+    scheduler = start_celery_worker(env, "preempt-control", "control", concurrency=1, log_path=tmp_path / "control.log")
+    worker = start_celery_worker(env, "preempt", "rollout", concurrency=2, log_path=tmp_path / "worker.log")
     try:
         low = new_run("low", 10, 40)
         wait_for(lambda: Run.objects.get(pk=low.pk).current_step >= 2, 300, "the low run to train")
@@ -127,8 +131,9 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
         done_high = wait_for(lambda: Run.objects.filter(pk=high.pk, state__in=["completed", "failed"]).first(), 300, "the high run to end")
         done_low = wait_for(lambda: Run.objects.filter(pk=low.pk, state__in=["completed", "failed"]).first(), 600, "the low run to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+        for w in (worker, scheduler):
+            w.terminate()
+            w.wait(timeout=60)
     assert done_high.state == "completed" and done_low.state == "completed", (done_high.error, done_low.error)
     kinds = list(RunEvent.objects.filter(run=low).order_by("at", "id").values_list("kind", flat=True))
     assert "preemption" in kinds and "preempted" in kinds and "resumed" in kinds
