@@ -19,6 +19,7 @@ urlpatterns = [
     path("queue/", views.queue_page, name="queue"),
     path("team/", views.switch_team, name="switch-team"),
     path("healthz", views.health, name="health"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("registry/", include("controlplane.registry.urls")),

@@ -63,6 +63,9 @@ class Run(models.Model):
     budget_tokens = models.BigIntegerField(null=True, blank=True)
     budget_seconds = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(default=50)
+    initial_priority = models.IntegerField(null=True, blank=True)
+    """The priority the run was created with (``priority`` changes mid-run): what a clone starts
+    from. None on runs created before it was kept."""
     gpus = models.IntegerField(default=0)
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.DRAFT, db_index=True)
     current_step = models.IntegerField(default=0)

@@ -164,6 +164,7 @@ def _user_event(run: Run, kind: str, message: str, actor: Principal, **data: Any
 def run_create(*, actor: Principal, data: Any) -> Run:
     plan = run_validate(actor=actor, data=data)
     run = Run(team=plan.team, created_by=actor.user, cloned_from=plan.cloned_from, **plan.fields)
+    run.initial_priority = run.priority
     run.full_clean()
     run.save()
     versions = {

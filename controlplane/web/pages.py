@@ -41,10 +41,12 @@ def run_as_form_data(run: Run) -> dict[str, Any]:
     """A run as the body of ``POST /api/runs`` that would create its twin (for "clone from run")."""
     return {
         "name": f"{run.name} (clone)", "base_model": run.base_model,
-        # the weights it was created with, not those changed mid-run (a paused domain's 0 among them)
+        # the weights and priority it was created with, not those changed mid-run (a paused
+        # domain's 0 among them)
         "domains": [{"slug": rd.domain.slug, "weight": rd.weight if rd.initial_weight is None else rd.initial_weight}
                     for rd in run.run_domains.select_related("domain")],
-        "config": run.config or {}, "staleness": run.staleness, "priority": run.priority, "gpus": run.gpus,
+        "config": run.config or {}, "staleness": run.staleness,
+        "priority": run.priority if run.initial_priority is None else run.initial_priority, "gpus": run.gpus,
         "budget": {"steps": run.budget_steps, "tokens": run.budget_tokens, "wall_s": run.budget_seconds},
         "clone_from": run.id,
     }

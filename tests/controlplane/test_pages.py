@@ -62,19 +62,31 @@ def test_run_page_controls_follow_the_role(client, world):
     assert client.get(url).status_code == 404
 
 
-def test_a_clone_takes_the_weights_the_run_was_created_with(client, world):
-    """Weights changed mid-run (a domain paused at 0 among them) are the run's; its clone starts
-    from the mix it was created with."""
-    from controlplane.runs.services import run_create, run_set_weights
+def test_a_clone_takes_the_weights_and_priority_the_run_was_created_with(client, world):
+    """Weights (a domain paused at 0 among them) and priority changed mid-run are the run's; its
+    clone starts from what it was created with."""
+    from controlplane.runs.services import run_create, run_set_priority, run_set_weights
 
     actor = factories.actor(world.users["member"])
-    payload = factories.run_payload(["addition", "parity"], team="acme")
+    payload = factories.run_payload(["addition", "parity"], team="acme", priority=30)
     payload["domains"][0]["weight"] = 2.0
     source = run_create(actor=actor, data=payload)
     run_set_weights(actor=actor, run=source, weights={"addition": 5.0, "parity": 0})
+    run_set_priority(actor=factories.actor(world.users["admin"]), run=source, priority=10)
     client.force_login(world.users["member"])
     clone = _page_data(client.get(f"/runs/new/?clone={source.id}"), "form-data")["clone"]
     assert clone["domains"] == [{"slug": "addition", "weight": 2.0}, {"slug": "parity", "weight": 1.0}]
+    assert clone["priority"] == 30
+
+
+def test_the_favicon_is_served_and_named_by_the_pages(client, world):
+    """Browsers ask every page that names no icon (the admin, the API docs) for /favicon.ico."""
+    r = client.get("/favicon.ico")
+    assert r.status_code == 200 and r["Content-Type"] == "image/x-icon"
+    body = b"".join(r.streaming_content) if r.streaming else r.content
+    assert body[:4] == b"\x00\x00\x01\x00" and body[22:26] == b"\x89PNG"  # one PNG image in an ICO
+    client.force_login(world.users["member"])
+    assert '<link rel="icon" href="/static/favicon.ico">' in client.get("/").content.decode()
 
 
 def test_new_run_form_data_and_clone(client, world):

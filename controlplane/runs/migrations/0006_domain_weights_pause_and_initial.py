@@ -16,6 +16,20 @@ def fill_initial_weights(apps, schema_editor):
         rd.save(update_fields=["initial_weight"])
 
 
+def fill_initial_priorities(apps, schema_editor):
+    """As the weights: a run's first priority change recorded the priority it was created with."""
+    Run = apps.get_model("runs", "Run")
+    RunEvent = apps.get_model("runs", "RunEvent")
+    first: dict[int, int] = {}
+    for event in RunEvent.objects.filter(kind="priority").order_by("id"):
+        before = (event.data or {}).get("before")
+        if isinstance(before, int) and not isinstance(before, bool):
+            first.setdefault(event.run_id, before)
+    for run in Run.objects.only("id", "priority"):
+        run.initial_priority = first.get(run.id, run.priority)
+        run.save(update_fields=["initial_priority"])
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -37,5 +51,11 @@ class Migration(migrations.Migration):
             model_name='rundomain',
             constraint=models.CheckConstraint(condition=models.Q(('weight__gte', 0)), name='rundomain_weight_gte_0'),
         ),
+        migrations.AddField(
+            model_name='run',
+            name='initial_priority',
+            field=models.IntegerField(blank=True, null=True),
+        ),
         migrations.RunPython(fill_initial_weights, migrations.RunPython.noop),
+        migrations.RunPython(fill_initial_priorities, migrations.RunPython.noop),
     ]
