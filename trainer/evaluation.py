@@ -230,17 +230,22 @@ def evaluate_job(job, specs: Sequence[EvalSpec] | None = None) -> tuple[dict[str
 def eval_metrics(results: Sequence[DomainResult]) -> dict[str, float]:
     """``eval/reward/<domain>``, ``eval/pass@1/<domain>``, ``eval/tokens_per_task/<domain>`` and
     ``eval/reward/mean`` (metric names the run page plots beside ``reward/<domain>``)."""
+    return summary_metrics([(r.spec.domain, r.summary()) for r in results])
+
+
+def summary_metrics(summaries: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, float]:
+    """:func:`eval_metrics` from ``(domain, DomainResult.summary())`` pairs (or the registry's
+    stored results, which keep the same fields)."""
     out: dict[str, float] = {}
     means = []
-    for r in results:
-        s = r.summary()
+    for domain, s in summaries:
         if s["mean_reward"] is not None:
-            out[f"eval/reward/{r.spec.domain}"] = s["mean_reward"]
+            out[f"eval/reward/{domain}"] = s["mean_reward"]
             means.append(s["mean_reward"])
         for k, v in s["pass_at"].items():
-            out[f"eval/pass@{k}/{r.spec.domain}"] = v
-        out[f"eval/tokens_per_task/{r.spec.domain}"] = s["tokens_per_task"]
-        out[f"eval/seconds_per_task/{r.spec.domain}"] = s["seconds_per_task"]
+            out[f"eval/pass@{k}/{domain}"] = v
+        out[f"eval/tokens_per_task/{domain}"] = s["tokens_per_task"]
+        out[f"eval/seconds_per_task/{domain}"] = s["seconds_per_task"]
     if means:
         out["eval/reward/mean"] = sum(means) / len(means)
     return out

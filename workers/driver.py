@@ -33,6 +33,7 @@ from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.domains.schemas import judge_stage_refs
 from controlplane.live.services import run_wake
+from controlplane.registry.selectors import run_eval_suite
 from controlplane.review.selectors import judges_of_other_teams
 from controlplane.runs import services as runs
 from controlplane.runs import watch
@@ -290,6 +291,14 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             _apply_quarantine(job, weights, caps, quarantine.quarantined)
         every = job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
         eval_every = job.config.eval.every_steps
+        if eval_every and (suite := run_eval_suite(run)) is not None:
+            # One held-out truth: the suite's stored evaluations of the run's checkpoints draw the curve.
+            eval_every = 0
+            if ckpt is None:
+                runs.run_event_record(run=run, kind="eval_source",
+                                      message=f"held-out curve from the suite {suite.suite.slug} v{suite.version} (every "
+                                              f"checkpoint is evaluated on it as it is saved); eval.every_steps is not used",
+                                      data={"suite": suite.suite.slug, "version": suite.version})
         if eval_every and ckpt is None:
             periodic_eval(job, run, 0)  # the base model's point of the eval curves
         started = time.monotonic()

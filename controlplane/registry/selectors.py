@@ -9,6 +9,7 @@ from controlplane.common.errors import InvalidInput, NotFound, found
 from controlplane.common.validation import MAX_ROW_ID, is_row_id
 from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
+from controlplane.runs.models import Run
 
 
 def version_list(*, actor: Principal, team: str = "", base: str = "", run: int | None = None) -> QuerySet[ModelVersion]:
@@ -100,6 +101,41 @@ def latest_eval(version: ModelVersion, suite_version: EvalSuiteVersion) -> EvalR
             .order_by("-finished_at", "-id").first())
 
 
+def run_eval_suite(run: Run) -> EvalSuiteVersion | None:
+    """The suite a run's held-out curve comes from (its current version): the run team's own
+    auto-evaluating suites before shared ones, by slug, the first that evaluates one of the run's
+    domains. Every checkpoint of the run, and its base model, is evaluated on it as it is saved;
+    those stored results are the run page's ``eval/...`` points, the registry's and the
+    comparison's: one truth. None where no such suite exists (the driver's in-training
+    evaluation, ``eval.every_steps``, then draws the curve)."""
+    slugs = set(run.run_domains.values_list("domain__slug", flat=True))
+    suites = EvalSuite.objects.filter(auto_evaluate=True).filter(Q(team__isnull=True) | Q(team_id=run.team_id))
+    for suite in sorted(suites, key=lambda s: (s.team_id is None, s.slug)):
+        sv = suite.versions.filter(version=suite.version).first()
+        if sv is not None and any(item["domain"] in slugs for item in sv.items):
+            return sv
+    return None
+
+
+def eval_source(run: Run) -> dict | None:
+    """What the run page names beside its held-out chart: the suite and each item's settings, or
+    the in-training evaluation's settings, or None when nothing evaluates the run."""
+    sv = run_eval_suite(run)
+    if sv is not None:
+        return {"kind": "suite", "suite": sv.suite.slug, "version": sv.version,
+                "items": [{k: item.get(k) for k in ("domain", "tasks", "samples", "temperature", "level", "max_new_tokens", "k")}
+                          for item in sv.items]}
+    ev = (run.config or {}).get("eval") or {}
+    if not ev.get("every_steps"):
+        return None
+    from trainer.config import EvalConfig  # the trainer's defaults for what the run does not set
+
+    defaults = EvalConfig()
+    return {"kind": "in_training", "every_steps": ev["every_steps"],
+            "tasks_per_domain": ev.get("tasks_per_domain", defaults.tasks_per_domain),
+            "seed": ev.get("seed", defaults.seed), "temperature": 0.0}
+
+
 def common_suite_versions(versions: list[ModelVersion], suite: str = "") -> list[EvalSuiteVersion]:
     """The latest version of each suite that every one of ``versions`` has a completed evaluation on."""
     qs = EvalSuiteVersion.objects.filter(eval_runs__state=EvalState.COMPLETED).select_related("suite")
@@ -151,11 +187,19 @@ def compare(*, versions: list[ModelVersion], suite_version: EvalSuiteVersion) ->
             "rows": rows}
 
 
-def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suite_version: int | None = None) -> dict:
-    """Compare two or more versions (the first is the baseline) on a suite they were all evaluated on."""
+def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suite_version: int | None = None,
+                     baseline: str = "") -> dict:
+    """Compare two or more versions on a suite they were all evaluated on. The baseline is
+    ``baseline`` (one of ``refs``) where given, else the first of ``refs``; the others follow in
+    the order given."""
     if len(refs) < 2:
         raise InvalidInput.one("versions", "name at least two versions")
     versions = [version_get(actor=actor, ref=r) for r in refs]
+    if baseline:
+        chosen = version_get(actor=actor, ref=baseline)
+        if chosen.pk not in [v.pk for v in versions]:
+            raise InvalidInput.one("baseline", f"{chosen.name} is not one of the compared versions")
+        versions = [chosen] + [v for v in versions if v.pk != chosen.pk]
     if suite and suite_version:
         sv = suite_version_get(actor=actor, slug=suite, version=suite_version)
     else:
@@ -166,6 +210,13 @@ def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suit
         # The suite these versions were evaluated on most recently.
         sv = max(common, key=lambda c: max(latest_eval(v, c).finished_at or latest_eval(v, c).created_at for v in versions))
     return compare(versions=versions, suite_version=sv)
+
+
+def default_baseline(versions: list[ModelVersion]) -> ModelVersion:
+    """What a comparison measures the others against when nobody chose: a base model among them,
+    else the earliest in lineage (lowest step of a run, then the oldest version), never the
+    order they were ticked in."""
+    return min(versions, key=lambda v: (not v.is_base, v.step if v.run_id else 0, v.pk))
 
 
 def promotion_threshold() -> float:

@@ -30,11 +30,12 @@ from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, BaseModel, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
-from controlplane.registry.selectors import promotion_gate, version_for_team
+from controlplane.registry.selectors import promotion_gate, run_eval_suite, version_for_team
 from controlplane.runs import series
 from controlplane.runs.services import metric_domain
 from controlplane.runs.models import TERMINAL_STATES, Checkpoint, MetricPoint, Run
 from trainer.config import MAX_SEED
+from trainer.evaluation import summary_metrics
 from trainer.rollout import ENGINES
 
 
@@ -213,6 +214,7 @@ def version_register_checkpoint(*, checkpoint: Checkpoint) -> ModelVersion:
         version.path = str(dst)
     if created:
         _auto_evaluate(version)
+        _record_base_curve(run, base)
     return version
 
 
@@ -440,7 +442,42 @@ def eval_record(*, eval_run: EvalRun, results: list[dict]) -> EvalRun:
     EvalResult.objects.bulk_create([EvalResult(eval_run=ev, **r) for r in results])
     ev.state, ev.finished_at = EvalState.COMPLETED, timezone.now()
     ev.save()
+    version = ev.version
+    if version.run_id is not None:
+        targets = [(version.run, version.step)]
+    elif version.is_base:  # step 0 of the runs that train from it (later ones: at their first checkpoint)
+        targets = [(run, 0) for run in Run.objects.filter(team_id=version.team_id, base_model=version.base_model)]
+    else:
+        targets = []
+    for run, step in targets:
+        _record_run_curve(run=run, step=step, eval_run=ev)
     return ev
+
+
+def _record_run_curve(*, run: Run, step: int, eval_run: EvalRun) -> None:
+    """An evaluation of one of the run's versions on the suite its held-out curve comes from
+    (``run_eval_suite``) becomes the run's ``eval/...`` points at the version's step, and the
+    reward-hacking watch looks at them; an evaluation on another suite does not."""
+    from controlplane.runs import watch  # lazy: the watch reads the points written here
+
+    sv = run_eval_suite(run)
+    if sv is None or sv.suite_id != eval_run.suite_version.suite_id:
+        return
+    metrics = summary_metrics([(r.domain, {"mean_reward": r.mean_reward, "pass_at": r.pass_at,
+                                           "tokens_per_task": r.tokens_per_task, "seconds_per_task": r.seconds_per_task})
+                               for r in eval_run.results.all()])
+    if run_record_eval(run=run, step=step, metrics=metrics):
+        watch.run_watch_heldout(run=run, step=step)
+
+
+def _record_base_curve(run: Run, base: ModelVersion) -> None:
+    """Step 0 of a run's held-out curve: its base model's evaluation on the run's suite, where it
+    completed before the run existed (a base model evaluated for an earlier run)."""
+    sv = run_eval_suite(run)
+    ev = EvalRun.objects.filter(version=base, suite_version__suite_id=sv.suite_id, state=EvalState.COMPLETED) \
+        .order_by("-finished_at", "-id").first() if sv is not None else None
+    if ev is not None:
+        _record_run_curve(run=run, step=0, eval_run=ev)
 
 
 @transaction.atomic

@@ -33,30 +33,36 @@ def _interval_style(lo, hi, mean) -> dict:
 
 @login_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    """``?v=ID&v=ID...`` (the first is the baseline), ``?run=ID`` (its first and last checkpoint) or
-    ``?run=ID&from=base`` (its base model and last checkpoint)."""
+    """``?v=ID&v=ID...`` (several versions), ``?run=ID`` (its base model and last checkpoint) or
+    ``?run=ID&from=first`` (its first and last checkpoint); ``&baseline=ID`` picks what the others
+    are measured against (default: a base model among them, else the earliest; never the order
+    they were ticked in)."""
     actor = Principal.for_user(request.user)
-    refs = [r for r in request.GET.getlist("v") if r]
+    refs = list(dict.fromkeys(r for r in request.GET.getlist("v") if r))
     suite = request.GET.get("suite", "")
     run_id = request.GET.get("run", "")
     if not refs and is_row_id(run_id):
         ordered = list(ModelVersion.objects.filter(run_id=int(run_id), team_id__in=actor.team_ids).order_by("step"))
-        if ordered and request.GET.get("from") == "base":  # the base model against the last checkpoint
+        if ordered and request.GET.get("from") != "first":  # the run's base model against its last checkpoint
             base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()
             ordered = ([base] if base else []) + ordered
         refs = [str(v.pk) for v in (ordered[:1] + ordered[-1:])] if len(ordered) > 1 else []
-    context = {"refs": refs, "suite": suite, "result": None, "error": "",
+    context = {"refs": refs, "suite": suite, "result": None, "error": "", "baseline": "",
                "suites": selectors.suite_list(actor=actor)}
     if len(refs) < 2:
         context["error"] = "Choose at least two versions to compare."
+        return render(request, "registry/compare.html", context)
+    baseline = request.GET.get("baseline", "")
+    try:
+        if not baseline:
+            baseline = str(selectors.default_baseline([selectors.version_get(actor=actor, ref=r) for r in refs]).pk)
+        result = selectors.compare_versions(actor=actor, refs=refs, suite=suite, baseline=baseline)
+    except ServiceError as exc:
+        context["error"] = str(exc)
     else:
-        try:
-            result = selectors.compare_versions(actor=actor, refs=refs, suite=suite)
-        except ServiceError as exc:
-            context["error"] = str(exc)
-        else:
-            for row in result["rows"]:
-                for cell in row["cells"]:
-                    cell["bar"] = _interval_style(cell.get("lo"), cell.get("hi"), cell.get("mean"))
-            context["result"] = result
+        for row in result["rows"]:
+            for cell in row["cells"]:
+                cell["bar"] = _interval_style(cell.get("lo"), cell.get("hi"), cell.get("mean"))
+        context["result"] = result
+        context["baseline"] = str(result["versions"][0]["id"])
     return render(request, "registry/compare.html", context)

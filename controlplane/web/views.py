@@ -4,6 +4,7 @@ refuses what a role may not do whether or not the page showed the control."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -20,6 +21,7 @@ from controlplane.common.validation import is_row_id
 from controlplane.common.views import get_or_404
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
+from controlplane.registry import selectors as registry_selectors
 from controlplane.runs import selectors as run_selectors
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
@@ -81,7 +83,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     domains = [rd.domain.slug for rd in run_domains]
     can_control = actor.can(run.team_id, "run.control")
     first = [f"reward/{d}" for d in domains[:VISIBLE_AT_FIRST]]
+    eval_source = registry_selectors.eval_source(run)
+    suite_domains = [i["domain"] for i in eval_source["items"]] if eval_source and eval_source["kind"] == "suite" else []
     return render(request, "runs/detail.html", {
+        "eval_source": eval_source,
         "warnings": run_selectors.run_warnings(run=run),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
@@ -93,6 +98,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "can_control": can_control,
             "outcomes": pages.OUTCOME_ORDER,
             "visible_at_first": VISIBLE_AT_FIRST,
+            # the held-out chart plots every domain its source evaluates, the run's first
+            "eval_domains": list(dict.fromkeys(domains + suite_domains)),
         },
     })
 
@@ -151,3 +158,14 @@ def switch_team(request: HttpRequest) -> HttpResponse:
 
 def health(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok", content_type="text/plain")
+
+
+_FAVICON = Path(__file__).resolve().parents[2] / "frontend" / "static" / "favicon.ico"
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on every page that names none (the admin, the API
+    docs): the static icon, cached for a day."""
+    response = HttpResponse(_FAVICON.read_bytes(), content_type="image/x-icon")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

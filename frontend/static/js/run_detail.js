@@ -9,6 +9,7 @@
   const page = Temper.pageData("page-data");
   const runId = page.run.id;
   const domains = page.domains;
+  const evalDomains = page.eval_domains || domains;  // the held-out chart's: the run's and its suite's
   const OUTCOME_COLORS = {
     pass: "#2f9e44", fail: "#e03131", partial: "#f59f00", timeout: "#9c36b5", memory_limit: "#5f3dc4",
     output_limit: "#1c7ed6", runtime_error: "#e8590c", parse_error: "#868e96", sandbox_error: "#343a40", judge_error: "#c2255c",
@@ -67,7 +68,17 @@
       const s = store.get(key);
       if (!s) { fetching.get(key)?.push(point); continue; }
       const n = s.step.length;
-      if (n && step <= s.step[n - 1]) continue;
+      if (n && step <= s.step[n - 1]) {
+        // Held-out points are written when a checkpoint's evaluation completes, not always in
+        // step order (the base model's may come after a checkpoint's): one the series lacks goes
+        // in its place.
+        if (!key.startsWith("eval/") || s.step.includes(step)) continue;
+        const at = s.step.findIndex((x) => x > step);
+        s.step.splice(at, 0, step); s.time.splice(at, 0, timeMs); s.min.splice(at, 0, value);
+        s.max.splice(at, 0, value); s.last.splice(at, 0, value);
+        markDirtyFor(key);
+        continue;
+      }
       s.step.push(step); s.time.push(timeMs); s.min.push(value); s.max.push(value); s.last.push(value);
       markDirtyFor(key);
     }
@@ -77,7 +88,7 @@
   const CHARTS = {
     "chart-reward": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `reward/${d}`), label: (k) => k.slice(7), yrange: [0, 1.05] },
     "chart-pass": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `pass_rate/${d}`), label: (k) => k.slice(10), yrange: [0, 1.05] },
-    "chart-eval": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `eval/reward/${d}`), label: (k) => k.slice(12), yrange: [0, 1.05], markers: true },
+    "chart-eval": { keys: () => evalDomains.filter((d) => visible.has(d) || !domains.includes(d)).map((d) => `eval/reward/${d}`), label: (k) => k.slice(12), yrange: [0, 1.05], markers: true },
     "chart-outcomes": { keys: () => page.outcomes.map((o) => `outcome/${outcomeDomain}/${o}`), label: (k) => k.split("/").pop(), stacked: true },
     "chart-throughput": { keys: () => RUN_KEYS.throughput, label: (k) => k.split("/").pop() },
     "chart-stages": { keys: () => RUN_KEYS.stages, label: (k) => k.split("/").pop() },
