@@ -13,7 +13,6 @@ from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, VERSION, BodyIn
 from controlplane.common.errors import InvalidInput
 from controlplane.review import selectors, services
 from controlplane.review.models import Reservation
-from controlplane.review.stats import categories
 
 router = Router(tags=["review"])
 
@@ -265,27 +264,45 @@ def queue_stats(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)
 
 
 @router.post("/review/queues/{queue_id}/next", response={200: NextOut, **ERRORS})
-def queue_next(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)):
+def queue_next(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID),
+               exclude: str = Query("", max_length=400, description="comma-separated item ids to pass over: the one on "
+                                    "your screen and those whose labels are on their way (the page fetches ahead)")):
     """Reserve the next item for you (blind: without the judge's score)."""
     queue = selectors.queue_get(actor=request.auth, queue_id=queue_id)
-    item = services.queue_next(actor=request.auth, queue=queue)
-    out = None
-    if item is not None:
-        res = Reservation.objects.filter(item=item, reviewer=request.auth.user).first()
-        out = _item_out(item, reveal=not queue.blind, expires_at=res.expires_at if res else None)
-    return {"item": out, "progress": selectors.queue_progress(queue, request.auth.user)}
+    ids = [x.strip() for x in exclude.split(",") if x.strip()]
+    if not all(x.isdigit() and 0 < int(x) <= MAX_ID for x in ids):
+        raise InvalidInput.one("exclude", "must be comma-separated item ids")
+    item = services.queue_next(actor=request.auth, queue=queue, exclude=[int(x) for x in ids])
+    return {"item": _reserved_out(request, item), "progress": selectors.queue_progress(queue, request.auth.user)}
+
+
+def _reserved_out(request: HttpRequest, item) -> dict | None:
+    if item is None:
+        return None
+    res = Reservation.objects.filter(item=item, reviewer=request.auth.user).first()
+    return _item_out(item, reveal=not item.queue.blind, expires_at=res.expires_at if res else None)
+
+
+@router.get("/review/queues/{queue_id}/history", response={200: list[dict[str, Any]], **ERRORS})
+def queue_history(request: HttpRequest, queue_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Your latest labels in the queue, newest first, with the judge's score and whether you agree."""
+    queue = selectors.queue_get(actor=request.auth, queue_id=queue_id)
+    return selectors.queue_history(queue, request.auth.user)
+
+
+@router.post("/review/items/{item_id}/undo", response={200: NextOut, **ERRORS})
+def item_undo(request: HttpRequest, item_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Take back your latest label or skip in the item's queue: the item is yours to label again
+    (blind again; the undo is audited)."""
+    item = services.label_undo(actor=request.auth, item=selectors.item_get(actor=request.auth, item_id=item_id))
+    return {"item": _reserved_out(request, item), "progress": selectors.queue_progress(item.queue, request.auth.user)}
 
 
 def _label_out(request, label) -> dict:
     item = label.item
     queue = item.queue
     report = selectors.queue_report(queue)
-    agrees = None
-    if label.value is not None:
-        fmt = queue.judge_config.score_format
-        j, _ = categories([item.judge_raw], fmt)
-        h, _ = categories([label.value], "binary" if fmt == "unit" else fmt)
-        agrees = bool(j[0] == h[0])
+    agrees = selectors.label_agrees(item.judge_raw, label.value, queue.judge_config.score_format)
     return {"item": item.pk, "value": label.value, "skipped": label.skipped, "judge_score": item.judge_score,
             "judge_raw": item.judge_raw, "agrees": agrees, "stats": report,
             "progress": selectors.queue_progress(queue, request.auth.user)}

@@ -82,6 +82,43 @@ def sample_stratified(strata: Sequence[str], n: int, rng: np.random.Generator) -
     return sorted(out, key=lambda d: d.index)
 
 
+MIN_PER_CLASS = 5
+"""Items of each judge class (pass, fail) a uniform sample holds at least, where the population
+has them: agreement measured on one class cannot tell the judge from a constant."""
+
+
+def ensure_classes(draws: list[Draw], classes: Sequence[int], rng: np.random.Generator,
+                   minimum: int = MIN_PER_CLASS) -> tuple[list[Draw], dict[str, int]]:
+    """A uniform sample topped up to ``minimum`` items of each class the population has (or all
+    of a smaller class), as a sample stratified by class: every item's propensity becomes its
+    class's sampling rate, so the weighted estimates stay unbiased. Returns the draws and the
+    items added per class (empty when none were needed: the draws are returned unchanged).
+
+    >>> draws, added = ensure_classes([Draw(0, 0.5), Draw(1, 0.5)], [0, 0, 0, 1], np.random.default_rng(0), 1)
+    >>> added, [(d.index, d.propensity) for d in draws]
+    ({'pass': 1}, [(0, 0.6666666666666666), (1, 0.6666666666666666), (3, 1.0)])
+    """
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(classes):
+        members.setdefault(int(c), []).append(i)
+    chosen = {d.index for d in draws}
+    added: dict[str, int] = {}
+    extra: list[int] = []
+    for c, ix in sorted(members.items()):
+        have = sum(1 for i in ix if i in chosen)
+        need = min(minimum, len(ix)) - have
+        if need > 0:
+            rest = [i for i in ix if i not in chosen]
+            extra += [int(i) for i in rng.choice(rest, size=need, replace=False)]
+            added["pass" if c else "fail"] = need
+    if not added:
+        return draws, {}
+    indices = sorted(chosen | set(extra))
+    drawn = {c: sum(1 for i in indices if int(classes[i]) == c) for c in members}
+    return [Draw(i, drawn[int(classes[i])] / len(members[int(classes[i])]), "judge " + ("pass" if classes[i] else "fail"))
+            for i in indices], added
+
+
 def inclusion_probabilities(weights: Sequence[float], n: float) -> np.ndarray:
     """``pi_i = n * w_i / sum(w)``, with items above 1 capped at 1 and the rest rescaled.
 

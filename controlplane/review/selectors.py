@@ -151,6 +151,58 @@ def queue_progress(queue: ReviewQueue, user=None) -> dict[str, Any]:
     return out
 
 
+def queue_class_note(queue: ReviewQueue) -> str:
+    """What the queue page says when the judge's classes (pass, fail) are not both in its sample:
+    agreement measured on one class cannot tell the judge from a constant answer."""
+    if queue.judge_config.score_format == "ordinal":
+        return ""
+    params = queue.params or {}
+    population = params.get("population_classes")
+    if population and queue.population and (not population["pass"] or not population["fail"]):
+        only = "pass" if population["pass"] else "fail"
+        return (f"The judge scored every one of the {queue.population} trajectories this queue was sampled from as {only}: "
+                f"its agreement with reviewers cannot be told from a constant answer's, and kappa means nothing until it "
+                f"scores both classes (after more training, on another run, or as another judge version).")
+    added = params.get("added_per_class") or {}
+    if added:
+        return (f"The uniform sample held too few items the judge scored "
+                + " or ".join(added) + "; " + ", ".join(f"{n} {c}" for c, n in added.items())
+                + f" were added from the population (the judge scored {population['pass']} pass and {population['fail']} fail), "
+                  "and each item is weighted by its class's sampling rate, so the weighted estimates stay unbiased.")
+    total = queue.items.count()
+    passed = queue.items.filter(judge_score__gte=0.5).count()
+    if total and passed in (0, total):
+        only = "pass" if passed else "fail"
+        return (f"Every item of this sample is one the judge scored {only}: agreement on it cannot tell the judge from a "
+                f"constant answer. A uniform sample adds both classes where the population has them.")
+    return ""
+
+
+HISTORY = 20
+"""Labels of a reviewer's history on a queue page."""
+
+
+def queue_history(queue: ReviewQueue, user, limit: int = HISTORY) -> list[dict[str, Any]]:
+    """The reviewer's latest labels in the queue, newest first, with the judge's score (shown once
+    they labelled) and whether they agree; the first can be taken back (``label_undo``)."""
+    fmt = queue.judge_config.score_format
+    return [{"item": label.item_id, "task_id": label.item.task_id, "value": label.value, "skipped": label.skipped,
+             "skip_reason": label.skip_reason, "judge_raw": label.item.judge_raw, "judge_score": label.item.judge_score,
+             "agrees": label_agrees(label.item.judge_raw, label.value, fmt), "at": label.created_at.isoformat()}
+            for label in Label.objects.filter(item__queue=queue, reviewer=user).select_related("item")
+            .order_by("-created_at", "-id")[:limit]]
+
+
+def label_agrees(judge_raw: float, value: float | None, fmt: str) -> bool | None:
+    """Whether a reviewer's label agrees with the judge's score, by the categories the statistics
+    compare (a 0-1 judge's score against pass/fail at 0.5); None for a skip."""
+    if value is None:
+        return None
+    j, _ = stats.categories([judge_raw], fmt)
+    h, _ = stats.categories([value], "binary" if fmt == "unit" else fmt)
+    return bool(j[0] == h[0])
+
+
 def queue_progress_many(queues: list[ReviewQueue]) -> list[dict[str, int]]:
     """Items and complete items of many queues in one query."""
     per_item = (ReviewItem.objects.filter(queue__in=queues)

@@ -495,8 +495,12 @@ def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
     rng = np.random.default_rng(seed)
     fmt = config.score_format
     strata = sampling.score_strata(scores, fmt) if rows else []
+    classes = [int(v >= 0.5) for v in scores] if fmt != "ordinal" else []
+    added: dict[str, int] = {}
     if strategy == "uniform":
         draws = sampling.sample_uniform(len(rows), size, rng)
+        if classes:
+            draws, added = sampling.ensure_classes(draws, classes, rng)
     elif strategy == "stratified":
         draws = sampling.sample_stratified(strata, size, rng)
     elif strategy == "disagreement":
@@ -508,7 +512,9 @@ def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
 
     queue = ReviewQueue(
         team=team, domain=domain, judge_config=config, name=data["name"], strategy=strategy,
-        params={"size": size, "seed": seed, "compare_to": compare_to}, population=len(rows),
+        params={"size": size, "seed": seed, "compare_to": compare_to, "added_per_class": added,
+                **({"population_classes": {"pass": sum(classes), "fail": len(classes) - sum(classes)}} if classes else {})},
+        population=len(rows),
         reviewers_per_item=data.get("reviewers_per_item", 1), blind=data.get("blind", True),
         reservation_s=data.get("reservation_s", 600), created_by=actor.user,
     )
@@ -535,23 +541,34 @@ def _open_items(queue: ReviewQueue, now):
     ).filter(n_labels__lt=queue.reviewers_per_item))
 
 
+MAX_EXCLUDED = 20
+"""Items a ``next`` may be told to pass over: the one on the reviewer's screen and those whose
+labels are on their way (the page fetches the next item while the reviewer reads this one)."""
+
+
 @transaction.atomic
-def queue_next(*, actor: Principal, queue: ReviewQueue) -> ReviewItem | None:
-    """Reserve the next item for the actor (their live reservation first); None when done."""
+def queue_next(*, actor: Principal, queue: ReviewQueue, exclude: list[int] | tuple[int, ...] = ()) -> ReviewItem | None:
+    """Reserve the next item for the actor (their live reservation first), other than the items
+    in ``exclude``; None when done."""
     actor.require(queue.team_id, "label", "review queue")
+    if len(exclude) > MAX_EXCLUDED:
+        raise InvalidInput.one("exclude", f"at most {MAX_EXCLUDED} items")
     now = timezone.now()
     user = actor.user
-    held = Reservation.objects.filter(item__queue=queue, reviewer=user, expires_at__gt=now).exclude(item__labels__reviewer=user).select_related("item").first()
+    held = (Reservation.objects.filter(item__queue=queue, reviewer=user, expires_at__gt=now).exclude(item__labels__reviewer=user)
+            .exclude(item_id__in=exclude).select_related("item").order_by("item__position", "item_id").first())
     expires = now + timedelta(seconds=queue.reservation_s)
     if held is not None:
         Reservation.objects.filter(pk=held.pk).update(expires_at=expires)
         return held.item
-    candidates = (_open_items(queue, now).exclude(labels__reviewer=user)
+    candidates = (_open_items(queue, now).exclude(labels__reviewer=user).exclude(pk__in=exclude)
                   .filter(Q(n_labels__lt=queue.reviewers_per_item)).order_by("position", "id"))
     for item in candidates[:50]:
         if item.n_labels + item.n_held >= queue.reviewers_per_item:
             continue
-        locked = ReviewItem.objects.select_for_update(skip_locked=True).filter(pk=item.pk).first()
+        # The item's row only: the model's ordering (by queue) joins the queue's row, and FOR UPDATE
+        # would lock it too, so a label being saved in the same queue made every item look taken.
+        locked = ReviewItem.objects.select_for_update(skip_locked=True, of=("self",)).filter(pk=item.pk).order_by().first()
         if locked is None:
             continue
         Reservation.objects.filter(item=locked, expires_at__lte=now).delete()
@@ -576,7 +593,7 @@ def _check_value(value: Any, fmt: str) -> float:
 def _take_reservation(actor: Principal, item: ReviewItem) -> Reservation | None:
     """The actor's reservation of the item (even an expired one, if nobody took the item since),
     or a new claim when the item still has room; Conflict when it is full or already labelled."""
-    item = ReviewItem.objects.select_for_update().select_related("queue").get(pk=item.pk)
+    item = ReviewItem.objects.select_for_update(of=("self",)).select_related("queue").get(pk=item.pk)
     if Label.objects.filter(item=item, reviewer=actor.user).exists():
         raise Conflict(f"you have already labelled or skipped item {item.pk}")
     now = timezone.now()
@@ -615,6 +632,27 @@ def label_skip(*, actor: Principal, item: ReviewItem, reason: Any) -> Label:
     label = Label.objects.create(item=item, reviewer=actor.user, skipped=True, skip_reason=reason.strip()[:500])
     Reservation.objects.filter(item=item, reviewer=actor.user).delete()
     return label
+
+
+@transaction.atomic
+def label_undo(*, actor: Principal, item: ReviewItem) -> ReviewItem:
+    """Take back the actor's latest label or skip in the item's queue (a slip of the key): the
+    label is deleted, the undo audited with what it was, and the item reserved for the actor
+    again. Only the latest one: in a blind queue the judge's score was shown after each submit, and
+    going back over earlier labels with that knowledge would bias the agreement."""
+    queue = item.queue
+    actor.require(queue.team_id, "label", "review item")
+    latest = (Label.objects.select_for_update().filter(item__queue=queue, reviewer=actor.user)
+              .order_by("-created_at", "-id").first())
+    if latest is None or latest.item_id != item.pk:
+        raise Conflict(f"only your latest label in this queue can be taken back"
+                       + (f" (item {latest.item_id})" if latest is not None else ": you have none"))
+    before = {"item": item.pk, "value": latest.value, "skipped": latest.skipped, "skip_reason": latest.skip_reason}
+    latest.delete()
+    Reservation.objects.update_or_create(item=item, reviewer=actor.user,
+                                         defaults={"expires_at": timezone.now() + timedelta(seconds=queue.reservation_s)})
+    audit_record(actor=actor, obj=queue, action="review_label.undo", before=before, after={"item": item.pk}, team=queue.team)
+    return item
 
 
 def finite(x: float | None) -> float | None:

@@ -47,10 +47,11 @@ def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
     return render(request, "review/queue.html", {
         "queue": queue, "config": queue.judge_config, "judge": queue.judge_config.judge, "can_label": can_label,
         "progress": selectors.queue_progress(queue, request.user), "report": report,
-        "is_admin": is_admin,
+        "is_admin": is_admin, "class_note": selectors.queue_class_note(queue),
         "initial": {"queue": queue.pk, "format": queue.judge_config.score_format, "blind": queue.blind, "stats": report,
                     "can_label": can_label, "is_admin": is_admin, "judge": queue.judge_config.judge.slug,
-                    "version": queue.judge_config.version, "active": queue.judge_config.judge.active_id == queue.judge_config.pk},
+                    "version": queue.judge_config.version, "active": queue.judge_config.judge.active_id == queue.judge_config.pk,
+                    "history": selectors.queue_history(queue, request.user) if can_label else []},
     })
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from controlplane.review import services
-from controlplane.review.models import ReviewItem, ReviewQueue
+from controlplane.review.models import Label, ReviewItem, ReviewQueue
 from tests import factories
 from tests.browser.conftest import PASSWORD, browser_user, screenshot
 from tests.review.conftest import SIM_VERIFIER, record_judged_run
@@ -83,6 +83,22 @@ def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(ser
         assert page.text_content("[data-testid=reveal-item]") == item_id  # and shown after
         seen.append((page.text_content("[data-testid=stat-kappa]"), page.text_content("[data-testid=stat-kappa-ci]")))
     screenshot(page, "10-review-labelled")
+    # Each next item was fetched ahead, so it showed as soon as the key was pressed.
+    shows = page.evaluate("window.TemperReview.shows")
+    assert len(shows) >= 19
+    print(f"next item shown after a label: median {sorted(shows)[len(shows) // 2]:.1f} ms, max {max(shows):.1f} ms")
+    # Undo (u): the latest label is taken back, its item comes back blind; labelled again.
+    last = page.text_content("[data-testid=reveal-item]")
+    assert page.locator("[data-testid=history-row]").first.get_attribute("data-item") == last
+    history = page.locator("[data-testid=history-row]").count()
+    page.keyboard.press("u")
+    page.wait_for_function(f"() => document.querySelector('[data-testid=item-id]').textContent == '{last}'")
+    assert page.is_hidden("[data-testid=item-judge]")
+    assert page.locator("[data-testid=history-row]").count() == history - 1
+    assert not Label.objects.filter(item_id=int(last)).exists()
+    page.keyboard.press("p" if truth[ReviewItem.objects.get(pk=int(last)).trajectory_id] else "f")
+    page.wait_for_function(f"() => document.querySelector('[data-testid=history-row]').dataset.item == '{last}'")
+    assert Label.objects.get(item_id=int(last)).value == truth[ReviewItem.objects.get(pk=int(last)).trajectory_id]
     kappa, interval = seen[-1]
     low, high = (float(x) for x in interval.strip("[]").split(","))
     assert low <= float(kappa) <= high

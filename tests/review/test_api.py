@@ -156,7 +156,8 @@ def test_blind_labelling_reservations_skips_and_several_reviewers(judged):
     assert post(adm, f"/api/review/items/{second['id']}/skip", {"reason": "cannot tell"}).status_code == 201
     assert Label.objects.get(item_id=second["id"], skipped=True).skip_reason == "cannot tell"
     # reservations hold an item, and expire: then another reviewer takes the abandoned item
-    q1 = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "single", "size": 2}).json()
+    q1 = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "single", "size": 2,
+                                            "strategy": "stratified"}).json()  # two items: one of each class
     held = post(rev, f"/api/review/queues/{q1['id']}/next").json()["item"]
     r2, r3 = factories.member(w.team, "reviewer", "acme-reviewer-2"), factories.member(w.team, "reviewer", "acme-reviewer-3")
     assert post(client_for(r2), f"/api/review/queues/{q1['id']}/next").json()["item"]["id"] != held["id"]
@@ -179,7 +180,9 @@ def test_two_reviewers_give_krippendorff_alpha(judged):
     label_all(client_for(w.users["reviewer"]), q["id"], w.truth)
     label_all(admin, q["id"], w.truth)
     stats = admin.get(f"/api/review/queues/{q['id']}/stats").json()
-    assert stats["n"] == 12 and stats["krippendorff_alpha"] == pytest.approx(1.0)
+    # 12 drawn, topped up to five of each of the judge's classes
+    assert stats["n"] == ReviewItem.objects.filter(queue_id=q["id"]).count() >= 12
+    assert stats["krippendorff_alpha"] == pytest.approx(1.0)
 
 
 def test_calibration_promotion_shadow_and_rollback(judged):
@@ -277,3 +280,110 @@ def test_a_rule_that_backtracks_is_stopped_at_its_timeout_not_run_in_the_web_pro
                                            "strategy": "disagreement", "size": 5, "compare_to": slow})
     assert r.status_code == 422 and r.json()["errors"][0]["path"] == "compare_to.rule"
     assert re.search(r"took more than 0 s over \d+ of 45 trajectories", r.json()["errors"][0]["message"])
+
+
+def test_the_next_item_is_fetched_ahead_and_the_latest_label_can_be_taken_back(judged):
+    """The page reserves the next item while the reviewer reads one (``exclude``); a slip of the
+    key is taken back (the latest label only, audited), and the item comes back blind."""
+    w = judged
+    q = post(client_for(w.users["admin"]), "/api/review/queues",
+             {"team": "acme", "domain": "capitals", "judge": "sim", "name": "ahead", "size": 6}).json()
+    rev = client_for(w.users["reviewer"])
+    nxt = f"/api/review/queues/{q['id']}/next"
+    first = post(rev, nxt).json()["item"]
+    ahead = post(rev, f"{nxt}?exclude={first['id']}").json()["item"]
+    assert ahead["id"] != first["id"] and ahead["judge_score"] is None  # blind, like any next
+    assert Reservation.objects.filter(item_id__in=[first["id"], ahead["id"]], reviewer=w.users["reviewer"]).count() == 2
+    assert post(rev, nxt).json()["item"]["id"] == first["id"]  # a reload shows the first held one again
+    # The label of the first on its way, the one ahead on the screen: a third item comes next.
+    third = post(rev, f"{nxt}?exclude={first['id']},{ahead['id']}").json()["item"]
+    assert third["id"] not in (first["id"], ahead["id"])
+    assert post(rev, f"{nxt}?exclude=1,x").status_code == 422
+    assert post(rev, f"{nxt}?exclude=" + ",".join(["1"] * 21)).status_code == 422
+
+    answer = post(rev, f"/api/review/items/{first['id']}/label", {"value": 1}).json()
+    history = rev.get(f"/api/review/queues/{q['id']}/history").json()
+    assert [(h["item"], h["value"], h["agrees"], h["judge_raw"]) for h in history] == \
+        [(first["id"], 1.0, answer["agrees"], answer["judge_raw"])]
+
+    # Only the latest label is taken back, only by its reviewer.
+    assert post(rev, f"/api/review/items/{ahead['id']}/undo").status_code == 409
+    assert post(client_for(w.users["admin"]), f"/api/review/items/{first['id']}/undo").status_code == 409
+    assert post(client_for(w.users["viewer"]), f"/api/review/items/{first['id']}/undo").status_code == 403
+    assert post(client_for(w.other_users["reviewer"]), f"/api/review/items/{first['id']}/undo").status_code == 404
+    undone = post(rev, f"/api/review/items/{first['id']}/undo")
+    assert undone.status_code == 200, undone.content
+    assert undone.json()["item"]["id"] == first["id"] and undone.json()["item"]["judge_score"] is None
+    assert not Label.objects.filter(item_id=first["id"]).exists()
+    assert Reservation.objects.filter(item_id=first["id"], reviewer=w.users["reviewer"]).exists()
+    audit = AuditLog.objects.get(action="review_label.undo")
+    assert audit.before == {"item": first["id"], "value": 1.0, "skipped": False, "skip_reason": ""}
+    assert rev.get(f"/api/review/queues/{q['id']}/history").json() == []
+    assert post(rev, f"/api/review/items/{first['id']}/label", {"value": 0}).status_code == 201
+    assert Label.objects.get(item_id=first["id"]).value == 0.0
+
+
+def test_a_uniform_sample_holds_both_of_the_judges_classes(judged):
+    """Where the judge passes few of the population, a uniform sample is topped up to five of each
+    class and weighted by its class's rate (the weighted estimates stay unbiased); the page says so.
+    A population the judge scores one way only is named as such."""
+    from controlplane.review.selectors import queue_class_note
+
+    w = judged
+    scores = [float(t.details["details"]["judge_score"]) for t in Trajectory.objects.filter(run=w.run)]
+    n_pass = sum(s >= 0.5 for s in scores)
+    assert 5 <= n_pass <= len(scores) - 5
+    admin = client_for(w.users["admin"])
+    q = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "tiny", "size": 2}).json()
+    items = list(ReviewItem.objects.filter(queue_id=q["id"]))
+    passed = [i for i in items if i.judge_score >= 0.5]
+    assert len(passed) == 5 and len(items) - len(passed) == 5  # two drawn, the rest added
+    for i in items:
+        assert i.propensity == pytest.approx(5 / (n_pass if i.judge_score >= 0.5 else len(scores) - n_pass))
+    note = client_for(w.users["reviewer"]).get(f"/review/queues/{q['id']}/").content.decode()
+    assert 'data-testid="class-note"' in note and "were added from the population" in note
+
+    # The judge scored everything fail: said, and nothing can be added.
+    for t in Trajectory.objects.filter(run=w.run):
+        t.details = {**t.details, "details": {**t.details["details"], "judge_score": 0.0, "judge_raw": 0.0}}
+        t.save(update_fields=["details"])
+    q = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "one", "size": 8}).json()
+    from controlplane.review.models import ReviewQueue
+
+    assert ReviewItem.objects.filter(queue_id=q["id"]).count() == 8
+    assert "as fail: its agreement with reviewers cannot be told from a constant" in queue_class_note(ReviewQueue.objects.get(pk=q["id"]))
+
+
+def test_a_label_being_saved_in_the_queue_does_not_hide_its_other_items(transactional_db, judged):
+    """Another reviewer's label holds its item's row while it is saved; the next item of the same
+    queue is still handed out (the lock taken for an item is that item's row only, never the
+    queue's, which the items' ordering joins)."""
+    import psycopg
+    from django.db import connection
+
+    from controlplane.review import services as review_services
+    from controlplane.review.models import ReviewQueue
+
+    w = judged
+    q = post(client_for(w.users["admin"]), "/api/review/queues",
+             {"team": "acme", "domain": "capitals", "judge": "sim", "name": "busy", "size": 6, "strategy": "stratified"}).json()
+    queue = ReviewQueue.objects.get(pk=q["id"])
+    first = review_services.queue_next(actor=factories.actor(w.users["admin"]), queue=queue)
+    s = connection.settings_dict
+    other = psycopg.connect(host=s["HOST"], port=s["PORT"] or 5432, user=s["USER"], password=s["PASSWORD"] or None,
+                            dbname=s["NAME"])
+    try:  # a transaction holding `first` and the queue's row (as a label's lock did)
+        other.execute("SELECT 1 FROM review_reviewitem i JOIN review_reviewqueue q ON q.id = i.queue_id "
+                      "WHERE i.id = %s FOR UPDATE", [first.pk])
+        item = review_services.queue_next(actor=factories.actor(w.users["reviewer"]), queue=queue)
+        assert item is not None and item.pk != first.pk
+        with connection.cursor() as cursor:  # and a label waits on nothing but its own item
+            cursor.execute("SET lock_timeout = '2s'")
+        try:
+            review_services.label_submit(actor=factories.actor(w.users["reviewer"]), item=item, value=1)
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+    finally:
+        other.rollback()
+        other.close()

@@ -1,6 +1,7 @@
 """``manage.py review``: the same services, permissions and audit as the API."""
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -20,7 +21,8 @@ def run(*args) -> str:
 def test_cli_queue_labels_stats_versions_and_rollback(judged):
     assert "sim" in run("--user", "acme-viewer", "judges", "list")
     out = run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=cli", "strategy=uniform", "size=6")
-    assert "6 items sampled" in out
+    sampled = int(re.search(r"(\d+) items sampled", out).group(1))
+    assert sampled == 6 or (sampled > 6 and "were added from the population" in out)  # both of the judge's classes
     with pytest.raises(CommandError, match="may not do this"):
         run("--user", "acme-reviewer", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=x")
     with pytest.raises(CommandError, match="size: must be at least 1"):

@@ -59,7 +59,7 @@ def test_judged_batches_and_shadow_scoring_run_on_the_judge_queue(judge_worker):
         assert c.post(f"/api/review/queues/{queue.id}/next").status_code == 200
         assert c.post(f"/api/review/items/{item.id}/label", json.dumps({"value": 1}), content_type="application/json").status_code == 201
     v2 = services.judge_version_create(actor=admin, judge=judge, changes={"params": {"similarity_cut": 0.9}})
-    assert services.judge_shadow_start(actor=admin, config=v2) == 5
-    wait_for(lambda: ShadowScore.objects.filter(judge_config=v2).count() == 5, 240, "shadow scores of v2")
+    assert services.judge_shadow_start(actor=admin, config=v2) == queue.items.count()  # 5, topped up to both classes
+    wait_for(lambda: ShadowScore.objects.filter(judge_config=v2).count() == queue.items.count(), 240, "shadow scores of v2")
     assert ShadowScore.objects.filter(judge_config=v2, raw__isnull=True).count() == 0
     assert JudgeConfig.objects.get(pk=v2.pk).version == 2

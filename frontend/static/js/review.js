@@ -6,6 +6,11 @@
  * Keyboard shortcuts on a queue page:
  *   p or 1 = pass, f or 0 = fail (pass/fail and 0-1 judges);  1-5 = score (ordinal judges)
  *   s = skip (type a reason, Enter confirms, Esc cancels);     n = reload the next item
+ *   u = take back your latest label (the item comes back, blind)
+ *
+ * The next item is fetched while you read this one (its id excluded, and those whose labels are
+ * on their way), so a label shows the next item at once; the label's answer (the judge's score,
+ * the statistics) follows when the server has it.
  */
 (function () {
   "use strict";
@@ -106,8 +111,12 @@
   function queuePage(root) {
     const queueId = root.dataset.queueId;
     const format = root.dataset.format;
-    let current = null;
-    let busy = false;
+    let current = null;      // the item on the screen
+    let upcoming = null;     // the next one, fetched ahead and reserved
+    let prefetching = null;  // the fetch of `upcoming`, while in flight
+    const pending = new Set(); // items whose labels are on their way
+    let history = initial.history || [];
+    const timing = (window.TemperReview = { shows: [] });  // ms from a label to the next item shown
 
     function setProgress(p) {
       if (!p) return;
@@ -123,6 +132,7 @@
       if (document.activeElement === $("skip-reason")) $("skip-reason").blur();
       $("skip-form").hidden = true;
       if (!item) return;
+      $("item").dataset.itemId = item.id;
       $("item-id").textContent = item.id;
       $("item-task").textContent = item.task_id || "–";
       $("item-prompt").textContent = item.prompt;
@@ -133,12 +143,27 @@
       if (!judge.hidden) $("item-judge-score").textContent = item.judge_raw + " (" + fmt(item.judge_score) + ")";
     }
 
+    function excluded() {
+      return [current ? current.id : null, ...pending].filter((x) => x !== null).join(",");
+    }
+
+    function prefetch() {
+      upcoming = null;
+      if (!current) { prefetching = null; return; }
+      const fetching = api("POST", "/api/review/queues/" + queueId + "/next?exclude=" + excluded())
+        .then((data) => { if (prefetching === fetching) upcoming = data.item; return data; })
+        .catch(() => null)  // the label path fetches again when it finds nothing ahead
+        .finally(() => { if (prefetching === fetching) prefetching = null; });
+      prefetching = fetching;
+    }
+
     async function next() {
       showMessage("");
       try {
-        const data = await api("POST", "/api/review/queues/" + queueId + "/next");
+        const data = await api("POST", "/api/review/queues/" + queueId + "/next?exclude=" + [...pending].join(","));
         showItem(data.item);
         setProgress(data.progress);
+        prefetch();
       } catch (e) {
         showMessage(e.message);
       }
@@ -149,34 +174,105 @@
       return Number(value) >= 1 ? "pass" : "fail";
     }
 
+    function judgeWord(raw) {
+      return format === "ordinal" ? String(raw) : (format === "unit" ? fmt(raw) : humanWord(raw));
+    }
+
     function reveal(data) {
       const box = $("reveal");
       box.hidden = false;
       $("reveal-item").textContent = data.item;
       $("reveal-you").textContent = data.skipped ? "skip" : humanWord(data.value);
-      $("reveal-judge").textContent = format === "ordinal" ? String(data.judge_raw) : (format === "unit" ? fmt(data.judge_raw) : humanWord(data.judge_raw));
+      $("reveal-judge").textContent = judgeWord(data.judge_raw);
       $("reveal-score").textContent = fmt(data.judge_score);
       $("reveal-agrees").textContent = data.agrees === null ? "skipped" : (data.agrees ? "you agree" : "you disagree");
       box.classList.toggle("agree", data.agrees === true);
       box.classList.toggle("disagree", data.agrees === false);
     }
 
-    async function submit(path, body) {
-      if (!current || busy) return;
-      busy = true;
+    function renderHistory() {
+      const list = $("history");
+      if (!list) return;
+      $("history-empty").hidden = history.length > 0;
+      list.replaceChildren(...history.map((h, i) => {
+        const li = document.createElement("li");
+        li.dataset.testid = "history-row";
+        li.dataset.item = h.item;
+        li.className = h.agrees === null ? "" : (h.agrees ? "agree" : "disagree");
+        const what = document.createElement("span");
+        what.textContent = "item " + h.item + (h.task_id ? " · " + h.task_id : "");
+        const verdict = document.createElement("span");
+        verdict.className = "verdict";
+        verdict.textContent = h.skipped ? "skipped: " + h.skip_reason
+          : "you " + humanWord(h.value) + ", judge " + judgeWord(h.judge_raw) + (h.agrees ? " (agree)" : " (disagree)");
+        li.append(what, verdict);
+        if (i === 0) {
+          const undo = document.createElement("button");
+          undo.type = "button";
+          undo.className = "secondary";
+          undo.dataset.testid = "undo";
+          undo.textContent = "Undo";
+          undo.title = "Take back this label (u)";
+          undo.addEventListener("click", undoLatest);
+          li.append(undo);
+        }
+        return li;
+      }));
+    }
+
+    async function undoLatest() {
+      const latest = history[0];
+      if (!latest || pending.size) return;
       showMessage("");
       try {
-        const data = await api("POST", "/api/review/items/" + current.id + path, body);
+        const data = await api("POST", "/api/review/items/" + latest.item + "/undo");
+        history = history.slice(1);
+        renderHistory();
+        setProgress(data.progress);
+        $("reveal").hidden = true;
+        if (current) { upcoming = current; prefetching = null; }  // still reserved: it comes next again
+        showItem(data.item);
+      } catch (e) {
+        showMessage(e.message);
+      }
+    }
+
+    async function submit(path, body) {
+      if (!current || pending.has(current.id)) return;
+      const done = current;
+      const started = performance.now();
+      pending.add(done.id);
+      showMessage("");
+      // The next item first (fetched ahead; waited for only if its fetch is still in flight).
+      if (!upcoming && prefetching) await prefetching;
+      if (upcoming) {
+        showItem(upcoming);
+        timing.shows.push(performance.now() - started);
+        prefetch();
+      }
+      try {
+        const data = await api("POST", "/api/review/items/" + done.id + path, body);
         reveal(data);
         renderStats(data.stats);
         setProgress(data.progress);
-        await refreshPromote();
-        await next();
+        history = [{ item: data.item, task_id: done.task_id, value: data.value, skipped: data.skipped,
+                     skip_reason: body.reason || "", judge_raw: data.judge_raw, judge_score: data.judge_score,
+                     agrees: data.agrees }, ...history].slice(0, 20);
+        renderHistory();
+        refreshPromote();
       } catch (e) {
-        showMessage(e.message);
-        if (e.status === 409) await next();
+        showMessage("item " + done.id + ": " + e.message);
+        if (e.status !== 409 && e.status !== 404 && current !== done) {
+          // Not recorded, still reserved: back on the screen, the one shown instead comes next.
+          upcoming = current;
+          prefetching = null;
+          showItem(done);
+        }
       } finally {
-        busy = false;
+        pending.delete(done.id);
+      }
+      if (current === done && pending.size === 0 && !upcoming) {
+        await next();  // nothing was fetched ahead (the queue's end, or the fetch failed)
       }
     }
 
@@ -214,6 +310,7 @@
       else if (k === "f" || k === "0") value = 0;
       if (value !== null) { ev.preventDefault(); label(value); return; }
       if (k === "s") { ev.preventDefault(); startSkip(); return; }
+      if (k === "u") { ev.preventDefault(); undoLatest(); return; }
       if (k === "n") { ev.preventDefault(); next(); }
     });
 
@@ -243,6 +340,7 @@
     }
 
     renderStats(initial.stats);
+    renderHistory();
     refreshPromote();
     if (initial.can_label) next();
   }

@@ -171,6 +171,9 @@ class Command(ServiceCommand):
         team = team_get(actor=self.actor, slug=o["team"])
         q = services.queue_create(actor=self.actor, team=team, data=data)
         self.out(f"queue {q.id}: {q.items.count()} items sampled ({q.strategy}) from {q.population} judged trajectories")
+        note = selectors.queue_class_note(q)
+        if note:
+            self.out(note)
 
     def do_queues_stats(self, o):
         self._print_report(selectors.queue_report(selectors.queue_get(actor=self.actor, queue_id=o["queue_id"])))
