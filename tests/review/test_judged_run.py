@@ -1,16 +1,15 @@
 """A run on a judged domain, end to end through Celery: the driver sends the domain's batches to
 the judge queue, the similarity judge grades real completions of a tiny model, and every
 recorded trajectory carries the judge version and the verifier version; the run page warns that
-the judge is not calibrated."""
+the judge is not calibrated. The run is the demo's judged run."""
 from __future__ import annotations
 
 
 import pytest
-from django.core.management import call_command
 from django.test import Client
 
-from controlplane.runs.models import MetricPoint, Run, Trajectory
-from controlplane.runs.services import run_create, run_start
+from controlplane.review import services
+from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from tests import factories
 from tests.services import celery_workers, require_postgres, wait_for
 
@@ -25,27 +24,26 @@ def workers(transactional_db, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.services
-def test_a_run_on_a_judged_domain_records_judge_versions(workers, tmp_path):
+def test_the_demos_judged_run_records_judge_versions_and_gives_both_classes_to_review(workers, tmp_path):
+    """The demo's judged run (run 2 of ``make demo``): from the demo's tiny model, SFT'd on the
+    domain's reference sentences, its sampled answers are ones the judge passes and ones it fails,
+    so a review queue of them has something to calibrate."""
+    from controlplane.web.management.commands.demo_setup import JUDGED_DOMAIN, judged_run
     from trainer.models.tiny import build_tiny
 
-    team = factories.team("acme")
-    admin = factories.member(team, "admin", "acme-admin")
-    call_command("review", "--user", "acme-admin", "demo", "setup", "acme", verbosity=0)
-    model = str(build_tiny(tmp_path / "model", layers=1))
-    actor = factories.actor(admin)
-    run = run_create(actor=actor, data=factories.run_payload(
-        ["capitals-judged"], team="acme", base_model=model, budget={"steps": 2},
-        config={"rollout": {"prompts_per_step": 4, "n": 2, "max_new_tokens": 8}}))
-    run_start(actor=actor, run=run)
-    final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 600, "the run to end",
+    team = factories.team("demo")
+    admin = factories.member(team, "admin", "demo-admin")
+    run = judged_run(user=admin, team=team, base_model=str(build_tiny(tmp_path / "tiny-demo")))
+    final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 900, "the run to end",
                      logs=[workers / "driver.log", workers / "judge.log"])
     assert final.state == "completed", final.error
     assert "temper.judge.batch" in (workers / "judge.log").read_text()
+    assert RunEvent.objects.filter(run=run, kind="sft").exists()
     rows = list(Trajectory.objects.filter(run=run))
     assert rows
     from controlplane.review.models import Judge
 
-    config = Judge.objects.get(slug="acme-similarity").active
+    config = Judge.objects.get(slug="demo-similarity").active
     for t in rows:
         assert t.verifier_version == 1
         if t.outcome == "judge_error":
@@ -53,8 +51,17 @@ def test_a_run_on_a_judged_domain_records_judge_versions(workers, tmp_path):
         else:
             assert t.judge_version == config.pk and t.outcome in ("pass", "fail")
             assert 0.0 <= t.details["details"]["judge_score"] <= 1.0
-    assert any(t.outcome in ("pass", "fail") for t in rows)  # the judge really graded them
-    assert MetricPoint.objects.filter(run=run, key__startswith="outcome/capitals-judged/").exists()
+    assert MetricPoint.objects.filter(run=run, key__startswith=f"outcome/{JUDGED_DOMAIN}/").exists()
     c = Client()
     c.force_login(admin)
     assert any("not calibrated" in w for w in c.get(f"/api/runs/{run.pk}").json()["warnings"])
+
+    scores = [t.details["details"]["judge_score"] for t in rows if t.outcome in ("pass", "fail")]
+    passed = sum(s >= 0.5 for s in scores)
+    print(f"judged run: {len(scores)} judged answers, {passed} passed")
+    assert 0 < passed < len(scores)  # the judge really graded them, both ways
+    # A uniform queue from it needs nothing added: both classes are there to review.
+    queue = services.queue_create(actor=factories.actor(admin), team=team,
+                                  data={"domain": JUDGED_DOMAIN, "judge": "demo-similarity", "name": "first", "size": 20})
+    assert {i.judge_score >= 0.5 for i in queue.items.all()} == {True, False}
+    assert not queue.params["added_per_class"]

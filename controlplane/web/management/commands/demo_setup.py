@@ -35,7 +35,11 @@ DEMO_DOMAINS = {"builtin-addition": 2.0, "builtin-reversal": 1.0, "builtin-parit
 
 JUDGED_DOMAIN = "capitals-judged"
 JUDGED_CONFIG = {
-    "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 24, "temperature": 1.0},
+    # An answer is a sentence ("The capital of Argentina is Buenos Aires.": 41 characters).
+    "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 48, "temperature": 1.0},
+    # Its own SFT stage on the domain's reference sentences first: from random init every sampled
+    # answer is noise the judge fails, and a review queue of them calibrates nothing.
+    "sft": {"steps": 150, "lr": 3e-3, "batch_size": 16},
     "checkpoint": {"every_steps": 10},
 }
 """The second demo run: a few steps on a judged domain, for the review queues."""
@@ -99,14 +103,7 @@ class Command(BaseCommand):
     def _judged_run(self, user, team, base_model: str) -> Run:
         """A short run on a domain a model judges (the similarity judge of the review app), so the
         review pages have judged trajectories to sample, label and calibrate against."""
-        call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=self.stdout)
-        actor = Principal.for_user(user)
-        run = run_create(actor=actor, data={
-            "team": team.slug, "name": "demo: judged capitals (for review)", "base_model": base_model,
-            "domains": [{"slug": JUDGED_DOMAIN, "weight": 1.0}], "budget": {"steps": 20}, "priority": 40,
-            "config": JUDGED_CONFIG,
-        })
-        return run_start(actor=actor, run=run)
+        return judged_run(user=user, team=team, base_model=base_model, stdout=self.stdout)
 
     def _demo_run(self, user, team):
         model_dir = settings.VAR_DIR / "models" / "tiny-demo"
@@ -115,6 +112,19 @@ class Command(BaseCommand):
 
             build_tiny(model_dir)
         return demo_run(user=user, team=team, model_dir=model_dir)
+
+
+def judged_run(*, user, team: Team, base_model: str, stdout=None) -> Run:
+    """The review demo's judge and domain (``review demo setup``), then a short run on the domain
+    from ``base_model`` (the demo's tiny model, SFT'd on the domain's references first)."""
+    call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=stdout)
+    actor = Principal.for_user(user)
+    run = run_create(actor=actor, data={
+        "team": team.slug, "name": "demo: judged capitals (for review)", "base_model": base_model,
+        "domains": [{"slug": JUDGED_DOMAIN, "weight": 1.0}], "budget": {"steps": 20}, "priority": 40,
+        "config": JUDGED_CONFIG,
+    })
+    return run_start(actor=actor, run=run)
 
 
 def demo_run(*, user, team: Team, model_dir: Path, steps: int = DEMO_STEPS) -> Run:
