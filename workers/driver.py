@@ -663,7 +663,7 @@ def _apply_weights(job, run: Run, current: dict[str, float], live: LiveQuotas,
                               message=f"domain weights applied at step {job.step_count}: "
                                       + ", ".join(f"{d} {w:g}" for d, w in latest.items())
                                       + (f" ({', '.join(paused)} paused)" if paused else ""),
-                              data={"weights": latest, "paused": paused})
+                              data={"weights": latest, "paused": paused, "step": job.step_count})
     if caps_changed:
         runs.run_event_record(run=run, kind="quotas_applied", message=f"domain share caps applied at step {job.step_count}",
                                 data={"max_share": live.caps})

@@ -92,7 +92,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,
-                    "budget_steps": run.budget_steps, "team": run.team.slug},
+                    "budget_steps": run.budget_steps, "team": run.team.slug,
+                    "started_at": run.started_at.isoformat() if run.started_at else None},
             "domains": domains,
             "weights": {rd.domain.slug: rd.weight for rd in run_domains},
             "can_control": can_control,

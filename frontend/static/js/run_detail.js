@@ -25,8 +25,12 @@
   const store = new Map(); // key -> {step:[], time:[], min:[], max:[], last:[]} (time in ms)
   let cursor = null;       // the live log's position: every point with a larger id comes by socket
   let eventCursor = 0;
-  let xAxis = "step";
+  let xAxis = "step";        // step | relative (minutes since the run's start) | time (wall clock)
   let smoothing = 0.6;
+  let logY = false;
+  let syncZoom = true;        // zooming one chart zooms them all
+  let showEvents = true;      // pause, resume, weights, checkpoints, alerts as lines on the charts
+  const marks = [];           // those events: {kind, at (ms), step (or null), text}
   const visible = new Set(domains.slice(0, page.visible_at_first));
   let outcomeDomain = domains[0] || "";
   const zoom = {};         // chart id -> {lo, hi, series} while zoomed
@@ -90,10 +94,11 @@
     "chart-pass": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `pass_rate/${d}`), label: (k) => k.slice(10), yrange: [0, 1.05] },
     "chart-eval": { keys: () => evalDomains.filter((d) => visible.has(d) || !domains.includes(d)).map((d) => `eval/reward/${d}`), label: (k) => k.slice(12), yrange: [0, 1.05], markers: true },
     "chart-outcomes": { keys: () => page.outcomes.map((o) => `outcome/${outcomeDomain}/${o}`), label: (k) => k.split("/").pop(), stacked: true },
-    "chart-throughput": { keys: () => RUN_KEYS.throughput, label: (k) => k.split("/").pop() },
+    "chart-throughput": { keys: () => RUN_KEYS.throughput, label: (k) => k.split("/").pop(),
+      y2: ["perf/completions_per_s", "perf/verifications_per_s"], y2title: "completions, verifications /s", ytitle: "tokens/s" },
     "chart-stages": { keys: () => RUN_KEYS.stages, label: (k) => k.split("/").pop() },
     "chart-policy": { keys: () => RUN_KEYS.policy, label: (k) => k },
-    "chart-length": { keys: () => RUN_KEYS.length, label: (k) => k, y2: "response/length" },
+    "chart-length": { keys: () => RUN_KEYS.length, label: (k) => k, y2: ["response/length"], y2title: "response/length" },
   };
 
   let chartsOfKey = null; // key -> chart ids, rebuilt when the visible keys change
@@ -132,10 +137,10 @@
     keys.forEach((key, i) => {
       const s = source ? source[key] : store.get(key);
       if (!s || !s.step.length) return;
-      const x = xAxis === "step" ? s.step : s.time;
+      const x = xValues(s);
       const color = spec.stacked ? OUTCOME_COLORS[key.split("/").pop()] : PALETTE[i % PALETTE.length];
       const name = spec.label(key);
-      const yaxis = spec.y2 === key ? "y2" : "y";
+      const yaxis = spec.y2 && spec.y2.includes(key) ? "y2" : "y";
       if (spec.stacked) {
         out.push({ x, y: s.last, customdata: s.step, meta: key, name, type: "scatter", mode: "lines", stackgroup: "one",
           line: { width: 0.5, color }, fillcolor: color, hovertemplate: `${name}: %{y}<br>step %{customdata}<extra></extra>` });
@@ -162,6 +167,38 @@
     return out;
   }
 
+  // The run's start: the first point's time of any series loaded (minutes since it, "relative").
+  function startMs() {
+    if (page.run.started_at) return Date.parse(page.run.started_at);
+    let t0 = Infinity;
+    for (const s of store.values()) if (s.time.length && s.time[0] < t0) t0 = s.time[0];
+    return Number.isFinite(t0) ? t0 : 0;
+  }
+  function xValues(s) {
+    if (xAxis === "step") return s.step;
+    if (xAxis === "time") return s.time;
+    const t0 = startMs();
+    return s.time.map((t) => (t - t0) / 60000);
+  }
+  const X_TITLE = { step: "step", relative: "minutes since start", time: "wall time" };
+
+  // Where an event goes on the x-axis: its step where it names one (checkpoints, alerts, weights),
+  // else the step (or time) the run was at when it happened.
+  const MARK_COLORS = { paused: "#f08c00", resumed: "#2f9e44", preempted: "#f08c00", weights: "#7048e8", weights_applied: "#7048e8",
+                        checkpoint: "#868e96", alert: "#c0392b", state: "#495057" };
+  function markX(m) {
+    if (xAxis === "step") return m.step !== null ? m.step : stepAt(m.at, [...store.keys()].filter((k) => k.startsWith("reward/")));
+    if (xAxis === "time") return m.at;
+    return (m.at - startMs()) / 60000;
+  }
+  function markOf(e) {
+    const d = e.data || {};
+    let kind = e.kind;
+    if (kind === "state") { if (d.to === "paused") kind = "paused"; else if (d.to === "running" && d.from === "paused") kind = "resumed"; else return null; }
+    if (!(kind in MARK_COLORS) || kind === "state") return null;
+    return { kind, at: Date.parse(e.at), step: Number.isFinite(d.step) ? d.step : null, text: e.message || kind };
+  }
+
   const markedStep = (() => { const v = Number(new URLSearchParams(location.search).get("step")); return Number.isFinite(v) && v > 0 ? v : null; })();
 
   function layout(id, spec) {
@@ -169,13 +206,26 @@
       margin: { l: 48, r: spec.y2 ? 48 : 12, t: 24, b: 36 }, height: 280, showlegend: true,
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
       hovermode: "closest", datarevision: revision,
-      xaxis: { title: { text: xAxis === "step" ? "step" : "wall time" }, type: xAxis === "step" ? "linear" : "date" },
-      yaxis: spec.yrange ? { range: spec.yrange } : { rangemode: "tozero" }, uirevision: xAxis + id,
+      xaxis: { title: { text: X_TITLE[xAxis] }, type: xAxis === "time" ? "date" : "linear" },
+      yaxis: logY && !spec.stacked ? { type: "log" } : (spec.yrange ? { range: spec.yrange } : { rangemode: "tozero" }),
+      uirevision: xAxis + id + logY,
     };
-    if (spec.y2) l.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2 }, rangemode: "tozero" };
+    if (spec.ytitle) l.yaxis.title = { text: spec.ytitle };
+    if (spec.y2) l.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2title }, type: logY ? "log" : "linear",
+                              ...(logY ? {} : { rangemode: "tozero" }) };
     if (zoom[id]) l.xaxis.range = zoom[id].range;
+    l.shapes = [];
+    if (showEvents) {
+      for (const m of marks) {
+        const x = markX(m);
+        if (x === null || x === undefined) continue;
+        l.shapes.push({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, name: m.kind,
+                        line: { dash: "dot", width: 1, color: MARK_COLORS[m.kind] },
+                        label: { text: m.kind, textposition: "end", font: { size: 9, color: MARK_COLORS[m.kind] } } });
+      }
+    }
     if (markedStep !== null && xAxis === "step") { // an alert's link (?step=N): the step it fired at
-      l.shapes = [{ type: "line", x0: markedStep, x1: markedStep, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", width: 1.5, color: "#c0392b" } }];
+      l.shapes.push({ type: "line", x0: markedStep, x1: markedStep, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", width: 1.5, color: "#c0392b" } });
     }
     return l;
   }
@@ -226,25 +276,43 @@
   // Plotly's date axes hold UTC milliseconds and report ranges as "YYYY-MM-DD HH:MM:SS.sss" (UTC).
   function plotlyDate(v) { return typeof v === "number" ? v : Date.parse(String(v).replace(" ", "T") + "Z"); }
 
+  // A zoom's x range as steps: the server re-buckets the series between them.
+  function stepsOf(a, b, keys) {
+    if (xAxis === "step") { const lo = Math.max(0, Math.floor(a)); return [lo, Math.max(lo, Math.ceil(b))]; }
+    const toMs = (v) => (xAxis === "time" ? plotlyDate(v) : startMs() + Number(v) * 60000);
+    const lo = stepAt(toMs(a), keys);
+    return [lo, Math.max(lo, stepAt(toMs(b), keys))];
+  }
+
+  async function zoomTo(id, a, b) {
+    const keys = CHARTS[id].keys();
+    const timeKeys = keys.length ? keys : ["perf/tokens_per_s"];
+    const [lo, hi] = stepsOf(a, b, [...timeKeys, ...[...store.keys()].filter((k) => k.startsWith("reward/"))]);
+    const resp = keys.length ? await api("GET", `/api/runs/${runId}/series?key=${encodeURIComponent(keys.join(","))}&lo=${lo}&hi=${hi}`)
+      : { series: {}, width: 1 };
+    const zoomed = {};
+    for (const [key, v] of Object.entries(resp.series)) {
+      zoomed[key] = { step: v.step, time: v.time, min: v.min, max: v.max, last: v.last };
+    }
+    zoom[id] = { lo, hi, range: [a, b], series: zoomed, width: resp.width };
+    const node = document.getElementById(id);
+    node.dataset.zoomWidth = String(resp.width);
+    node.dataset.zoomRange = `${lo}-${hi}`;
+    dirty.add(id);
+    scheduleDraw();
+  }
+
   function wireChart(id, node) {
     node.on("plotly_relayout", async (ev) => {
-      const spec = CHARTS[id];
-      if (ev["xaxis.autorange"]) { delete zoom[id]; dirty.add(id); scheduleDraw(); return; }
+      const targets = syncZoom ? Object.keys(CHARTS) : [id];
+      if (ev["xaxis.autorange"]) {
+        for (const t of targets) { delete zoom[t]; delete document.getElementById(t).dataset.zoomRange; dirty.add(t); }
+        scheduleDraw();
+        return;
+      }
       const a = ev["xaxis.range[0]"], b = ev["xaxis.range[1]"];
       if (a === undefined || b === undefined) return;
-      const keys = spec.keys();
-      let lo, hi;
-      if (xAxis === "step") { lo = Math.max(0, Math.floor(a)); hi = Math.max(lo, Math.ceil(b)); }
-      else { lo = stepAt(plotlyDate(a), keys); hi = Math.max(lo, stepAt(plotlyDate(b), keys)); }
-      const resp = await api("GET", `/api/runs/${runId}/series?key=${encodeURIComponent(keys.join(","))}&lo=${lo}&hi=${hi}`);
-      const zoomed = {};
-      for (const [key, v] of Object.entries(resp.series)) {
-        zoomed[key] = { step: v.step, time: v.time, min: v.min, max: v.max, last: v.last };
-      }
-      zoom[id] = { lo, hi, range: [a, b], series: zoomed, width: resp.width };
-      node.dataset.zoomWidth = String(resp.width);
-      dirty.add(id);
-      scheduleDraw();
+      await Promise.all(targets.map((t) => zoomTo(t, a, b)));
     });
     node.on("plotly_click", (ev) => {
       const pt = ev.points && ev.points[0];
@@ -320,11 +388,15 @@
   const rewound = (e) => e.kind === "resumed" && e.data && e.data.checkpoint_step !== undefined;
   function addEvents(events) {
     const list = document.getElementById("events");
+    let marked = false;
     for (const e of events) {
       list.prepend(el("li", { "data-kind": e.kind }, el("time", { text: new Date(e.at).toLocaleTimeString() }), " ",
         el("b", { text: e.kind }), " ", e.message || ""));
       if (rewound(e) && window.TemperLive.ready) reloadAll();
+      const m = markOf(e);
+      if (m) { marks.push(m); marked = true; }
     }
+    if (marked && showEvents) redrawAll(Object.keys(CHARTS));
   }
 
   // ------------------------------------------------------------------ controls
@@ -416,6 +488,39 @@
     document.getElementById("smoothing-value").textContent = smoothing.toFixed(2);
     redrawAll(Object.keys(CHARTS).filter((id) => !CHARTS[id].stacked));
   });
+
+  document.getElementById("log-y").addEventListener("change", (e) => { logY = e.target.checked; redrawAll(Object.keys(CHARTS)); });
+  document.getElementById("sync-zoom").addEventListener("change", (e) => { syncZoom = e.target.checked; });
+  document.getElementById("show-events").addEventListener("change", (e) => { showEvents = e.target.checked; redrawAll(Object.keys(CHARTS)); });
+
+  // ------------------------------------------------------------------ export: CSV and PNG of any chart
+  function csvOf(id) {
+    const rows = [["key", "step", "time", "value", "min", "max"]];
+    for (const key of CHARTS[id].keys()) {
+      const s = zoom[id] ? zoom[id].series[key] : store.get(key);
+      if (!s) continue;
+      for (let i = 0; i < s.step.length; i++) {
+        rows.push([key, s.step[i], new Date(s.time[i]).toISOString(), s.last[i], s.min[i], s.max[i]]);
+      }
+    }
+    return rows.map((r) => r.map((v) => (/[",\n]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v))).join(",")).join("\n") + "\n";
+  }
+  function download(name, blob) {
+    const a = el("a", { href: URL.createObjectURL(blob), download: name });
+    document.body.append(a);
+    a.click();
+    setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 0);
+  }
+  for (const id of Object.keys(CHARTS)) {
+    const title = document.getElementById(id)?.closest("section")?.querySelector("h2");
+    if (!title) continue;
+    const name = `run-${runId}-${id.slice(6)}`;
+    const csv = el("button", { type: "button", class: "secondary small", "data-testid": `csv-${id}`, text: "CSV" });
+    csv.addEventListener("click", () => download(`${name}.csv`, new Blob([csvOf(id)], { type: "text/csv" })));
+    const png = el("button", { type: "button", class: "secondary small", "data-testid": `png-${id}`, text: "PNG" });
+    png.addEventListener("click", () => window.Plotly && Plotly.downloadImage(document.getElementById(id), { format: "png", filename: name, width: 1000, height: 400 }));
+    title.append(" ", csv, " ", png);
+  }
 
   function redrawAll(ids) { chartsOfKey = null; ids.forEach((id) => dirty.add(id)); scheduleDraw(); }
 

@@ -1,0 +1,97 @@
+"""The run page's charts as a team would use them: one zoom for every chart, events marked on the
+curves, step / minutes-since-start / wall-time axes, a log scale, throughput on two axes, and CSV
+and PNG export of any chart (Chromium, the web app over PostgreSQL)."""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from controlplane.runs import series
+from controlplane.runs.models import MetricPoint, RunEvent
+from tests import factories
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
+
+STEPS = 50
+
+
+def _run_with_curves(world):
+    t0 = timezone.now() - timedelta(minutes=10)
+    run = factories.run(world.team, domains=[world.domain], state="completed", budget_steps=STEPS, current_step=STEPS - 1,
+                        started_at=t0)
+    d = world.domain.slug
+    values = {f"reward/{d}": lambda s: s / STEPS, f"pass_rate/{d}": lambda s: s / (2 * STEPS),
+              "perf/tokens_per_s": lambda s: 2000.0 + s, "perf/completions_per_s": lambda s: 40.0 + s / 10}
+    points = [MetricPoint(run=run, step=s, domain=d if "/" + d in key else "", key=key, value=f(s),
+                          time=t0 + timedelta(seconds=6 * s))
+              for key, f in values.items() for s in range(STEPS)]
+    MetricPoint.objects.bulk_create(points)
+    series.rollup(points)
+    for kind, step in (("checkpoint", 20), ("paused", 30), ("weights_applied", 35), ("alert", 40)):
+        RunEvent.objects.create(run=run, kind=kind, message=f"{kind} at step {step}", data={"step": step},
+                                at=t0 + timedelta(seconds=6 * step))
+    return run
+
+
+def _chart(page, id_, expr):
+    return page.evaluate(f"() => {{ const c = document.getElementById('{id_}'); return {expr}; }}")
+
+
+def test_charts_zoom_together_mark_events_switch_axes_and_export(server, browser, world):
+    run = _run_with_curves(world)
+    page = server.page(browser, "charts")
+    server.login(page, "acme-admin", "pw-123456")
+    page.goto(f"/runs/{run.id}/")
+    for chart in ("chart-reward", "chart-pass", "chart-throughput"):
+        page.wait_for_function(f"() => Number(document.getElementById('{chart}').dataset.points || 0) > 0")
+
+    # Events are lines on every chart, at their steps.
+    page.wait_for_function("() => (document.getElementById('chart-pass').layout.shapes || []).length >= 4")
+    shapes = _chart(page, "chart-reward", "c.layout.shapes.map((s) => [s.name, s.x0])")
+    assert {("checkpoint", 20), ("paused", 30), ("weights_applied", 35), ("alert", 40)} <= {tuple(s) for s in shapes}
+    page.uncheck("[data-testid=show-events]")
+    page.wait_for_function("() => document.getElementById('chart-reward').layout.shapes.length === 0")
+    page.check("[data-testid=show-events]")
+
+    # Tokens/s on the left axis, completions/s on the right.
+    axes = dict(_chart(page, "chart-throughput", "c.data.filter((t) => t.showlegend !== false).map((t) => [t.name, t.yaxis || 'y'])"))
+    assert axes["tokens_per_s"] == "y" and axes["completions_per_s"] == "y2"
+
+    # Zooming one chart zooms them all (the server re-buckets each); a double-click resets them all.
+    page.evaluate("Plotly.relayout('chart-reward', {'xaxis.range[0]': 10, 'xaxis.range[1]': 20})")
+    for chart in ("chart-pass", "chart-throughput"):
+        page.wait_for_function(f"() => document.getElementById('{chart}').dataset.zoomRange === '10-20'")
+        assert _chart(page, chart, "c.layout.xaxis.range") == [10, 20]
+    page.evaluate("Plotly.relayout('chart-pass', {'xaxis.autorange': true})")
+    page.wait_for_function("() => document.getElementById('chart-throughput').dataset.zoomRange === undefined")
+    page.uncheck("[data-testid=sync-zoom]")
+    page.evaluate("Plotly.relayout('chart-reward', {'xaxis.range[0]': 5, 'xaxis.range[1]': 15})")
+    page.wait_for_function("() => document.getElementById('chart-reward').dataset.zoomRange === '5-15'")
+    assert _chart(page, "chart-pass", "c.dataset.zoomRange") is None
+    page.evaluate("Plotly.relayout('chart-reward', {'xaxis.autorange': true})")
+    page.wait_for_function("() => document.getElementById('chart-reward').dataset.zoomRange === undefined")
+
+    # Minutes since the run started: the first point at 0, the last at 49 x 6 s; log scale.
+    page.select_option("[data-testid=x-axis]", "relative")
+    page.wait_for_function("() => document.getElementById('chart-reward').layout.xaxis.title.text === 'minutes since start'")
+    xs = _chart(page, "chart-reward", "c.data.filter((t) => t.showlegend !== false)[0].x")
+    assert xs[0] == pytest.approx(0, abs=1e-3) and xs[-1] == pytest.approx(49 * 6 / 60, abs=1e-3)  # the clock in ms
+    assert _chart(page, "chart-reward", "c.layout.shapes.find((s) => s.name === 'checkpoint').x0") == pytest.approx(20 * 6 / 60, abs=1e-3)
+    page.check("[data-testid=log-y]")
+    page.wait_for_function("() => document.getElementById('chart-reward').layout.yaxis.type === 'log'")
+
+    # CSV of a chart: every point of its series; PNG: the chart as an image.
+    with page.expect_download() as csv:
+        page.click("[data-testid=csv-chart-reward]")
+    lines = Path(csv.value.path()).read_text().splitlines()
+    assert csv.value.suggested_filename == f"run-{run.id}-reward.csv"
+    assert lines[0] == "key,step,time,value,min,max" and len(lines) == 1 + STEPS
+    key, step, _, value, *_ = lines[1 + 25].split(",")
+    assert key == f"reward/{world.domain.slug}" and int(step) == 25 and float(value) == pytest.approx(25 / STEPS)
+    with page.expect_download() as png:
+        page.click("[data-testid=png-chart-reward]")
+    assert png.value.suggested_filename == f"run-{run.id}-reward.png"
+    assert Path(png.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
