@@ -5,6 +5,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet, Sum
+from django.db.models.functions import Length
 from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -65,14 +66,34 @@ def metrics_after(*, run: Run, cursor: int = 0, limit: int = 1000, keys: list[st
     return points, (points[-1]["id"] if points else cursor)
 
 
-def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outcome: str = "") -> QuerySet[Trajectory]:
+def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outcome: str = "", task_id: str = "",
+                    min_reward: float | None = None, max_reward: float | None = None,
+                    min_length: int | None = None, max_length: int | None = None,
+                    trajectory: int | None = None) -> QuerySet[Trajectory]:
+    """A run's sampled trajectories, filtered (the trajectory explorer): one step or all, a
+    domain, an outcome, one task across steps, a reward range (masked outcomes, which have none,
+    fall outside any range) and a completion length range in characters; or one trajectory."""
     qs = Trajectory.objects.filter(run=run)
+    if trajectory is not None:
+        qs = qs.filter(pk=trajectory)
     if step is not None:
         qs = qs.filter(step=step)
     if domain:
         qs = qs.filter(domain=domain)
     if outcome:
         qs = qs.filter(outcome=outcome)
+    if task_id:
+        qs = qs.filter(task_id=task_id)
+    if min_reward is not None:
+        qs = qs.filter(reward__gte=min_reward)
+    if max_reward is not None:
+        qs = qs.filter(reward__lte=max_reward)
+    if min_length is not None or max_length is not None:
+        qs = qs.annotate(completion_length=Length("completion"))
+        if min_length is not None:
+            qs = qs.filter(completion_length__gte=min_length)
+        if max_length is not None:
+            qs = qs.filter(completion_length__lte=max_length)
     return qs.order_by("step", "id")
 
 

@@ -1,6 +1,7 @@
 """The run page's charts as a team would use them: one zoom for every chart, events marked on the
 curves, step / minutes-since-start / wall-time axes, a log scale, throughput on two axes, and CSV
-and PNG export of any chart (Chromium, the web app over PostgreSQL)."""
+and PNG export of any chart; and the trajectory explorer: filters, expected beside found, one task
+across steps, shareable links (Chromium, the web app over PostgreSQL)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.runs import series
-from controlplane.runs.models import MetricPoint, RunEvent
+from controlplane.runs.models import MetricPoint, RunEvent, Trajectory
 from tests import factories
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
@@ -64,7 +65,7 @@ def test_charts_zoom_together_mark_events_switch_axes_and_export(server, browser
     page.evaluate("Plotly.relayout('chart-reward', {'xaxis.range[0]': 10, 'xaxis.range[1]': 20})")
     for chart in ("chart-pass", "chart-throughput"):
         page.wait_for_function(f"() => document.getElementById('{chart}').dataset.zoomRange === '10-20'")
-        assert _chart(page, chart, "c.layout.xaxis.range") == [10, 20]
+        page.wait_for_function(f"() => String(document.getElementById('{chart}').layout.xaxis.range) === '10,20'")
     page.evaluate("Plotly.relayout('chart-pass', {'xaxis.autorange': true})")
     page.wait_for_function("() => document.getElementById('chart-throughput').dataset.zoomRange === undefined")
     page.uncheck("[data-testid=sync-zoom]")
@@ -95,3 +96,39 @@ def test_charts_zoom_together_mark_events_switch_axes_and_export(server, browser
         page.click("[data-testid=png-chart-reward]")
     assert png.value.suggested_filename == f"run-{run.id}-reward.png"
     assert Path(png.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_trajectory_explorer_filters_compares_and_shares(server, browser, world):
+    run = _run_with_curves(world)
+    d = world.domain.slug
+    Trajectory.objects.bulk_create([
+        Trajectory(run=run, step=step, domain=d, task_id=f"t{i}", prompt=f"What is {i} + {i}?", completion=answer,
+                   reward=float(answer == str(2 * i)), outcome="pass" if answer == str(2 * i) else "fail",
+                   details={"details": {"expected": str(2 * i), "found": answer, "stage": "exact"}})
+        for step in (10, 20, 30) for i, answer in enumerate(["0", "3", str(step // 10 + 1)])])  # t2 learned at step 30
+    page = server.page(browser, "explorer")
+    server.login(page, "acme-viewer", "pw-123456")
+    page.goto(f"/runs/{run.id}/?t.step=20")  # a shared view opens on load
+    page.wait_for_selector("[data-testid=trajectory]")
+    assert page.locator("[data-testid=trajectory]").count() == 3
+    first = page.locator("[data-testid=trajectory]").first
+    assert first.locator("[data-testid=traj-expected]").inner_text() == "0"
+    assert first.locator("[data-testid=traj-verifier]").get_attribute("open") is None  # collapsed
+    # Failures only, of this step.
+    page.select_option("[data-testid=traj-outcome]", "fail")
+    page.click("[data-testid=traj-apply]")
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=trajectory]')].every((r) => r.dataset.outcome === 'fail')")
+    assert page.locator("[data-testid=trajectory]").count() == 2
+    assert "t.outcome=fail" in page.url and "t.step=20" in page.url
+    # The same task at every step: learned at step 30 (expected 6, found 6).
+    page.locator("[data-testid=trajectory]").last.locator("[data-testid=traj-across]").click()
+    page.wait_for_function("() => document.querySelector('[data-testid=traj-task]').value === 't2'")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=trajectory]').length === 3")
+    outcomes = page.eval_on_selector_all("[data-testid=trajectory]", "rows => rows.map((r) => r.dataset.outcome)")
+    assert outcomes == ["fail", "fail", "pass"]
+    # Each row links to itself; the link opens that one trajectory.
+    href = page.locator("[data-testid=traj-link]").last.get_attribute("href")
+    page.goto(href)
+    page.wait_for_selector("[data-testid=trajectory]")
+    assert page.locator("[data-testid=trajectory]").count() == 1
+    assert "trajectory" in page.inner_text("#traj-title")

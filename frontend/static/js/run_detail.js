@@ -320,29 +320,107 @@
       const parts = pt.data.meta.split("/");
       const domain = parts[0] === "outcome" ? parts[1] : parts.slice(1).join("/");
       const step = Array.isArray(pt.customdata) ? pt.customdata[0] : pt.customdata;
-      showTrajectories(step, domains.includes(domain) ? domain : "");
+      showTrajectories(domains.includes(domain) ? { step, domain } : { step });
     });
   }
 
-  // ------------------------------------------------------------------ trajectories of a point
-  async function showTrajectories(step, domain) {
+  // ------------------------------------------------------------------ trajectory explorer
+  // Filters by step, domain, outcome, reward and length, one task across steps, or one trajectory;
+  // the view's filters live in the page's URL (t.step=..., t.trajectory=...), so a link shares it.
+  const TRAJ_FIELDS = ["step", "domain", "outcome", "min_reward", "max_reward", "min_length", "max_length", "task_id", "trajectory"];
+  const trajForm = document.getElementById("traj-filters");
+  for (const d of domains) trajForm.elements.domain.append(el("option", { value: d, text: d }));
+  for (const o of page.outcomes) trajForm.elements.outcome.append(el("option", { value: o, text: o }));
+  let trajFilter = {};
+
+  function trajUrl(filter) {
+    const u = new URL(location.href);
+    for (const k of [...u.searchParams.keys()]) if (k.startsWith("t.")) u.searchParams.delete(k);
+    for (const [k, v] of Object.entries(filter)) u.searchParams.set("t." + k, v);
+    return u.toString();
+  }
+  function readTrajForm() {
+    const f = {};
+    for (const k of TRAJ_FIELDS) {
+      const v = trajForm.elements[k] ? trajForm.elements[k].value.trim() : "";
+      if (v !== "") f[k] = v;
+    }
+    return f;
+  }
+  function describe(f) {
+    if (f.trajectory) return `trajectory ${f.trajectory}`;
+    const parts = [f.step !== undefined ? `step ${f.step}` : "all steps"];
+    if (f.task_id) parts.push(`task ${f.task_id}`);
+    if (f.domain) parts.push(f.domain);
+    if (f.outcome) parts.push(f.outcome);
+    if (f.min_reward || f.max_reward) parts.push(`reward ${f.min_reward ?? "…"}–${f.max_reward ?? "…"}`);
+    if (f.min_length || f.max_length) parts.push(`length ${f.min_length ?? "…"}–${f.max_length ?? "…"}`);
+    return parts.join(" · ");
+  }
+  function verdictText(t, field) {
+    const d = (t.details && t.details.details) || {};
+    const v = field === "expected" ? (d.expected ?? d.judge_reference ?? d.answer) : d.found;
+    if (v === undefined || v === null) return null;
+    return typeof v === "string" ? v : JSON.stringify(v);
+  }
+
+  async function showTrajectories(filter) {
+    trajFilter = { ...filter };
+    for (const k of TRAJ_FIELDS) if (trajForm.elements[k]) trajForm.elements[k].value = trajFilter[k] ?? "";
+    history.replaceState(null, "", trajUrl(trajFilter));
     const box = document.getElementById("trajectories");
     box.hidden = false;
-    document.getElementById("traj-title").textContent = `step ${step}${domain ? " · " + domain : ""} · loading…`;
-    const q = new URLSearchParams({ step, limit: 100 });
-    if (domain) q.set("domain", domain);
-    const page_ = await api("GET", `/api/runs/${runId}/trajectories?${q}`);
+    const title = document.getElementById("traj-title");
+    title.textContent = `${describe(trajFilter)} · loading…`;
+    let page_;
+    try {
+      page_ = await api("GET", `/api/runs/${runId}/trajectories?${new URLSearchParams({ ...trajFilter, limit: 100 })}`);
+    } catch (e) {
+      title.textContent = `${describe(trajFilter)} · ${e.message}`;
+      box.querySelector("tbody").replaceChildren();
+      return;
+    }
     const items = page_.items || page_;
-    document.getElementById("traj-title").textContent = `step ${step}${domain ? " · " + domain : ""} · ${items.length} sampled`;
-    box.querySelector("tbody").replaceChildren(...items.map((t) => el("tr", { "data-testid": "trajectory" },
-      el("td", { text: `${t.domain} ${t.task_id}` }),
-      el("td", {}, el("pre", { text: t.prompt })),
-      el("td", {}, el("pre", { text: t.completion })),
-      el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome })),
-      el("td", { text: fmt(t.reward) }),
-      el("td", {}, el("pre", { class: "details", text: JSON.stringify(t.details, null, 1) })))));
-    if (!items.length) box.querySelector("tbody").append(el("tr", {}, el("td", { colspan: 6, text: "No trajectories were sampled at this step." })));
+    const total = page_.count ?? items.length;
+    title.textContent = `${describe(trajFilter)} · ${total} sampled`;
+    document.getElementById("traj-more").hidden = total <= items.length;
+    box.querySelector("tbody").replaceChildren(...items.map((t) => {
+      const expected = verdictText(t, "expected"), found = verdictText(t, "found");
+      const across = el("button", { type: "button", class: "secondary small", "data-testid": "traj-across",
+        title: "This task at every step it was sampled", text: "across steps" });
+      across.addEventListener("click", () => showTrajectories({ domain: t.domain, task_id: t.task_id }));
+      const link = el("a", { href: trajUrl({ trajectory: t.id }), "data-testid": "traj-link", text: "link" });
+      const { details: verifier, ...rest } = t.details || {};
+      return el("tr", { "data-testid": "trajectory", "data-id": t.id, "data-outcome": t.outcome },
+        el("td", { text: String(t.step) }),
+        el("td", {}, el("div", { text: `${t.domain} ${t.task_id}` }), t.task_id ? across : null),
+        el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome })),
+        el("td", { text: fmt(t.reward) }),
+        el("td", {}, el("pre", { class: "expected", "data-testid": "traj-expected", text: expected ?? "–" })),
+        el("td", {}, found !== null && found !== t.completion ? el("div", { class: "muted small", "data-testid": "traj-found", text: `read as: ${found}` }) : null,
+          el("pre", { text: t.completion })),
+        el("td", {},
+          el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: t.prompt })),
+          el("details", { "data-testid": "traj-verifier" }, el("summary", { text: `verifier${verifier && verifier.stage ? ": " + verifier.stage : ""}` }),
+            el("pre", { class: "details", text: JSON.stringify({ ...(verifier || {}), ...rest }, null, 1) })),
+          link));
+    }));
+    if (!items.length) box.querySelector("tbody").append(el("tr", {}, el("td", { colspan: 7, text: "No sampled trajectory matches." })));
     box.scrollIntoView({ block: "nearest" });
+  }
+
+  trajForm.addEventListener("submit", (e) => { e.preventDefault(); showTrajectories(readTrajForm()); });
+  document.getElementById("traj-clear").addEventListener("click", () => showTrajectories({}));
+  document.getElementById("traj-share").addEventListener("click", async (e) => {
+    const url = trajUrl(trajFilter);
+    e.target.dataset.url = url;
+    try { await navigator.clipboard.writeText(url); e.target.textContent = "Link copied"; }
+    catch (_) { window.prompt("Link to this view", url); }
+  });
+  { // a shared link opens the explorer on its view
+    const shared = {};
+    for (const [k, v] of new URLSearchParams(location.search)) if (k.startsWith("t.") && TRAJ_FIELDS.includes(k.slice(2))) shared[k.slice(2)] = v;
+    if (Object.keys(shared).length) showTrajectories(shared);
   }
 
   // ------------------------------------------------------------------ status, waiting on, events
