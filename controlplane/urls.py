@@ -11,6 +11,7 @@ from controlplane.web import usage_views, views
 urlpatterns = [
     path("", views.home, name="home"),
     path("runs/new/", views.run_new, name="run-new"),
+    path("runs/compare/", views.runs_compare, name="runs-compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/usage/", usage_views.run_usage_card, name="run-usage"),
     path("usage/", usage_views.team_usage_page, name="team-usage"),

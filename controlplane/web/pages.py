@@ -1,12 +1,14 @@
 """What the pages show, assembled from the apps' selectors (reads only; writes go through the API)."""
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import ExpressionWrapper, F, FloatField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from controlplane.accounts.models import Team
@@ -31,10 +33,31 @@ RUN_FIELDS = {"staleness": STALENESS, "budget_steps": BUDGET_STEPS, "budget_wall
 """The run form's own fields that fill trainer settings: their default, bounds and help."""
 
 
-def runs_with_reward(runs: QuerySet[Run]) -> list[Run]:
-    """The runs with ``latest_reward`` (the newest ``reward/mean`` point, or None)."""
+RUN_SORTS: dict[str, tuple[str, list[Any]]] = {
+    "-created": ("newest first", ["-created_at", "-id"]),
+    "created": ("oldest first", ["created_at", "id"]),
+    "name": ("name", ["name", "-id"]),
+    "-reward": ("latest reward, highest first", [F("latest_reward").desc(nulls_last=True), "-id"]),
+    "reward": ("latest reward, lowest first", [F("latest_reward").asc(nulls_last=True), "-id"]),
+    "-progress": ("progress, furthest first", [F("progress").desc(), "-id"]),
+    "-priority": ("priority, highest first", ["-priority", "-id"]),
+}
+"""How the runs list can be sorted: query value -> (label, ordering)."""
+
+
+def runs_for_list(runs: QuerySet[Run], *, q: str = "", sort: str = "-created", limit: int = 100) -> list[Run]:
+    """The runs list: searched by name, base model or ``#id`` / id, sorted by ``RUN_SORTS[sort]``,
+    each with ``latest_reward``."""
+    if q:
+        ident = q.lstrip("#")
+        match = Q(name__icontains=q) | Q(base_model__icontains=q)
+        if ident.isdigit() and len(ident) < 12:
+            match |= Q(pk=int(ident))
+        runs = runs.filter(match)
     latest = MetricPoint.objects.filter(run=OuterRef("pk"), key="reward/mean").order_by("-step").values("value")[:1]
-    return list(runs.annotate(latest_reward=Subquery(latest)))
+    runs = runs.annotate(latest_reward=Subquery(latest),
+                         progress=ExpressionWrapper(F("current_step") * 1.0 / Greatest(F("budget_steps"), 1), output_field=FloatField()))
+    return list(runs.order_by(*RUN_SORTS[sort][1])[:limit])
 
 
 def run_as_form_data(run: Run) -> dict[str, Any]:
@@ -175,3 +198,52 @@ def _long_lane_domains(runs: list[Run]) -> dict[int, list[str]]:
         if slugs:
             out[run.id] = slugs
     return out
+
+
+MAX_COMPARED_RUNS = 6
+"""Runs one comparison overlays at most."""
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}``; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def run_settings(run: Run) -> dict[str, Any]:
+    """What a run was configured with, flattened for a diff: its own fields, its domains' current
+    weights, and each trainer setting it set (``config.algorithm.clip_high``)."""
+    out: dict[str, Any] = {"base_model": run.base_model, "staleness": run.staleness, "priority": run.priority,
+                           "gpus": run.gpus, "budget.steps": run.budget_steps, "budget.tokens": run.budget_tokens,
+                           "budget.wall_s": run.budget_seconds}
+    for rd in run.run_domains.select_related("domain"):
+        out[f"domains.{rd.domain.slug}"] = rd.weight
+    out.update({f"config.{k}": v for k, v in _flatten(run.config or {}).items() if k})
+    return out
+
+
+def settings_diff(runs: list[Run]) -> list[dict[str, Any]]:
+    """Every setting any of the compared runs set, each with one value per run (a trainer setting
+    a run left unset: the default it ran with; a domain it does not train: None) and whether they
+    differ, differing ones first."""
+    from trainer.config import RUN_DEFAULTS
+    from trainer.config_schema import config_settings
+
+    trainer = config_settings()
+
+    def default(key: str) -> Any:
+        path = key.removeprefix("config.")
+        if key.startswith("config.") and path in RUN_DEFAULTS:
+            return RUN_DEFAULTS[path]
+        return trainer[path].default if key.startswith("config.") and path in trainer else None
+
+    flat = [run_settings(r) for r in runs]
+    keys = sorted({k for f in flat for k in f})
+    rows = [{"key": k, "values": [f[k] if k in f else default(k) for f in flat]} for k in keys]
+    for row in rows:
+        row["differs"] = len({json.dumps(v, sort_keys=True, default=str) for v in row["values"]}) > 1
+    return sorted(rows, key=lambda r: (not r["differs"], r["key"]))

@@ -23,6 +23,7 @@ from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
 from controlplane.registry import selectors as registry_selectors
 from controlplane.runs import selectors as run_selectors
+from controlplane.runs.models import RunState
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
 
@@ -35,12 +36,38 @@ def home(request: HttpRequest) -> HttpResponse:
     """The runs list of the team being looked at; rows update live over ``/ws/runs/``."""
     actor = Principal.for_user(request.user)
     team, _ = current_team(request)
-    runs = pages.runs_with_reward(run_selectors.run_list(actor=actor, team=team.slug if team else "")[:100])
+    q, state = request.GET.get("q", "").strip()[:200], request.GET.get("state", "")
+    sort = request.GET.get("sort", "-created")
+    if sort not in pages.RUN_SORTS:
+        sort = "-created"
+    runs = pages.runs_for_list(run_selectors.run_list(actor=actor, team=team.slug if team else "",
+                                                      state=state if state in RunState.values else ""), q=q, sort=sort)
     domains = domain_list(actor=actor)
     kinds = dict(domains.values_list("kind").annotate(n=Count("id")).order_by("kind"))
     return render(request, "home.html", {
         "runs": runs, "domain_count": sum(kinds.values()), "kinds": sorted(kinds.items()),
         "can_create": bool(team) and actor.can(team.id, "run.control"),
+        "q": q, "state": state, "sort": sort, "states": RunState.values,
+        "sorts": [(k, label) for k, (label, _) in pages.RUN_SORTS.items()],
+    })
+
+
+@login_required
+def runs_compare(request: HttpRequest) -> HttpResponse:
+    """``?run=ID&run=ID...``: the runs' curves overlaid (per-domain reward and pass rate,
+    throughput) beside the differences in their settings."""
+    actor = Principal.for_user(request.user)
+    ids = list(dict.fromkeys(request.GET.getlist("run")))
+    error = ""
+    if not 2 <= len(ids) <= pages.MAX_COMPARED_RUNS:
+        error = f"Tick from 2 to {pages.MAX_COMPARED_RUNS} runs on the runs list to compare them."
+    elif not all(is_row_id(i) for i in ids):
+        error = "Runs are named by their ids."
+    runs = [] if error else [get_or_404(run_selectors.run_get, actor=actor, run_id=int(i)) for i in ids]
+    domains = list(dict.fromkeys(rd.domain.slug for r in runs for rd in r.run_domains.select_related("domain")))
+    return render(request, "runs/compare.html", {
+        "runs": runs, "error": error, "diff": pages.settings_diff(runs) if runs else [],
+        "page_data": {"runs": [{"id": r.id, "name": r.name, "state": r.state} for r in runs], "domains": domains},
     })
 
 

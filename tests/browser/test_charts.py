@@ -132,3 +132,28 @@ def test_the_trajectory_explorer_filters_compares_and_shares(server, browser, wo
     page.wait_for_selector("[data-testid=trajectory]")
     assert page.locator("[data-testid=trajectory]").count() == 1
     assert "trajectory" in page.inner_text("#traj-title")
+
+
+def test_ticked_runs_open_overlaid_with_their_settings(server, browser, world):
+    first, second = _run_with_curves(world), _run_with_curves(world)
+    second.config = {"algorithm": {"clip_high": 0.3}}
+    second.save()
+    means = MetricPoint.objects.bulk_create([MetricPoint(run=r, step=s, key="reward/mean", value=s / STEPS, time=r.started_at)
+                                             for r in (first, second) for s in range(STEPS)])
+    series.rollup(means)
+    page = server.page(browser, "compare-runs")
+    server.login(page, "acme-viewer", "pw-123456")
+    page.goto("/")
+    page.check(f"[data-testid=compare-run-{first.id}]")
+    page.check(f"[data-testid=compare-run-{second.id}]")
+    with page.expect_navigation():
+        page.click("[data-testid=runs-compare-submit]")
+    for chart in ("cmp-reward-mean", "cmp-reward", "cmp-pass", "cmp-throughput"):
+        # one line per run, in the runs list's order (newest first)
+        page.wait_for_function(f"() => document.getElementById('{chart}').dataset.runs === '{second.id},{first.id}'")
+    assert page.input_value("[data-testid=compare-domain]") == world.domain.slug
+    differing = page.locator("[data-testid=diff-row][data-differs=true]:visible")
+    assert "config.algorithm.clip_high" in [differing.nth(i).get_attribute("data-key") for i in range(differing.count())]
+    assert page.locator("[data-testid=diff-row][data-differs=false]:visible").count() == 0
+    page.check("[data-testid=diff-all]")
+    assert page.locator("[data-testid=diff-row][data-differs=false]:visible").count() > 0

@@ -72,6 +72,7 @@ def test_every_page_runs_under_the_csp_without_a_violation(server, browser, worl
         "/queue/": "#queue-body",
         "/registry/": "[data-testid=registry-versions]",
         f"/registry/compare/?run={run.id}": "[data-testid=compare-table]",
+        f"/runs/compare/?run={run.id}&run={factories.run(world.team).id}": "#cmp-reward-mean[data-runs]",
         "/review/": "[data-testid=review-judges]",
         "/api/docs": ".swagger-ui .info",
         "/admin/": "#content",

@@ -9,6 +9,8 @@
 
   function row(run) {
     return el("tr", { "data-run": run.id, "data-team": run.team },
+      el("td", {}, el("input", { type: "checkbox", name: "run", value: run.id, "aria-label": `compare run ${run.id}`,
+                                 "data-testid": `compare-run-${run.id}` })),
       el("td", { text: run.id }),
       el("td", {}, el("a", { href: `/runs/${run.id}/`, text: run.name })),
       el("td", {}, el("span", { class: "state " + run.state, "data-field": "state", text: run.state })),
