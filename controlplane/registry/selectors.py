@@ -10,6 +10,7 @@ from controlplane.common.validation import MAX_ROW_ID, is_row_id
 from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
 from controlplane.runs.models import Run
+from trainer.config import EvalConfig
 
 
 def version_list(*, actor: Principal, team: str = "", base: str = "", run: int | None = None) -> QuerySet[ModelVersion]:
@@ -128,9 +129,7 @@ def eval_source(run: Run) -> dict | None:
     ev = (run.config or {}).get("eval") or {}
     if not ev.get("every_steps"):
         return None
-    from trainer.config import EvalConfig  # the trainer's defaults for what the run does not set
-
-    defaults = EvalConfig()
+    defaults = EvalConfig()  # the trainer's defaults for what the run does not set
     return {"kind": "in_training", "every_steps": ev["every_steps"],
             "tasks_per_domain": ev.get("tasks_per_domain", defaults.tasks_per_domain),
             "seed": ev.get("seed", defaults.seed), "temperature": 0.0}

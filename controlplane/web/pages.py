@@ -22,6 +22,8 @@ from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, ru
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.selectors import lanes_view, scheduler_status
 from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
+from trainer.config import RUN_DEFAULTS
+from trainer.config_schema import config_settings
 from trainer.outcomes import OUTCOME_VALUES
 
 OUTCOME_ORDER = list(OUTCOME_VALUES)
@@ -230,9 +232,6 @@ def settings_diff(runs: list[Run]) -> list[dict[str, Any]]:
     """Every setting any of the compared runs set, each with one value per run (a trainer setting
     a run left unset: the default it ran with; a domain it does not train: None) and whether they
     differ, differing ones first."""
-    from trainer.config import RUN_DEFAULTS
-    from trainer.config_schema import config_settings
-
     trainer = config_settings()
 
     def default(key: str) -> Any:
