@@ -39,15 +39,15 @@ def schedule_tick(self) -> dict:
     A tick locks every queued and running run while drivers write their own; where PostgreSQL
     breaks a lock cycle by aborting the tick (its transaction rolled back whole), it ticks again
     at once instead of leaving a preemption or an admission to the next period."""
-    for attempt in range(DEADLOCK_RETRIES + 1):
+    retries = DEADLOCK_RETRIES
+    while True:
         try:
             decision = scheduling.schedule_tick(worker=self.request.hostname or "")
+            return {"admit": decision.admit, "preempt": decision.preempt}
         except OperationalError as exc:
-            if attempt == DEADLOCK_RETRIES or not isinstance(exc.__cause__, DeadlockDetected):
+            if not retries or not isinstance(exc.__cause__, DeadlockDetected):
                 raise
-            continue
-        return {"admit": decision.admit, "preempt": decision.preempt}
-    raise AssertionError("unreachable")
+            retries -= 1
 
 
 @shared_task(name="temper.notify.deliver", queue="notify", soft_time_limit=30, time_limit=60, ignore_result=True)
