@@ -45,6 +45,11 @@ class RunOut(Schema):
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
     error: str
+    tags: list[str] = []
+
+    @staticmethod
+    def resolve_tags(obj) -> list[str]:
+        return [t.name for t in obj.tags.all()]  # prefetched by the list
 
 
 class RunDetailOut(RunOut):
@@ -119,6 +124,12 @@ PRIORITY_IN = {
     "type": "object", "required": ["priority"], "additionalProperties": False,
     "properties": {"priority": {"type": "integer", "minimum": 1, "maximum": 99}},
 }
+TAGS_IN = {
+    "type": "object", "required": ["tags"], "additionalProperties": False,
+    "properties": {"tags": {"type": "array", "maxItems": 100, "description": "The run's tags (replaces them; [] removes all): "
+                            "lower-case letters, digits and . _ : -, at most 32 characters each, at most 20.",
+                            "items": {"type": "string", "maxLength": 100}}},
+}
 WEIGHTS_IN = {
     "type": "object", "required": ["weights"], "additionalProperties": False,
     "properties": {"weights": {"type": "object", "minProperties": 1,
@@ -145,8 +156,8 @@ def run_create(request: HttpRequest):
 
 @router.get("/runs", response={200: list[RunOut], **ERRORS})
 @paginate
-def run_list(request: HttpRequest, state: str = "", team: str = ""):
-    return selectors.run_list(actor=request.auth, state=state, team=team)
+def run_list(request: HttpRequest, state: str = "", team: str = "", tag: str = Query("", max_length=100)):
+    return selectors.run_list(actor=request.auth, state=state, team=team, tag=tag)
 
 
 @router.get("/runs/{run_id}", response={200: RunDetailOut, **ERRORS})
@@ -176,6 +187,15 @@ def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID))
     data = json_object(request)
     validate(data, PRIORITY_IN)  # the documented body is the accepted one (unknown keys refused)
     return services.run_set_priority(actor=request.auth, run=run, priority=data["priority"])
+
+
+@router.post("/runs/{run_id}/tags", response={200: RunOut, **ERRORS}, openapi_extra=body_doc(TAGS_IN))
+def run_tags(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
+    """Replace a run's tags (members and admins)."""
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    data = json_object(request)
+    validate(data, TAGS_IN)
+    return services.run_set_tags(actor=request.auth, run=run, tags=data["tags"])
 
 
 @router.post("/runs/{run_id}/weights", response={200: RunDetailOut, **ERRORS}, openapi_extra=body_doc(WEIGHTS_IN))

@@ -131,6 +131,25 @@ class Run(models.Model):
         return True
 
 
+class RunTag(models.Model):
+    """A label a team puts on a run (``baseline``, ``ablation:kl``) to find and group runs; set
+    with :func:`controlplane.runs.services.run_set_tags`, which checks the name."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=32)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "name"], name="runtag_unique_run_name"),
+            models.CheckConstraint(condition=~Q(name=""), name="runtag_name_not_empty"),
+        ]
+        indexes = [models.Index(fields=["name"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RunDomain(models.Model):
     """A domain in a run's mix, pinned to one version, with its sampling weight."""
 

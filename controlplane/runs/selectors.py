@@ -13,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, found
 from controlplane.domains.models import Domain
-from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, Trajectory
+from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, RunTag, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
 MAX_PAGE = 5000
@@ -29,13 +29,23 @@ def run_warnings(*, run: Run) -> list[str]:
     return [w for _, warnings in run_warnings_wanted.send(sender=Run, run=run) for w in warnings]
 
 
-def run_list(*, actor: Principal, state: str = "", team: str = "") -> QuerySet[Run]:
-    qs = Run.objects.filter(team_id__in=actor.team_ids).select_related("team", "created_by")
+def run_list(*, actor: Principal, state: str = "", team: str = "", tag: str = "") -> QuerySet[Run]:
+    qs = Run.objects.filter(team_id__in=actor.team_ids).select_related("team", "created_by").prefetch_related("tags")
+    if tag:
+        qs = qs.filter(tags__name=tag)
     if state:
         qs = qs.filter(state=state)
     if team:
         qs = qs.filter(team__slug=team)
     return qs
+
+
+def tag_names(*, actor: Principal, team: str = "") -> list[str]:
+    """Every tag on the runs ``actor`` sees (of ``team``), for the runs list's filter."""
+    qs = RunTag.objects.filter(run__team_id__in=actor.team_ids)
+    if team:
+        qs = qs.filter(run__team__slug=team)
+    return list(qs.order_by("name").values_list("name", flat=True).distinct())
 
 
 def run_get(*, actor: Principal, run_id: int) -> Run:

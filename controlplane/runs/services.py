@@ -11,6 +11,7 @@ or resumed step never records anything twice.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from controlplane.common.model_refs import ModelRefused, config_refs, resolve_mo
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.runs import series
-from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, Trajectory, UsageRecord
+from controlplane.runs.models import (Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, RunTag, Trajectory,
+                                      UsageRecord)
 from controlplane.runs.usage import USAGE_FIELDS
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
 from controlplane.runs.ceilings import run_body_ceiling_errors
@@ -246,6 +248,42 @@ def run_set_priority(*, actor: Principal, run: Run, priority: int) -> Run:
         run.save(update_fields=["priority", "updated_at"])
         _user_event(run, "priority", f"priority {before} -> {priority} by {actor.name}", actor, before=before, after=priority)
         audit_record(actor=actor, obj=run, action="run.priority", before={"priority": before}, after={"priority": priority}, team=run.team)
+    return run
+
+
+MAX_TAGS = 20
+TAG_RE = re.compile(r"[a-z0-9][a-z0-9._:-]{0,31}")
+"""A tag: lower-case letters, digits and ``. _ : -``, starting with a letter or digit, at most 32."""
+
+
+def tag_errors(tags: Any, path: str = "tags") -> list[FieldError]:
+    if not isinstance(tags, list):
+        return [FieldError(path, "must be a list of tags")]
+    errors = [FieldError(f"{path}[{i}]", "must be lower-case letters, digits and . _ : -, starting with a letter "
+                                         "or digit, at most 32 characters" + (f" (got {t!r})" if isinstance(t, str) else ""))
+              for i, t in enumerate(tags) if not isinstance(t, str) or not TAG_RE.fullmatch(t)]
+    if len(set(t for t in tags if isinstance(t, str))) > MAX_TAGS:
+        errors.append(FieldError(path, f"at most {MAX_TAGS} tags"))
+    return errors
+
+
+@transaction.atomic
+def run_set_tags(*, actor: Principal, run: Run, tags: list[str]) -> Run:
+    """Replace the run's tags (a run that has ended may be tagged too: tags are for finding runs)."""
+    actor.require(run.team_id, "run.control", "run")
+    errors = tag_errors(tags)
+    if errors:
+        raise InvalidInput(errors)
+    run = _locked(run)
+    wanted = list(dict.fromkeys(tags))
+    before = sorted(run.tags.values_list("name", flat=True))
+    if before != sorted(wanted):
+        run.tags.exclude(name__in=wanted).delete()
+        RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in wanted if t not in before])
+        after = sorted(wanted)
+        _user_event(run, "tags", f"tags {', '.join(before) or 'none'} -> {', '.join(after) or 'none'} by {actor.name}",
+                    actor, before=before, after=after)
+        audit_record(actor=actor, obj=run, action="run.tags", before={"tags": before}, after={"tags": after}, team=run.team)
     return run
 
 

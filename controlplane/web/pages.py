@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import ExpressionWrapper, F, FloatField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, ExpressionWrapper, F, FloatField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -17,7 +17,7 @@ from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.registry.models import BaseModel
-from controlplane.runs.models import MetricPoint, Run, RunState
+from controlplane.runs.models import MetricPoint, Run, RunState, RunTag
 from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.selectors import lanes_view, scheduler_status
@@ -48,11 +48,11 @@ RUN_SORTS: dict[str, tuple[str, list[Any]]] = {
 
 
 def runs_for_list(runs: QuerySet[Run], *, q: str = "", sort: str = "-created", limit: int = 100) -> list[Run]:
-    """The runs list: searched by name, base model or ``#id`` / id, sorted by ``RUN_SORTS[sort]``,
+    """The runs list: searched by name, base model, tag or ``#id`` / id, sorted by ``RUN_SORTS[sort]``,
     each with ``latest_reward``."""
     if q:
         ident = q.lstrip("#")
-        match = Q(name__icontains=q) | Q(base_model__icontains=q)
+        match = Q(name__icontains=q) | Q(base_model__icontains=q) | Exists(RunTag.objects.filter(run=OuterRef("pk"), name=q.lower()))
         if ident.isdigit() and len(ident) < 12:
             match |= Q(pk=int(ident))
         runs = runs.filter(match)

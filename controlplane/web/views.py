@@ -37,17 +37,19 @@ def home(request: HttpRequest) -> HttpResponse:
     actor = Principal.for_user(request.user)
     team, _ = current_team(request)
     q, state = request.GET.get("q", "").strip()[:200], request.GET.get("state", "")
+    tag = request.GET.get("tag", "").strip()[:100]
     sort = request.GET.get("sort", "-created")
     if sort not in pages.RUN_SORTS:
         sort = "-created"
-    runs = pages.runs_for_list(run_selectors.run_list(actor=actor, team=team.slug if team else "",
+    runs = pages.runs_for_list(run_selectors.run_list(actor=actor, team=team.slug if team else "", tag=tag,
                                                       state=state if state in RunState.values else ""), q=q, sort=sort)
     domains = domain_list(actor=actor)
     kinds = dict(domains.values_list("kind").annotate(n=Count("id")).order_by("kind"))
     return render(request, "home.html", {
         "runs": runs, "domain_count": sum(kinds.values()), "kinds": sorted(kinds.items()),
         "can_create": bool(team) and actor.can(team.id, "run.control"),
-        "q": q, "state": state, "sort": sort, "states": RunState.values,
+        "q": q, "state": state, "sort": sort, "states": RunState.values, "tag": tag,
+        "tags": run_selectors.tag_names(actor=actor, team=team.slug if team else ""),
         "sorts": [(k, label) for k, (label, _) in pages.RUN_SORTS.items()],
     })
 
