@@ -6,7 +6,7 @@ from controlplane.accounts.views import LoginView
 from controlplane.alerts import views as alert_views
 from controlplane.api import api
 from controlplane.common.views import api_not_found
-from controlplane.web import usage_views, views
+from controlplane.web import manage_views, usage_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -18,6 +18,12 @@ urlpatterns = [
     path("domains/", views.domains_page, name="domains"),
     path("domains/<slug:slug>/", views.domain_detail, name="domain-detail"),
     path("queue/", views.queue_page, name="queue"),
+    path("manage/", manage_views.manage_page, name="manage"),
+    path("manage/teams/<slug:slug>/quota/", manage_views.quota_save, name="manage-quota"),
+    path("manage/teams/<slug:slug>/members/", manage_views.member_save, name="manage-member"),
+    path("manage/pools/", manage_views.pool_save, name="manage-pool"),
+    path("manage/base-models/", manage_views.base_model_save, name="manage-base"),
+    path("manage/base-models/<slug:name>/remove/", manage_views.base_model_delete, name="manage-base-remove"),
     path("team/", views.switch_team, name="switch-team"),
     path("healthz", views.health, name="health"),
     path("favicon.ico", views.favicon, name="favicon"),

@@ -1,26 +1,82 @@
 """Server-rendered registry pages: versions with their aliases, and the comparison view."""
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
-from controlplane.common.errors import ServiceError
+from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.common.validation import is_row_id
-from controlplane.registry import selectors
-from controlplane.registry.models import ModelVersion
+from controlplane.registry import selectors, services
+from controlplane.registry.models import ALIASES, ModelVersion
 
 
 @login_required
-def versions_page(request: HttpRequest) -> HttpResponse:
+def versions_page(request: HttpRequest, *, status: int = 200, move: dict | None = None) -> HttpResponse:
+    """Versions and aliases; members move aliases here (production through the promotion gate,
+    whose refusal is shown with its regressions), team admins override the gate with a reason."""
     actor = Principal.for_user(request.user)
     team, _ = current_team(request)
     versions = list(selectors.version_list(actor=actor, team=team.slug if team else "")[:300])
     aliases = list(selectors.alias_list(actor=actor, team=team.slug if team else "").order_by("base", "name"))
     runs = sorted({v.run_id for v in versions if v.run_id}, reverse=True)
-    return render(request, "registry/versions.html", {"versions": versions, "aliases": aliases, "runs": runs})
+    return render(request, "registry/versions.html", {
+        "versions": versions, "aliases": aliases, "runs": runs, "alias_names": ALIASES,
+        "can_move": team is not None and actor.can(team.id, "run.control"),
+        "can_override": team is not None and actor.can(team.id, "team.admin"),
+        "move": move or {"values": {}, "errors": {}, "gate": None},
+    }, status=status)
+
+
+@login_required
+@require_POST
+def alias_move_view(request: HttpRequest) -> HttpResponse:
+    """Point an alias at a version (the form on the versions page); the service decides who may
+    and runs the gate, so the page refuses exactly what the API refuses."""
+    actor = Principal.for_user(request.user)
+    values = {"version": request.POST.get("version", ""), "alias": request.POST.get("alias", ""),
+              "reason": request.POST.get("reason", "")[:2000], "override": request.POST.get("override") == "on"}
+    errors: dict[str, list[str]] = {}
+    try:
+        if not is_row_id(values["version"]):
+            raise InvalidInput.one("version", "choose a version")
+        version = selectors.version_get(actor=actor, ref=int(values["version"]))
+        alias = services.alias_move(actor=actor, version=version, name=values["alias"], reason=values["reason"],
+                                    override=values["override"])
+    except services.GateRefused as exc:
+        return versions_page(request, status=exc.status, move={"values": values, "errors": {}, "gate": exc.verdict,
+                                                               "refused": str(exc)})
+    except InvalidInput as exc:
+        for e in exc.errors:
+            errors.setdefault(e.path if e.path in ("version", "alias", "reason") else "form", []).append(e.message)
+        return versions_page(request, status=exc.status, move={"values": values, "errors": errors, "gate": None})
+    except ServiceError as exc:
+        return versions_page(request, status=exc.status, move={"values": values, "errors": {"form": [str(exc)]}, "gate": None})
+    messages.success(request, f"{alias.base}:{alias.name} now points at {alias.version.name}.")
+    return HttpResponseRedirect(reverse("registry"))
+
+
+@login_required
+@require_POST
+def alias_rollback_view(request: HttpRequest) -> HttpResponse:
+    """Point an alias back at the version it pointed at before its last move."""
+    actor = Principal.for_user(request.user)
+    team, _ = current_team(request)
+    base, name = request.POST.get("base", "")[:100], request.POST.get("alias", "")
+    try:
+        if team is None:
+            raise InvalidInput.one("team", "you are in no team")
+        alias = services.alias_rollback(actor=actor, team=team, base=base, name=name,
+                                        reason=request.POST.get("reason", "")[:2000])
+    except ServiceError as exc:
+        return versions_page(request, status=exc.status, move={"values": {}, "errors": {"form": [str(exc)]}, "gate": None})
+    messages.success(request, f"{alias.base}:{alias.name} rolled back to {alias.version.name}.")
+    return HttpResponseRedirect(reverse("registry"))
 
 
 def _interval_style(lo, hi, mean) -> dict:

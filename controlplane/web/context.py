@@ -11,7 +11,13 @@ from controlplane.alerts.selectors import unread_count
 def team_context(request: HttpRequest) -> dict:
     team, teams = current_team(request)  # the view's read when it made one; each team carries the role
     return {"current_team": team, "teams": teams, "current_role": team.role if team is not None else "",
-            "unread_notifications": _unread(request, teams)}
+            "unread_notifications": _unread(request, teams), "can_manage": _can_manage(request, teams)}
+
+
+def _can_manage(request: HttpRequest, teams) -> bool:
+    """The header's "Manage" link: for platform admins and the admins of a team."""
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and (user.is_staff or any(t.role == "admin" for t in teams)))
 
 
 def _unread(request: HttpRequest, teams) -> int:
