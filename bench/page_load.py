@@ -1,0 +1,199 @@
+"""The run page's time to its first chart with 300 steps while a run trains, and review's
+next-item latency, in Chromium.
+
+Production topology on one host (bench/_web.py): PostgreSQL, Redis as the channel layer, daphne.
+A run with three domains has ``--steps`` steps committed through the driver's own write path
+(metrics, and ``--samples`` trajectories a step). While the page is measured the run goes on
+training: a writer commits a step every ``--interval`` seconds, and one torch training process
+per core (a small transformer's forward, backward and optimiser step, one thread each) keeps the
+CPUs as busy as the demo's trainer does.
+
+- run page: ``--loads`` navigations; time to first chart is ``window.TemperLive.firstDrawMs``
+  (navigation start to the reward chart drawn with points). The first load of a browser context
+  downloads and compiles plotly (cold); the rest are a user coming back (warm cache).
+- review: a reviewer labels ``--labels`` items of a judged queue with the keyboard; the page notes
+  the time from each key to the next item shown (``window.TemperReview.shows``).
+
+    .venv/bin/python bench/page_load.py     # last line: JSON with run_page_* and review_next_* figures
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import sys
+import threading
+import time
+
+from _web import chromium, daphne, login, percentile, setup_django, user_with_team
+
+PASSWORD = "bench-password-1"
+
+
+def burn(stop) -> None:
+    """One core's worth of training: a small transformer layer learning a random regression."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, batch_first=True)
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)
+    x, y = torch.randn(8, 64, 256), torch.randn(8, 64, 256)
+    while not stop.is_set():
+        loss = torch.nn.functional.mse_loss(layer(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def make_run(user, team, steps: int, samples: int):
+    from controlplane.accounts.principal import SYSTEM
+    from controlplane.domains.services import domain_create
+    from controlplane.runs import services as run_services
+    from controlplane.runs.models import Run, RunDomain
+
+    slugs = ["bench-addition", "bench-parity", "bench-reversal"]
+    run = Run.objects.create(team=team, name="page-load", base_model="none", budget_steps=steps * 10, state="running",
+                             driver="bench-writer", created_by=user)
+    for slug in slugs:
+        d = domain_create(actor=SYSTEM, data={"slug": slug, "title": slug, "kind": "math", "task_source": {"family": "bench"},
+                                              "verifier": {"stages": [{"type": "exact", "timeout_s": 1.0}]}})
+        RunDomain.objects.create(run=run, domain=d, domain_version=d.versions.get(), weight=1.0)
+    rng = random.Random(0)
+
+    def step(n: int) -> None:
+        metrics = {f"reward/{s}": min(1.0, n / steps + rng.random() * 0.2) for s in slugs}
+        metrics |= {f"pass_rate/{s}": min(1.0, n / steps) for s in slugs}
+        metrics |= {"reward/mean": sum(metrics[f"reward/{s}"] for s in slugs) / 3, "perf/tokens_per_s": 900 + rng.random() * 200,
+                    "perf/completions_per_s": 20 + rng.random(), "loss": rng.random(), "kl": rng.random() * 0.01}
+        rows = []
+        for i in range(samples):
+            s = slugs[i % 3]
+            reward = float(rng.random() < n / steps)
+            rows.append({"domain": s, "task_id": f"{s}-{n}-{i}", "prompt": f"task {n}.{i}", "completion": f"answer {i}",
+                         "reward": reward, "outcome": "pass" if reward else "fail", "details": {}})
+        run_services.run_record_step(run=run, worker="bench-writer", step=n, metrics=metrics, samples=rows,
+                                     verifier_versions={s: 1 for s in slugs})
+
+    for n in range(1, steps + 1):
+        step(n)
+        if n % 50 == 0:
+            print(f"committed step {n}/{steps}", file=sys.stderr, flush=True)
+    return run, step
+
+
+def make_queue(user, team, items: int):
+    """A judged domain, its trajectories (the judge's score in their details) and a review queue."""
+    from controlplane.accounts.principal import Principal
+    from controlplane.domains.services import domain_create
+    from controlplane.review import services as review_services
+    from controlplane.runs import services as run_services
+    from controlplane.runs.models import Run, RunDomain
+
+    actor = Principal.for_user(user)
+    judge = review_services.judge_create(actor=actor, data={
+        "team": team.slug, "slug": "sim", "title": "Similarity to the reference", "kind": "similarity",
+        "score_format": "binary", "params": {"similarity_cut": 0.75}, "threshold": 0.3})
+    d = domain_create(actor=actor, team=team, data={"slug": "bench-capitals", "title": "capitals", "kind": "text",
+                                          "task_source": {"family": "bench"},
+                                          "verifier": {"stages": [{"type": "judge", "params": {"judge": "sim", "threshold": 0.5},
+                                                                   "timeout_s": 60}]}})
+    run = Run.objects.create(team=team, name="judged", base_model="none", budget_steps=10, state="running",
+                             driver="bench-writer", created_by=user)
+    RunDomain.objects.create(run=run, domain=d, domain_version=d.versions.get(), weight=1.0)
+    rng = random.Random(1)
+    config = judge.active
+    rows = []
+    for i in range(items * 2):
+        score = float(rng.random() < 0.5)
+        rows.append({"domain": d.slug, "task_id": f"cap-{i}", "prompt": f"What is the capital of country {i}?",
+                     "completion": f"City {i} is the capital.", "reward": score, "outcome": "pass" if score else "fail",
+                     "details": {"judge_config_id": config.pk, "judge_score": score, "judge_reference": f"City {i}"}})
+    run_services.run_record_step(run=run, worker="bench-writer", step=1, metrics={}, samples=rows,
+                                 verifier_versions={d.slug: d.version})
+    queue = review_services.queue_create(actor=actor, team=team, data={
+        "name": "bench", "domain": d.slug, "judge": "sim", "strategy": "uniform", "size": items})
+    return queue
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=12, help="trajectories recorded a step")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between the steps committed while measuring")
+    parser.add_argument("--loads", type=int, default=6, help="run page navigations (the first is cold)")
+    parser.add_argument("--labels", type=int, default=30)
+    parser.add_argument("--trainers", type=int, default=os.cpu_count() or 2, help="torch training processes (load)")
+    args = parser.parse_args()
+
+    env = setup_django("temper_bench_page_load")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the set-up's ORM calls run beside Playwright's loop
+    user, team = user_with_team("bench", PASSWORD, role="admin")
+    run, record_step = make_run(user, team, args.steps, args.samples)
+    queue = make_queue(user, team, args.labels + 10)
+
+    stop_training, stop_writer = mp.get_context("spawn").Event(), threading.Event()
+    trainers = [mp.get_context("spawn").Process(target=burn, args=(stop_training,), daemon=True) for _ in range(args.trainers)]
+    for p in trainers:
+        p.start()
+
+    def write() -> None:
+        from django.db import connection
+
+        n = args.steps
+        while not stop_writer.wait(args.interval):
+            n += 1
+            record_step(n)
+        connection.close()
+
+    writer = threading.Thread(target=write, daemon=True)
+    firsts: list[float] = []
+    shows: list[float] = []
+    try:
+        with daphne(env) as url, chromium() as browser:
+            writer.start()
+            page = login(browser, url, "bench", PASSWORD)
+            for i in range(args.loads):
+                page.goto(f"/runs/{run.id}/")
+                page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined", timeout=60_000)
+                firsts.append(page.evaluate("window.TemperLive.firstDrawMs"))
+                points = int(page.get_attribute("#chart-reward", "data-points") or 0)
+                print(f"run page load {i + 1}: first chart at {firsts[-1]:.0f} ms ({points} points)", file=sys.stderr)
+
+            page.goto(f"/review/queues/{queue.id}/")
+            previous = None
+            for i in range(args.labels):
+                if previous is not None:
+                    page.wait_for_function(f"() => document.querySelector('[data-testid=item-id]').textContent != '{previous}'")
+                page.wait_for_selector("[data-testid=item]:not([hidden])")
+                previous = page.text_content("[data-testid=item-id]")
+                page.keyboard.press("p" if i % 3 else "f")
+                page.wait_for_function(f"() => document.querySelector('[data-testid=stat-n]').textContent == '{i + 1}'")
+            shows = page.evaluate("window.TemperReview.shows")
+    finally:
+        stop_writer.set()
+        stop_training.set()
+        for p in trainers:
+            p.join(timeout=30)
+        writer.join(timeout=30)
+
+    warm = firsts[1:]
+    result = {
+        "steps": args.steps, "samples_per_step": args.samples, "trainers": args.trainers,
+        "run_page_cold_ms": round(firsts[0], 1),
+        "run_page_warm_median_ms": round(percentile(warm, 0.5), 1),
+        "run_page_warm_max_ms": round(max(warm), 1) if warm else None,
+        "goal_run_page_ms": 1000,
+        "review_next_p50_ms": round(percentile(shows, 0.5), 1),
+        "review_next_p95_ms": round(percentile(shows, 0.95), 1),
+        "review_labels": len(shows),
+        "goal_review_next_p95_ms": 300,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
