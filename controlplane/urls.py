@@ -27,6 +27,7 @@ urlpatterns = [
     path("team/", views.switch_team, name="switch-team"),
     path("healthz", views.health, name="health"),
     path("favicon.ico", views.favicon, name="favicon"),
+    path("sw.js", views.service_worker, name="service-worker"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("registry/", include("controlplane.registry.urls")),

@@ -3,11 +3,15 @@ live parts (websockets, charts) and talks to the same REST API as everyone else,
 refuses what a role may not do whether or not the page showed the control."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.staticfiles import finders
+from django.templatetags.static import static
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -184,6 +188,30 @@ def switch_team(request: HttpRequest) -> HttpResponse:
     if not nxt.startswith("/") or nxt.startswith("//"):
         nxt = reverse("home")
     return HttpResponseRedirect(nxt)
+
+
+SW_PRECACHE = ("vendor/plotly/plotly.min.js",)
+"""Static files the service worker keeps compiled in the browser (``frontend/templates/sw.js``)."""
+
+
+def service_worker(request: HttpRequest) -> HttpResponse:
+    """``/sw.js``, at the site's root so that it serves every page. Its cache is named after the
+    files' sizes and times, so a changed file makes a new worker that replaces the old cache;
+    browsers check it again on each visit (``no-cache``)."""
+    urls = [static(path) for path in SW_PRECACHE]
+    stamp = hashlib.sha256(json.dumps([(u, _static_stamp(p)) for u, p in zip(urls, SW_PRECACHE)]).encode()).hexdigest()[:12]
+    response = render(request, "sw.js", {"cache_name_json": json.dumps(f"temper-{stamp}"), "precache_json": json.dumps(urls)},
+                      content_type="text/javascript")
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+def _static_stamp(path: str) -> list:
+    found = finders.find(path)
+    if not found:
+        return []
+    st = os.stat(found)
+    return [st.st_size, int(st.st_mtime)]
 
 
 def health(request: HttpRequest) -> HttpResponse:

@@ -76,3 +76,26 @@ def test_admin_edits_domain_quota_and_runs_list_is_live(server, browser):
     writer.join()
     page.wait_for_selector(f"{row} [data-field=step]:text('12')")
     assert page.inner_text(f"{row} [data-field=reward]") == "0.75"
+
+
+def test_first_run_page_gets_plotly_from_the_service_worker(server, browser):
+    """The sign-in page registers /sw.js, which caches plotly.js while it installs; the first run
+    page the user opens is then served plotly.js by the worker (compiled by the browser with it)."""
+    team = factories.team("acme")
+    browser_user(team, "viewer", "vera")
+    d = factories.domain("sw-dom")
+    run = factories.run(team, domains=[d], state="completed", budget_steps=10, current_step=3)
+    points = [MetricPoint(run=run, step=s, domain="sw-dom", key="reward/sw-dom", value=s / 3, time=timezone.now())
+              for s in (1, 2, 3)]
+    MetricPoint.objects.bulk_create(points)
+    series.rollup(points)
+    page = server.page(browser, "service-worker")
+    page.goto("/login/")
+    page.wait_for_function("() => navigator.serviceWorker.ready.then((r) => !!r.active)")
+    server.login(page, "vera", PASSWORD)
+    page.goto(f"/runs/{run.id}/")
+    page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
+    served = page.evaluate("performance.getEntriesByType('resource').filter((e) => e.name.includes('plotly.min.js'))"
+                           ".map((e) => e.workerStart > 0)")
+    assert served == [True]
+    assert page.evaluate("caches.keys()") and all(k.startswith("temper-") for k in page.evaluate("caches.keys()"))

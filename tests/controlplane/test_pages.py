@@ -218,6 +218,25 @@ def test_plotly_is_served_from_the_package():
     assert path and open(path, "rb").read(200).lstrip().startswith(b"/**")
 
 
+def test_service_worker_precaches_plotly_under_a_name_that_follows_the_file(client, settings, tmp_path):
+    r = client.get("/sw.js")  # no sign-in needed: the sign-in page registers it
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/javascript") and r["Cache-Control"] == "no-cache"
+    body = r.content.decode()
+    assert 'const PRECACHE = ["/static/vendor/plotly/plotly.min.js"];' in body
+    name = re.search(r'const CACHE = "(temper-[0-9a-f]{12})";', body).group(1)
+    assert client.get("/sw.js").content.decode() == body  # stable while the file is
+    changed = tmp_path / "vendor" / "plotly"
+    changed.mkdir(parents=True)
+    (changed / "plotly.min.js").write_text("/** another plotly */")
+    settings.STATICFILES_DIRS = [tmp_path, *settings.STATICFILES_DIRS]
+    finders.get_finder.cache_clear()
+    try:
+        other = re.search(r'const CACHE = "(temper-[0-9a-f]{12})";', client.get("/sw.js").content.decode()).group(1)
+    finally:
+        finders.get_finder.cache_clear()
+    assert other != name  # a new plotly makes a new worker, which drops the old cache
+
+
 def test_events_reach_the_page_data_via_api(client, world):
     run = factories.run(world.team)
     RunEvent.objects.create(run=run, kind="weights", message="changed")

@@ -93,3 +93,10 @@ const Temper = (() => {
 document.addEventListener("change", (e) => {
   if (e.target instanceof HTMLSelectElement && e.target.hasAttribute("data-autosubmit") && e.target.form) e.target.form.submit();
 });
+
+// The service worker (/sw.js) caches plotly.js from the first page a user opens, so the first
+// run page finds it compiled (frontend/templates/sw.js). Browsers allow one only on HTTPS or
+// the loopback; elsewhere the pages load plotly.js as before.
+if ("serviceWorker" in navigator && window.isSecureContext) {
+  window.addEventListener("load", () => navigator.serviceWorker.register("/sw.js").catch(() => {}));
+}
