@@ -187,17 +187,22 @@ def compare(*, versions: list[ModelVersion], suite_version: EvalSuiteVersion) ->
 
 
 def compare_versions(*, actor: Principal, refs: list[str], suite: str = "", suite_version: int | None = None,
-                     baseline: str = "") -> dict:
+                     baseline: str = "", lineage_baseline: bool = False) -> dict:
     """Compare two or more versions on a suite they were all evaluated on. The baseline is
-    ``baseline`` (one of ``refs``) where given, else the first of ``refs``; the others follow in
-    the order given."""
+    ``baseline`` (one of ``refs``) where given, else :func:`default_baseline` with
+    ``lineage_baseline`` (the comparison page), else the first of ``refs`` (the API); the others
+    follow in the order given."""
     if len(refs) < 2:
         raise InvalidInput.one("versions", "name at least two versions")
     versions = [version_get(actor=actor, ref=r) for r in refs]
+    chosen = None
     if baseline:
         chosen = version_get(actor=actor, ref=baseline)
         if chosen.pk not in [v.pk for v in versions]:
             raise InvalidInput.one("baseline", f"{chosen.name} is not one of the compared versions")
+    elif lineage_baseline:
+        chosen = default_baseline(versions)
+    if chosen is not None:
         versions = [chosen] + [v for v in versions if v.pk != chosen.pk]
     if suite and suite_version:
         sv = suite_version_get(actor=actor, slug=suite, version=suite_version)

@@ -108,11 +108,9 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     if len(refs) < 2:
         context["error"] = "Choose at least two versions to compare."
         return render(request, "registry/compare.html", context)
-    baseline = request.GET.get("baseline", "")
     try:
-        if not baseline:
-            baseline = str(selectors.default_baseline([selectors.version_get(actor=actor, ref=r) for r in refs]).pk)
-        result = selectors.compare_versions(actor=actor, refs=refs, suite=suite, baseline=baseline)
+        result = selectors.compare_versions(actor=actor, refs=refs, suite=suite, baseline=request.GET.get("baseline", ""),
+                                            lineage_baseline=True)
     except ServiceError as exc:
         context["error"] = str(exc)
     else:

@@ -161,7 +161,10 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     now = now or timezone.now()
     service = queue_service(now=now)
     _resume_served(service)
-    runs = list(Run.objects.select_for_update().filter(state__in=[RunState.QUEUED, RunState.RUNNING]).select_related("team"))
+    # The runs' rows only (not their teams'), in one order, so two ticks or a tick and a driver
+    # never hold them in opposite orders.
+    runs = list(Run.objects.select_for_update(of=("self",)).filter(state__in=[RunState.QUEUED, RunState.RUNNING])
+                .select_related("team").order_by("pk"))
     quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}
     for run in runs:
         if run.team.slug not in quotas:
@@ -250,7 +253,7 @@ def _resume_served(service: QueueService) -> list[int]:
     """Runs the system paused for want of a worker on a queue that a live worker serves again go
     back to the queue, to resume from their last checkpoint when admitted."""
     resumed = []
-    waiting = Run.objects.select_for_update().filter(state=RunState.PAUSED, scheduler_note__has_key=RESUME_WHEN_SERVED)
+    waiting = Run.objects.select_for_update().filter(state=RunState.PAUSED, scheduler_note__has_key=RESUME_WHEN_SERVED).order_by("pk")
     for run in waiting:
         queue = run.scheduler_note[RESUME_WHEN_SERVED]
         if not service.served(queue):
