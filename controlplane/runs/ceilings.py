@@ -17,6 +17,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from django.apps import apps
+from django.db.models import Sum
+
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config, put_path
@@ -30,6 +33,27 @@ def team_ceilings(team: Team) -> dict[str, float]:
     """The ceilings on ``team``'s runs now, read afresh (``{}`` when it has none)."""
     found = Team.objects.filter(pk=team.pk).values_list("quota__ceilings", flat=True).first()
     return dict(found or {})
+
+
+def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
+    """A run that asks for more GPUs than the train GPU pools hold together, or than its team may
+    hold at once, could never be admitted: refused when it is submitted, with the numbers, instead
+    of waiting in the queue for ever. Pools and the team's quota are read through the app
+    registry and the team (this app imports nothing of the scheduling app)."""
+    if gpus <= 0:
+        return []
+    pools = apps.get_model("scheduling", "ResourcePool").objects.filter(kind="train_gpu")
+    total = pools.aggregate(total=Sum("capacity"))["total"] or 0
+    errors = []
+    if gpus > total:
+        errors.append(FieldError("gpus", f"asks for {gpus} GPUs; the train GPU pools hold {total} in all"
+                                         + ("" if total else " (no train GPU pool exists: a platform admin adds one, "
+                                                             "or run on CPU with gpus 0)")))
+    quota = Team.objects.filter(pk=team.pk).values_list("quota__max_gpus", flat=True).first()
+    limit = quota if quota is not None else apps.get_model("scheduling", "TeamQuota")._meta.get_field("max_gpus").default
+    if gpus > limit:
+        errors.append(FieldError("gpus", f"asks for {gpus} GPUs; team {team.slug} may hold at most {limit} at once"))
+    return errors
 
 
 def api_field(path: str) -> str:

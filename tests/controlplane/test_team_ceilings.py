@@ -244,3 +244,27 @@ def test_a_team_admin_may_tighten_ceilings_but_not_loosen_them(world):
         assert team_ceilings(world.team) == {"rollout.n": 8}
     r = _put_quota(admin, {"ceilings": {"rollout.n": 4, "rollout.max_new_tokens": 64}})
     assert r.status_code == 200 and team_ceilings(world.team) == {"rollout.n": 4, "rollout.max_new_tokens": 64}
+
+
+def test_a_run_asking_for_gpus_nobody_could_give_is_refused_when_submitted(world):
+    """More GPUs than the train GPU pools hold, or than the team may hold at once: 422 at ``gpus``
+    with the numbers (it would otherwise wait in the queue for ever); within both, accepted."""
+    from controlplane.scheduling.models import ResourcePool
+
+    member = _client(world.users["member"])
+    r = _post_run(member, gpus=2)
+    assert r.status_code == 422, r.content
+    assert [e["path"] for e in r.json()["errors"]] == ["gpus", "gpus"]
+    messages = " | ".join(e["message"] for e in r.json()["errors"])
+    assert "no train GPU pool exists" in messages and "may hold at most 1" in messages  # the default quota
+    ResourcePool.objects.create(name="h200", kind="train_gpu", capacity=4)
+    ResourcePool.objects.create(name="rollout", kind="rollout_gpu", capacity=8)  # not for training
+    r = _post_run(member, gpus=6)
+    assert r.status_code == 422 and "pools hold 4 in all" in r.json()["errors"][0]["message"]
+    TeamQuota.objects.update_or_create(team=world.team, defaults={"max_gpus": 4})
+    assert _post_run(member, gpus=5).status_code == 422
+    assert not Run.objects.exists()
+    r = _post_run(member, gpus=4)
+    assert r.status_code == 201, r.content
+    assert Run.objects.get().gpus == 4
+    assert _post_run(member, gpus=0).status_code == 201  # CPU runs need no pool
