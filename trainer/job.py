@@ -34,8 +34,9 @@ from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
 from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
-from trainer.optim import make_backend
+from trainer.optim import TorchBackend, make_backend
 from trainer.outcomes import Outcome, Verification
+from trainer.parallel import all_reduce_grads, all_reduce_sums, my_share, rank_and_world
 from trainer.pipeline import Request, StageClocks, VerifyBatch, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
@@ -136,6 +137,10 @@ def score(model, lean: LeanLlama | None, trajs: Sequence[Trajectory], pad_id: in
 def chunks(items: list, size: int) -> Iterable[list]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+RANK_SUMS = ("loss", "tokens", "clipped", "kl", "entropy", "mm_abs", "mm_kl", "mm_tokens")
+"""The update's per-rank sums that are summed over the ranks before they become metrics."""
 
 
 # ----------------------------------------------------------------------------- the job
@@ -324,12 +329,19 @@ class Job:
             metrics["batch/skipped_update"] = 1.0
             return
         minibatches = [valid_idx[i::alg.updates_per_batch] for i in range(alg.updates_per_batch)]
+        # Data parallel (trainer/parallel.py): each rank scores its share of a mini-batch's
+        # micro-batches, divided by the whole mini-batch's normaliser; the gradients are summed
+        # before the step.
+        rank, world = rank_and_world()
+        reduce_grads = world > 1 and isinstance(self.backend, TorchBackend)  # DeepSpeed reduces its own
         for u, idx in enumerate(m for m in minibatches if m):
             if alg.loss_aggregation == "token":
                 normalizer = float(sum(sum(trajs[i].loss_mask) for i in idx)) or 1.0
             else:
                 normalizer = float(len(idx))
-            for micro in chunks(idx, cfg.optimizer.micro_batch_size):
+            # Whole micro-batches per rank, as one process would form them: each one's forward is
+            # then the one process's, bit for bit, and only the order of the final sum differs.
+            for micro in my_share(list(chunks(idx, cfg.optimizer.micro_batch_size)), rank, world):
                 batch = score(self.model, self.lean, [trajs[i] for i in micro],
                               self.tokenizer.pad_token_id, self.device,
                               self.reference, self.reference_lean)
@@ -356,7 +368,11 @@ class Job:
                         totals["mm_abs"] += float(delta.abs().sum())
                         totals["mm_kl"] += float(((torch.exp(delta) - 1 - delta) * m).sum())
                         totals["mm_tokens"] += float(m.sum())
+            if reduce_grads:
+                all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
             totals["grad_norm"] += self.backend.step()
+        if world > 1:
+            totals.update(all_reduce_sums(totals, RANK_SUMS))
         n_updates = sum(1 for m in minibatches if m)
         tok = max(totals["tokens"], 1.0)
         metrics.update({
