@@ -1,4 +1,5 @@
-"""Each worker records a heartbeat row every CELERY_HEARTBEAT_PERIOD_S from a daemon thread."""
+"""Each worker records a heartbeat row every CELERY_HEARTBEAT_PERIOD_S from a daemon thread: its
+queues, its pid and its host's GPUs (workers/devices.py)."""
 from __future__ import annotations
 
 import logging
@@ -10,23 +11,24 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from controlplane.scheduling.services import heartbeat_record
+from workers.devices import device_inventory
 from workers.sandbox import close_runtimes
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
-def _record(hostname: str, queues: list[str]) -> None:
+def _record(hostname: str, queues: list[str], devices: list[dict]) -> None:
     try:
         close_old_connections()
-        heartbeat_record(worker=hostname, queues=queues, meta={"pid": os.getpid()})
+        heartbeat_record(worker=hostname, queues=queues, meta={"pid": os.getpid(), "devices": devices})
     except Exception:  # the database may be briefly unavailable; try again next period
         log.exception("heartbeat failed for %s", hostname)
 
 
-def _beat(hostname: str, queues: list[str]) -> None:
+def _beat(hostname: str, queues: list[str], devices: list[dict]) -> None:
     while not _stop.wait(settings.CELERY_HEARTBEAT_PERIOD_S):
-        _record(hostname, queues)
+        _record(hostname, queues, devices)
 
 
 @worker_ready.connect
@@ -34,8 +36,9 @@ def _start(sender=None, **kwargs) -> None:
     consumer = sender
     hostname = consumer.hostname
     queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
-    _record(hostname, queues)  # before the first task is consumed
-    threading.Thread(target=_beat, args=(hostname, queues), name="temper-heartbeat", daemon=True).start()
+    devices = device_inventory()  # read once: a host's GPUs do not come and go while it serves
+    _record(hostname, queues, devices)  # before the first task is consumed
+    threading.Thread(target=_beat, args=(hostname, queues, devices), name="temper-heartbeat", daemon=True).start()
 
 
 @worker_shutdown.connect

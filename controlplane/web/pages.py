@@ -174,6 +174,7 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
     queued = list(Run.objects.filter(state=RunState.QUEUED, team_id__in=actor.team_ids).select_related("team")
                   .order_by("-priority", "queued_at"))
     now = timezone.now()
+    workers = list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker"))
     return {
         "kinds": kinds, "pools": pools, "team_rows": team_rows,
         "queued": [{"run": r, "note": r.scheduler_note or {}, "waiting_s": (now - r.queued_at).total_seconds() if r.queued_at else None}
@@ -184,11 +185,22 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                      "inflight": (r.inflight or {}).get("per_domain", {}) if mine else {},
                      "phase": (r.inflight or {}).get("phase", "") if mine else ""}
                     for r in running for mine in [r.team_id in actor.roles]],
-        "workers": list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker")),
+        "workers": workers,
+        "gpu_note": _gpu_note(capacity.get("train_gpu", 0), workers),
         "scheduler": scheduler_status(now=now),
         "lanes": lanes_view(now=now),
         "long_lane": _long_lane_domains([r for r in running if r.team_id in actor.roles]),
     }
+
+
+def _gpu_note(pool_gpus: int, workers: list[WorkerHeartbeat]) -> str:
+    """Where the train GPU pools promise other than the live train workers' GPUs, say so: the
+    pools are what the scheduler admits against."""
+    reported = sum(len((w.meta or {}).get("devices") or []) for w in workers if "train" in (w.queues or []))
+    if pool_gpus == reported:
+        return ""
+    return (f"The train GPU pools hold {pool_gpus} GPU(s); the live workers on the train queue report {reported}. "
+            "The scheduler admits runs against the pools: change them on the Manage page to match the hosts.")
 
 
 def _long_lane_domains(runs: list[Run]) -> dict[int, list[str]]:

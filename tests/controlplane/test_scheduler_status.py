@@ -56,3 +56,23 @@ def test_three_periods_without_a_tick_is_late(world, settings):
 
 def test_the_scheduler_status_needs_a_signed_in_user(db):
     assert Client().get("/api/scheduler").status_code == 401
+
+
+def test_queue_page_shows_each_workers_gpus_and_a_pool_that_promises_others(world):
+    """Workers report their host's GPUs in their heartbeat (workers/devices.py reads nvidia-smi;
+    here a fake inventory); /queue/ lists them, and says so when the train GPU pools promise a
+    different number than the live train workers have."""
+    from controlplane.scheduling.models import ResourcePool
+    from controlplane.scheduling.services import heartbeat_record
+
+    h200 = [{"index": i, "name": "NVIDIA H200", "memory_gib": 140.4} for i in range(2)]
+    heartbeat_record(worker="train@gpu-a", queues=["train"], meta={"pid": 1, "devices": h200})
+    heartbeat_record(worker="verify@cpu-b", queues=["verify"], meta={"pid": 2, "devices": []})
+    ResourcePool.objects.create(name="h200", kind="train_gpu", capacity=4)
+    page = client_for(world.users["viewer"]).get("/queue/").content.decode()
+    table = page[page.index('data-testid="worker-devices"'):]
+    assert "#0 NVIDIA H200 (140.4 GiB), #1 NVIDIA H200 (140.4 GiB)" in table[table.index('data-worker="train@gpu-a"'):]
+    assert "none" in table[table.index('data-worker="verify@cpu-b"'):]
+    assert "pools hold 4 GPU(s); the live workers on the train queue report 2" in page
+    ResourcePool.objects.filter(name="h200").update(capacity=2)
+    assert 'data-testid="gpu-note"' not in client_for(world.users["viewer"]).get("/queue/").content.decode()
