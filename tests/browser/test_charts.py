@@ -13,6 +13,7 @@ from django.utils import timezone
 from controlplane.runs import series
 from controlplane.runs.models import MetricPoint, RunEvent, Trajectory
 from tests import factories
+from tests.browser.conftest import screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
 
@@ -56,6 +57,8 @@ def test_charts_zoom_together_mark_events_switch_axes_and_export(server, browser
     page.uncheck("[data-testid=show-events]")
     page.wait_for_function("() => document.getElementById('chart-reward').layout.shapes.length === 0")
     page.check("[data-testid=show-events]")
+    page.wait_for_function("() => document.getElementById('chart-reward').layout.shapes.length > 0")
+    screenshot(page, "16-run-charts-events")
 
     # Tokens/s on the left axis, completions/s on the right.
     axes = dict(_chart(page, "chart-throughput", "c.data.filter((t) => t.showlegend !== false).map((t) => [t.name, t.yaxis || 'y'])"))
@@ -126,6 +129,7 @@ def test_the_trajectory_explorer_filters_compares_and_shares(server, browser, wo
     page.wait_for_function("() => document.querySelectorAll('[data-testid=trajectory]').length === 3")
     outcomes = page.eval_on_selector_all("[data-testid=trajectory]", "rows => rows.map((r) => r.dataset.outcome)")
     assert outcomes == ["fail", "fail", "pass"]
+    screenshot(page, "14-trajectory-across-steps")
     # Each row links to itself; the link opens that one trajectory.
     href = page.locator("[data-testid=traj-link]").last.get_attribute("href")
     page.goto(href)
@@ -155,5 +159,6 @@ def test_ticked_runs_open_overlaid_with_their_settings(server, browser, world):
     differing = page.locator("[data-testid=diff-row][data-differs=true]:visible")
     assert "config.algorithm.clip_high" in [differing.nth(i).get_attribute("data-key") for i in range(differing.count())]
     assert page.locator("[data-testid=diff-row][data-differs=false]:visible").count() == 0
+    screenshot(page, "15-runs-overlaid")
     page.check("[data-testid=diff-all]")
     assert page.locator("[data-testid=diff-row][data-differs=false]:visible").count() > 0
