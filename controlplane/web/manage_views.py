@@ -92,7 +92,7 @@ def _int_field(data, name: str, errors: list[FieldError]) -> int | None:
         return None
 
 
-def _team_rows(actor: Principal, teams: list[Team]) -> list[dict]:
+def _team_rows(teams: list[Team]) -> list[dict]:
     quotas = {q.team_id: q for q in TeamQuota.objects.filter(team__in=teams)}
     members: dict[int, list[Membership]] = {}
     for m in Membership.objects.filter(team__in=teams).select_related("user").order_by("user__username"):
@@ -110,7 +110,7 @@ def _render(request: HttpRequest, actor: Principal, *, status: int = 200, team_e
     """The page; ``team_errors`` is ``{slug: (section, {field: [messages]}, values)}`` for the
     form that was refused, so its errors sit beside its fields and its input is kept."""
     teams = admin_teams(actor)
-    rows = _team_rows(actor, teams)
+    rows = _team_rows(teams)
     for row in rows:
         refused = (team_errors or {}).get(row["team"].slug)
         if refused:
