@@ -36,7 +36,7 @@ from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import TorchBackend, make_backend
 from trainer.outcomes import Outcome, Verification
-from trainer.parallel import all_reduce_grads, all_reduce_sums, my_share, rank_and_world
+from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, my_share, rank_and_world
 from trainer.pipeline import Request, StageClocks, VerifyBatch, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
@@ -493,7 +493,14 @@ class Job:
         saved = Checkpoint(step=self.step_count, config=self.config, sampler=self.sampler.state_dict(),
                            optimizer=self.backend.state_dict(), engine_rng=self.engine.state_dict(),
                            torch_rng=torch.get_rng_state(), ahead=ahead, sft=self.sft_stage.state_dict())
-        return saved.save(directory, self.model, self.tokenizer)
+        rank, world = rank_and_world()
+        if world == 1:
+            return saved.save(directory, self.model, self.tokenizer)
+        # Data parallel: every rank holds the whole (equal) state, so rank 0 writes it alone and the
+        # checkpoint resumes on any number of ranks; the others wait until it is written.
+        path = saved.save(directory, self.model, self.tokenizer) if rank == 0 else Path(directory)
+        barrier()
+        return path
 
     @classmethod
     def resume(cls, directory: str | os.PathLike, callbacks: Sequence[Callback] = (),

@@ -22,6 +22,12 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
+def barrier() -> None:
+    """Wait for every rank (a no-op outside a process group)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def my_share(items: list, rank: int, world: int) -> list:
     """The items (micro-batches) rank ``rank`` of ``world`` works on: every ``world``-th, from ``rank``.
 

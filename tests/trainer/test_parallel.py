@@ -121,3 +121,59 @@ def _reduce_case(rank: int, world: int, port: int, out: str) -> None:
         json.dump({"used": used.grad.tolist(), "unused": None if unused.grad is None else unused.grad.tolist(),
                    "sums": sums}, f)
     dist.destroy_process_group()
+
+
+def train_resume(config: dict, out: str, rank: int, world: int, port: int, save: str = "", resume: str = "") -> None:
+    """Train 2 steps and checkpoint to ``save``, or resume from ``resume``; then one more step;
+    the parameters to ``out``."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    from trainer.job import Job
+
+    job = Job.resume(resume, verify_batch=alternate) if resume else Job(config, verify_batch=alternate)
+    try:
+        if not resume:
+            job.step()
+            job.step()
+            job.save_checkpoint(save)
+        job.step()
+        if rank == 0:
+            torch.save({n: p.detach().clone() for n, p in job.model.named_parameters()}, out)
+    finally:
+        job.close()
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def _launch(world: int, **kwargs) -> None:
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=train_resume, kwargs={**kwargs, "rank": rank, "world": world, "port": port})
+             for rank in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    assert [p.exitcode for p in procs] == [0] * world
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saved_on, resumed_on", [(2, 1), (1, 2)])
+def test_a_checkpoint_resumes_on_another_number_of_ranks(base_config, tmp_path, saved_on, resumed_on):
+    """Rank 0 writes the whole state (every rank holds it); a checkpoint taken on 2 ranks goes on
+    on 1 process, and one taken on 1 process on 2 ranks, as if nothing had changed."""
+    import torch
+
+    base_config["optimizer"]["micro_batch_size"] = 3
+    base_config["limits"]["max_steps"] = 3
+    ckpt = str(tmp_path / "ckpt")
+    _launch(saved_on, config=base_config, out=str(tmp_path / "straight.pt"), save=ckpt)
+    _launch(resumed_on, config=base_config, out=str(tmp_path / "resumed.pt"), resume=ckpt)
+    straight, resumed = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
+    worst = max((straight[n] - p).abs().max().item() for n, p in resumed.items())
+    assert worst < 1e-5, worst
+    assert not (tmp_path / "ckpt.tmp").exists()
