@@ -100,5 +100,7 @@ def test_member_tags_a_run_and_filters_by_it(server, browser):
     page.locator("[data-testid=tag-list] [data-testid=run-tag]", has_text="sweep-kl").wait_for()
     page.locator("[data-testid=tag-list] [data-testid=run-tag]", has_text="sweep-kl").click()
     page.wait_for_url(lambda u: "tag=sweep-kl" in u)
+    # The live rows have arrived and left the filter alone: the untagged run is not added.
+    page.locator("#runs tbody[data-synced]").wait_for(state="attached")
     assert page.locator(f"tr[data-run='{run.id}']").count() == 1 and page.locator(f"tr[data-run='{other.id}']").count() == 0
     assert page.locator("[data-testid=runs-tag]").input_value() == "sweep-kl"

@@ -29,4 +29,7 @@
         ? err.errors.map((e) => e.message).join("; ") : err.detail;
     }
   });
+  // The button is disabled until now: a click before this script runs (it loads after plotly)
+  // would submit the form as a plain GET and lose the tags.
+  form.querySelector("button[type=submit]").disabled = false;
 })();

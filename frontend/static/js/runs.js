@@ -1,9 +1,11 @@
 // The runs list: rows update in place from /ws/runs/ (state, progress, latest reward, priority);
-// a run that appears for the team being looked at is added at the top.
+// a run that appears for the team being looked at is added at the top, unless the list is filtered
+// or sorted (the server chose its rows: a new run may not belong there, and the top is not its place).
 "use strict";
 
 (() => {
   const table = document.querySelector("#runs tbody");
+  const filtered = document.getElementById("runs").hasAttribute("data-filtered");
   const team = Temper.pageData("current-team");
   const { el, fmt } = Temper;
 
@@ -25,7 +27,7 @@
   function update(run) {
     let tr = table.querySelector(`tr[data-run="${run.id}"]`);
     if (!tr) {
-      if (team && run.team !== team) return;
+      if (filtered || (team && run.team !== team)) return;
       table.querySelector("tr.empty")?.remove();
       table.prepend(row(run));
       return;
@@ -41,7 +43,11 @@
 
   const badge = document.getElementById("live-state");
   Temper.liveSocket("/ws/runs/", {
-    onMessage(m) { if (m.type === "runs") m.runs.slice().reverse().forEach(update); },
+    onMessage(m) {
+      if (m.type !== "runs") return;
+      m.runs.slice().reverse().forEach(update);
+      table.dataset.synced = "1";  // the rows have met the server's state once
+    },
     onState(s, detail) { badge.textContent = detail || s; badge.dataset.state = s; },
   });
 })();
