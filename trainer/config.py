@@ -202,6 +202,9 @@ class SamplerConfig:
     """Curriculum: domain pass rate that moves the domain up a level."""
     curriculum_min_samples: int = _num(64, ge=1, le=1_000_000_000)
     """Curriculum: samples seen at a level before it may be raised."""
+    curriculum_review: float = _num(0.25, ge=0, lt=1)
+    """Curriculum: share of a domain's draws taken at an easier level it has passed (uniformly among
+    them), so the levels below are not forgotten while the domain works on its current one."""
     holdout_fraction: float = _num(0.0, ge=0, lt=1)
     """Share of each domain's tasks (by a hash of the task id) kept for evaluation, never drawn for training."""
 

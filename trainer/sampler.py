@@ -4,7 +4,8 @@
 - Difficulty: a running pass rate per task. With ``adaptive_budget`` a task's number of samples
   is ``min + (max - min) * 4 p (1 - p)`` (rounded): most where the outcome is uncertain
   (p near 0.5, or unseen), fewest for solved (p = 1) or hopeless (p = 0) tasks.
-- Curriculum: a domain moves up a level when its running pass rate passes the threshold.
+- Curriculum: a domain moves up a level when its running pass rate passes the threshold; a share
+  (``curriculum_review``) of its draws stays at the levels it has passed, so they are not forgotten.
 - Held-out tasks (``holdout_fraction``, :mod:`trainer.holdout`) are never drawn: evaluation uses them.
 
 All randomness comes from one ``random.Random``; :meth:`state_dict` captures it with the
@@ -80,12 +81,16 @@ class TaskSampler:
         return out
 
     def sample_task(self, slug: str, rng: random.Random) -> Task:
-        """One task of ``slug`` at its current level, never a held-out one (SFT draws through this too)."""
-        task = self.sources[slug].sample(rng, self.levels[slug])
+        """One task of ``slug`` at its current level (or, for the curriculum's review share, a
+        level below it), never a held-out one (SFT draws through this too)."""
+        level = self.levels[slug]
+        if self.cfg.curriculum and level > 0 and self.cfg.curriculum_review > 0 and rng.random() < self.cfg.curriculum_review:
+            level = rng.randrange(level)
+        task = self.sources[slug].sample(rng, level)
         for _ in range(MAX_HOLDOUT_REDRAWS if self.cfg.holdout_fraction > 0 else 0):
             if not is_heldout(task, self.cfg.holdout_fraction):
                 break
-            task = self.sources[slug].sample(rng, self.levels[slug])
+            task = self.sources[slug].sample(rng, level)
         return task
 
     def budget(self, task: Task) -> int:

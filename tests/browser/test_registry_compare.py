@@ -7,9 +7,9 @@ it, verifies its rollouts and evaluates every checkpoint it saves on the eval qu
 opens the registry, follows "first vs last checkpoint" for the run, and reads per domain each
 version's mean with its 95% interval, and the paired difference with its interval, flagged when the
 interval excludes 0. Addition (weighted twice the others) is flagged a significant improvement.
-Parity's held-out tasks are 6-bit strings, reached late by its curriculum, and only 5: its
-difference is shown and flagged by its interval but not required to be significant. Reversal is
-not learned at this budget (it stays near 0).
+Parity's held-out tasks are 6-bit strings, reached by its curriculum, and only 5: its difference
+is shown and flagged by its interval but not required to be significant. Reversal is not learned
+at this budget (it stays near 0; docs/trainer.md).
 """
 from __future__ import annotations
 

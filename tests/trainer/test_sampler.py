@@ -37,7 +37,7 @@ def test_budget_is_largest_where_uncertain():
 
 
 def test_curriculum_raises_level_when_pass_rate_passes_threshold():
-    cfg = SamplerConfig(curriculum=True, curriculum_threshold=0.8, curriculum_min_samples=16)
+    cfg = SamplerConfig(curriculum=True, curriculum_threshold=0.8, curriculum_min_samples=16, curriculum_review=0)
     sampler = TaskSampler({"builtin-reversal": REVERSAL}, {"builtin-reversal": 1}, cfg, n=8, seed=0)
     assert sampler.levels["builtin-reversal"] == 0
     task = sampler.draw(1)[0][0]
@@ -50,6 +50,20 @@ def test_curriculum_raises_level_when_pass_rate_passes_threshold():
     assert harder.level == 1 and len(harder.answer) == 3
     sampler.update(harder, [False] * 32)
     assert sampler.levels["builtin-reversal"] == 1
+
+
+def test_curriculum_reviews_the_levels_passed():
+    cfg = SamplerConfig(curriculum=True, curriculum_threshold=0.8, curriculum_min_samples=8, curriculum_review=0.25)
+    sampler = TaskSampler({"builtin-parity": PARITY}, {"builtin-parity": 1}, cfg, n=8, seed=0)
+    assert {t.level for t, _ in sampler.draw(50)} == {0}  # nothing passed yet: nothing to review
+    for level in (0, 1, 2):
+        sampler.update(PARITY.sample(random.Random(level), level), [True] * 8)
+    assert sampler.levels["builtin-parity"] == 3
+    levels = [t.level for t, _ in sampler.draw(2000)]
+    assert all(0 <= lv <= 3 for lv in levels)
+    review = [lv for lv in levels if lv < 3]
+    assert 0.2 < len(review) / len(levels) < 0.3  # the review share, spread over every level passed
+    assert {0, 1, 2} <= set(review)
 
 
 def test_state_round_trip_draws_the_same_tasks():
