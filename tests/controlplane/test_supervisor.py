@@ -142,13 +142,15 @@ def test_every_compose_worker_and_beat_restarts_unless_stopped():
 @pytest.mark.slow
 def test_demo_restarts_its_killed_worker_which_then_serves_a_task(tmp_path):
     """``manage.py demo`` (embedded default: file-system broker) under the same supervisor: its
-    worker killed with SIGKILL comes back with a new pid and answers a task sent afterwards."""
+    worker killed with SIGKILL comes back with a new pid and answers a task sent afterwards. Without
+    the demo runs (``--no-run``): their drivers would hold both of the worker's processes for minutes,
+    and the task would wait for them rather than for the restart."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
     env["TEMPER_VAR_DIR"] = str(tmp_path / "var")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)], cwd=ROOT, env=env,
+    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--no-run", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_pump, args=(demo.stdout, lines), daemon=True).start()

@@ -63,6 +63,8 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("TEMPER_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("TEMPER_PORT", 8000)))
         parser.add_argument("--no-worker", action="store_true", help="web only")
+        parser.add_argument("--no-run", action="store_true",
+                            help="start the stack without creating the demo runs (the catalogue, team and suite are set up)")
         parser.add_argument("--web-processes", default=None, metavar="N",
                             help=f"web server processes (default ${PROCESSES_ENV} or 1): uvicorn workers on one "
                                  "port (controlplane/web/serving.py)")
@@ -86,7 +88,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         call_command("migrate", verbosity=0)
-        call_command("demo_setup", stdout=self.stdout)
+        call_command("demo_setup", stdout=self.stdout, no_run=opts["no_run"])
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
         py = sys.executable
