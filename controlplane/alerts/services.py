@@ -330,11 +330,15 @@ def alerts_after_step(*, run: Run, step: int) -> list[AlertFiring]:
 def _metric(rule: AlertRule, run: Run, key: str, step: int) -> list[AlertFiring]:
     state = _state(rule, run, key)
     new = list(MetricPoint.objects.filter(run=run, key=key, step__gt=state.last_step, step__lte=step)
-               .order_by("step").values_list("step", "value"))
+               .order_by("step").values_list("step", "value", "domain"))
     if not new:
         return []
-    folded = fold(MetricState(state.ema, state.best, state.points, list(state.recent)), rule.condition, rule.window,
-                  [v for _, v in new])
+    folded = MetricState(state.ema, state.best, state.points, list(state.recent))
+    for values in _by_level(run, new, since=state.last_step) if rule.condition == Condition.DROP else [[v for _, v, _ in new]]:
+        if values is None:  # the domain's curriculum moved to another level: a new baseline
+            folded = MetricState()
+            continue
+        folded = fold(folded, rule.condition, rule.window, values)
     state.ema, state.best, state.points, state.recent = folded.ema, folded.best, folded.points, folded.recent
     state.last_step = new[-1][0]
     holds, value = verdict(folded, rule.condition, rule.window, rule.threshold, firing=state.firing)
@@ -345,6 +349,24 @@ def _metric(rule: AlertRule, run: Run, key: str, step: int) -> list[AlertFiring]
     elif state.firing and not holds:
         _resolve(state, state.last_step, f"{key} is back within the rule ({value})", save=False)
     state.save()
+    return out
+
+
+def _by_level(run: Run, new: list[tuple[int, float, str]], *, since: int) -> list[list[float] | None]:
+    """A domain metric's new values split where the domain's curriculum level changed (a None
+    between the runs of values): a harder level lowers the reward by design, so a drop rule starts
+    its EMA and best afresh there instead of calling it a collapse."""
+    domain = new[-1][2]
+    levels = dict(MetricPoint.objects.filter(run=run, key=f"sampler/level/{domain}", step__gte=since,
+                                             step__lte=new[-1][0]).values_list("step", "value")) if domain else {}
+    out: list[list[float] | None] = [[]]
+    previous = levels.get(since)
+    for step_, value, _ in new:
+        level = levels.get(step_)
+        if level is not None and previous is not None and level != previous:
+            out += [None, []]
+        previous = level if level is not None else previous
+        out[-1].append(value)
     return out
 
 

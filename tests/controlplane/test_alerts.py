@@ -129,6 +129,29 @@ def test_a_firing_stays_quiet_until_resolved_then_fires_again(quiet, sent):
     assert firings[0].resolved_step is not None and 10 < firings[0].resolved_step <= 18 and firings[1].resolved_at is None
 
 
+def test_a_curriculum_level_up_is_a_new_baseline_not_a_collapse(quiet, sent):
+    """A domain moved to a harder level earns less by design: the drop rule starts afresh there,
+    and still fires on a collapse within the level."""
+    run = running(quiet.team)
+    rule(quiet.team, metric="reward/*")
+    key, level_key = "reward/builtin-parity", "sampler/level/builtin-parity"
+    # level 0 solved, then level 1 at a third of it (no alert), then a collapse within level 1
+    series = [(0, 0.9)] * 6 + [(1, 0.3)] * 6 + [(1, 0.7)] * 6 + [(1, 0.05)] * 6
+    fired = []
+    for n, (level, v) in enumerate(series, start=1):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
+                                         MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
+        if services.alerts_after_step(run=run, step=n):
+            fired.append(n)
+    assert len(fired) == 1 and fired[0] > 18, fired
+    # The same series without the level change is a collapse at the level-up.
+    other = running(quiet.team, name="no-curriculum")
+    fired = [n for n, (_, v) in enumerate(series, start=1)
+             if MetricPoint.objects.create(run=other, step=n, key=key, domain="builtin-parity", value=v)
+             and services.alerts_after_step(run=other, step=n)]
+    assert fired and fired[0] <= 12
+
+
 def test_above_below_and_globs_watch_each_matching_key(quiet, sent):
     run = running(quiet.team)
     rule(quiet.team, name="infra", condition="above", metric="infra_rate/*", threshold=0.25, window=2)
