@@ -32,15 +32,7 @@ def suite_specs(suite: dict):
     from controlplane.registry.services import ITEM_DEFAULTS
     from trainer.evaluation import EvalSpec
 
-    specs = []
-    for raw in suite["items"]:
-        item = {**ITEM_DEFAULTS, **raw}
-        specs.append(EvalSpec(domain=item["domain"], layer=item["layer"], tasks=item["tasks"], seed=item["seed"],
-                              samples=item["samples"], temperature=float(item["temperature"]),
-                              max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
-                              max_episode_tokens=item["max_episode_tokens"], level=item["level"],
-                              k=tuple(item["k"])))
-    return specs
+    return [EvalSpec.from_item({**ITEM_DEFAULTS, **raw}) for raw in suite["items"]]
 
 
 def scores(job, specs) -> dict[str, dict[str, float]]:

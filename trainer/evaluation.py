@@ -63,6 +63,21 @@ class EvalSpec:
     holdout_fraction: float = HOLDOUT_FRACTION
     """The held-out share the tasks come from."""
 
+    @classmethod
+    def from_item(cls, item: dict) -> "EvalSpec":
+        """The spec of one evaluation-suite item (a registry suite's ``items`` entry, every field
+        present: the registry fills its defaults in).
+
+        >>> EvalSpec.from_item({"domain": "parity", "layer": "capability", "tasks": 8, "seed": 1,
+        ...     "samples": 2, "temperature": 0, "max_new_tokens": 8, "max_turns": 1,
+        ...     "max_episode_tokens": 64, "level": 3, "k": [1, 2]}).k
+        (1, 2)
+        """
+        return cls(domain=item["domain"], layer=item["layer"], tasks=item["tasks"], seed=item["seed"],
+                   samples=item["samples"], temperature=float(item["temperature"]),
+                   max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
+                   max_episode_tokens=item["max_episode_tokens"], level=item["level"], k=tuple(item["k"]))
+
 
 @dataclass
 class TaskResult:

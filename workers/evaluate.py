@@ -63,10 +63,7 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         results = []
         for item in items:
             dv = pins[(item["domain"], item["domain_version"])]
-            spec = EvalSpec(domain=item["domain"], layer=item["layer"], tasks=item["tasks"], seed=item["seed"],
-                            samples=item["samples"], temperature=float(item["temperature"]),
-                            max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
-                            max_episode_tokens=item["max_episode_tokens"], level=item["level"], k=tuple(item["k"]))
+            spec = EvalSpec.from_item(item)
             [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(PinnedDomain.from_version(dv)))
             s = result.summary()
             results.append({"domain": spec.domain, "domain_version": dv.version, "layer": spec.layer,
