@@ -36,3 +36,10 @@ def _models_under_tmp(settings, tmp_path_factory, monkeypatch):
     roots = [*settings.TEMPER_MODEL_DIRS, tmp_path_factory.getbasetemp()]
     settings.TEMPER_MODEL_DIRS = roots
     monkeypatch.setenv("TEMPER_MODEL_DIRS", ",".join(str(r) for r in roots))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first (otherwise in collection order): ``make test`` spreads the suite
+    over pytest-xdist workers that take work from each other, and a long test that starts last
+    keeps one worker running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -15,7 +15,7 @@ MODULES = [
     "controlplane.accounts.throttle", "controlplane.common.security", "controlplane.settings.security",
     "controlplane.runs.usage", "workers.usage", "trainer.rollout", "controlplane.registry.selectors",
     "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",
-    "workers.devices", "trainer.parallel", "controlplane.web.manage_views",
+    "workers.devices", "trainer.parallel", "controlplane.web.manage_views", "tests.suite_env", "trainer.evaluation",
 ]
 
 
