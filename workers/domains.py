@@ -24,7 +24,7 @@ def register_data_domains(pins: list[PinnedDomain]) -> None:
             slug=pin.slug, title=pin.title, kind=pin.kind, family="jsonl",
             source=UploadedSource(pin.slug, tasks), verify=compile_cascade(pin.verifier),
             verifier_spec=pin.verifier, task_source_spec={"family": "jsonl"},
-        ), replace=True)
+        ), replace=True, data=True)
 
 
 def worker_name() -> str:

@@ -73,3 +73,26 @@ def test_domains_sync_is_idempotent(db):
     call_command("domains", "sync", "--no-progress", stdout=out)
     assert f"0 created, 0 updated, {first} unchanged" in out.getvalue()
     assert sorted(Domain.objects.values_list("slug", "version")) == versions
+
+
+def test_domains_sync_leaves_out_the_uploads_a_run_registered_in_this_process(db):
+    """A driver running in this process registers the uploads its run pins (workers/domains.py);
+    sync stores the domains the code defines, never an upload (whose rows exist already)."""
+    from trainer import catalogue
+    from workers.domains import register_data_domains
+
+    class Pin:  # what register_data_domains reads of a PinnedDomain
+        is_upload, slug, title, kind = True, "uploaded-sums", "Uploaded sums", "math"
+        task_source = {"family": "jsonl", "tasks": [{"domain": "uploaded-sums", "id": "1", "prompt": "1+1=", "answer": "2"}]}
+        verifier = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}
+
+    register_data_domains([Pin()])
+    try:
+        assert "uploaded-sums" in catalogue.all_domains() and "uploaded-sums" not in catalogue.code_domains()
+        out = io.StringIO()
+        call_command("domains", "sync", "--no-progress", stdout=out)
+        assert "created" in out.getvalue()
+        assert not Domain.objects.filter(slug="uploaded-sums").exists()
+        assert Domain.objects.filter(slug="builtin-addition").exists()
+    finally:
+        catalogue.unregister("uploaded-sums")

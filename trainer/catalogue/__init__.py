@@ -59,24 +59,33 @@ class DomainSpec:
 
 
 _DOMAINS: dict[str, DomainSpec] = {}
+_DATA_DEFINED: set[str] = set()
+"""Slugs of the domains a process registered from data (uploads a run pins), not from code."""
 _loaded = False
 _loading = False
 _load_lock = threading.RLock()
 
 
-def register(spec: DomainSpec, *, replace: bool = False) -> DomainSpec:
+def register(spec: DomainSpec, *, replace: bool = False, data: bool = False) -> DomainSpec:
     """Add a domain; registering the same slug twice with a different spec is an error unless
-    ``replace`` (domains defined by data, such as uploads, are re-registered when they change)."""
+    ``replace`` (domains defined by data, such as uploads, are re-registered when they change).
+    ``data`` marks a domain defined by data: it is in :func:`all_domains`, not in
+    :func:`code_domains`."""
     existing = _DOMAINS.get(spec.slug)
     if existing is not None and existing is not spec and not replace:
         raise ValueError(f"domain {spec.slug!r} is registered twice")
     _DOMAINS[spec.slug] = spec
+    if data:
+        _DATA_DEFINED.add(spec.slug)
+    else:
+        _DATA_DEFINED.discard(spec.slug)
     return spec
 
 
 def unregister(slug: str) -> None:
     """Forget a domain (tests and data-defined domains); unknown slugs are ignored."""
     _DOMAINS.pop(slug, None)
+    _DATA_DEFINED.discard(slug)
 
 
 def _load_catalogue() -> None:
@@ -103,6 +112,12 @@ def all_domains() -> dict[str, DomainSpec]:
     """Every registered domain, by slug."""
     _load_catalogue()
     return dict(_DOMAINS)
+
+
+def code_domains() -> dict[str, DomainSpec]:
+    """The domains this code base defines (what ``manage.py domains sync`` stores), without the
+    ones this process registered from data: an upload a run pinned is the database's already."""
+    return {slug: spec for slug, spec in all_domains().items() if slug not in _DATA_DEFINED}
 
 
 def get(slug: str) -> DomainSpec:

@@ -23,14 +23,15 @@ from controlplane.common.errors import InvalidInput
 from controlplane.domains import services
 from controlplane.domains.models import AuditStatus, Domain, DomainVersion
 from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
-from trainer.catalogue import all_domains
+from trainer.catalogue import code_domains
 
 
 def catalogue_specs(only: list[str] | None = None) -> list[dict]:
-    """The trainer's registered domains as plain Domain fields."""
+    """The domains the trainer's code defines, as plain Domain fields (not the uploads this
+    process registered for a run: those are rows already, and an upload is never synced)."""
 
     specs = []
-    for slug, spec in sorted(all_domains().items()):
+    for slug, spec in sorted(code_domains().items()):
         if only and slug not in only:
             continue
         if not spec.verifier_spec:
