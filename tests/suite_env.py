@@ -7,8 +7,8 @@ inherited by every process a test starts (Celery workers, the demo, daphne).
 - One OpenMP thread per process (unless OMP_NUM_THREADS is set). The suite runs two pytest
   workers, and tests start Celery workers beside them, on a 2-core machine; torch's default of one
   thread per core makes every parallel region wait for a thread another process has descheduled
-  (the demo's judged run took 850 s beside the other pytest worker, 53 s alone; with one thread
-  it takes about as long beside it as alone). The demo's processes run with one thread too
+  (the test of the demo's judged run took 850 s beside the other pytest worker with torch's
+  default, 53 s alone, and 41 s beside it with one thread). The demo's processes run with one thread too
   (controlplane/web/management/commands/demo.py).
 - Each pytest-xdist worker (``make test`` runs ``pytest -n``) on a Redis database of its own. The
   workers already have databases of their own (pytest-django names them ``test_<name>_gw<n>``)
