@@ -23,6 +23,7 @@ TASK_QUEUES = {
     "temper.notify.deliver": "notify",
     "temper.control.alert_sweep": "control",
     "temper.rollout.drive_run": "rollout",
+    "temper.train.drive_run": "train",
     "temper.verify.batch": "verify",
     "temper.verify.batch_long": "verify_long",
     "temper.verify.audit": "audit",
@@ -39,11 +40,12 @@ def producer() -> Celery:
     return app
 
 
-def send(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
-    """Send task ``name`` to its queue now."""
+def send(name: str, *args: Any, countdown: float | None = None, queue: str | None = None, **kwargs: Any) -> None:
+    """Send task ``name`` to its queue now (``queue``: one worker's own queue for it instead, see
+    ``scheduling.selectors.direct_queue``)."""
     if name not in TASK_QUEUES:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASK_QUEUES))}")
-    producer().send_task(name, args=args, kwargs=kwargs, queue=TASK_QUEUES[name], countdown=countdown)
+    producer().send_task(name, args=args, kwargs=kwargs, queue=queue or TASK_QUEUES[name], countdown=countdown)
 
 
 def send_on_commit(name: str, *args: Any, **kwargs: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import shutil
 import statistics
 import threading
@@ -29,6 +30,7 @@ from django.db import close_old_connections
 from controlplane import dispatch
 from controlplane.alerts import services as alerts
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
+from controlplane.common.storage import store_dir
 from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
 from controlplane.domains.schemas import judge_stage_refs
@@ -104,7 +106,7 @@ class InFlight:
 
 
 def checkpoint_root(run_id: int) -> Path:
-    return Path(settings.VAR_DIR) / "checkpoints" / f"run-{run_id}"
+    return store_dir() / "checkpoints" / f"run-{run_id}"
 
 
 def trainer_config(run: Run, domains: list[RunDomain], caps: dict[str, float] | None = None) -> dict:
@@ -213,9 +215,14 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     from trainer.job import Job
 
     worker = worker or worker_name()
+    placed = Run.objects.filter(pk=run_id).values_list("gpus", "placement").first()
+    if placed and placed[0] > 0 and (placed[1] or {}).get("worker") not in (None, worker):
+        return f"not claimed (its GPUs were assigned on {placed[1]['worker']})"
     run = runs.run_claim(run_id=run_id, worker=worker)
     if run is None:
         return "not claimed (not running, or another live driver owns it)"
+    if run.gpus > 0 and run.placement:
+        _record_devices(run, worker)
     domains = run_domains(run=run)
     pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
     live = LiveQuotas([pin.slug for pin in pins])
@@ -384,6 +391,18 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         stop_renewing.set()
         if job is not None:
             job.close()
+
+
+def _record_devices(run: Run, worker: str) -> None:
+    """A ``devices`` event: the GPUs this driver's process was given and what torch sees of them."""
+    import torch  # lazy, as in drive()
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    runs.run_event_record(run=run, kind="devices", data={"worker": worker, "devices": run.placement.get("devices", []),
+                                                         "cuda_visible_devices": visible, "cuda_device_count": count},
+                          message=f"on GPUs {visible or '(none set)'} of {worker} (CUDA_VISIBLE_DEVICES); torch sees "
+                                  f"{count} CUDA device(s)")
 
 
 def lane_seed(slugs: list[str], runs: int = 5, steps: int = 20) -> dict[str, list[float]]:

@@ -1,5 +1,7 @@
 """Each worker records a heartbeat row every CELERY_HEARTBEAT_PERIOD_S from a daemon thread: its
-queues, its pid and its host's GPUs (workers/devices.py)."""
+queues, its pid and its host's GPUs (workers/devices.py). A worker on the train queue also consumes
+its own direct queue (``train.<worker>``), where the scheduler sends the GPU runs it assigned to
+this worker's devices."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +12,7 @@ from celery.signals import worker_process_shutdown, worker_ready, worker_shutdow
 from django.conf import settings
 from django.db import close_old_connections
 
+from controlplane.scheduling.selectors import TRAIN_QUEUE, direct_queue
 from controlplane.scheduling.services import heartbeat_record
 from workers.devices import device_inventory
 from workers.sandbox import close_runtimes
@@ -35,6 +38,9 @@ def _beat(hostname: str, queues: list[str], devices: list[dict]) -> None:
 def _start(sender=None, **kwargs) -> None:
     consumer = sender
     hostname = consumer.hostname
+    if consumer.task_consumer and any(q.name == TRAIN_QUEUE for q in consumer.task_consumer.queues):
+        own = direct_queue(hostname)  # routing key = name: the key a producer's auto-declared queue binds
+        consumer.add_task_queue(own, routing_key=own)
     queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
     devices = device_inventory()  # read once: a host's GPUs do not come and go while it serves
     _record(hostname, queues, devices)  # before the first task is consumed

@@ -10,9 +10,11 @@ from controlplane.domains.pins import domain_quotas, pinned_domain
 from controlplane.scheduling import services as scheduling
 from workers import verify
 from workers.audit import run_audit
+from workers.domains import worker_name
 from workers.driver import drive
 from workers.evaluate import run_eval
 from workers.judge import shadow_run
+from workers.launch import drive_on_devices
 
 
 @shared_task(name="temper.control.worker_sweep", queue="control", soft_time_limit=30, time_limit=60)
@@ -75,6 +77,14 @@ longer). A dead driver is caught by its lease, not by this limit."""
 def drive_run(run_id: int) -> str:
     """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides)."""
     return drive(run_id)
+
+
+@shared_task(name="temper.train.drive_run", queue="train", acks_late=True, soft_time_limit=DRIVE_TIME_LIMIT_S,
+             time_limit=DRIVE_TIME_LIMIT_S + 300, ignore_result=True)
+def train_drive_run(run_id: int) -> str:
+    """Own one GPU run on the devices the scheduler assigned to this worker, in a process of its
+    own with CUDA_VISIBLE_DEVICES set to them (workers/launch.py)."""
+    return drive_on_devices(run_id, worker_name())
 
 
 @shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)

@@ -35,10 +35,13 @@ from pathlib import Path
 from django.conf import settings
 from django.dispatch import Signal
 
+from controlplane.common.storage import store_dir
+
 REGISTRY_PREFIX = "registry:"
 BASE_PREFIX = "base:"
 STORAGE_DIRS = ("checkpoints", "registry", "exports")
-"""Folders of ``TEMPER_VAR_DIR`` holding teams' trained weights: reached only by registry name."""
+"""Folders of the store (``TEMPER_STORE``, else ``TEMPER_VAR_DIR``) holding teams' trained weights:
+reached only by registry name."""
 
 HUB_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?(?:/[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)?$")
 """What a hub id looks like: ``name`` or ``org/name``; no ``..``, no leading ``/``, ``.`` or ``~``."""
@@ -85,8 +88,10 @@ def model_dirs() -> list[Path]:
 
 
 def storage_dirs() -> list[Path]:
-    var = Path(os.path.realpath(settings.VAR_DIR))
-    return [var / name for name in STORAGE_DIRS]
+    """The server's storage folders, in the shared store (``TEMPER_STORE``) and in
+    ``TEMPER_VAR_DIR`` (where they were before a store was configured)."""
+    roots = {Path(os.path.realpath(store_dir())), Path(os.path.realpath(settings.VAR_DIR))}
+    return [root / name for root in sorted(roots) for name in STORAGE_DIRS]
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -25,6 +24,7 @@ from controlplane.accounts.services import audit_record
 from controlplane.common.engines import engine_errors
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput, NotFound, found
 from controlplane.common.model_refs import BASE_PREFIX, REGISTRY_PREFIX, storage_dirs
+from controlplane.common.storage import store_dir
 from controlplane.common.validation import SLUG_SCHEMA, validate
 from controlplane.domains.models import Domain
 from controlplane.live.services import wake_on_commit
@@ -70,7 +70,7 @@ def version_name(base: str, run_id: int, step: int) -> str:
 
 
 def registry_root() -> Path:
-    return Path(settings.VAR_DIR) / "registry"
+    return store_dir() / "registry"
 
 
 def _same_tree(src: Path, dst: Path) -> bool:
@@ -600,7 +600,7 @@ def version_export(*, actor: Principal, version: ModelVersion, dest: str = "") -
 def export_dir(team: Team, name: str) -> Path:
     """Where the API writes team ``team``'s export ``name``: ``var/exports/<team>/<name>``, so two
     teams' exports of the same name never meet."""
-    return Path(settings.VAR_DIR) / "exports" / team.slug / name
+    return store_dir() / "exports" / team.slug / name
 
 
 def _exported_version(path: Path) -> str | None:

@@ -76,6 +76,9 @@ class Run(models.Model):
     tokens_used = models.BigIntegerField(default=0)
     inflight = models.JSONField(default=dict, blank=True, help_text="What the driver is waiting on now, per domain, since when.")
     scheduler_note = models.JSONField(default=dict, blank=True, help_text="Why the run waits: position, binding resource, numbers.")
+    placement = models.JSONField(default=dict, blank=True, help_text=(
+        "Where the scheduler put a GPU run when it admitted it: {worker, devices} (the worker's device indices, "
+        "set as CUDA_VISIBLE_DEVICES for the run's processes); empty for a CPU run."))
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)

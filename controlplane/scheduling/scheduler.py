@@ -6,6 +6,11 @@ priority hold the slots it needs, the lowest-priority of those (youngest first) 
 they checkpoint, pause and go back to the queue, and resume when capacity returns. A run is never
 preempted before it has run ``min_run_s`` since it last started, which rules out preemption loops.
 Every run left waiting gets a reason naming the resource that binds it and the numbers.
+
+Where the workers' GPUs are known (``hosts``: each live train worker's device indices, from its
+heartbeat), a GPU run is admitted only with concrete devices: all of its GPUs on one worker, none
+of them held by another running run. The worker with the fewest free devices that still fit is
+chosen (best fit keeps whole workers free for large runs), and its lowest free indices.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ class RunView:
     """When it last started running (None while queued)."""
     preempting: bool = False
     """Asked to checkpoint and pause already; its slots free up when it does."""
+    placement: tuple[str, tuple[int, ...]] | None = None
+    """The worker and the device indices a running GPU run holds (None: none assigned)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,8 @@ class Decision:
     preempt: list[int] = field(default_factory=list)
     pending: dict[int, dict] = field(default_factory=dict)
     """run id -> {position, binding, reason, numbers}."""
+    placements: dict[int, dict] = field(default_factory=dict)
+    """admitted GPU run id -> {worker, devices} (only when the workers' devices are known)."""
 
 
 def schedule(
@@ -53,8 +62,11 @@ def schedule(
     quotas: dict[str, Quota],
     now: float,
     min_run_s: float,
+    hosts: dict[str, tuple[int, ...]] | None = None,
 ) -> Decision:
+    """``hosts``: each live train worker's device indices; None leaves devices out (pools only)."""
     decision = Decision()
+    free_devices = None if hosts is None else _free_devices(hosts, running)
     used = {pool: 0 for pool in capacity}
     team_runs: dict[str, int] = {}
     team_gpus: dict[str, int] = {}
@@ -98,6 +110,13 @@ def schedule(
             continue
         free = cap - used.get(run.pool, 0)
         if run.slots <= free:
+            if run.pool != "cpu" and free_devices is not None:
+                placed = _place(free_devices, run.slots)
+                if placed is None:
+                    decision.pending[run.id] = _pending(position, "devices", _no_devices(free_devices, hosts, run.slots),
+                                                        max((len(f) for f in free_devices.values()), default=0), run.slots)
+                    continue
+                decision.placements[run.id] = placed
             decision.admit.append(run.id)
             hold(run)
             continue
@@ -130,6 +149,42 @@ def schedule(
             decision.pending[run.id] = _pending(position, run.pool, f"no free {run.pool} slot: {cap - free} of {cap} in use"
                                                 + (f" by {detail}" if detail else ""), cap - free, cap)
     return decision
+
+
+def _free_devices(hosts: dict[str, tuple[int, ...]], running: list[RunView]) -> dict[str, list[int]]:
+    """Each worker's device indices that no running run holds."""
+    held: dict[str, set[int]] = {}
+    for r in running:
+        if r.placement is not None:
+            held.setdefault(r.placement[0], set()).update(r.placement[1])
+    return {w: sorted(set(devices) - held.get(w, set())) for w, devices in hosts.items()}
+
+
+def _place(free: dict[str, list[int]], n: int) -> dict | None:
+    """Take ``n`` devices on one worker (best fit, then the worker's name; its lowest indices) out
+    of ``free``; None when no worker has ``n`` free.
+
+    >>> free = {"b": [0, 1, 2, 3], "a": [2, 3], "c": [5]}
+    >>> _place(free, 2), free["a"]
+    ({'worker': 'a', 'devices': [2, 3]}, [])
+    >>> _place(free, 2), _place(free, 4)
+    ({'worker': 'b', 'devices': [0, 1]}, None)
+    """
+    fits = sorted((len(devices), worker) for worker, devices in free.items() if len(devices) >= n)
+    if not fits:
+        return None
+    worker = fits[0][1]
+    taken, free[worker] = free[worker][:n], free[worker][n:]
+    return {"worker": worker, "devices": taken}
+
+
+def _no_devices(free: dict[str, list[int]], hosts: dict[str, tuple[int, ...]], n: int) -> str:
+    """Why no worker can take a run of ``n`` GPUs now, with each worker's free and total devices."""
+    if not hosts:
+        return (f"asks {n} GPU(s); no live worker on the train queue reports a GPU (workers report nvidia-smi's "
+                "devices in their heartbeat)")
+    each = ", ".join(f"{w} {len(free[w])} of {len(hosts[w])} free" for w in sorted(hosts)[:8])
+    return f"asks {n} GPU(s) on one worker; no live train worker has that many free ({each})"
 
 
 def _named(r: RunView, team: str) -> str:

@@ -50,6 +50,36 @@ def queue_service(*, now: datetime | None = None) -> QueueService:
     return QueueService(live=frozenset(live), last_seen=last_seen)
 
 
+TRAIN_QUEUE = "train"
+"""The queue of the workers that run GPU runs; each such worker also serves its own
+:func:`direct_queue`, so the scheduler can send a run to the worker whose devices it assigned."""
+
+
+def direct_queue(worker: str, queue: str = TRAIN_QUEUE) -> str:
+    """The queue only ``worker`` consumes, for work bound to its devices.
+
+    >>> direct_queue("train-gpu@node3")
+    'train.train-gpu@node3'
+    """
+    return f"{queue}.{worker}"
+
+
+def train_hosts(*, now: datetime | None = None) -> dict[str, tuple[int, ...]]:
+    """Each live worker that serves the train queue and its own direct queue -> the indices of the
+    GPUs its heartbeat reports (workers/devices.py); workers without GPUs are left out."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=worker_stale_s())
+    hosts = {}
+    for worker, queues, meta in WorkerHeartbeat.objects.filter(last_seen__gte=cutoff).values_list("worker", "queues", "meta"):
+        queues = queues or []
+        devices = (meta or {}).get("devices") if isinstance(meta, dict) else None
+        if TRAIN_QUEUE not in queues or direct_queue(worker) not in queues or not isinstance(devices, list):
+            continue
+        indices = tuple(sorted({d["index"] for d in devices if isinstance(d, dict) and isinstance(d.get("index"), int)}))
+        if indices:
+            hosts[worker] = indices
+    return hosts
+
+
 SCHEDULER_LATE_PERIODS = 3
 """The scheduler is late when its last tick is older than this many periods."""
 

@@ -19,7 +19,7 @@ from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_sy
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
-from controlplane.scheduling.selectors import QueueService, queue_service
+from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_hosts
 from trainer.config import ceiling_map_errors
 
 TEAM_QUOTA_SCHEMA = {
@@ -145,11 +145,20 @@ def _capacity() -> dict[str, int]:
 
 
 def _view(run, started):
+    placed = (run.placement or {}) if run.gpus > 0 else {}
     return RunView(
         id=run.id, team=run.team.slug, priority=run.priority, pool="train_gpu" if run.gpus > 0 else "cpu",
         slots=max(run.gpus, 1), queued_at=(run.queued_at or run.created_at).timestamp(),
         started_at=started.timestamp() if started else None, preempting=run.preempt_requested,
+        placement=(placed["worker"], tuple(placed["devices"])) if placed.get("worker") else None,
     )
+
+
+def drive_task(run: Run) -> tuple[str, str | None]:
+    """The task that drives ``run`` and the queue to send it to: a GPU run's goes to the train
+    queue of the worker holding its devices (``Run.placement``), a CPU run's to the rollout queue."""
+    worker = (run.placement or {}).get("worker") if run.gpus > 0 else None
+    return (TRAIN_DRIVE_TASK, direct_queue(worker)) if worker else (DRIVE_TASK, None)
 
 
 @transaction.atomic
@@ -178,6 +187,7 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED],
         running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],
         capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s() if min_run is None else min_run,
+        hosts=train_hosts(now=now),
     )
     by_id = {r.id: r for r in runs}
     for run_id in decision.admit:
@@ -185,9 +195,14 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         run.transition(RunState.RUNNING)
         run.scheduler_note = {}
         run.driver, run.driver_seen_at = "", None
+        run.placement = decision.placements.get(run_id, {})
         run.save()
-        RunEvent.objects.create(run=run, kind="admitted", message=f"admitted (priority {run.priority})")
-        dispatch.send_on_commit("temper.rollout.drive_run", run_id)
+        where = (f" on {run.placement['worker']}, GPUs {','.join(map(str, run.placement['devices']))}"
+                 if run.placement else "")
+        RunEvent.objects.create(run=run, kind="admitted", message=f"admitted (priority {run.priority}){where}",
+                                data={"placement": run.placement} if run.placement else {})
+        task, queue = drive_task(run)
+        dispatch.send_on_commit(task, run_id, queue=queue)
     for run_id in decision.preempt:
         run = by_id[run_id]
         run.preempt_requested = True
@@ -218,6 +233,7 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
 
 
 DRIVE_TASK = "temper.rollout.drive_run"
+TRAIN_DRIVE_TASK = "temper.train.drive_run"
 log = logging.getLogger(__name__)
 
 
@@ -228,8 +244,18 @@ def _recover(run: Run, now, service: QueueService) -> None:
     the next one), and only the tick whose update took it records the event and re-dispatches.
     A run re-dispatched that no driver claimed within a lease (its message lost) is sent again
     without another event. With no live worker on the driver's queue the run is paused naming
-    the queue, and resumes by itself when one is back."""
-    queue = dispatch.TASK_QUEUES[DRIVE_TASK]
+    the queue, and resumes by itself when one is back. A GPU run goes back to the worker holding
+    its devices while that worker lives; when it does not, the run is paused and queued again
+    once a train worker is live, to be given devices anew."""
+    task, direct = drive_task(run)
+    queue = direct or dispatch.TASK_QUEUES[task]
+    if direct and not service.served(direct):
+        worker = run.placement["worker"]
+        run_pause_system(run=run, worker=run.driver, cause="devices_lost", wait_for_queue=TRAIN_QUEUE,
+                         message=f"paused at step {run.current_step}: {worker}, which holds its GPUs, is gone; it is "
+                                 "queued again for new GPUs from its last checkpoint when a train worker is live",
+                         data={"queue": direct, "previous_driver": run.driver, "placement": run.placement})
+        return
     if not service.served(queue):
         note = service.unserved_note(queue)
         run_pause_system(run=run, worker=run.driver, cause="no_worker", wait_for_queue=queue,
@@ -246,7 +272,7 @@ def _recover(run: Run, now, service: QueueService) -> None:
                                         "checkpoint on another worker")
     else:
         log.warning("run %s: dispatched but no driver claimed it within %.0f s; sending it again", run.id, lease_s())
-    dispatch.send_on_commit(DRIVE_TASK, run.id)
+    dispatch.send_on_commit(task, run.id, queue=direct)
 
 
 def _resume_served(service: QueueService) -> list[int]:

@@ -23,6 +23,15 @@ from controlplane.settings.env import debug, env_bool, env_int, env_list  # noqa
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("TEMPER_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+TEMPER_STORE = os.environ.get("TEMPER_STORE", "").strip()
+"""Where run checkpoints, registry versions and exports live (``checkpoints/``, ``registry/``,
+``exports/``, see ``controlplane.common.storage``): a directory every host's workers and web read
+and write at the same absolute path (an NFS or other shared mount); unset: ``TEMPER_VAR_DIR``
+(one host)."""
+if TEMPER_STORE:
+    if not os.path.isabs(TEMPER_STORE):
+        raise ImproperlyConfigured(f"TEMPER_STORE={TEMPER_STORE!r}: must be an absolute path (the same on every host)")
+    Path(TEMPER_STORE).mkdir(parents=True, exist_ok=True)
 
 
 DEBUG = debug()

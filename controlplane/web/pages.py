@@ -175,6 +175,12 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                   .order_by("-priority", "queued_at"))
     now = timezone.now()
     workers = list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker"))
+    # Which run holds each GPU the workers report (another team's run only as that).
+    held = {(r.placement["worker"], d): (f"run #{r.id}" if r.team_id in actor.roles else "another team's run")
+            for r in running if r.gpus > 0 and (r.placement or {}).get("worker") for d in r.placement.get("devices", [])}
+    for w in workers:
+        w.device_rows = [{**d, "held_by": held.get((w.worker, d.get("index")), "")}
+                         for d in (w.meta or {}).get("devices") or [] if isinstance(d, dict)]
     return {
         "kinds": kinds, "pools": pools, "team_rows": team_rows,
         "queued": [{"run": r, "note": r.scheduler_note or {}, "waiting_s": (now - r.queued_at).total_seconds() if r.queued_at else None}
@@ -182,6 +188,7 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
         # Another team's running run shows only what the pools need: its priority, pool and slots
         # (its name, team, step, phase and domains in flight are that team's).
         "running": [{"run": r, "mine": mine, "pool": "train_gpu" if r.gpus > 0 else "cpu", "slots": max(r.gpus, 1),
+                     "placement": (r.placement or {}) if r.gpus > 0 else {},
                      "inflight": (r.inflight or {}).get("per_domain", {}) if mine else {},
                      "phase": (r.inflight or {}).get("phase", "") if mine else ""}
                     for r in running for mine in [r.team_id in actor.roles]],

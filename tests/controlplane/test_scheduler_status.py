@@ -71,7 +71,7 @@ def test_queue_page_shows_each_workers_gpus_and_a_pool_that_promises_others(worl
     ResourcePool.objects.create(name="h200", kind="train_gpu", capacity=4)
     page = client_for(world.users["viewer"]).get("/queue/").content.decode()
     table = page[page.index('data-testid="worker-devices"'):]
-    assert "#0 NVIDIA H200 (140.4 GiB), #1 NVIDIA H200 (140.4 GiB)" in table[table.index('data-worker="train@gpu-a"'):]
+    assert "#0 NVIDIA H200 (140.4 GiB, free), #1 NVIDIA H200 (140.4 GiB, free)" in table[table.index('data-worker="train@gpu-a"'):]
     assert "none" in table[table.index('data-worker="verify@cpu-b"'):]
     assert "pools hold 4 GPU(s); the live workers on the train queue report 2" in page
     ResourcePool.objects.filter(name="h200").update(capacity=2)
