@@ -222,6 +222,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Processes of one job (``trainer/ranks.py``)."""
+
+    ranks: int = _num(1, ge=1, le=64)
+    """Ranks the job runs on, launched with torchrun: rank 0 leads (samples, verifies, records), the
+    rollout is split across all of them and the update is data parallel (gloo on CPU, NCCL on
+    GPUs). A GPU run has one rank per GPU it is given, so with GPUs this is 1 or their number."""
+
+
+@dataclass
 class LimitsConfig:
     """When a job stops."""
 
@@ -289,6 +299,8 @@ class TrainerConfig:
     """Supervised warm-up stage."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Periodic evaluation on held-out tasks."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """Ranks of the job."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict; ``load_config(cfg.to_dict())`` gives an equal config."""
@@ -546,6 +558,9 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     if cfg.rollout.verify_budget_s > 0 and cfg.rollout.staleness < 1:
         errors.append(("rollout.verify_budget_s", "needs rollout.staleness of at least 1 (a group left "
                                                   "verifying joins a later step, one update staler)"))
+    if cfg.parallel.ranks > 1 and cfg.rollout.staleness > 0:
+        errors.append(("parallel.ranks", "more than one rank needs rollout.staleness 0 (the overlapped pipeline runs "
+                                         "in one process)"))
     if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
         errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
     for size in SIZES:

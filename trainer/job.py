@@ -21,12 +21,12 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from trainer import catalogue
+from trainer import catalogue, ranks
 from trainer.algorithms import (clipped_policy_loss, group_advantages, token_entropy,
                                 token_logprobs, zero_variance_groups)
 from trainer.checkpoint import Checkpoint
@@ -149,10 +149,17 @@ class Job:
 
     def __init__(self, config: TrainerConfig | dict | str, callbacks: Sequence[Callback] = (),
                  verify_batch: VerifyBatch | None = None, *, samples_per_step: int = 16,
-                 weights_path: str | None = None):
+                 weights_path: str | None = None, announce: bool = True):
+        """``announce``: as the leader of several ranks (:mod:`trainer.ranks`), tell the followers to
+        build the same job (False: the caller announces, as :meth:`resume` does)."""
         self.config = cfg = load_config(config)
         if not cfg.model.path:
             raise ConfigError([("model.path", "is required")])
+        if ranks.leading() and cfg.rollout.staleness > 0:
+            raise ConfigError([("parallel.ranks", "more than one rank needs rollout.staleness 0")])
+        self.closed = False
+        self.last_weight_spread: float | None = None
+        """After a checkpoint of a led job on several ranks: how far apart the ranks' weights were."""
         self.callbacks = list(callbacks)
         self.samples_per_step = samples_per_step
         self.domains = self._resolve_domains(cfg)
@@ -202,6 +209,8 @@ class Job:
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
         self.last_trained: list[Trajectory] = []
         """The trajectories the last step's update trained on (kept groups, infrastructure outcomes masked out)."""
+        if announce and ranks.leading():
+            ranks.command("init", cfg.to_dict(), weights_path)
 
     @staticmethod
     def _resolve_domains(cfg: TrainerConfig) -> dict[str, catalogue.DomainSpec]:
@@ -224,6 +233,8 @@ class Job:
         adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
         with self.clocks.running("update"):
             t0 = time.perf_counter()
+            if ranks.leading():
+                ranks.command("update", trajs, adv, self.step_count + 1)
             self._update(trajs, adv, metrics)
             metrics["stage/update_s"] = time.perf_counter() - t0
             metrics["stage/sync_s"] = self.pipeline.sync(self.step_count + 1)
@@ -285,7 +296,35 @@ class Job:
 
     def _generate(self, requests: list[Request]) -> list[Trajectory]:
         """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env.
-        Called by the pipeline (on its rollout thread with overlap)."""
+        Called by the pipeline (on its rollout thread with overlap). Led on several ranks, every
+        rank generates its share of the requests (whole groups) and the leader gathers them."""
+        if not ranks.leading():
+            return self._generate_here(requests)
+        ranks.command("generate", requests)
+        _, world = rank_and_world()
+        shares = ranks.gather_generated(self._generate_here(my_share(requests, 0, world)))
+        by_group: dict[int, list[Trajectory]] = defaultdict(list)
+        for share in shares:
+            for t in share:
+                by_group[t.group].append(t)
+        return [t for _, _, group in requests for t in by_group[group]]
+
+    def follow_generate(self, requests: list[Request]) -> int:
+        """A follower's share of the leader's ``generate`` command, sent back to it; how many
+        requests (groups) it was."""
+        rank, world = rank_and_world()
+        mine = my_share(requests, rank, world)
+        ranks.gather_generated(self._generate_here(mine))
+        return len(mine)
+
+    def follow_update(self, trajs: list[Trajectory], adv: torch.Tensor, version: int) -> None:
+        """A follower's part of the leader's update (the gradients are summed over the ranks), and
+        its engine's weight sync."""
+        self._update(trajs, adv, {})
+        self.pipeline.sync(version)
+        self.step_count = version
+
+    def _generate_here(self, requests: list[Request]) -> list[Trajectory]:
         cfg = self.config
         single = [r for r in requests if self.domains[r[0].domain].environment is None]
         multi = [r for r in requests if self.domains[r[0].domain].environment is not None]
@@ -423,6 +462,9 @@ class Job:
     def sft(self, steps: int | None = None, callback: Callable[[int, float], None] | None = None) -> list[float]:
         """Supervised steps on reference answers (next-token loss on the answer only)."""
         losses = self.sft_stage.train(self.config.sft.steps if steps is None else steps, callback)
+        if ranks.leading():  # the stage ran here alone: every rank takes its weights
+            ranks.command("params")
+            ranks.broadcast_params(self.model)
         self.pipeline.resync()
         return losses
 
@@ -476,6 +518,11 @@ class Job:
         return metrics
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if ranks.leading():
+            ranks.command("stop")
         self.pipeline.close()  # batches queued ahead are dropped
         close = getattr(self.engine, "close", None)
         if close:
@@ -489,6 +536,8 @@ class Job:
         Batches already generated ahead (overlap) are saved too, verified and with their policy
         versions, so a resumed job trains on exactly what this one would have.
         """
+        if ranks.leading():
+            ranks.command("checkpoint", str(directory))
         ahead = self.pipeline.ahead()  # first: generating them advances the engine's RNG
         saved = Checkpoint(step=self.step_count, config=self.config, sampler=self.sampler.state_dict(),
                            optimizer=self.backend.state_dict(), engine_rng=self.engine.state_dict(),
@@ -500,6 +549,11 @@ class Job:
         # checkpoint resumes on any number of ranks; the others wait until it is written.
         path = saved.save(directory, self.model, self.tokenizer) if rank == 0 else Path(directory)
         barrier()
+        if ranks.led():
+            self.last_weight_spread = spread = ranks.weight_spread(self.model)
+            if spread > ranks.DIVERGENCE_TOL:
+                raise RuntimeError(f"the ranks' weights diverged (relative spread {spread:.2e} of their sums, "
+                                   f"above {ranks.DIVERGENCE_TOL:g}) at step {self.step_count}")
         return path
 
     @classmethod
@@ -507,7 +561,9 @@ class Job:
                verify_batch: VerifyBatch | None = None, **kwargs) -> "Job":
         """A job that continues exactly where the checkpoint in ``directory`` left off."""
         saved = Checkpoint.load(directory)
-        job = cls(saved.config, callbacks, verify_batch, weights_path=str(Path(directory) / "model"), **kwargs)
+        job = cls(saved.config, callbacks, verify_batch, weights_path=str(Path(directory) / "model"), announce=False, **kwargs)
+        if ranks.leading():
+            ranks.command("resume", str(directory))
         job.backend.load_state_dict(saved.optimizer)
         job.sft_stage.load_state_dict(saved.sft)
         job.engine.load_state_dict(saved.engine_rng)
@@ -517,6 +573,49 @@ class Job:
         job.pipeline.restore(saved.ahead, version=saved.step)  # the engine has the checkpoint's weights
         job.groups_drawn = 1 + max((t.group for b in saved.ahead for t in b.trajs), default=-1)
         return job
+
+
+# ----------------------------------------------------------------------------- ranks
+def _refuse_verify(items):
+    """A follower's verify_batch."""
+    raise RuntimeError("a follower rank never verifies: the leader (rank 0) does, and sends the results")
+
+
+def follow(on_stop: Callable[[Any], None] | None = None, **job_kwargs) -> dict[str, int]:
+    """A follower's life: build the job the leader announces and do what it is told until ``stop``
+    (then ``on_stop(job)``, before the job closes). Returns the updates it took part in and the
+    groups it generated."""
+    job = None
+    done = {"updates": 0, "generated_groups": 0}
+    try:
+        while True:
+            name, args = ranks.receive()
+            if name == "stop":
+                if on_stop is not None and job is not None:
+                    on_stop(job)
+                return done
+            if name == "init":
+                config, weights_path = args
+                job = Job(config, verify_batch=_refuse_verify, weights_path=weights_path, **job_kwargs)
+            elif name == "resume":
+                job = Job.resume(args[0], verify_batch=_refuse_verify, **job_kwargs)
+            elif job is None:
+                raise RuntimeError(f"command {name!r} before the job was built")
+            elif name == "generate":
+                done["generated_groups"] += job.follow_generate(args[0])
+            elif name == "update":
+                job.follow_update(*args)
+                done["updates"] += 1
+            elif name == "params":
+                ranks.broadcast_params(job.model)
+                job.pipeline.resync()
+            elif name == "checkpoint":
+                job.save_checkpoint(args[0])
+            else:
+                raise RuntimeError(f"unknown command {name!r}")
+    finally:
+        if job is not None:
+            job.close()
 
 
 # ----------------------------------------------------------------------------- metrics

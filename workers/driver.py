@@ -223,6 +223,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         return "not claimed (not running, or another live driver owns it)"
     if run.gpus > 0 and run.placement:
         _record_devices(run, worker)
+    _record_ranks(run, worker)
     domains = run_domains(run=run)
     pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
     live = LiveQuotas([pin.slug for pin in pins])
@@ -403,6 +404,25 @@ def _record_devices(run: Run, worker: str) -> None:
                                                          "cuda_visible_devices": visible, "cuda_device_count": count},
                           message=f"on GPUs {visible or '(none set)'} of {worker} (CUDA_VISIBLE_DEVICES); torch sees "
                                   f"{count} CUDA device(s)")
+
+
+def _record_ranks(run: Run, worker: str) -> None:
+    """A ``ranks`` event when this driver leads a job of several ranks (workers/launch.py)."""
+    import torch.distributed as dist  # lazy, as in drive()
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    world, backend = dist.get_world_size(), dist.get_backend()
+    runs.run_event_record(run=run, kind="ranks", data={"world": world, "backend": backend, "worker": worker},
+                          message=f"the job runs on {world} ranks ({backend}), launched by torchrun on {worker}: rank 0 "
+                                  "drives and verifies, the rollout is split across the ranks, the update is data parallel")
+
+
+def follower_ready(run_id: int) -> None:
+    """What a follower rank needs before it builds the run's job: the domains the run's uploads
+    define, registered in this process's catalogue as the driver registers them."""
+    run = Run.objects.get(pk=run_id)
+    register_data_domains([PinnedDomain.from_version(rd.domain_version) for rd in run_domains(run=run)])
 
 
 def lane_seed(slugs: list[str], runs: int = 5, steps: int = 20) -> dict[str, list[float]]:

@@ -7,6 +7,7 @@ from psycopg.errors import DeadlockDetected
 
 from controlplane.alerts import services as alerts
 from controlplane.domains.pins import domain_quotas, pinned_domain
+from controlplane.runs.models import Run
 from controlplane.scheduling import services as scheduling
 from workers import verify
 from workers.audit import run_audit
@@ -14,7 +15,7 @@ from workers.domains import worker_name
 from workers.driver import drive
 from workers.evaluate import run_eval
 from workers.judge import shadow_run
-from workers.launch import drive_on_devices
+from workers.launch import drive_launched, drive_on_devices
 
 
 @shared_task(name="temper.control.worker_sweep", queue="control", soft_time_limit=30, time_limit=60)
@@ -75,7 +76,11 @@ longer). A dead driver is caught by its lease, not by this limit."""
 @shared_task(name="temper.rollout.drive_run", queue="rollout", acks_late=True, soft_time_limit=DRIVE_TIME_LIMIT_S,
              time_limit=DRIVE_TIME_LIMIT_S + 300, ignore_result=True)
 def drive_run(run_id: int) -> str:
-    """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides)."""
+    """Own one run until it ends, pauses or is preempted (safe to run twice: the lease decides);
+    a run of several ranks is driven by its launched rank 0 (workers/launch.py)."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is not None and run.ranks > 1:
+        return drive_launched(run_id, worker_name(), ranks=run.ranks)
     return drive(run_id)
 
 

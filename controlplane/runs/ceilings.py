@@ -35,6 +35,10 @@ def team_ceilings(team: Team) -> dict[str, float]:
     return dict(found or {})
 
 
+DEFAULT_CPU_SLOTS = 1
+"""CPU slots when no cpu pool is configured (the scheduler's default, controlplane/scheduling)."""
+
+
 def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
     """A run that asks for more GPUs than the train GPU pools hold together, or than its team may
     hold at once, could never be admitted: refused when it is submitted, with the numbers, instead
@@ -54,6 +58,34 @@ def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
     if gpus > limit:
         errors.append(FieldError("gpus", f"asks for {gpus} GPUs; team {team.slug} may hold at most {limit} at once"))
     return errors
+
+
+def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list[FieldError]:
+    """A GPU run has one rank per GPU: ``config.parallel.ranks``, when set, is 1 or ``gpus``. A CPU
+    run holds one CPU slot per rank, so it may not have more ranks than the cpu pools hold
+    (``cpu_slots``; read from the pools when None).
+
+    >>> [e.message for e in rank_errors(gpus=2, config={"parallel": {"ranks": 3}})]
+    ['a run with 2 GPUs runs one rank per GPU: leave it out, or set 2']
+    >>> rank_errors(gpus=2, config={"parallel": {"ranks": 2}}), rank_errors(gpus=0, config={"parallel": {"ranks": 3}}, cpu_slots=4)
+    ([], [])
+    >>> [e.message for e in rank_errors(gpus=0, config={"parallel": {"ranks": 3}}, cpu_slots=2)]
+    ['asks for 3 ranks, one CPU slot each; the cpu pools hold 2 (a platform admin adds capacity)']
+    """
+    ranks = ((config or {}).get("parallel") or {}).get("ranks") if isinstance(config, dict) else None
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks <= 1:
+        return []
+    if gpus > 0:
+        if ranks != gpus:
+            return [FieldError("config.parallel.ranks", f"a run with {gpus} GPUs runs one rank per GPU: leave it out, or set {gpus}")]
+        return []
+    if cpu_slots is None:
+        pools = apps.get_model("scheduling", "ResourcePool").objects.filter(kind="cpu")
+        cpu_slots = pools.aggregate(total=Sum("capacity"))["total"] if pools.exists() else DEFAULT_CPU_SLOTS
+    if ranks > cpu_slots:
+        return [FieldError("config.parallel.ranks", f"asks for {ranks} ranks, one CPU slot each; the cpu pools hold "
+                                                    f"{cpu_slots} (a platform admin adds capacity)")]
+    return []
 
 
 def api_field(path: str) -> str:

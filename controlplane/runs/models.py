@@ -108,6 +108,19 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    @property
+    def ranks(self) -> int:
+        """The processes the run's job runs on: one per GPU, else its ``config.parallel.ranks``."""
+        if self.gpus > 0:
+            return self.gpus
+        value = ((self.config or {}).get("parallel") or {}).get("ranks", 1) if isinstance(self.config, dict) else 1
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    @property
+    def slots(self) -> int:
+        """Slots of its pool the run holds while it runs: its GPUs, or one CPU slot per rank."""
+        return self.ranks
+
     def can_transition(self, to: str) -> bool:
         return to in TRANSITIONS[self.state]
 

@@ -35,7 +35,7 @@ from controlplane.runs.models import (Checkpoint, MetricPoint, Run, RunDomain, R
                                       UsageRecord)
 from controlplane.runs.usage import USAGE_FIELDS
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
-from controlplane.runs.ceilings import gpu_request_errors, run_body_ceiling_errors
+from controlplane.runs.ceilings import gpu_request_errors, rank_errors, run_body_ceiling_errors
 from trainer.config import MAX_DOMAIN_WEIGHT, RolloutConfig
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -100,6 +100,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
         errors.append(FieldError("priority", f"above {MAX_MEMBER_PRIORITY} needs the team admin role"))
     errors += run_body_ceiling_errors(team=team, data=data)  # the team's ceilings on run sizes
     errors += gpu_request_errors(team=team, gpus=data.get("gpus", 0))  # GPUs no pool or quota could ever give
+    errors += rank_errors(gpus=data.get("gpus", 0), config=data.get("config"))
     rollout = (data.get("config") or {}).get("rollout") or {}
     errors += engine_errors(rollout.get("engine", RolloutConfig.engine), "config.rollout.engine")
 

@@ -15,6 +15,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
+from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
@@ -133,7 +134,6 @@ def min_run_s() -> float:
     (TEMPER_MIN_RUN_S, 60 s)."""
     return float(settings.TEMPER_MIN_RUN_S)
 
-DEFAULT_CPU_SLOTS = 1
 
 
 def _capacity() -> dict[str, int]:
@@ -148,7 +148,7 @@ def _view(run, started):
     placed = (run.placement or {}) if run.gpus > 0 else {}
     return RunView(
         id=run.id, team=run.team.slug, priority=run.priority, pool="train_gpu" if run.gpus > 0 else "cpu",
-        slots=max(run.gpus, 1), queued_at=(run.queued_at or run.created_at).timestamp(),
+        slots=run.slots, queued_at=(run.queued_at or run.created_at).timestamp(),
         started_at=started.timestamp() if started else None, preempting=run.preempt_requested,
         placement=(placed["worker"], tuple(placed["devices"])) if placed.get("worker") else None,
     )

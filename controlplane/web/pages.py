@@ -154,7 +154,7 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
     used: dict[str, int] = {}
     for r in running:
         pool = "train_gpu" if r.gpus > 0 else "cpu"
-        used[pool] = used.get(pool, 0) + max(r.gpus, 1)
+        used[pool] = used.get(pool, 0) + r.slots
     pools = [{"name": p.name, "kind": p.kind, "capacity": p.capacity, "description": p.description}
              for p in ResourcePool.objects.all()]
     if not any(p["kind"] == "cpu" for p in pools):
@@ -187,7 +187,7 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                    for r in queued],
         # Another team's running run shows only what the pools need: its priority, pool and slots
         # (its name, team, step, phase and domains in flight are that team's).
-        "running": [{"run": r, "mine": mine, "pool": "train_gpu" if r.gpus > 0 else "cpu", "slots": max(r.gpus, 1),
+        "running": [{"run": r, "mine": mine, "pool": "train_gpu" if r.gpus > 0 else "cpu", "slots": r.slots,
                      "placement": (r.placement or {}) if r.gpus > 0 else {},
                      "inflight": (r.inflight or {}).get("per_domain", {}) if mine else {},
                      "phase": (r.inflight or {}).get("phase", "") if mine else ""}
