@@ -40,8 +40,11 @@ COPY requirements.txt /src/requirements.txt
 COPY requirements /src/requirements
 WORKDIR /src
 # vLLM (requirements/gpu.txt) pulls in the `ninja` build tool, whose Python package has the import
-# name of django-ninja and overwrites it: reinstall django-ninja when that happened.
+# name of django-ninja and overwrites it: reinstall django-ninja when that happened. The GPU build
+# adds DeepSpeed (requirements/deepspeed.txt: built against the torch just installed).
 RUN pip install -r "$REQUIREMENTS" \
+ && if [ "$REQUIREMENTS" = requirements/gpu.txt ]; then \
+      DS_BUILD_OPS=0 pip install --no-build-isolation -r requirements/deepspeed.txt; fi \
  && if pip show -q ninja 2>/dev/null; then \
       pip install --no-deps --force-reinstall "$(pip freeze | grep -i '^django-ninja==')"; fi \
  && find /opt/venv -depth -name __pycache__ -type d -exec rm -rf {} +
