@@ -156,6 +156,10 @@ class RolloutConfig:
     prefix_caching: bool = True
     """vLLM: keep the KV cache of prompt blocks already computed and reuse it (a group's n samples
     share their prompt); emptied at every weight sync, so no sample reuses an older policy's cache."""
+    tensor_parallel_size: int = _num(1, ge=1, le=8)
+    """vLLM: GPUs one engine spans (tensor parallel). A GPU run's GPUs are split into groups of this
+    many: one rank, and one engine, per group, so the data-parallel count of engines is the run's
+    GPUs divided by it."""
 
 
 @dataclass
@@ -558,6 +562,8 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     if cfg.rollout.verify_budget_s > 0 and cfg.rollout.staleness < 1:
         errors.append(("rollout.verify_budget_s", "needs rollout.staleness of at least 1 (a group left "
                                                   "verifying joins a later step, one update staler)"))
+    if cfg.rollout.tensor_parallel_size > 1 and cfg.rollout.engine != "vllm":
+        errors.append(("rollout.tensor_parallel_size", "tensor parallel generation needs rollout.engine vllm"))
     if cfg.parallel.ranks > 1 and cfg.rollout.staleness > 0:
         errors.append(("parallel.ranks", "more than one rank needs rollout.staleness 0 (the overlapped pipeline runs "
                                          "in one process)"))

@@ -193,6 +193,7 @@ class Job:
                                   lean_forward=cfg.model.lean_forward,
                                   gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
                                   prefix_caching=cfg.rollout.prefix_caching,
+                                  tensor_parallel_size=cfg.rollout.tensor_parallel_size,
                                   max_model_len=cfg.tokenizer.max_prompt_tokens
                                   + cfg.rollout.max_episode_tokens)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,

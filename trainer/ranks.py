@@ -105,11 +105,31 @@ def weight_spread(model: torch.nn.Module) -> float:
     return (max(values) - min(values)) / scale
 
 
+def rank_devices(visible: str, local_rank: int, per_rank: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` of local rank ``local_rank`` when each rank takes ``per_rank``
+    consecutive devices of ``visible`` (its vLLM engine spans them; it trains on the first).
+
+    >>> rank_devices("4,5,6,7", 1, 2), rank_devices("4,5,6,7", 3, 1)
+    ('6,7', '7')
+    """
+    devices = [d for d in visible.split(",") if d.strip()]
+    mine = devices[local_rank * per_rank:(local_rank + 1) * per_rank]
+    if len(mine) != per_rank:
+        raise RuntimeError(f"rank {local_rank} needs {per_rank} of CUDA_VISIBLE_DEVICES={visible!r}; there are too few")
+    return ",".join(mine)
+
+
 def init_from_env() -> tuple[int, int]:
     """``init_process_group`` from torchrun's environment (NCCL when this rank has a GPU, else
     gloo), the GPU of this rank's LOCAL_RANK made current, and :func:`setup`. Returns
-    ``(rank, world)``."""
+    ``(rank, world)``. With ``TEMPER_DEVICES_PER_RANK`` above 1 each rank first narrows
+    ``CUDA_VISIBLE_DEVICES`` to its own group of devices (before CUDA starts), so its engine's
+    tensor-parallel workers see exactly those."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    per_rank = int(os.environ.get("TEMPER_DEVICES_PER_RANK", "1") or 1)
+    if per_rank > 1 and os.environ.get("CUDA_VISIBLE_DEVICES"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = rank_devices(os.environ["CUDA_VISIBLE_DEVICES"], local, per_rank)
+        local = 0  # the first of this rank's own devices
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > local
     if cuda:
         torch.cuda.set_device(local)

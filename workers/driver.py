@@ -222,6 +222,9 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
     if run is None:
         return "not claimed (not running, or another live driver owns it)"
     if run.gpus > 0 and run.placement:
+        if problems := placement_errors(run, _world()):
+            _refuse(run, worker, "starting", problems)
+            return "refused (its devices do not fit its settings)"
         _record_devices(run, worker)
     _record_ranks(run, worker)
     domains = run_domains(run=run)
@@ -404,6 +407,30 @@ def _record_devices(run: Run, worker: str) -> None:
                                                          "cuda_visible_devices": visible, "cuda_device_count": count},
                           message=f"on GPUs {visible or '(none set)'} of {worker} (CUDA_VISIBLE_DEVICES); torch sees "
                                   f"{count} CUDA device(s)")
+
+
+def _world() -> int:
+    import torch.distributed as dist  # lazy, as in drive()
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def placement_errors(run: Run, world: int) -> list[tuple[str, str]]:
+    """Defence in depth for a GPU run about to start on the devices the scheduler assigned: as
+    many devices as it asks, a whole number of engines of ``rollout.tensor_parallel_size`` of
+    them, and one rank per engine in this process group (the API checked the settings when the
+    run was saved; the row may have been written another way)."""
+    devices = list((run.placement or {}).get("devices") or [])
+    per_rank = run.devices_per_rank
+    problems = []
+    if len(devices) != run.gpus:
+        problems.append(("gpus", f"asks {run.gpus} GPUs; {len(devices)} were assigned ({devices})"))
+    elif run.gpus % per_rank:
+        problems.append(("config.rollout.tensor_parallel_size", f"engines of {per_rank} GPUs do not divide its {run.gpus} GPUs"))
+    elif world != run.ranks:
+        problems.append(("config.parallel.ranks", f"{run.ranks} rank(s) expected for {run.gpus} GPUs in engines of {per_rank}; "
+                                                  f"this job has {world}"))
+    return problems
 
 
 def _record_ranks(run: Run, worker: str) -> None:

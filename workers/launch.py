@@ -31,6 +31,9 @@ RESULT = "temper-driver-result: "
 
 PR_SET_PDEATHSIG = 1
 
+DEVICES_PER_RANK = "TEMPER_DEVICES_PER_RANK"
+"""GPUs of ``CUDA_VISIBLE_DEVICES`` each rank takes (its vLLM engine's tensor-parallel size)."""
+
 
 def visible_devices(placement: dict) -> str:
     """``CUDA_VISIBLE_DEVICES`` for a placement.
@@ -47,12 +50,13 @@ def drive_on_devices(run_id: int, worker: str) -> str:
     new placement) is left alone."""
     from controlplane.runs.models import Run
 
-    run = Run.objects.filter(pk=run_id).only("placement").first()
+    run = Run.objects.filter(pk=run_id).only("placement", "gpus", "config").first()
     placement = (run.placement or {}) if run is not None else {}
     if placement.get("worker") != worker:
         return f"not placed on {worker} (placement: {placement or 'none'})"
-    return drive_launched(run_id, worker, ranks=len(placement["devices"]),
-                          env={"CUDA_VISIBLE_DEVICES": visible_devices(placement)})
+    return drive_launched(run_id, worker, ranks=run.ranks,
+                          env={"CUDA_VISIBLE_DEVICES": visible_devices(placement),
+                               DEVICES_PER_RANK: str(run.devices_per_rank)})
 
 
 def drive_launched(run_id: int, worker: str, *, ranks: int, env: dict[str, str] | None = None) -> str:

@@ -60,10 +60,17 @@ def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
     return errors
 
 
+def _int_setting(config: Any, section: str, name: str) -> int | None:
+    value = ((config or {}).get(section) or {}).get(name) if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list[FieldError]:
-    """A GPU run has one rank per GPU: ``config.parallel.ranks``, when set, is 1 or ``gpus``. A CPU
-    run holds one CPU slot per rank, so it may not have more ranks than the cpu pools hold
-    (``cpu_slots``; read from the pools when None).
+    """A GPU run has one rank per group of ``rollout.tensor_parallel_size`` GPUs (one per GPU by
+    default): the tensor-parallel size divides ``gpus``, and ``config.parallel.ranks``, when set,
+    is 1 or that number of groups. A CPU run holds one CPU slot per rank, so it may not have more
+    ranks than the cpu pools hold (``cpu_slots``; read from the pools when None), and no tensor
+    parallel engine.
 
     >>> [e.message for e in rank_errors(gpus=2, config={"parallel": {"ranks": 3}})]
     ['a run with 2 GPUs runs one rank per GPU: leave it out, or set 2']
@@ -71,13 +78,24 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
     ([], [])
     >>> [e.message for e in rank_errors(gpus=0, config={"parallel": {"ranks": 3}}, cpu_slots=2)]
     ['asks for 3 ranks, one CPU slot each; the cpu pools hold 2 (a platform admin adds capacity)']
+    >>> [e.message for e in rank_errors(gpus=6, config={"rollout": {"tensor_parallel_size": 4}})]
+    ["splits the run's 6 GPUs into engines of 4: it must divide the GPUs"]
+    >>> [e.message for e in rank_errors(gpus=8, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"ranks": 8}})]
+    ['a run with 8 GPUs and engines of 2 runs 4 ranks, one per engine: leave it out, or set 4']
     """
-    ranks = ((config or {}).get("parallel") or {}).get("ranks") if isinstance(config, dict) else None
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks <= 1:
-        return []
+    ranks, tp = _int_setting(config, "parallel", "ranks"), _int_setting(config, "rollout", "tensor_parallel_size") or 1
     if gpus > 0:
-        if ranks != gpus:
-            return [FieldError("config.parallel.ranks", f"a run with {gpus} GPUs runs one rank per GPU: leave it out, or set {gpus}")]
+        if tp > 1 and gpus % tp:
+            return [FieldError("config.rollout.tensor_parallel_size",
+                               f"splits the run's {gpus} GPUs into engines of {tp}: it must divide the GPUs")]
+        groups = gpus // tp
+        if ranks is not None and ranks not in (1, groups):
+            how = f"{gpus} GPUs runs one rank per GPU" if tp == 1 else f"{gpus} GPUs and engines of {tp} runs {groups} ranks, one per engine"
+            return [FieldError("config.parallel.ranks", f"a run with {how}: leave it out, or set {groups}")]
+        return []
+    if tp > 1:
+        return [FieldError("config.rollout.tensor_parallel_size", "tensor parallel generation needs GPUs (the run's gpus)")]
+    if ranks is None or ranks <= 1:
         return []
     if cpu_slots is None:
         pools = apps.get_model("scheduling", "ResourcePool").objects.filter(kind="cpu")

@@ -108,18 +108,28 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def _setting(self, section: str, name: str) -> int:
+        """A positive whole-number trainer setting of the run's config (1 when unset or not one)."""
+        value = ((self.config or {}).get(section) or {}).get(name, 1) if isinstance(self.config, dict) else 1
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    @property
+    def devices_per_rank(self) -> int:
+        """GPUs each rank of a GPU run holds: its vLLM engine's ``rollout.tensor_parallel_size``."""
+        return self._setting("rollout", "tensor_parallel_size") if self.gpus > 0 else 0
+
     @property
     def ranks(self) -> int:
-        """The processes the run's job runs on: one per GPU, else its ``config.parallel.ranks``."""
+        """The processes the run's job runs on: one per group of ``devices_per_rank`` GPUs, else its
+        ``config.parallel.ranks``."""
         if self.gpus > 0:
-            return self.gpus
-        value = ((self.config or {}).get("parallel") or {}).get("ranks", 1) if isinstance(self.config, dict) else 1
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+            return max(self.gpus // self.devices_per_rank, 1)
+        return self._setting("parallel", "ranks")
 
     @property
     def slots(self) -> int:
         """Slots of its pool the run holds while it runs: its GPUs, or one CPU slot per rank."""
-        return self.ranks
+        return self.gpus if self.gpus > 0 else self.ranks
 
     def can_transition(self, to: str) -> bool:
         return to in TRANSITIONS[self.state]

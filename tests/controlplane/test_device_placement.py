@@ -184,3 +184,49 @@ def test_a_driver_message_for_another_worker_is_left_alone(gpu_team):
     assert drive_on_devices(run.id, "train@a").startswith("not placed on train@a")
     run.refresh_from_db()
     assert run.driver == "" and not RunEvent.objects.filter(run=run, kind="driver").exists()
+
+
+# -- ranks and tensor-parallel engines against the devices ------------------------------------
+
+def test_a_runs_ranks_follow_its_gpus_and_engine_size(gpu_team):
+    tp = {"rollout": {"engine": "vllm", "tensor_parallel_size": 2}}
+    assert (factories.run(gpu_team, gpus=8, config=tp).ranks, factories.run(gpu_team, gpus=8, config=tp).slots) == (4, 8)
+    assert factories.run(gpu_team, gpus=3).ranks == 3
+    cpu = factories.run(gpu_team, gpus=0, config={"parallel": {"ranks": 2}})
+    assert (cpu.ranks, cpu.slots, cpu.devices_per_rank) == (2, 2, 0)
+    assert factories.run(gpu_team, gpus=0, config={"parallel": {"ranks": "two"}}).ranks == 1  # not a number: one
+
+
+def test_the_driver_refuses_devices_that_do_not_fit_the_runs_settings(gpu_team):
+    from workers.driver import placement_errors
+
+    tp = {"rollout": {"engine": "vllm", "tensor_parallel_size": 2}}
+    run = factories.run(gpu_team, gpus=4, config=tp, placement={"worker": "w", "devices": [0, 1, 2, 3]})
+    assert placement_errors(run, world=2) == []
+    assert placement_errors(run, world=4) == [("config.parallel.ranks", "2 rank(s) expected for 4 GPUs in engines of 2; this job has 4")]
+    short = factories.run(gpu_team, gpus=4, config=tp, placement={"worker": "w", "devices": [0, 1]})
+    assert placement_errors(short, world=2)[0][0] == "gpus"
+    odd = factories.run(gpu_team, gpus=3, config=tp, placement={"worker": "w", "devices": [0, 1, 2]})
+    assert placement_errors(odd, world=1)[0][0] == "config.rollout.tensor_parallel_size"
+
+
+@pytest.mark.parametrize("gpus, config, extra, field, words", [
+    (4, {"rollout": {"engine": "torch", "tensor_parallel_size": 2}}, {}, "config.rollout.tensor_parallel_size", "needs rollout.engine vllm"),
+    (6, {"rollout": {"engine": "vllm", "tensor_parallel_size": 4}}, {}, "config.rollout.tensor_parallel_size", "must divide the GPUs"),
+    (0, {"rollout": {"engine": "vllm", "tensor_parallel_size": 2}}, {}, "config.rollout.tensor_parallel_size", "needs GPUs"),
+    (4, {"parallel": {"ranks": 3}}, {}, "config.parallel.ranks", "leave it out, or set 4"),
+    (0, {"parallel": {"ranks": 2}}, {"staleness": 1}, "config.parallel.ranks", "needs rollout.staleness 0"),
+])
+def test_submission_refuses_ranks_and_engines_the_gpus_cannot_hold(gpu_team, gpus, config, extra, field, words):
+    from django.core.management import call_command
+
+    from controlplane.common.errors import InvalidInput
+    from controlplane.runs.services import run_create
+
+    call_command("domains", "sync", "--no-progress", "--only", "builtin-addition", verbosity=0)
+    ResourcePool.objects.create(name="cpu4", kind="cpu", capacity=4)
+    actor = factories.actor(factories.member(gpu_team, "admin"))
+    with pytest.raises(InvalidInput) as refused:
+        run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", gpus=gpus, config=config,
+                                                           **extra))
+    assert any(e.path == field and words in e.message for e in refused.value.errors), refused.value.errors

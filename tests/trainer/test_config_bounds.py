@@ -78,6 +78,8 @@ def test_each_setting_is_accepted_at_its_upper_bound_alone(path):
         put_path(data, "sampler.max_samples", bounds["le"])
     if path == "rollout.verify_budget_s":  # a budget needs an overlapped pipeline
         put_path(data, "rollout.staleness", 1)
+    if path == "rollout.tensor_parallel_size":  # tensor parallel generation is vLLM's
+        put_path(data, "rollout.engine", "vllm")
     assert load_config(data) is not None
 
 

@@ -58,7 +58,8 @@ class VLLMEngine:
     """Rollout engine backed by ``vllm.LLM`` (create it under ``if __name__ == "__main__":``)."""
 
     def __init__(self, model, tokenizer, *, seed: int = 0, gpu_memory_utilization: float = 0.2,
-                 max_model_len: int = 2048, path: str | None = None, prefix_caching: bool = True, **_: object):
+                 max_model_len: int = 2048, path: str | None = None, prefix_caching: bool = True,
+                 tensor_parallel_size: int = 1, **_: object):
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -72,6 +73,7 @@ class VLLMEngine:
                        max_model_len=min(max_model_len, model.config.max_position_embeddings),
                        logprobs_mode="processed_logprobs", enforce_eager=True,
                        compilation_config={"mode": 0}, enable_prefix_caching=prefix_caching,
+                       tensor_parallel_size=tensor_parallel_size,
                        # On CPU, a prompt prefilled in chunks (a batch's prompts beyond the step's
                        # token budget) crashes a seeded request: vLLM rewinds its generator by an
                        # offset that CPU generators do not have. Whole prompts, then.
