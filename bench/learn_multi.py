@@ -59,6 +59,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--domain-balance", default=None, choices=["none", "equal"],
+                        help="algorithm.domain_balance (default: the demo's)")
     args = parser.parse_args()
 
     import django
@@ -82,6 +84,8 @@ def main() -> None:
         config.update({"model": {"path": str(build_tiny(os.path.join(tmp, "tiny"), seed=args.seed))},
                        "seed": args.seed, "domains": dict(DEMO_DOMAINS), "limits": {"max_steps": steps}})
         config["rollout"] = {**config["rollout"], "engine": args.engine}
+        if args.domain_balance:
+            config["algorithm"] = {**config.get("algorithm", {}), "domain_balance": args.domain_balance}
         config["sampler"] = {"holdout_fraction": RUN_DEFAULTS["sampler.holdout_fraction"], **config.get("sampler", {})}
         config.pop("checkpoint", None)
         job = Job(config)
@@ -111,6 +115,7 @@ def main() -> None:
         print(f"{d:18s} base {domains[d]['base']['mean']:.3f} -> final {domains[d]['final']['mean']:.3f} "
               f"delta {delta['delta']:+.3f} [{delta['lo']:+.3f}, {delta['hi']:+.3f}] over {len(base[d])} tasks")
     print(json.dumps({"engine": args.engine, "steps": steps, "seed": args.seed,
+                      "domain_balance": config.get("algorithm", {}).get("domain_balance", "none"),
                       "all_improved": all(v["improved"] for v in domains.values()), "domains": domains,
                       "wall_s": round(time.perf_counter() - t0, 1)}))
 

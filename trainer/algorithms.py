@@ -44,6 +44,31 @@ def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, valid: torch.T
     return adv
 
 
+def domain_balance_weights(domains: list[str], sizes: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-sample weights (N,) that give each domain of the batch the same share of the policy
+    loss, whatever its share of the batch's tokens (``sizes``: each sample's response tokens) or
+    sequences (``sizes`` all 1). Each valid sample of domain d gets ``S / (D * S_d)``: ``S`` the
+    valid samples' total size, ``S_d`` domain d's, ``D`` the domains with a valid sample; so the
+    weighted sizes still sum to ``S`` (the loss's normaliser is unchanged) and each domain's sum to
+    ``S / D``. Invalid samples get 0 (they are masked anyway).
+
+    >>> w = domain_balance_weights(["a", "a", "b"], torch.tensor([30.0, 30.0, 20.0]), torch.tensor([True, True, True]))
+    >>> [round(x, 4) for x in w.tolist()], float((w * torch.tensor([30.0, 30.0, 20.0])).sum())
+    ([0.6667, 0.6667, 2.0], 80.0)
+    """
+    weights = torch.zeros(len(domains), dtype=torch.float32)
+    present = sorted({d for d, ok in zip(domains, valid.tolist()) if ok})
+    if not present:
+        return weights
+    total = float(sizes[valid].sum())
+    for d in present:
+        mine = torch.tensor([x == d for x in domains]) & valid  # (N,)
+        share = float(sizes[mine].sum())
+        if share > 0:
+            weights[mine] = total / (len(present) * share)
+    return weights
+
+
 def zero_variance_groups(rewards: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor) -> set[int]:
     """Group ids whose valid rewards are all equal (no learning signal); dynamic sampling drops them."""
     flat = set()

@@ -122,6 +122,10 @@ class AlgorithmConfig:
     """Dynamic sampling: at most this many extra generation rounds per step."""
     updates_per_batch: int = _num(1, ge=1, le=64)
     """Optimizer steps taken on each generated batch (mini-batches of the batch)."""
+    domain_balance: Literal["none", "equal"] = "none"
+    """``equal``: each domain of a batch weighs the same in the policy loss, whatever its share of
+    the batch's tokens (``token`` aggregation) or sequences (``sequence``): a domain of long
+    completions no longer drowns the others' gradient. ``none``: every token (sequence) alike."""
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from trainer import catalogue, ranks
-from trainer.algorithms import (clipped_policy_loss, group_advantages, token_entropy,
+from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, group_advantages, token_entropy,
                                 token_logprobs, zero_variance_groups)
 from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
@@ -232,11 +232,13 @@ class Job:
         self.last_trained = [t for t, ok in zip(trajs, valid.tolist()) if ok]
         alg = self.config.algorithm
         adv = group_advantages(rewards, groups, valid, estimator=alg.name, scale=alg.scale_rewards)
+        # What the update weighs each sample by; the samples and metrics show the plain advantage.
+        train_adv = self._balanced(trajs, adv, valid, metrics) if alg.domain_balance == "equal" else adv
         with self.clocks.running("update"):
             t0 = time.perf_counter()
             if ranks.leading():
-                ranks.command("update", trajs, adv, self.step_count + 1)
-            self._update(trajs, adv, metrics)
+                ranks.command("update", trajs, train_adv, self.step_count + 1)
+            self._update(trajs, train_adv, metrics)
             metrics["stage/update_s"] = time.perf_counter() - t0
             metrics["stage/sync_s"] = self.pipeline.sync(self.step_count + 1)
         self.step_count += 1
@@ -259,6 +261,19 @@ class Job:
         for cb in self.callbacks:
             cb(self.step_count, metrics, samples)
         return metrics
+
+    def _balanced(self, trajs: list[Trajectory], adv: torch.Tensor, valid: torch.Tensor, metrics: dict) -> torch.Tensor:
+        """Advantages scaled so that each domain weighs the same in the policy loss (the clipped
+        objective is linear in a positive scale of the advantage); ``batch/domain_weight/<d>``."""
+        token = self.config.algorithm.loss_aggregation == "token"
+        sizes = torch.tensor([float(sum(t.loss_mask)) if token else 1.0 for t in trajs])
+        domains = [t.task.domain for t in trajs]
+        weights = domain_balance_weights(domains, sizes, valid)
+        for d in dict.fromkeys(domains):
+            mine = [w for w, x, ok in zip(weights.tolist(), domains, valid.tolist()) if x == d and ok]
+            if mine:
+                metrics[f"batch/domain_weight/{d}"] = mine[0]
+        return adv * weights
 
     # -- the batch -------------------------------------------------------------------------
     def _collect(self, metrics: dict) -> list[Trajectory]:

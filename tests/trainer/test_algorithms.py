@@ -111,3 +111,35 @@ def test_kl_term_is_zero_at_the_reference_and_positive_elsewhere():
     _, moved = clipped_policy_loss(logp, logp, torch.zeros(1), torch.ones(1, 2), clip_low=0.2,
                                    clip_high=0.2, normalizer=2, ref_logp=logp - 0.5, kl_coef=0.1)
     assert same.kl_sum == pytest.approx(0.0) and moved.kl_sum > 0
+
+
+def test_balanced_domains_get_the_same_share_of_the_gradient_whatever_their_lengths():
+    """Domain a's completions are three times as long as b's: without balance its tokens take 3/4
+    of the policy gradient; with ``domain_balance: equal`` each domain takes half, in both loss
+    aggregations, and the loss's normaliser is unchanged."""
+    import torch
+
+    from trainer.algorithms import clipped_policy_loss, domain_balance_weights
+
+    domains = ["a", "a", "b", "b"]
+    lengths = [6, 6, 2, 2]
+    mask = torch.tensor([[1.0] * n + [0.0] * (6 - n) for n in lengths])  # (4, 6)
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    valid = torch.tensor([True] * 4)
+
+    def share_of_a(weights: torch.Tensor, aggregation: str) -> float:
+        logp = torch.zeros(4, 6, requires_grad=True)
+        normalizer = float(mask.sum()) if aggregation == "token" else 4.0
+        loss, _ = clipped_policy_loss(logp, torch.zeros(4, 6), adv * weights, mask, clip_low=0.2, clip_high=0.28,
+                                      aggregation=aggregation, normalizer=normalizer)
+        loss.backward()
+        grad = logp.grad.abs().sum(-1)  # (4,)
+        return float(grad[:2].sum() / grad.sum())
+
+    assert share_of_a(torch.ones(4), "token") == pytest.approx(0.75)
+    sizes = torch.tensor([float(n) for n in lengths])
+    assert share_of_a(domain_balance_weights(domains, sizes, valid), "token") == pytest.approx(0.5)
+    assert share_of_a(domain_balance_weights(domains, torch.ones(4), valid), "sequence") == pytest.approx(0.5)
+    # An invalid sample weighs nothing, and a domain left with none is not counted.
+    w = domain_balance_weights(domains, sizes, torch.tensor([True, True, False, False]))
+    assert w.tolist() == [1.0, 1.0, 0.0, 0.0]

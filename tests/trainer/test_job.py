@@ -466,3 +466,25 @@ def test_a_weight_sync_that_fails_on_the_rollout_thread_fails_the_next_step(base
                 job.step()
     finally:
         job.close()
+
+
+def test_domain_balance_weighs_each_domain_alike_in_the_update(base_config):
+    """With ``algorithm.domain_balance: equal`` a step reports each domain's weight, the weights
+    times each domain's trained tokens are equal, and the update runs on them."""
+    base_config["domains"] = {"builtin-addition": 1.0, "builtin-parity": 1.0}
+    base_config["rollout"].update(prompts_per_step=8, max_new_tokens=6)
+    base_config["algorithm"] = {"domain_balance": "equal"}
+    job = Job(base_config, verify_batch=lambda items: [Verification.passed() if i % 3 else Verification.failed()
+                                                      for i, _ in enumerate(items)])
+    try:
+        metrics = job.step()
+        tokens: dict[str, float] = {}
+        for t in job.last_trained:
+            tokens[t.task.domain] = tokens.get(t.task.domain, 0.0) + sum(t.loss_mask)
+        weighted = {d: metrics[f"batch/domain_weight/{d}"] * n for d, n in tokens.items()}
+        assert len(weighted) == 2
+        assert weighted["builtin-addition"] == pytest.approx(weighted["builtin-parity"])
+        assert sum(weighted.values()) == pytest.approx(sum(tokens.values()))
+        assert metrics["policy/grad_norm"] > 0
+    finally:
+        job.close()
