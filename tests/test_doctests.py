@@ -16,7 +16,7 @@ MODULES = [
     "controlplane.runs.usage", "workers.usage", "trainer.rollout", "controlplane.registry.selectors",
     "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",
     "workers.devices", "trainer.parallel", "controlplane.web.manage_views", "tests.suite_env", "trainer.evaluation",
-    "controlplane.scheduling.scheduler", "controlplane.scheduling.selectors", "workers.launch", "controlplane.runs.ceilings", "trainer.ranks", "trainer.algorithms",
+    "controlplane.scheduling.scheduler", "controlplane.scheduling.selectors", "workers.launch", "controlplane.runs.ceilings", "trainer.ranks", "trainer.algorithms", "trainer.tasks.filings", "trainer.tasks.statements",
 ]
 
 

@@ -135,7 +135,6 @@ def min_run_s() -> float:
     return float(settings.TEMPER_MIN_RUN_S)
 
 
-
 def _capacity() -> dict[str, int]:
     capacity: dict[str, int] = {}
     for kind, total in ResourcePool.objects.values_list("kind", "capacity"):

@@ -382,13 +382,14 @@ def tool_probes(task: Task, gold: str) -> list[Probe]:
     add("gold", gold, "the reference transcript")
     add("equivalent", "\n\n".join(gold.splitlines()) + "\n", "blank lines between calls")
     calls = _calls(gold)
-    numeric_sets = [i for i, c in enumerate(calls) if c.get("tool") == "set" and isinstance(c.get("value"), (int, float))]
+    numeric_sets = [i for i, c in enumerate(calls) if c.get("tool") in ("set", "answer")
+                    and isinstance(c.get("value"), (int, float)) and not isinstance(c.get("value"), bool)]
     if numeric_sets:
         def with_values(value_text: str) -> str:
             lines = []
             for i, c in enumerate(calls):
                 if i in numeric_sets:
-                    lines.append('{"tool": "set", "key": %s, "value": %s}' % (json.dumps(c["key"]), value_text))
+                    lines.append(json.dumps({k: v for k, v in c.items() if k != "value"})[:-1] + ', "value": %s}' % value_text)
                 else:
                     lines.append(json.dumps(c))
             return "\n".join(lines)
@@ -398,6 +399,18 @@ def tool_probes(task: Task, gold: str) -> list[Probe]:
         add("constant", with_values("0"), "every target set to 0")
         bumped = [json.dumps({**c, "value": c["value"] + 1}) if i in numeric_sets else json.dumps(c) for i, c in enumerate(calls)]
         add("perturbed", "\n".join(bumped), "every target off by one")
+        answers = [i for i in numeric_sets if calls[i].get("tool") == "answer"]
+        if answers:  # the one final answer: hedged in one call, or a wrong one first and the gold after
+            i = answers[-1]
+            gold_value, wrong = calls[i]["value"], calls[i]["value"] + 1
+            before = [json.dumps(c) for c in calls[:i]]
+            for note, value in (("a list of a wrong value and the gold", [wrong, gold_value]),
+                                ("the gold and a wrong value in one string", f"{gold_value} or {wrong}"),
+                                ("a wrong value and the gold in one string", f"{wrong} or {gold_value}")):
+                add("hedge", "\n".join(before + [json.dumps({"tool": "answer", "value": value})]), note)
+            add("hedge", "\n".join(before + [json.dumps({"tool": "answer", "value": wrong}),
+                                              json.dumps({"tool": "answer", "value": gold_value})]),
+                "a wrong answer, then the gold")
     add("empty", "", "no calls")
     add("constant", '{"tool": "submit"}', "submit at once")
     add("long", "\n".join(['{"tool": "keys"}'] * 300 + [gold]), "300 calls before the gold")

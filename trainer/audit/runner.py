@@ -42,7 +42,7 @@ from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers import compile_cascade
 from trainer.verifiers.context import VerifyContext
 
-AUDITOR_VERSION = "2026-12-01.3"
+AUDITOR_VERSION = "2026-12-04.1"
 """Changes whenever the probe set changes: audits of different versions are not comparable."""
 EXAMPLES_PER_CLASS = 5
 """Failing examples kept per probe class."""

@@ -45,5 +45,8 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
         return f"<answer>{float(task.answer) + 1000}</answer>"
     if spec.family == "tool_use":
         return '{"tool": "submit"}'
+    if spec.family == "filings":  # the reference transcript with its answer off by one
+        lines = str(task.answer).splitlines()
+        return "\n".join(lines[:-1] + [json.dumps({"tool": "answer", "value": task.meta["gold"] + 1})])
     answer = str(task.answer)
     return answer + "9" if answer else "zzz wrong"

@@ -12,11 +12,13 @@ from trainer.environments.base import (Environment, StepResult, ToolEnvironment,
                                        split_actions)
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
+from trainer.environments.filing import FilingEnv
 from trainer.environments.retry import RetryEnv
 
 ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
     CalculatorKVEnv.name: CalculatorKVEnv,
     FileSystemEnv.name: FileSystemEnv,
+    FilingEnv.name: FilingEnv,
 }
 
 
