@@ -157,6 +157,10 @@ class Job:
             raise ConfigError([("model.path", "is required")])
         if ranks.leading() and cfg.rollout.staleness > 0:
             raise ConfigError([("parallel.ranks", "more than one rank needs rollout.staleness 0")])
+        if ranks.leading() and cfg.sft.steps > 0 and cfg.optimizer.zero_stage > 0:
+            # The SFT stage runs on rank 0 alone; a DeepSpeed engine is built by every rank at once.
+            raise ConfigError([("sft.steps", "an SFT stage with DeepSpeed (optimizer.zero_stage) runs on one rank only; "
+                                             "run it as a one-GPU run first and start from its checkpoint")])
         self.closed = False
         self.last_weight_spread: float | None = None
         """After a checkpoint of a led job on several ranks: how far apart the ranks' weights were."""

@@ -87,8 +87,12 @@ class DeepSpeedBackend:
         self.model = self.engine.module
 
     def backward(self, loss: torch.Tensor) -> None:
-        # Losses are already divided by the batch normaliser: undo DeepSpeed's own scaling.
-        self.engine.backward(loss, scale_wrt_gas=False)
+        # Losses are already divided by the batch normaliser: undo DeepSpeed's own scaling. On N
+        # ranks each rank's loss is its share of one sum (trainer/parallel.py), while DeepSpeed
+        # averages the ranks' gradients: scaling by N makes that mean the sum.
+        dist = torch.distributed
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.engine.backward(loss * world if world > 1 else loss, scale_wrt_gas=False)
 
     def step(self) -> float:
         self.engine.step()
