@@ -293,6 +293,9 @@ def test_doc_extraction_is_exact_and_doc_ratios_fit_the_rounding():
         assert verify("doc-ratios", f"<answer>{gold - 0.01:.2f}</answer>", task).outcome is Outcome.FAIL
         with_percent = verify("doc-ratios", f"<answer>{gold}%</answer>", task).outcome
         assert with_percent is (Outcome.PASS if task.meta["percent"] == "points" else Outcome.FAIL)
+        # A midpoint between two roundings matches neither: one number cannot cover two golds.
+        for midpoint in (gold - 0.005, gold + 0.005):
+            assert verify("doc-ratios", f"<answer>{midpoint:.3f}</answer>", task).outcome is Outcome.FAIL
 
 
 def test_ratio_gold_is_rounded_half_up_from_the_exact_value():

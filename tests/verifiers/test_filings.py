@@ -140,3 +140,45 @@ def test_read_and_search_stay_small_and_say_what_is_wrong():
     assert "at least 3 characters" in env.step('{"tool": "search", "query": "a"}').observation
     assert "split" in env.step('{"tool": "search", "query": "stock split"}').observation
     assert env.step('{"tool": "calc", "expression": "__import__(\'os\')"}').observation.startswith("error")
+
+
+# -- what an attacker pass found (2026-12-04), now refused ---------------------------------------
+
+@pytest.mark.parametrize("line", [
+    '{"tool": "calc", "expression": "(-1)**0.5 // 1"}',  # a complex value between steps
+    '{"tool": "calc", "expression": "(10**64)**64 * (10**64)**64"}',  # past int's digit limit
+    '{"tool": "calc", "expression": "(((9**64)**64)**64)**64"}',  # a power tower (hours)
+    '{"tool": "read", "section": "note-4", "start": 1e999}',  # int(inf)
+    '{"tool": "read", "section": "note-4", "lines": -1e999}',
+    '{"tool": "answer", "value": ' + "[" * 100_000 + "]" * 100_000 + "}",  # nested too deep for json
+    '{"tool": "toc", "x": ' + "1" * 5_000 + "}",  # an integer literal past the digit limit
+    "<tool_call>" * 20_000,  # unclosed tags (a lazy regex over them is quadratic)
+])
+def test_hostile_turns_are_errors_of_the_turn_not_crashes(line):
+    task = DOMAINS["filing-eps"].source.sample(random.Random(1), 2)
+    env = make_environment("filing")
+    env.reset(task)
+    result = env.step(line)  # nothing escapes into the episode runner
+    assert not result.done and result.observation.startswith("error")
+    verdict_ = DOMAINS["filing-eps"].verify(line, task)
+    assert verdict_.reward == 0.0 and not verdict_.is_infrastructure
+
+
+def test_a_midpoint_between_two_roundings_matches_neither():
+    for slug in ("filing-eps", "filing-adjusted-margin", "filing-segment-share"):
+        for task in tasks(slug, 12):
+            gold = task.meta["gold"]
+            for midpoint in (round(gold - 0.005, 3), round(gold + 0.005, 3)):
+                assert verdict(task, answered(task, midpoint)).reward == 0.0, (slug, gold, midpoint)
+            assert verdict(task, answered(task, round(gold + 0.004, 3))).outcome is Outcome.PASS
+
+
+def test_eps_is_never_near_zero_and_the_repayment_mostly_matters():
+    for task in tasks("filing-eps", 200, seed=5):
+        assert abs(task.meta["gold"]) >= 0.05
+    changed = 0
+    for task in tasks("filing-debt-due", 200, seed=5):
+        doc = filing(task.meta["seed"], task.meta["level"])
+        through = int(task.prompt.split("through FY")[1][:4])
+        changed += sum(t.principal for t in doc.tranches if t.due <= through) != task.meta["gold"]
+    assert changed >= 120  # the window holds the repaid notes in about three tasks of four

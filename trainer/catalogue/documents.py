@@ -5,7 +5,8 @@ flow statement (page 3) as text tables, in thousands of dollars, for two (level 
 (level 1) fiscal years. Questions ask for extracted figures, ratios, a JSON object of several
 fields, or a cross-page consistency check. Tolerances fit the field: a figure copied from the
 document (extraction, JSON, consistency) must be exact; a ratio asked for "rounded to two decimal
-places" must be within half a unit of that place (0.005) and a percentage may carry its ``%``.
+places" must be within less than half a unit of that place of the rounded gold (a midpoint such
+as 0.285 matches neither neighbour) and a percentage may carry its ``%``.
 The consistency question's injected error is uniform over [-500, 500] (0 included), so no constant
 answer passes more often than another task's gold; the JSON question's ``fiscal_year`` is given by
 the question and earns no partial credit.
@@ -96,8 +97,10 @@ def q_consistency(rng: random.Random, level: int) -> tuple[str, Any, dict[str, A
 
 EXACT = {"type": "numeric", "params": {"abs_tol": 0}}
 """Figures copied from the document (and differences of them) are integers: exact."""
-HALF_CENT = 0.005 * (1 + 1e-6)
-"""Half a unit in the second decimal place (and a hair for binary floats): "rounded to two decimal places"."""
+HALF_CENT = 0.005 * (1 - 1e-6)
+"""Just under half a unit of the second decimal place around the rounded gold ("rounded to two
+decimal places"): a midpoint such as ``0.285`` matches neither ``0.28`` nor ``0.29``, so no one
+number covers two neighbouring golds (with half a unit inclusive it covered both)."""
 QUESTIONS: dict[str, tuple[str, Callable[[random.Random, int], tuple[str, Any, dict[str, Any]]], dict[str, Any]]] = {
     "extraction": ("Figure extraction", q_extraction, EXACT),
     "ratios": ("Financial ratios", q_ratio, {"type": "numeric", "params": {"abs_tol": HALF_CENT}}),

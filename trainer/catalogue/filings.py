@@ -27,7 +27,7 @@ from typing import Any
 from trainer.catalogue import DomainSpec, register
 from trainer.environments import make_environment
 from trainer.tasks.base import Task
-from trainer.tasks.filings import LEVELS, QUESTIONS, filing, prompt
+from trainer.tasks.filings import LEVELS, QUESTIONS, NoQuestion, filing, prompt
 from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "filings"
@@ -51,17 +51,22 @@ class FilingSource:
 
     def sample(self, rng: random.Random, level: int = 0) -> Task:
         level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
-        doc = filing(seed, level)
         _, make, tolerance = QUESTIONS[self.kind]
-        question, gold, extra, reads = make(doc, random.Random(seed ^ 0x5EED))
+        while True:  # a report that cannot carry the question (rare) gives way to the next one
+            seed = rng.getrandbits(32)
+            doc = filing(seed, level)
+            try:
+                question, gold, extra, reads = make(doc, random.Random(seed ^ 0x5EED))
+                break
+            except NoQuestion:
+                continue
         actions = [_call(tool="toc")]
         for tool, arg in reads:
             actions.append(_call(tool="search", query=arg) if tool == "search"
                            else _call(tool="read", section=arg, start=1, lines=60))
         actions += [_call(tool="calc", expression=extra["expression"]), _call(tool="answer", value=gold)]
         meta = {"environment": "filing", "seed": seed, "level": level, "question": self.kind, "gold": gold,
-                "abs_tol": tolerance * (1 + 1e-6) if tolerance else 0.0, "max_steps": MAX_STEPS}
+                "abs_tol": tolerance, "max_steps": MAX_STEPS}
         if "percent" in extra:
             meta["percent"] = extra["percent"]
         return Task(self.slug, f"L{level}-{seed}", prompt(doc, question), "\n".join(actions), level, meta)

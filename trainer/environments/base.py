@@ -89,6 +89,9 @@ class ToolEnvironment:
             observation = self._tool(call)
         except ActionError as exc:
             observation = f"error: {exc}"
+        except (ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as exc:
+            # Whatever a turn makes a tool do is that turn's outcome, never a crash of the episode.
+            observation = f"error: {type(exc).__name__}: {str(exc)[:200]}"
         if self.steps >= self.max_steps:
             self.done = True
             return StepResult(observation + "\nstep budget used up", True, self.evaluate())
@@ -101,21 +104,41 @@ def parse_action(text: str) -> dict[str, Any]:
     >>> parse_action('I will look. {"tool": "get", "key": "x"}')
     {'tool': 'get', 'key': 'x'}
     """
-    tagged = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S)
+    tagged = [text[a:b] for a, b in _tagged_spans(text)]
     candidates = tagged or re.findall(r"\{[^{}]*\}", text)
     for raw in reversed(candidates):
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, nested too deep, an integer too long
             continue
         if isinstance(value, dict) and isinstance(value.get("tool"), str):
             return value
     raise ActionError('no tool call found: reply with one JSON object such as {"tool": "...", ...}')
 
 
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _tagged_spans(text: str) -> list[tuple[int, int]]:
+    """The insides of the closed ``<tool_call>`` blocks, in one pass (a regex with a lazy ``.*?``
+    takes quadratic time over many tags that are never closed).
+
+    >>> _tagged_spans("<tool_call>a</tool_call> x <tool_call>b" + "<tool_call>" * 3)
+    [(11, 12)]
+    """
+    spans, at = [], 0
+    while (start := text.find(OPEN, at)) >= 0:
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            break
+        spans.append((start + len(OPEN), end))
+        at = end + len(CLOSE)
+    return spans
+
+
 def split_actions(transcript: str) -> list[str]:
     """Model turns in a whole transcript: one tool call per line (or per ``<tool_call>`` block)."""
-    tagged = re.findall(r"<tool_call>.*?</tool_call>", transcript, re.S)
+    tagged = [transcript[a - len(OPEN):b + len(CLOSE)] for a, b in _tagged_spans(transcript)]
     if tagged:
         return tagged
     return [line for line in transcript.splitlines() if '"tool"' in line]

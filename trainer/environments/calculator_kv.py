@@ -42,11 +42,18 @@ CENT_HALF = 0.005 + 1e-9
 """Half a cent (and float noise): how far a value asked for to the cent may be from the exact one."""
 
 
+MAX_BITS = 4096
+"""The largest integer an expression may make, in bits (a power tower would take hours)."""
+
+
 def safe_eval(expression: str) -> float:
-    """Evaluate ``+ - * / // % **`` and parentheses over numbers; anything else is an error.
+    """Evaluate ``+ - * / // % **`` and parentheses over real numbers; anything else is an error,
+    and so is a complex or a huge intermediate value.
 
     >>> safe_eval("(2 + 3) * 4 / 5")
     4.0
+    >>> [_error(e) for e in ("(-1)**0.5 // 1", "(((9**64)**64)**64)**64", "(2**64)**64 * 2**64")]
+    ['not a real number', 'a number too large', 'a number too large']
     """
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):
@@ -55,9 +62,12 @@ def safe_eval(expression: str) -> float:
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             left, right = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 64:
-                raise ActionError("exponent too large")
-            return _OPS[type(node.op)](left, right)
+            if isinstance(node.op, ast.Pow):
+                if abs(right) > 64:
+                    raise ActionError("exponent too large")
+                if isinstance(left, int) and abs(left).bit_length() * abs(right) > MAX_BITS:
+                    raise ActionError("a number too large")
+            return _checked(_OPS[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             return -ev(node.operand) if isinstance(node.op, ast.USub) else ev(node.operand)
         raise ActionError(f"unsupported expression element {type(node).__name__}")
@@ -66,11 +76,30 @@ def safe_eval(expression: str) -> float:
         raise ActionError("expression too long")
     try:
         value = ev(ast.parse(expression, mode="eval"))
-    except (SyntaxError, ZeroDivisionError, OverflowError) as exc:
+    except (SyntaxError, ZeroDivisionError, OverflowError, TypeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ActionError):
+            raise
         raise ActionError(f"cannot evaluate: {exc}") from None
     if not is_finite_number(value):
         raise ActionError("cannot evaluate: the result is not a finite number")
     return value
+
+
+def _checked(value: Any) -> Any:
+    """An intermediate value of :func:`safe_eval`: real, and an integer of at most ``MAX_BITS``."""
+    if isinstance(value, complex):
+        raise ActionError("not a real number")
+    if isinstance(value, int) and value.bit_length() > MAX_BITS:
+        raise ActionError("a number too large")
+    return value
+
+
+def _error(expression: str) -> str:
+    try:
+        safe_eval(expression)
+    except ActionError as exc:
+        return str(exc)
+    return ""
 
 
 def within(found: Any, expected: float, tolerance: float = TOLERANCE) -> bool:

@@ -66,12 +66,12 @@ class FilingEnv(ToolEnvironment):
         if tool == "read":
             ids = [s.id for s in self.doc.sections]
             if call.get("section") not in ids:
-                raise ActionError(f"unknown section {call.get('section')!r}; sections: {', '.join(ids)}")
+                raise ActionError(f"unknown section {str(call.get('section'))[:60]!r}; sections: {', '.join(ids)}")
             lines = self.doc.section(call["section"]).lines
             try:
                 start = max(int(call.get("start", 1)), 1)
                 count = min(max(int(call.get("lines", MAX_LINES)), 1), MAX_LINES)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ActionError("start and lines must be whole numbers") from None
             out, size = [], 0
             for number in range(start, min(start + count, len(lines) + 1)):
@@ -88,7 +88,7 @@ class FilingEnv(ToolEnvironment):
             if len(query.strip()) < 3:
                 raise ActionError("a query needs at least 3 characters")
             hits = line_cites(self.doc, query.strip())
-            return "\n".join(hits) if hits else f"no line contains {query!r}"
+            return "\n".join(hits) if hits else f"no line contains {query[:60]!r}"
         if tool == "calc":
             value = safe_eval(str(call.get("expression", "")))
             return repr(round(value, 10)) if isinstance(value, float) and not value.is_integer() else str(int(value))

@@ -264,13 +264,21 @@ def q_segment_share(doc: Filing, rng: random.Random) -> tuple[str, float, dict, 
 def q_debt_due(doc: Filing, rng: random.Random) -> tuple[str, int, dict, list[tuple[str, str]]]:
     last = doc.years[-1]
     earliest = min(t.due for t in doc.tranches if t.name != doc.repaid)
-    horizon = rng.randint(earliest - last, min(earliest - last + 4, 10))
+    repaid_due = next(t.due for t in doc.tranches if t.name == doc.repaid)
+    if rng.random() < 0.75:  # mostly a window that holds the repaid notes: the note then changes the answer
+        horizon = rng.randint(max(earliest, repaid_due) - last, 10)
+    else:
+        horizon = rng.randint(earliest - last, min(earliest - last + 4, 10))
     due = [t for t in doc.tranches if t.due <= last + horizon and t.name != doc.repaid]
     value = sum(t.principal for t in due)
     question = (f"As of the date of this filing, how much principal of {doc.company}'s notes (in thousands) falls due "
                 f"in FY{last + 1} through FY{last + horizon}? Take events after the year end into account.")
     expr = " + ".join(str(t.principal) for t in due)
     return question, value, {"expression": expr}, [("read", "note-3"), ("search", "repaid")]
+
+
+class NoQuestion(ValueError):
+    """This report cannot carry the question well (the source draws another report)."""
 
 
 MIN_EPS = 0.05
@@ -283,7 +291,9 @@ def q_eps(doc: Filing, rng: random.Random) -> tuple[str, float, dict, list[tuple
         return Fraction(doc.values[y]["net_income"], doc.diluted_shares[y] * doc.split)
 
     clear = [y for y in doc.years if abs(eps(y)) >= MIN_EPS]
-    y = rng.choice(clear) if clear else max(doc.years, key=lambda y: abs(eps(y)))
+    if not clear:
+        raise NoQuestion(f"no year of filing {doc.seed} has an EPS at least {MIN_EPS} from 0")
+    y = rng.choice(clear)
     ni, shares = doc.values[y]["net_income"], doc.diluted_shares[y]
     value = round_half_up(Fraction(ni, shares * doc.split), 2)
     question = (f"What were {doc.company}'s diluted earnings per share for FY{y} in US dollars, restated for every "
@@ -292,14 +302,19 @@ def q_eps(doc: Filing, rng: random.Random) -> tuple[str, float, dict, list[tuple
     return question, value, {"expression": expr}, [("read", "note-4"), ("read", "note-6"), ("read", "statements")]
 
 
+UNDER_HALF_CENT = 0.005 * (1 - 1e-6)
+"""The tolerance of a value asked for rounded to two decimals, around the rounded gold: under
+half a unit of the second decimal, so that no one number (``0.285``) matches two neighbouring
+rounded values (``0.28`` and ``0.29``) and a constant cannot cover twice the golds."""
+
 QUESTIONS = {
-    "adjusted-margin": ("Adjusted operating margin", q_adjusted_margin, 0.005),
-    "segment-share": ("Segment share of continuing revenue", q_segment_share, 0.005),
+    "adjusted-margin": ("Adjusted operating margin", q_adjusted_margin, UNDER_HALF_CENT),
+    "segment-share": ("Segment share of continuing revenue", q_segment_share, UNDER_HALF_CENT),
     "debt-due": ("Debt falling due, after subsequent events", q_debt_due, 0.0),
-    "eps": ("Diluted EPS after a stock split", q_eps, 0.005),
+    "eps": ("Diluted EPS after a stock split", q_eps, UNDER_HALF_CENT),
 }
-"""Question kind -> (title, generator, absolute tolerance). Rounded values are within half a
-unit of the second decimal place; sums of figures copied from the filing are exact."""
+"""Question kind -> (title, generator, absolute tolerance). Rounded values are within less than
+half a unit of the second decimal place; sums of figures copied from the filing are exact."""
 
 TOOLS = ('Tools (reply with exactly one JSON object per turn): {"tool": "toc"}, '
          '{"tool": "read", "section": ID, "start": LINE, "lines": N} (at most 60 lines), '
