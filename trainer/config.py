@@ -446,6 +446,21 @@ def has_path(data: Any, path: str) -> bool:
     return True
 
 
+def whole_number_at(data: Any, path: str) -> int | None:
+    """The whole number (not a bool) at the dotted ``path`` of the nested dict ``data``, else None.
+
+    >>> whole_number_at({"parallel": {"ranks": 2}}, "parallel.ranks"), whole_number_at({"parallel": {"ranks": True}}, "parallel.ranks")
+    (2, None)
+    >>> whole_number_at({"parallel": 3}, "parallel.ranks"), whole_number_at(None, "parallel.ranks")
+    (None, None)
+    """
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data if isinstance(data, int) and not isinstance(data, bool) else None
+
+
 def put_path(data: dict[str, Any], path: str, value: Any) -> None:
     """Set the dotted ``path`` of the nested dict ``data`` to ``value``, making the dicts on the way.
 

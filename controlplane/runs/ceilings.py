@@ -22,7 +22,8 @@ from django.db.models import Sum
 
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
-from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config, put_path
+from trainer.config import (RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config,
+                            put_path, whole_number_at)
 from trainer.rollout import engine_problem
 
 _OWNED_FIELD = {o.path: o.source for o in RUN_OWNED if not o.assigned}
@@ -60,11 +61,6 @@ def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
     return errors
 
 
-def _int_setting(config: Any, section: str, name: str) -> int | None:
-    value = ((config or {}).get(section) or {}).get(name) if isinstance(config, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list[FieldError]:
     """A GPU run has one rank per group of ``rollout.tensor_parallel_size`` GPUs (one per GPU by
     default): the tensor-parallel size divides ``gpus``, and ``config.parallel.ranks``, when set,
@@ -83,7 +79,7 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
     >>> [e.message for e in rank_errors(gpus=8, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"ranks": 8}})]
     ['a run with 8 GPUs and engines of 2 runs 4 ranks, one per engine: leave it out, or set 4']
     """
-    ranks, tp = _int_setting(config, "parallel", "ranks"), _int_setting(config, "rollout", "tensor_parallel_size") or 1
+    ranks, tp = whole_number_at(config, "parallel.ranks"), whole_number_at(config, "rollout.tensor_parallel_size") or 1
     if gpus > 0:
         if tp > 1 and gpus % tp:
             return [FieldError("config.rollout.tensor_parallel_size",

@@ -9,6 +9,7 @@ from django.utils import timezone
 from controlplane.accounts.models import Team
 from controlplane.common.errors import Conflict
 from controlplane.domains.models import Domain, DomainVersion
+from trainer.config import whole_number_at
 from trainer.config_schema import Setting, config_setting
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -108,15 +109,15 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    def _setting(self, section: str, name: str) -> int:
+    def _setting(self, path: str) -> int:
         """A positive whole-number trainer setting of the run's config (1 when unset or not one)."""
-        value = ((self.config or {}).get(section) or {}).get(name, 1) if isinstance(self.config, dict) else 1
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+        value = whole_number_at(self.config, path)
+        return value if value is not None and value >= 1 else 1
 
     @property
     def devices_per_rank(self) -> int:
         """GPUs each rank of a GPU run holds: its vLLM engine's ``rollout.tensor_parallel_size``."""
-        return self._setting("rollout", "tensor_parallel_size") if self.gpus > 0 else 0
+        return self._setting("rollout.tensor_parallel_size") if self.gpus > 0 else 0
 
     @property
     def ranks(self) -> int:
@@ -124,7 +125,7 @@ class Run(models.Model):
         ``config.parallel.ranks``."""
         if self.gpus > 0:
             return max(self.gpus // self.devices_per_rank, 1)
-        return self._setting("parallel", "ranks")
+        return self._setting("parallel.ranks")
 
     @property
     def slots(self) -> int:

@@ -17,6 +17,7 @@ import re
 from typing import Any, NamedTuple, Protocol
 
 from trainer.outcomes import Verification
+from trainer.verifiers.answers import tag_spans
 from trainer.tasks.base import Task
 
 
@@ -104,7 +105,7 @@ def parse_action(text: str) -> dict[str, Any]:
     >>> parse_action('I will look. {"tool": "get", "key": "x"}')
     {'tool': 'get', 'key': 'x'}
     """
-    tagged = [text[a:b] for a, b in _tagged_spans(text)]
+    tagged = [content for _, _, content in tag_spans(text, "tool_call")]  # linear, however many tags
     candidates = tagged or re.findall(r"\{[^{}]*\}", text)
     for raw in reversed(candidates):
         try:
@@ -116,29 +117,13 @@ def parse_action(text: str) -> dict[str, Any]:
     raise ActionError('no tool call found: reply with one JSON object such as {"tool": "...", ...}')
 
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-
-
-def _tagged_spans(text: str) -> list[tuple[int, int]]:
-    """The insides of the closed ``<tool_call>`` blocks, in one pass (a regex with a lazy ``.*?``
-    takes quadratic time over many tags that are never closed).
-
-    >>> _tagged_spans("<tool_call>a</tool_call> x <tool_call>b" + "<tool_call>" * 3)
-    [(11, 12)]
-    """
-    spans, at = [], 0
-    while (start := text.find(OPEN, at)) >= 0:
-        end = text.find(CLOSE, start + len(OPEN))
-        if end < 0:
-            break
-        spans.append((start + len(OPEN), end))
-        at = end + len(CLOSE)
-    return spans
-
-
 def split_actions(transcript: str) -> list[str]:
-    """Model turns in a whole transcript: one tool call per line (or per ``<tool_call>`` block)."""
-    tagged = [transcript[a - len(OPEN):b + len(CLOSE)] for a, b in _tagged_spans(transcript)]
+    """Model turns in a whole transcript: one tool call per line (or per ``<tool_call>`` block).
+
+    >>> split_actions('<tool_call>{"tool": "a"}</tool_call> x <tool_call>b' + "<tool_call>" * 3)
+    ['<tool_call>{"tool": "a"}</tool_call>']
+    """
+    tagged = [transcript[start:end] for start, end, _ in tag_spans(transcript, "tool_call")]
     if tagged:
         return tagged
     return [line for line in transcript.splitlines() if '"tool"' in line]

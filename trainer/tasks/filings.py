@@ -28,7 +28,7 @@ import functools
 import random
 from fractions import Fraction
 
-from trainer.tasks.statements import LINES, _year, render, round_half_up
+from trainer.tasks.statements import _year, render, round_half_up
 
 LEVELS = 4
 TARGET_TOKENS = (4_000, 10_000, 25_000, 50_000)
@@ -340,4 +340,4 @@ def line_cites(doc: Filing, query: str, limit: int = 12) -> list[str]:
     return hits
 
 
-__all__ = ["Filing", "LEVELS", "LINES", "QUESTIONS", "TOOLS", "Tranche", "filing", "line_cites", "prompt"]
+__all__ = ["Filing", "LEVELS", "QUESTIONS", "TOOLS", "Tranche", "filing", "line_cites", "prompt"]
