@@ -34,13 +34,21 @@ class Trajectory:
     behaviour_logprobs: list[float] = field(default_factory=list)
     """Rollout engine's logprob per response token (0 on environment tokens)."""
     completion: str = ""
-    """Text the verifier judges (the last model turn for environments)."""
+    """Text the verifier judges: the completion; for environments the last model turn, or what
+    the environment submits for its domain's verifier to judge (a repository's final diff)."""
     truncated: bool = False
     """True when a length or turn budget cut the episode."""
     turns: int = 0
     """Model turns taken."""
     verification: Verification | None = None
     """Filled by the verifier (or the environment for multi-turn episodes)."""
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    """Multi-turn episodes: each model turn (``{"role": "model", "text"}``) and each observation
+    (``{"role": "tool", "text"}``, not trained on), each cut to :data:`TRANSCRIPT_CHARS`."""
+
+
+TRANSCRIPT_CHARS = 2_000
+"""Longest text of one transcript entry kept (the tokens themselves are all kept)."""
 
 
 def encode_prompt(tokenizer, text: str, max_tokens: int, use_chat_template: bool = False) -> list[int]:
@@ -111,17 +119,18 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
             traj.behaviour_logprobs += gen.logprobs[:len(take)]
             traj.turns += 1
             traj.completion = tokenizer.decode(take, skip_special_tokens=True)
+            traj.transcript.append({"role": "model", "text": traj.completion[:TRANSCRIPT_CHARS]})
             out_of_budget = (len(take) < len(gen.token_ids) or traj.turns >= max_turns
                              or len(traj.response_ids) >= max_episode_tokens)
             result = env.step(traj.completion)
             if result.done:
-                traj.verification = result.outcome
+                _conclude(traj, env, result.outcome, "")
                 continue
+            traj.transcript.append({"role": "tool", "text": result.observation[:TRANSCRIPT_CHARS]})
             obs = tokenizer(result.observation, add_special_tokens=False)["input_ids"]
             if out_of_budget or len(traj.response_ids) + len(obs) >= max_episode_tokens:
                 traj.truncated = True
-                traj.verification = result.outcome or Verification.failed(
-                    details={"reason": "episode budget exhausted", "turns": traj.turns})
+                _conclude(traj, env, result.outcome, "episode budget exhausted")
                 continue
             traj.response_ids += obs
             traj.loss_mask += [0] * len(obs)
@@ -129,3 +138,18 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
             still.append(i)
         active = still
     return [traj for traj, _ in episodes]
+
+
+def _conclude(traj: Trajectory, env: "Environment", outcome: Verification | None, cut: str) -> None:
+    """The episode's verdict: the environment's own, or, from an environment that leaves it to
+    its domain's verifier (one with ``submission()``), none yet and the submission as the
+    completion to judge; a cut episode of any other environment fails."""
+    if outcome is not None:
+        traj.verification = outcome
+        return
+    submission = getattr(env, "submission", None)
+    if submission is not None:
+        traj.completion = submission()
+        return
+    traj.verification = Verification.failed(details={"reason": cut or "the environment gave no verdict",
+                                                     "turns": traj.turns})

@@ -43,6 +43,7 @@ from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
 from trainer.sft import SupervisedStage
 from trainer.tasks.base import Task
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 
 Callback = Callable[[int, dict, list], None]
 
@@ -149,9 +150,11 @@ class Job:
 
     def __init__(self, config: TrainerConfig | dict | str, callbacks: Sequence[Callback] = (),
                  verify_batch: VerifyBatch | None = None, *, samples_per_step: int = 16,
-                 weights_path: str | None = None, announce: bool = True):
+                 weights_path: str | None = None, announce: bool = True, env_context: VerifyContext = NO_CONTEXT):
         """``announce``: as the leader of several ranks (:mod:`trainer.ranks`), tell the followers to
-        build the same job (False: the caller announces, as :meth:`resume` does)."""
+        build the same job (False: the caller announces, as :meth:`resume` does). ``env_context``:
+        the services the episodes' environments may use (a repository's ``run_tests`` runs in its
+        sandbox); without one they say the sandbox is not there."""
         self.config = cfg = load_config(config)
         if not cfg.model.path:
             raise ConfigError([("model.path", "is required")])
@@ -165,6 +168,7 @@ class Job:
         self.last_weight_spread: float | None = None
         """After a checkpoint of a led job on several ranks: how far apart the ranks' weights were."""
         self.callbacks = list(callbacks)
+        self.env_context = env_context
         self.samples_per_step = samples_per_step
         self.domains = self._resolve_domains(cfg)
         self.verify_batch = verify_batch or verify_inline(self.domains)
@@ -356,10 +360,21 @@ class Job:
         for slug in dict.fromkeys(r[0].domain for r in multi):
             mine = [r for r in multi if r[0].domain == slug]
             trajs += multi_turn(self.engine, self.tokenizer, mine, self.params,
-                                self.domains[slug].environment, max_turns=cfg.rollout.max_turns,
+                                self._environments(slug), max_turns=cfg.rollout.max_turns,
                                 max_episode_tokens=cfg.rollout.max_episode_tokens,
                                 max_prompt_tokens=cfg.tokenizer.max_prompt_tokens)
         return trajs
+
+    def _environments(self, slug: str) -> Callable[[Task], Any]:
+        """A domain's environment factory, each environment given the job's ``env_context``."""
+        factory = self.domains[slug].environment
+
+        def make(task: Task) -> Any:
+            env = factory(task)
+            if (bind := getattr(env, "bind", None)) is not None:
+                bind(self.env_context)
+            return env
+        return make
 
     @staticmethod
     def _drop_flat(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -475,7 +490,8 @@ class Job:
             out.append({"domain": t.task.domain, "task_id": t.task.id, "prompt": t.task.prompt,
                         "completion": t.completion, "reward": v.reward, "outcome": v.outcome.value,
                         "details": v.details, "advantage": float(adv[i]), "turns": t.turns,
-                        "truncated": t.truncated, "tokens": len(t.response_ids)})
+                        "truncated": t.truncated, "tokens": len(t.response_ids),
+                        **({"transcript": t.transcript} if t.transcript else {})})
         return out
 
     # -- SFT and evaluation ----------------------------------------------------------------

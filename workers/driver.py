@@ -48,11 +48,19 @@ from workers import lanes as lanes_
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
 from workers.usage import step_usage
-from workers.verify import LOST, NO_WORKER, make_verify_batch, worker_queue
+from workers.verify import LOST, NO_WORKER, environment_context, make_verify_batch, worker_queue
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_EVERY = RUN_DEFAULTS["checkpoint.every_steps"]
+def run_environment_context(slugs: list[str]):
+    """The context a run's environments get (the sandbox, behind each domain's sandbox quota as
+    it stands when the run starts on this worker)."""
+    limits = ({s: q.max_concurrent_sandboxes for s, q in domain_quotas(slugs=slugs).items()}
+              if settings.REDIS_URL and slugs else {})
+    return environment_context(limits)
+
+
 class InFlight:
     """What the driver waits on, shared by its threads: the step loop's phase and the items in
     verification per domain (from any batch of the pipeline), with the time it last changed.
@@ -264,6 +272,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             return verify_remote(items)
 
     collected: dict = {}
+    env_context = run_environment_context([pin.slug for pin in pins])
 
     def collect(step: int, metrics: dict, samples: list) -> None:
         collected.update(step=step, metrics=dict(metrics), samples=list(samples))
@@ -283,7 +292,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         ckpt = runs.latest_checkpoint(run)
         if ckpt is not None:
             runs.run_rewind(run=run, to_step=ckpt.step)
-            job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch)
+            job = Job.resume(ckpt.path, callbacks=[collect], verify_batch=verify_batch, env_context=env_context)
             saved["step"] = ckpt.step
             runs.run_event_record(run=run, kind="resumed", message=f"resumed from the checkpoint at step {ckpt.step}",
                                     data={"checkpoint_step": ckpt.step})
@@ -291,7 +300,7 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
             runs.run_rewind(run=run, to_step=0)
             shutil.rmtree(checkpoint_root(run.id), ignore_errors=True)
             job = Job(with_model_paths(trainer_config(run, domains, live.caps), model_paths), callbacks=[collect],
-                      verify_batch=verify_batch)
+                      verify_batch=verify_batch, env_context=env_context)
             if job.config.sft.steps > 0:
                 losses = job.sft()
                 runs.run_event_record(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
@@ -445,11 +454,14 @@ def _record_ranks(run: Run, worker: str) -> None:
                                   "drives and verifies, the rollout is split across the ranks, the update is data parallel")
 
 
-def follower_ready(run_id: int) -> None:
+def follower_ready(run_id: int) -> list[str]:
     """What a follower rank needs before it builds the run's job: the domains the run's uploads
-    define, registered in this process's catalogue as the driver registers them."""
+    define, registered in this process's catalogue as the driver registers them. Returns the
+    run's domain slugs."""
     run = Run.objects.get(pk=run_id)
-    register_data_domains([PinnedDomain.from_version(rd.domain_version) for rd in run_domains(run=run)])
+    pins = [PinnedDomain.from_version(rd.domain_version) for rd in run_domains(run=run)]
+    register_data_domains(pins)
+    return [pin.slug for pin in pins]
 
 
 def lane_seed(slugs: list[str], runs: int = 5, steps: int = 20) -> dict[str, list[float]]:

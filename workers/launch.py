@@ -108,10 +108,10 @@ def _rank_main(run_id: int, worker: str) -> int:
         # The others have been told to stop; do not wait on a peer that may be stuck in a collective.
         os._exit(0)
     from trainer.job import follow
-    from workers.driver import follower_ready
+    from workers.driver import follower_ready, run_environment_context
 
-    follower_ready(run_id)
-    follow()
+    slugs = follower_ready(run_id)
+    follow(env_context=run_environment_context(slugs))
     return 0
 
 

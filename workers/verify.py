@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any, Callable
 
 from celery.exceptions import TimeoutError as ResultTimeout
@@ -27,7 +28,7 @@ from workers.slots import default_slots, domain_slot
 
 log = logging.getLogger(__name__)
 
-REMOTE_STAGES = {"code_tests": "temper.verify.batch", "judge": "temper.judge.batch"}
+REMOTE_STAGES = {"code_tests": "temper.verify.batch", "repo_tests": "temper.verify.batch", "judge": "temper.judge.batch"}
 BATCH_SIZE = 16
 MAX_ATTEMPTS = 3
 WAIT_SLICE_S = 2.0
@@ -81,6 +82,16 @@ def verify_context(spec: dict, max_concurrent_sandboxes: int | None = None):
     the task's thread (stage threads never touch the database)."""
     slot = sandbox_slot(max_concurrent_sandboxes) if max_concurrent_sandboxes is not None else None
     return VerifyContext(execute=sandbox.execute, judges=judge.judges_for(spec).get, sandbox_slot=slot)
+
+
+def environment_context(limits: dict[str, int | None]):
+    """The VerifyContext a run's environments use during episodes (a repository's ``run_tests``):
+    the sandbox, behind each domain's sandbox quota where ``limits`` gives one."""
+    def slot(domain: str, job_limits):
+        limit = limits.get(domain)
+        return sandbox_slot(limit)(domain, job_limits) if limit is not None else nullcontext()
+
+    return VerifyContext(execute=sandbox.execute, sandbox_slot=slot)
 
 
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:

@@ -180,3 +180,13 @@ def test_open_ended_tasks_get_no_perturbed_probes_and_only_refused_wrong_answers
     # An open-ended verifier that accepts anything is still caught by the generic constants.
     report = audit_domain(slug="pairs", verifier=TAGGED, source=Pairs(open=True), verify_many=many(lambda c, t: Verification.passed()))
     assert report.classes["constant"].false_positives > 0
+
+
+@pytest.mark.parametrize("slug", ["swe-bugfix", "swe-feature", "swe-refactor"])
+def test_repository_domains_audit_clean_with_hostile_trees_in_the_sandbox(real_sandbox, slug):
+    report = audit_catalogue_domain(slug, tasks=2, chance_tasks=2, context=real_sandbox)
+    classes = report.to_dict()["classes"]
+    assert {"gold", "equivalent", "perturbed", "empty", "constant", "hedge", "long"} <= set(classes)
+    assert sum(1 for name in classes if name.startswith("code.")) >= 12
+    assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
+    assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}

@@ -8,7 +8,8 @@ back as an infrastructure outcome (which is masked out of training instead of pe
 
 Where the answer goes is read from the domain's cascade (:func:`answer_format`): an ``extract``
 stage's first method (``<answer>`` tag, ``\\boxed{}``, final line), a ``code_tests`` stage
-(a fenced program), an ``environment`` stage (a tool-call transcript), else the raw completion.
+(a fenced program), an ``environment`` stage (a tool-call transcript), a ``repo_tests`` stage (a
+change to a repository: tool calls or a diff), else the raw completion.
 
 >>> fmt = answer_format({"stages": [{"type": "extract", "params": {"methods": ["answer_tag"]}}, {"type": "exact"}]})
 >>> fmt.kind, fmt.wrap("42")
@@ -115,6 +116,8 @@ def answer_format(verifier: dict[str, Any]) -> AnswerFormat:
     structured = any(t in ("json_fields", "json_schema") for t in types)
     if "code_tests" in types:
         return AnswerFormat("code")
+    if "repo_tests" in types:
+        return AnswerFormat("repo")
     if "environment" in types:
         return AnswerFormat("tool")
     for stage in stages:
@@ -447,6 +450,68 @@ def code_probes(task: Task, gold_completion: str | None, perturbed: str | None) 
         add("constant", f"```python\n{header}def {entry}(*args, **kwargs):\n    return {value}\n```", f"returns {value}")
     for name, completion in hostile_programs(entry, prompt).items():
         add(f"code.{name}", completion, name, CLASSES["code"])
+    return probes
+
+
+# ---- repositories ------------------------------------------------------------------------------
+
+def repo_probes(task: Task) -> list[Probe]:
+    """Probes for a repository task (``swe-*``): the reference transcript, and its final tree as
+    one ```diff block; the reference with a planted bug put back (or, for a refactor, without its
+    last edit); nothing, a bare submit, constant bodies; a wrong diff and the gold one together,
+    and the gold diff beside tool calls; the gold after 300 calls (past the step budget); every
+    hostile program of the code audit appended to the module the hidden tests import from."""
+    from trainer.catalogue.repos import wrong_transcript  # lazy: the catalogue imports the verifiers
+    from trainer.tasks.repo_kernels import KERNELS
+    from trainer.verifiers.patches import tree_diff
+    from trainer.verifiers.repo import final_tree, spec_of, task_reference
+
+    spec = spec_of(task)
+    gold = task_reference(task)
+    calls = [line for line in gold.splitlines() if line.strip()]
+    edits = [c for c in calls if json.loads(c).get("tool") not in ("submit", "run_tests", "git_commit", "read")]
+    tree, _ = final_tree(gold, task, spec)
+    assert tree is not None, f"{task.id}: the reference transcript does not apply"
+    gold_diff = tree_diff(spec.files, tree)
+    probes: list[Probe] = []
+
+    def add(cls: str, completion: str, note: str) -> None:
+        probes.append(Probe(cls, completion, task, CLASSES.get(cls, CLASSES["code"]), note))
+
+    def then_submit(lines: list[str]) -> str:
+        return "\n".join(lines + ['{"tool": "submit"}'])
+
+    add("gold", gold, "the reference transcript")
+    add("equivalent", f"The change:\n\n```diff\n{gold_diff}```\n", "the reference's final tree as one diff block")
+    target = KERNELS[spec.targets[0]]
+    if spec.family == "refactor":
+        add("perturbed", wrong_transcript(task), "the reference without its last edit")
+    else:
+        for path, text in sorted(tree.items()):
+            if target.source in text:
+                bug = target.bugged_source(0 if target.bugged_source(0) not in spec.files[path] else 1)
+                add("perturbed", then_submit(edits + [json.dumps({"tool": "replace", "path": path, "old": target.source,
+                                                                   "new": bug})]), "the reference with a planted bug put back")
+                break
+    add("empty", "", "no change")
+    add("constant", '{"tool": "submit"}', "submit at once")
+    name, (module, attribute) = next((n, e) for n, e in spec.exports.items() if e[1] in (target.name, *target.renames)
+                                     and not n.endswith("__moved"))
+    path = module.replace(".", "/") + ".py"
+    for value in ("None", "0", "''", "[]"):
+        add("constant", then_submit(edits + [json.dumps({"tool": "write", "path": path, "content": tree[path] +
+                                                          f"\n\ndef {attribute}(*args, **kwargs):\n    return {value}\n"})]),
+            f"{attribute} returns {value}")
+    wrong_tree, _ = final_tree(wrong_transcript(task), task, spec)
+    wrong_diff = tree_diff(spec.files, wrong_tree or spec.files)
+    if wrong_diff:
+        add("hedge", f"```diff\n{wrong_diff}```\n```diff\n{gold_diff}```", "a wrong diff, then the gold one")
+        add("hedge", f"```diff\n{gold_diff}```\n```diff\n{wrong_diff}```", "the gold diff, then a wrong one")
+    add("hedge", gold_diff + "\n" + '{"tool": "write", "path": "README.md", "content": "x"}', "the gold diff beside a tool call")
+    add("long", then_submit(['{"tool": "git_status"}'] * 300 + edits), "300 calls before the gold edits")
+    for attack, completion in hostile_programs(attribute).items():
+        add(f"code.{attack}", then_submit(edits + [json.dumps({"tool": "write", "path": path, "content": tree[path] + "\n\n"
+                                                                + extract_code(completion)})]), attack)
     return probes
 
 

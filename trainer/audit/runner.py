@@ -32,6 +32,7 @@ from trainer.audit.probes import (
     gold_text,
     normal,
     open_ended,
+    repo_probes,
     text_probes,
     tool_probes,
 )
@@ -192,6 +193,10 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
             if gold is None:
                 skipped.append(f"{task.id}: no reference solution; only hostile and constant programs were run")
             probes += code_probes(task, gold, broken)
+        return probes, [], skipped
+    if fmt.kind == "repo":
+        for task in tasks:
+            probes += repo_probes(task)
         return probes, [], skipped
     if fmt.kind == "tool":
         for task in tasks:

@@ -45,6 +45,9 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
         return f"<answer>{float(task.answer) + 1000}</answer>"
     if spec.family == "tool_use":
         return '{"tool": "submit"}'
+    if spec.family == "repos":
+        from trainer.catalogue.repos import wrong_transcript
+        return wrong_transcript(task)
     if spec.family == "filings":  # the reference transcript with its answer off by one
         lines = str(task.answer).splitlines()
         return "\n".join(lines[:-1] + [json.dumps({"tool": "answer", "value": task.meta["gold"] + 1})])

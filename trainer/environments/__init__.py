@@ -13,12 +13,14 @@ from trainer.environments.base import (Environment, StepResult, ToolEnvironment,
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
 from trainer.environments.filing import FilingEnv
+from trainer.environments.repo import RepoEnv
 from trainer.environments.retry import RetryEnv
 
 ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
     CalculatorKVEnv.name: CalculatorKVEnv,
     FileSystemEnv.name: FileSystemEnv,
     FilingEnv.name: FilingEnv,
+    RepoEnv.name: RepoEnv,
 }
 
 

@@ -99,14 +99,33 @@ class ToolEnvironment:
         return StepResult(observation, False)
 
 
+_TOOL_START = re.compile(r'\{\s*"tool"\s*:')
+_DECODER = json.JSONDecoder()
+
+
 def parse_action(text: str) -> dict[str, Any]:
-    """The tool call in a model turn: the last JSON object with a ``tool`` key.
+    """The tool call in a model turn: the last JSON object with a ``tool`` key (in a
+    ``<tool_call>`` block when there are any). Values may hold braces (code, f-strings):
 
     >>> parse_action('I will look. {"tool": "get", "key": "x"}')
     {'tool': 'get', 'key': 'x'}
+    >>> parse_action('{"tool": "write", "content": "d = {x: 1}"} done')["content"]
+    'd = {x: 1}'
     """
     tagged = [content for _, _, content in tag_spans(text, "tool_call")]  # linear, however many tags
-    candidates = tagged or re.findall(r"\{[^{}]*\}", text)
+    if tagged:
+        candidates = tagged
+    else:
+        # Objects that open with their tool key, decoded in place (the last 20: linear in the text),
+        # then flat objects with the key anywhere.
+        for match in reversed(list(_TOOL_START.finditer(text))[-20:]):
+            try:
+                value, _ = _DECODER.raw_decode(text, match.start())
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(value, dict) and isinstance(value.get("tool"), str):
+                return value
+        candidates = re.findall(r"\{[^{}]*\}", text)
     for raw in reversed(candidates):
         try:
             value = json.loads(raw)

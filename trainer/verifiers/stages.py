@@ -180,6 +180,10 @@ for _stage in [
         "tests": ANY, "entry_point": {"type": "string"}, "prompt": {"type": "string"}, "limits": limits_json_schema(),
         "backend": {"enum": [*SANDBOX_BACKENDS, None]}, "partial_credit": {"type": "boolean"},
     }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0, needs_context=True),
+    StageType("repo_tests", _V + "repo:repo_tests", params_schema({
+        "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
+    }), "A repository task's hidden tests on the final tree (the completion's diff or tool calls applied), in the sandbox.", 3,
+        isolation="thread", default_timeout_s=90.0, needs_context=True),
     StageType("judge", _V + "judge:judge_stage", params_schema({
         "judge": {"type": "string"}, "rubric": {"type": "string"}, "threshold": {"type": "number", "minimum": 0, "maximum": 1},
         "graded": {"type": "boolean"},

@@ -364,6 +364,17 @@
     return typeof v === "string" ? v : JSON.stringify(v);
   }
 
+  // A multi-turn episode: the model's turns and the tool outputs between them (masked out of the
+  // loss: shown apart, never trained on); the completion column holds what the verifier judged.
+  function transcriptView(transcript) {
+    const turns = transcript.filter((x) => x.role === "model").length;
+    return el("details", { "data-testid": "traj-transcript" },
+      el("summary", { text: `${turns} turn${turns === 1 ? "" : "s"}` }),
+      ...transcript.map((x) => el("div", { class: `turn ${x.role === "model" ? "model" : "tool"}` },
+        el("div", { class: "muted small", text: x.role === "model" ? "model" : "tool output (not trained on)" }),
+        el("pre", { text: x.text }))));
+  }
+
   async function showTrajectories(filter) {
     trajFilter = { ...filter };
     for (const k of TRAJ_FIELDS) if (trajForm.elements[k]) trajForm.elements[k].value = trajFilter[k] ?? "";
@@ -390,7 +401,7 @@
         title: "This task at every step it was sampled", text: "across steps" });
       across.addEventListener("click", () => showTrajectories({ domain: t.domain, task_id: t.task_id }));
       const link = el("a", { href: trajUrl({ trajectory: t.id }), "data-testid": "traj-link", text: "link" });
-      const { details: verifier, ...rest } = t.details || {};
+      const { details: verifier, transcript, ...rest } = t.details || {};
       return el("tr", { "data-testid": "trajectory", "data-id": t.id, "data-outcome": t.outcome },
         el("td", { text: String(t.step) }),
         el("td", {}, el("div", { text: `${t.domain} ${t.task_id}` }), t.task_id ? across : null),
@@ -401,6 +412,7 @@
           el("pre", { text: t.completion })),
         el("td", {},
           el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: t.prompt })),
+          transcript && transcript.length ? transcriptView(transcript) : null,
           el("details", { "data-testid": "traj-verifier" }, el("summary", { text: `verifier${verifier && verifier.stage ? ": " + verifier.stage : ""}` }),
             el("pre", { class: "details", text: JSON.stringify({ ...(verifier || {}), ...rest }, null, 1) })),
           link));

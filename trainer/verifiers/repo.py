@@ -1,0 +1,128 @@
+"""Stage ``repo_tests``: a repository task's hidden tests on the final tree, in a fresh sandbox.
+
+The completion is the change to the task's starting repository (:mod:`trainer.tasks.repos`):
+either a unified diff (what a multi-turn episode submits: :meth:`RepoEnv.submission
+<trainer.environments.repo.RepoEnv.submission>`; a single-turn answer may put it in one
+```diff block), or a transcript of the environment's tool calls, replayed here without a sandbox
+(the audit and SFT use the reference transcript). One change per completion: two diff blocks, or
+a diff beside tool calls, is no answer.
+
+Trusted code rebuilds the starting tree from the task's family, seed and level, applies the
+change, checks a refactor's shape on the final tree's syntax, and builds the job: the code-test
+harness (:mod:`trainer.verifiers.code_harness`) holds the hidden tests and writes the verdict,
+and the repository under ``repo/`` is the program, loaded by a small generated module that
+imports the functions the tests call. Every call crosses the process boundary as data; the
+tests never exist in a file the program can read.
+
+>>> from trainer.tasks.base import Task
+>>> task = Task("swe-feature", "x", "...", meta={"family": "feature", "seed": 3, "level": 0})
+>>> repo_tests("no change at all", task).outcome.value
+'parse_error'
+>>> repo_tests("```diff\\n--- a/x\\n+++ b/x\\n```\\n```diff\\n--- a/y\\n+++ b/y\\n```", task).details["error"]
+'2 diff blocks: one change per completion'
+>>> repo_tests(task_reference(task), task).outcome.value  # no sandbox in this context
+'sandbox_error'
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
+from trainer.verifiers.code import verdict_to_verification
+from trainer.verifiers.code_harness import build_job
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
+from trainer.verifiers.limits import Limits
+from trainer.verifiers.patches import PatchError, apply_patch
+
+REPO_DIR = "repo"
+"""Where the final tree sits in the job."""
+DEFAULT_LIMITS = {"cpu_s": 20.0, "wall_s": 40.0, "memory_mb": 512}
+_FENCE = re.compile(r"```(?:diff|patch)[^\n]*\n(.*?)```", re.S)
+_HEADERS = re.compile(r"^--- .*\n\+\+\+ ", re.M)
+
+
+def spec_of(task: Task) -> RepoTask:
+    """The generated repository task a ``swe-*`` task stands for."""
+    meta = task.meta
+    return repo_task(str(meta["family"]), int(meta["seed"]), int(meta["level"]))
+
+
+def task_reference(task: Task) -> str:
+    """The reference transcript of a task (its ``answer``, rebuilt when absent)."""
+    return task.answer if isinstance(task.answer, str) else reference_transcript(spec_of(task))
+
+
+def final_tree(completion: str, task: Task, spec: RepoTask) -> tuple[dict[str, str] | None, str]:
+    """The tree a completion leaves, and ``"diff"`` or ``"transcript"``; ``(None, why)`` when it
+    holds no change or more than one."""
+    from trainer.environments.base import ActionError, split_actions  # lazy: the environments import the verifiers
+    from trainer.environments.repo import RepoEnv, check_tree
+
+    blocks = _FENCE.findall(completion)
+    if len(blocks) > 1:
+        return None, f"{len(blocks)} diff blocks: one change per completion"
+    patch = blocks[0] if blocks else (completion if _HEADERS.search(completion) else None)
+    actions = split_actions(completion)
+    if patch is not None:
+        if actions:
+            return None, "both a diff and tool calls: one change per completion"
+        try:
+            tree = apply_patch(spec.files, patch)
+            check_tree(tree)
+        except (PatchError, ActionError) as exc:
+            return None, f"the diff does not apply: {exc}"
+        return tree, "diff"
+    if not actions:
+        return None, "no change: neither a unified diff nor tool calls"
+    env = RepoEnv()
+    env.reset(task)  # the task's step budget: calls past it change nothing
+    for action in actions:
+        if env.step(action).done:
+            break
+    return env.tree, "transcript"
+
+
+def _program(spec: RepoTask) -> str:
+    """The generated module the harness loads: it imports each function the tests call from
+    the final tree (a name that no longer imports is missing, and its tests fail)."""
+    lines = ["import sys", f"sys.path.insert(0, {REPO_DIR!r})"]
+    for name, (module, attribute) in sorted(spec.exports.items()):
+        lines += ["try:", f"    from {module} import {attribute} as {name}", "except Exception:", "    pass"]
+    return "\n".join(lines) + "\n"
+
+
+def repo_tests(
+    completion: str,
+    task: Task,
+    *,
+    limits: dict[str, Any] | Limits | None = None,
+    backend: str | None = None,
+    context: VerifyContext = NO_CONTEXT,
+) -> Verification:
+    """Apply the completion's change to the starting tree and run the hidden tests on it."""
+    spec = spec_of(task)
+    tree, how = final_tree(completion, task, spec)
+    if tree is None:
+        return Verification.failed(Outcome.PARSE_ERROR, error=how)
+    changed = sorted(p for p in set(tree) | set(spec.files) if tree.get(p) != spec.files.get(p))
+    details: dict[str, Any] = {"change": how, "changed_files": changed[:50]}
+    if not changed:
+        return Verification.failed(error="the change leaves the repository as it was", **details)
+    if spec.structure and (problems := structure_failures(spec.structure, tree)):
+        return Verification.failed(error="the refactor's shape is wrong", structure=problems[:20], **details)
+    job = build_job(_program(spec), spec.hidden, prelude=PRELUDE)
+    files = {**job.files, **{f"{REPO_DIR}/{path}": text for path, text in tree.items()}}
+    typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
+    if context.execute is None:
+        return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
+    domain = task.domain or "default"
+    try:
+        with context.slot(domain, typed):
+            verdict = context.execute(files, job.command, typed, None, backend=backend, domain=domain)
+    except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
+        return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
+    result = verdict_to_verification(verdict, job)
+    return Verification(result.outcome, result.score, {**result.details, **details})
