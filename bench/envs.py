@@ -1,15 +1,18 @@
 """Multi-turn environment domains: how fast a task goes through the real path, per domain.
 
-For each domain of the families asked (default: ``filings`` and ``tool_use``): draw tasks over
-its levels, and for each one build the environment the trainer builds for an episode, drive it
-with the task's reference transcript one call per turn (the multi-turn runner's loop, without a
-model), and verify the final state; then verify the same transcript through the domain's
-cascade (the ``environment`` stage that single-turn rollouts, SFT and the audit use). Reports per
-domain: tasks per second for drawing, for the episode and for the cascade, the turns per episode,
-whether every reference passed, and the sandbox-seconds per task (0 for environments that run
-in the trainer's process, as these do).
+For each domain of the families asked (default: ``filings``, ``tool_use`` and ``repos``): draw
+tasks over its levels, and for each one build the environment the trainer builds for an
+episode (given the real sandbox, as the run driver gives it), drive it with the task's reference
+transcript one call per turn (the multi-turn runner's loop, without a model) and verify the
+episode: by the environment itself, or, for an environment that submits (a repository's final
+diff), by the domain's cascade on the submission; then verify the same transcript through the
+cascade (single-turn rollouts, SFT and the audit take that path). Reports per domain: tasks per
+second for drawing, for the episode (with its verification) and for the cascade, the turns per
+episode, whether every reference passed, and the sandbox-seconds per task (the wall time of
+every sandbox job: a repository's ``run_tests`` turns and its hidden tests; 0 for environments
+that run in the trainer's process).
 
-    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use]   # last line: JSON
+    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos]   # last line: JSON
 """
 from __future__ import annotations
 
@@ -26,13 +29,24 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--families", default="filings,tool_use")
+    parser.add_argument("--families", default="filings,tool_use,repos")
     args = parser.parse_args()
 
     from trainer.catalogue import all_domains
     from trainer.environments import split_actions
     from trainer.outcomes import Outcome
     from trainer.tasks.filings import filing
+    from trainer.verifiers import VerifyContext, compile_cascade
+    from workers.sandbox import execute
+
+    sandbox_s = [0.0]
+
+    def timed_execute(*args, **kwargs):
+        verdict = execute(*args, **kwargs)
+        sandbox_s[0] += verdict.wall_s
+        return verdict
+
+    context = VerifyContext(execute=timed_execute)
 
     families = set(args.families.split(","))
     out = {}
@@ -40,14 +54,18 @@ def main() -> None:
         if spec.family not in families or spec.environment is None:
             continue
         rng = random.Random(0)
+        cascade = compile_cascade(spec.verifier_spec, context)
         filing.cache_clear()  # each domain pays for building its own reports (domains share seeds here)
         t0 = time.perf_counter()
         tasks = [spec.source.sample(rng, i % spec.source.levels) for i in range(args.tasks)]
         draw_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         turns, passed = 0, 0
+        sandbox_s[0] = 0.0
         for task in tasks:
             env = spec.environment(task)
+            if (bind := getattr(env, "bind", None)) is not None:
+                bind(context)
             env.reset(task)
             result = None
             for action in split_actions(str(task.answer)):
@@ -55,15 +73,19 @@ def main() -> None:
                 result = env.step(action)
                 if result.done:
                     break
-            passed += bool(result and result.done and result.outcome.outcome is Outcome.PASS)
+            verdict = result.outcome if result and result.done else None
+            if result and result.done and verdict is None and hasattr(env, "submission"):
+                verdict = cascade(env.submission(), task)  # what the verify queue does with the episode
+            passed += bool(verdict and verdict.outcome is Outcome.PASS)
         episode_s = time.perf_counter() - t0
+        episode_sandbox_s = sandbox_s[0]
         t0 = time.perf_counter()
-        cascade_ok = sum(spec.verify(str(t.answer), t).outcome is Outcome.PASS for t in tasks)
+        cascade_ok = sum(cascade(str(t.answer), t).outcome is Outcome.PASS for t in tasks)
         cascade_s = time.perf_counter() - t0
         row = {"draw_tasks_per_s": round(len(tasks) / draw_s, 1), "episode_tasks_per_s": round(len(tasks) / episode_s, 1),
                "cascade_tasks_per_s": round(len(tasks) / cascade_s, 1), "turns_per_task": round(turns / len(tasks), 2),
                "references_passed": f"{passed}/{len(tasks)}", "cascade_passed": f"{cascade_ok}/{len(tasks)}",
-               "sandbox_s_per_task": 0.0}
+               "sandbox_s_per_task": round(episode_sandbox_s / len(tasks), 3)}
         out[slug] = row
         print(f"{slug:26s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     print(json.dumps({"tasks": args.tasks, "domains": out}))
