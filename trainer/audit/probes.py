@@ -118,6 +118,8 @@ def answer_format(verifier: dict[str, Any]) -> AnswerFormat:
         return AnswerFormat("code")
     if "repo_tests" in types:
         return AnswerFormat("repo")
+    if "function_calls" in types:
+        return AnswerFormat("calls")
     if "environment" in types:
         return AnswerFormat("tool")
     for stage in stages:
@@ -450,6 +452,61 @@ def code_probes(task: Task, gold_completion: str | None, perturbed: str | None) 
         add("constant", f"```python\n{header}def {entry}(*args, **kwargs):\n    return {value}\n```", f"returns {value}")
     for name, completion in hostile_programs(entry, prompt).items():
         add(f"code.{name}", completion, name, CLASSES["code"])
+    return probes
+
+
+# ---- function calls ----------------------------------------------------------------------------
+
+def call_probes(task: Task) -> list[Probe]:
+    """Probes for a function-calling task (``bfcl-*``): the expected calls and the same calls
+    fenced, spaced and (parallel) reordered; one value changed; no call, an empty list, a call of
+    each offered function without arguments; the gold list and a wrong one in two blocks, and a
+    wrong call added to the gold list; a float set to a non-finite value; the gold after 300
+    lines. Where no function fits (irrelevance), the gold is a sentence without a call, and
+    every call of an offered function, alone or beside that sentence, must fail."""
+    from trainer.catalogue.bfcl import NO_CALL, perturbed_answer, reference_completion  # lazy: the catalogue imports the verifiers
+    from trainer.verifiers.function_calls import reference_calls
+
+    probes: list[Probe] = []
+
+    def add(cls: str, completion: str, note: str) -> None:
+        probes.append(Probe(cls, completion, task, CLASSES[cls], note))
+
+    category = task.meta["category"]
+    names = [f["name"] for f in task.meta["functions"]]
+    gold = reference_completion(task)
+    add("gold", gold, "the expected calls" if category != "irrelevance" else "no call")
+    if category == "irrelevance":
+        add("equivalent", "I cannot help with that using these tools.", "another sentence without a call")
+        for name in names[:3]:
+            add("perturbed", f"[{name}()]", f"a call of {name}")
+            add("hedge", f"{NO_CALL}\nBut just in case: [{name}()]", "no call, then a call")
+        add("long", "\n".join([f"[{names[0]}()]"] * 300) + "\n" + NO_CALL, "300 calls before the sentence")
+        return probes
+    add("equivalent", f"```python\n{gold.replace(', ', ',  ')}\n```", "fenced, spaced")
+    add("empty", "", "nothing")
+    add("constant", "[]", "an empty list")
+    add("constant", NO_CALL, "no call")
+    if category == "relevance":
+        add("long", "\n".join([NO_CALL] * 300) + "\n" + gold, "300 sentences before the call")
+        return probes
+    calls = gold[1:-1]
+    if category.startswith("parallel") and len(task.answer) > 1:
+        add("equivalent", reference_calls(list(reversed(task.answer)), task.meta["functions"]), "the calls in reverse order")
+    wrong = reference_calls(perturbed_answer(task.answer), task.meta["functions"])
+    add("perturbed", wrong, "one value changed")
+    for name in names[:3]:
+        if f"[{name}()]" != gold:  # (a function without parameters: that call is the gold)
+            add("constant", f"[{name}()]", f"{name} without arguments")
+    add("hedge", f"```python\n{wrong}\n```\n```python\n{gold}\n```", "a wrong list, then the gold one")
+    add("hedge", f"```python\n{gold}\n```\n```python\n{wrong}\n```", "the gold list, then a wrong one")
+    add("hedge", f"[{calls}, {wrong[1:-1]}]", "the gold calls and wrong ones in one list")
+    for param, values in next(iter(task.answer[0].values())).items():
+        if values and isinstance(values[0], float):
+            for text in ("1e999", "-1e999"):
+                add("non_finite", gold.replace(f"{param}={values[0]!r}", f"{param}={text}", 1), f"{param}={text}")
+            break
+    add("long", "\n".join([wrong] * 300) + "\n" + gold, "300 wrong lists before the gold")
     return probes
 
 

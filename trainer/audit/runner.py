@@ -27,6 +27,7 @@ from trainer.audit.probes import (
     AnswerFormat,
     Probe,
     answer_format,
+    call_probes,
     code_probes,
     constant_probes,
     gold_text,
@@ -197,6 +198,10 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     if fmt.kind == "repo":
         for task in tasks:
             probes += repo_probes(task)
+        return probes, [], skipped
+    if fmt.kind == "calls":
+        for task in tasks:
+            probes += call_probes(task)
         return probes, [], skipped
     if fmt.kind == "tool":
         for task in tasks:

@@ -26,6 +26,9 @@ def reference_completion(spec: DomainSpec, task: Task) -> str:
         return document_reference(task)
     if spec.family == "tool_use":
         return str(task.answer)
+    if spec.family == "bfcl":
+        from trainer.catalogue.bfcl import reference_completion as bfcl_reference
+        return bfcl_reference(task)
     return str(task.answer)
 
 
@@ -48,6 +51,9 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "repos":
         from trainer.catalogue.repos import wrong_transcript
         return wrong_transcript(task)
+    if spec.family == "bfcl":
+        from trainer.catalogue.bfcl import wrong_completion as bfcl_wrong
+        return bfcl_wrong(task)
     if spec.family == "filings":  # the reference transcript with its answer off by one
         lines = str(task.answer).splitlines()
         return "\n".join(lines[:-1] + [json.dumps({"tool": "answer", "value": task.meta["gold"] + 1})])

@@ -166,6 +166,10 @@ for _stage in [
         "expected": ANY, "fields": STRINGS, "tolerances": {"type": "object", "additionalProperties": TOLERANCE},
         "default_tolerance": TOLERANCE, "partial_credit": {"type": "boolean"}, "given": STRINGS,
     }), "JSON fields compared one by one, numbers with per-field tolerance; partial credit, none for fields the prompt gives.", 1, default_timeout_s=5.0),
+    StageType("function_calls", _V + "function_calls:function_calls", params_schema({
+        "category": {"enum": ["simple", "multiple", "parallel", "parallel_multiple", "irrelevance", "relevance", None]},
+    }), "Function calls (a Python list of calls) checked by their syntax tree against the task's possible answers (BFCL's rules).", 1,
+        default_timeout_s=5.0),
     StageType("math", _V + "math_equiv:math_equivalence", params_schema({
         "expected": ANY, "float_rounding": {"type": "integer", "minimum": 0, "maximum": 20}, "strict": {"type": "boolean"},
     }), "Symbolic equivalence with math-verify: one final answer, of the gold's kind, finite and evaluated.", 2, default_timeout_s=10.0),
