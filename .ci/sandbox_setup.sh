@@ -41,5 +41,6 @@ if ! docker info >/dev/null 2>&1; then
   done
 fi
 
+"$PY" -m workers.sandbox.libs install
 "$PY" -m workers.sandbox.image build
 "$PY" -c "from workers.sandbox import reap; print('sandbox_setup: reaped', reap())"

@@ -6,4 +6,4 @@ import os
 import shutil
 
 SANDBOX_BACKEND = os.environ.get("TEMPER_SANDBOX_BACKEND") or ("bwrap" if shutil.which("bwrap") else "docker")
-SANDBOX_IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-1")
+SANDBOX_IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-2")

@@ -54,6 +54,9 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "bfcl":
         from trainer.catalogue.bfcl import wrong_completion as bfcl_wrong
         return bfcl_wrong(task)
+    if spec.family == "cad":
+        from trainer.catalogue.cad import wrong_completion as cad_wrong
+        return cad_wrong(task)
     if spec.family == "filings":  # the reference transcript with its answer off by one
         lines = str(task.answer).splitlines()
         return "\n".join(lines[:-1] + [json.dumps({"tool": "answer", "value": task.meta["gold"] + 1})])

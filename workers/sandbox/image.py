@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-1")
+IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-2")
 """Image tag the docker backend runs; bump the suffix when the recipe below changes."""
 SUITE = "bookworm"
 """Debian release the root filesystem comes from."""
@@ -64,6 +64,18 @@ def build_rootfs(target: Path) -> Path:
     return rootfs
 
 
+def _copy_sandbox_libs(rootfs: Path) -> None:
+    """The packages sandboxed programs may import (:mod:`workers.sandbox.libs`, installed first)."""
+    from workers.sandbox.libs import SANDBOX_LIB, install
+
+    source = install()
+    inside = rootfs / SANDBOX_LIB.lstrip("/")
+    if inside.exists():
+        shutil.rmtree(inside)
+    inside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, inside, symlinks=True)
+
+
 def build(force: bool = False) -> str:
     """Build IMAGE unless it exists; returns the image tag."""
     client = _client()
@@ -71,6 +83,7 @@ def build(force: bool = False) -> str:
         print(f"image {IMAGE} exists; nothing to do")
         return IMAGE
     rootfs = build_rootfs(CACHE_DIR)
+    _copy_sandbox_libs(rootfs)
     work = rootfs / "work"  # tmpfs mounts copy the mode of the directory underneath
     work.mkdir(exist_ok=True)
     os.chmod(work, 0o1777)

@@ -1,0 +1,268 @@
+"""Stage ``cad_mesh``: a modelling script run in the sandbox, its solid checked by geometry.
+
+The completion is a Python script (one fenced block) that builds a solid with manifold3d
+(the sandbox's packages: :data:`SANDBOX_LIB`) and assigns it to ``result``. The job runs it and
+writes the solid's triangle mesh to stdout as one marker line (vertex coordinates and triangle
+indices, base64). Whatever the script does, the verdict comes from that mesh alone, checked here
+by trusted code (:func:`analyse`, numpy): one marker line (two meshes is no answer), finite
+coordinates, every edge of the triangles shared by exactly two of them in opposite directions
+(watertight, manifold, consistently oriented), then the task's checks, each within its
+tolerance: volume, surface area, bounding box, number of solids, genus (through-holes), the
+volume centroid, and points that must lie inside or outside the solid (a hole at a position, a
+wall, a cavity: a ray-parity test). A script that forges a mesh has made that mesh: it is judged
+as one. Pass only when every check holds (no partial credit: the prompt gives most dimensions).
+
+>>> import numpy as np
+>>> v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
+>>> t = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])
+>>> g = analyse(v, t)
+>>> round(g.volume, 4), g.watertight, g.genus, g.components
+(0.1667, True, 0, 1)
+>>> inside(v, t, [[0.1, 0.1, 0.1], [0.9, 0.9, 0.9]])
+[True, False]
+"""
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+from trainer.verifiers.code import STATUS_OUTCOMES, extract_code
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
+from trainer.verifiers.limits import Limits
+
+SANDBOX_LIB = "/usr/local/lib/temper-sandbox"
+"""Where the sandbox's importable packages live (installed by ``python -m workers.sandbox.libs``)."""
+MODEL_FILE = "model.py"
+MAX_TRIANGLES = 400_000
+MARKER = b"@@TEMPER-MESH "
+DEFAULT_LIMITS = {"cpu_s": 20.0, "wall_s": 40.0, "memory_mb": 1024, "output_bytes": 32 << 20}
+RUNNER = f'''
+import base64, sys
+sys.path.insert(0, {SANDBOX_LIB!r})
+namespace = {{"__name__": "__main__"}}
+with open({MODEL_FILE!r}, encoding="utf-8") as f:
+    source = f.read()
+exec(compile(source, {MODEL_FILE!r}, "exec"), namespace)
+import manifold3d, numpy
+result = namespace.get("result")
+if not isinstance(result, manifold3d.Manifold):
+    sys.stderr.write("the script must assign a manifold3d.Manifold to result, got %s\\n" % type(result).__name__)
+    sys.exit(4)
+mesh = result.to_mesh()
+vertices = numpy.ascontiguousarray(mesh.vert_properties[:, :3], dtype="<f8")
+triangles = numpy.ascontiguousarray(mesh.tri_verts, dtype="<i4")
+sys.stdout.flush()
+sys.stdout.write("@@TEMPER-MESH %s %s\\n" % (base64.b64encode(vertices.tobytes()).decode(), base64.b64encode(triangles.tobytes()).decode()))
+'''
+"""The job's command (it runs the script, then writes the mesh of ``result``)."""
+NO_RESULT_EXIT = 4
+
+
+@dataclass
+class Geometry:
+    """What the verifier reads off a mesh."""
+
+    triangles: int
+    watertight: bool
+    """Every edge in exactly two triangles, in opposite directions."""
+    volume: float = 0.0
+    area: float = 0.0
+    bbox_min: list[float] = field(default_factory=list)
+    bbox_max: list[float] = field(default_factory=list)
+    components: int = 0
+    genus: int = 0
+    centroid: list[float] = field(default_factory=list)
+    problem: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else [round(x, 6) for x in v] if isinstance(v, list) else v)
+                for k, v in self.__dict__.items()}
+
+
+def _components(triangles: np.ndarray, n: int) -> int:
+    parent = np.arange(n)
+
+    def find(x: int) -> int:
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for a, b in np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]]]):
+        ra, rb = find(int(a)), find(int(b))
+        if ra != rb:
+            parent[ra] = rb
+    used = np.unique(triangles)
+    return len({find(int(v)) for v in used})
+
+
+def analyse(vertices: np.ndarray, triangles: np.ndarray) -> Geometry:
+    """Topology and measures of a triangle mesh (see the module docstring)."""
+    m = len(triangles)
+    if m == 0:
+        return Geometry(0, False, problem="the mesh is empty")
+    if not np.isfinite(vertices).all():
+        return Geometry(m, False, problem="a vertex coordinate is not finite")
+    if triangles.min() < 0 or triangles.max() >= len(vertices):
+        return Geometry(m, False, problem="a triangle names a vertex that does not exist")
+    n = len(vertices)
+    a, b, c = triangles[:, 0].astype(np.int64), triangles[:, 1].astype(np.int64), triangles[:, 2].astype(np.int64)
+    directed = np.concatenate([a * n + b, b * n + c, c * n + a])
+    reverse = np.concatenate([b * n + a, c * n + b, a * n + c])
+    unique, counts = np.unique(directed, return_counts=True)
+    watertight = bool((counts == 1).all() and np.array_equal(np.sort(reverse), unique) and (a != b).all()
+                      and (b != c).all() and (a != c).all())
+    v0, v1, v2 = vertices[triangles[:, 0]], vertices[triangles[:, 1]], vertices[triangles[:, 2]]
+    cross = np.cross(v1 - v0, v2 - v0)
+    signed = np.einsum("ij,ij->i", v0, np.cross(v1, v2)) / 6.0  # (m,) signed tetrahedron volumes
+    volume = float(signed.sum())
+    geometry = Geometry(m, watertight, volume=volume, area=float(np.linalg.norm(cross, axis=1).sum() / 2),
+                        bbox_min=vertices[np.unique(triangles)].min(axis=0).tolist(),
+                        bbox_max=vertices[np.unique(triangles)].max(axis=0).tolist())
+    if not watertight:
+        geometry.problem = "the mesh is not closed: some edge is not shared by exactly two triangles in opposite directions"
+        return geometry
+    geometry.components = _components(triangles, n)
+    used = len(np.unique(triangles))
+    euler = used - (3 * m) // 2 + m  # V - E + F over every closed shell
+    geometry.genus = int((2 * geometry.components - euler) // 2)
+    if abs(volume) > 0:
+        geometry.centroid = (((v0 + v1 + v2) / 4.0) * signed[:, None]).sum(axis=0) / volume
+        geometry.centroid = [float(x) for x in geometry.centroid]
+    return geometry
+
+
+RAY = np.array([0.0123, 0.0271, 1.0]) / np.linalg.norm([0.0123, 0.0271, 1.0])
+"""Direction of the parity rays (off every axis: no ray runs along a modelled edge or face)."""
+
+
+def inside(vertices: np.ndarray, triangles: np.ndarray, points: list[list[float]]) -> list[bool]:
+    """For each point, whether it lies inside the closed mesh (odd number of crossings of a ray)."""
+    v0, v1, v2 = vertices[triangles[:, 0]], vertices[triangles[:, 1]], vertices[triangles[:, 2]]
+    e1, e2 = v1 - v0, v2 - v0
+    h = np.cross(RAY, e2)
+    det = np.einsum("ij,ij->i", e1, h)
+    ok = np.abs(det) > 1e-12
+    inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
+    out = []
+    for point in points:
+        s = np.asarray(point, float) - v0
+        u = np.einsum("ij,ij->i", s, h) * inv
+        q = np.cross(s, e1)
+        w = (q @ RAY) * inv
+        t = np.einsum("ij,ij->i", e2, q) * inv
+        hits = ok & (u >= 0) & (w >= 0) & (u + w <= 1) & (t > 1e-9)
+        out.append(bool(int(hits.sum()) % 2))
+    return out
+
+
+def parse_mesh(stdout: bytes) -> tuple[np.ndarray, np.ndarray] | str:
+    """The mesh of the one marker line, or why there is none."""
+    lines = [line for line in stdout.split(b"\n") if line.startswith(MARKER)]
+    if len(lines) != 1:
+        return f"{len(lines)} meshes written: one solid per answer" if lines else "no mesh written"
+    parts = lines[0][len(MARKER):].split(b" ")
+    if len(parts) != 2:
+        return "the mesh line is malformed"
+    try:
+        raw_v, raw_t = base64.b64decode(parts[0], validate=True), base64.b64decode(parts[1], validate=True)
+    except ValueError:
+        return "the mesh line is malformed"
+    if len(raw_v) % 24 or len(raw_t) % 12:
+        return "the mesh line is malformed"
+    vertices = np.frombuffer(raw_v, dtype="<f8").reshape(-1, 3)
+    triangles = np.frombuffer(raw_t, dtype="<i4").reshape(-1, 3)
+    if len(triangles) > MAX_TRIANGLES:
+        return f"{len(triangles)} triangles; at most {MAX_TRIANGLES}"
+    return vertices, triangles
+
+
+def _close(found: float, expected: float, check: dict[str, Any]) -> bool:
+    tolerance = max(float(check.get("abs_tol", 0.0)), float(check.get("rel_tol", 0.0)) * abs(expected))
+    return bool(np.isfinite(found)) and abs(found - expected) <= tolerance
+
+
+def run_checks(geometry: Geometry, vertices: np.ndarray, triangles: np.ndarray, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each check with what was found and whether it holds."""
+    out = []
+    for check in checks:
+        kind, expected = check["check"], check.get("expected")
+        if kind in ("volume", "area"):
+            found: Any = getattr(geometry, kind)
+            ok = _close(found, expected, check)
+        elif kind in ("bbox_min", "bbox_max", "centroid"):
+            found = getattr(geometry, kind)
+            axes = check.get("axes", "xyz")
+            ok = len(found) == 3 and all(_close(found["xyz".index(a)], expected["xyz".index(a)], check) for a in axes)
+        elif kind in ("genus", "components"):
+            found = getattr(geometry, kind)
+            ok = found == expected
+        elif kind in ("inside", "outside"):
+            found = inside(vertices, triangles, check["points"])
+            ok = all(found) if kind == "inside" else not any(found)
+        elif kind == "diameter":  # the effective diameter of a prism along z: 2 sqrt(V / (pi h))
+            height = geometry.bbox_max[2] - geometry.bbox_min[2] if geometry.bbox_max else 0.0
+            found = 2 * float(np.sqrt(max(geometry.volume, 0.0) / (np.pi * height))) if height > 0 else 0.0
+            ok = check["low"] <= found <= check["high"]
+        else:
+            raise ValueError(f"unknown CAD check {kind!r}")
+        out.append({"check": kind, "ok": bool(ok), "found": found, **{k: v for k, v in check.items() if k not in ("check", "points")}})
+    return out
+
+
+def cad_job(completion: str) -> tuple[dict[str, str], list[str]]:
+    """The sandbox job: the script and the runner."""
+    return {MODEL_FILE: extract_code(completion)}, ["python3", "-I", "-S", "-c", RUNNER]
+
+
+def cad_mesh(
+    completion: str,
+    task: Task,
+    *,
+    limits: dict[str, Any] | Limits | None = None,
+    backend: str | None = None,
+    context: VerifyContext = NO_CONTEXT,
+) -> Verification:
+    """Run the completion's script in the sandbox and check the solid against ``task.meta["checks"]``."""
+    if len(re.findall(r"```(?:python|py)?[ \t]*\n", completion)) > 1:
+        return Verification.failed(Outcome.PARSE_ERROR, error="more than one code block: one script per answer")
+    code = extract_code(completion)
+    if "result" not in code:
+        return Verification.failed(Outcome.PARSE_ERROR, error="the script never assigns result")
+    typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
+    if context.execute is None:
+        return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
+    files, command = cad_job(completion)
+    domain = task.domain or "default"
+    try:
+        with context.slot(domain, typed):
+            verdict = context.execute(files, command, typed, None, backend=backend, domain=domain)
+    except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
+        return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
+    status = str(getattr(verdict, "status", "sandbox_error"))
+    stderr = (getattr(verdict, "stderr", b"") or b"").decode("utf-8", "replace")[-1500:]
+    details: dict[str, Any] = {"status": status, "stderr": stderr, "wall_s": getattr(verdict, "wall_s", None)}
+    if status != "ok":
+        return Verification.failed(STATUS_OUTCOMES.get(status, Outcome.SANDBOX_ERROR), **details)
+    mesh = parse_mesh(getattr(verdict, "stdout", b"") or b"")
+    if isinstance(mesh, str):
+        return Verification.failed(error=mesh, **details)
+    vertices, triangles = mesh
+    geometry = analyse(vertices, triangles)
+    details["geometry"] = geometry.to_dict()
+    if not geometry.watertight or geometry.volume <= 0:
+        return Verification.failed(error=geometry.problem or "the solid has no volume (inside out?)", **details)
+    results = run_checks(geometry, vertices, triangles, task.meta["checks"])
+    details["checks"] = results
+    failed = [r["check"] for r in results if not r["ok"]]
+    if failed:
+        return Verification.failed(error=f"checks failed: {', '.join(failed)}", **details)
+    return Verification.passed(**details)
