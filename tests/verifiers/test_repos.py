@@ -159,7 +159,9 @@ def test_one_change_per_completion_and_a_diff_must_apply(verify):
     two = f"```diff\n{good}```\nor\n```diff\n{good}```"
     assert verify(two, task).outcome is Outcome.PARSE_ERROR
     assert verify(good + '\n{"tool": "submit"}', task).outcome is Outcome.PARSE_ERROR
-    assert verify(good.replace("@@ -", "@@ -9", 1).replace(" ", "  ", 3), task).outcome is Outcome.PARSE_ERROR
+    assert verify(good.replace("@@ -", "@@ -9", 1), task).outcome is Outcome.PASS  # placed where its lines match, as git does
+    mangled = good.replace("\n  ", "\n  zzz", 1)  # a context line the file does not have
+    assert verify(mangled, task).outcome is Outcome.PARSE_ERROR
     escape = "--- /dev/null\n+++ b/../../etc/owned\n@@ -0,0 +1 @@\n+x\n"
     verdict = verify(escape, task)
     assert verdict.outcome is Outcome.PARSE_ERROR and "invalid path" in verdict.details["error"]
@@ -252,3 +254,59 @@ def test_a_multi_turn_episode_submits_its_diff_for_the_domains_verifier():
     assert traj.completion.startswith("diff --git a/")
     roles = [x["role"] for x in traj.transcript]
     assert roles[:2] == ["model", "tool"] and roles.count("model") == len(calls)
+
+
+def test_refactor_shape_cannot_be_hidden_from_the_checks(verify):
+    """An alias or a copy reached by strings, kept inside a block, or hidden behind a source
+    encoding the checks do not read, and a file that does not parse: each fails."""
+    for seed in range(30):
+        task = task_of("refactor", seed, 0)
+        spec = repo_task("refactor", task.meta["seed"], 0)
+        first = spec.structure[0]
+        files = dict(final(task, task.answer))
+        if first["check"] == "absent":
+            old, new, path = first["name"], spec.structure[1]["name"], spec.structure[1]["path"]
+            tricks = {"string alias": files[path] + f"\nglobals()[{old!r}] = {new}\n",
+                      "setattr alias": files[path] + f"\nimport sys\nsetattr(sys.modules[__name__], '{old[:2]}' + '{old[2:]}', {new})\n",
+                      "exec alias": files[path] + f"\nexec('{old[:2]}' + '{old[2:]} = {new}')\n"}
+        else:
+            name, old_path = first["name"], spec.structure[1]["path"]
+            copy = KERNELS[name].source.replace("\n", "\n    ")
+            tricks = {"copy in a block": files[old_path] + f"\nif True:\n    {copy}\n",
+                      "copy as a lambda": files[old_path] + f"\n{name} = lambda *a: None\n",
+                      "copy by exec": files[old_path] + f"\nexec({KERNELS[name].source!r})\n"}
+            path = old_path
+        tricks["does not parse"] = files[path] + "\ndef (:\n"
+        for trick, text in tricks.items():
+            changed = tree_diff(repo_task("refactor", task.meta["seed"], 0).files, {**files, path: text})
+            verdict = verify(changed, task)
+            assert verdict.outcome is Outcome.FAIL and verdict.reward == 0.0, (seed, trick, verdict.details)
+        utf7 = tree_diff(spec.files, {**files, path: "# coding: utf-7\n" + files[path]})
+        verdict = verify(utf7, task)
+        assert verdict.outcome is Outcome.PARSE_ERROR and "utf-7" in verdict.details["error"]
+
+
+def test_hostile_patches_diffs_and_fences_cost_a_bounded_amount_of_work():
+    from trainer.verifiers.patches import MAX_DIFF_WORK, PatchError, _Budget
+    from trainer.verifiers.repo import final_tree
+
+    task = task_of("bugfix", 1, 0)
+    spec = repo_task("bugfix", task.meta["seed"], 0)
+    # a file of alternating lines, then thousands of context-only hunks that match only far away
+    big = "".join("A\n" if i == 0 else "B\n" if i == 99_999 else "\n" for i in range(100_000))
+    patch = tree_diff(spec.files, {**spec.files, "big.py": big})
+    patch += "".join(f"--- a/big.py\n+++ b/big.py\n@@ -1 +1 @@\n {'A' if i % 2 else 'B'}\n" for i in range(2_000))
+    tree, why = final_tree(patch, task, spec)
+    assert tree is None and "too long" in why
+    with pytest.raises(PatchError):
+        apply_patch({"f": big}, "".join(f"--- a/f\n+++ b/f\n@@ -1 +1 @@\n {'A' if i % 2 else 'B'}\n" for i in range(2_000)))
+    assert _Budget(10).left == 10
+    # a diff too large for difflib is written as one block, and applies
+    lines = [f"{i:03x}\n" for i in range(2_500)]
+    shuffled = lines[1250:] + lines[:1250]
+    assert len(lines) * len(shuffled) > MAX_DIFF_WORK
+    diff = tree_diff({"x.py": "".join(lines)}, {"x.py": "".join(shuffled)})
+    assert diff.count("@@ -") == 1 and apply_patch({"x.py": "".join(lines)}, diff) == {"x.py": "".join(shuffled)}
+    # thousands of unclosed fences: no answer, found in one pass
+    assert final_tree("```diff" * 70_000, task, spec) == (None, "no change: neither a unified diff nor tool calls")
+    assert final_tree("x" * 600_000, task, spec)[0] is None

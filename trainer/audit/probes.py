@@ -569,6 +569,23 @@ def repo_probes(task: Task) -> list[Probe]:
     for attack, completion in hostile_programs(attribute).items():
         add(f"code.{attack}", then_submit(edits + [json.dumps({"tool": "write", "path": path, "content": tree[path] + "\n\n"
                                                                 + extract_code(completion)})]), attack)
+    # the shape of a refactor hidden from the checks: an encoding they do not read, an alias or a
+    # copy reached by strings or kept inside a block
+    add("code.encoding", then_submit(edits + [json.dumps({"tool": "write", "path": path,
+                                                          "content": "# coding: utf-7\n" + tree[path]})]), "a UTF-7 coding line")
+    if spec.family == "refactor":
+        first = spec.structure[0]
+        if first["check"] == "absent":
+            new = spec.structure[1]["name"]
+            add("code.alias_by_string", then_submit([json.dumps({"tool": "write", "path": path, "content": spec.files[path]
+                                                                 + f"\nglobals()[{new!r}] = {first['name']}\n"})]),
+                "the old function kept, the new name set through globals()")
+        else:
+            old_path = spec.structure[1]["path"]
+            indented = target.source.replace("\n", "\n    ")
+            add("code.copy_in_block", then_submit(edits + [json.dumps({"tool": "write", "path": old_path, "content":
+                                                                       tree[old_path] + f"\nif True:\n    {indented}\n"})]),
+                "a copy of the moved function kept inside an if block")
     return probes
 
 

@@ -62,8 +62,25 @@ def check_path(path: Any) -> str:
     return path
 
 
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.ASCII)
+
+
+def coding_declaration(text: str) -> str | None:
+    """The source encoding a Python file declares in its first two lines (PEP 263), if any.
+
+    >>> coding_declaration("# -*- coding: utf-7 -*-\\nx = 1\\n"), coding_declaration("x = 1\\n")
+    ('utf-7', None)
+    """
+    for line in text.split("\n", 2)[:2]:
+        if match := _CODING.match(line):
+            return match.group(1).lower()
+    return None
+
+
 def check_tree(tree: dict[str, str]) -> None:
-    """ActionError when the tree is over the size limits or holds a path that is not allowed."""
+    """ActionError when the tree is over the size limits, holds a path that is not allowed, or a
+    Python file that declares an encoding other than UTF-8 (the interpreter would read other code
+    than the checks read)."""
     for path in tree:
         check_path(path)
     if len(tree) > MAX_FILES:
@@ -73,6 +90,8 @@ def check_tree(tree: dict[str, str]) -> None:
     for path, text in tree.items():
         if len(text) > MAX_FILE_CHARS:
             raise ActionError(f"{path} would have {len(text)} characters; at most {MAX_FILE_CHARS}")
+        if path.endswith(".py") and (coding := coding_declaration(text)) not in (None, "utf-8", "utf8", "utf_8"):
+            raise ActionError(f"{path} declares the encoding {coding}: Python files here are UTF-8")
 
 
 def _clip(text: str) -> str:

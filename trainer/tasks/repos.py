@@ -286,6 +286,7 @@ def _refactor(rng: random.Random, level: int) -> RepoTask:
             structure += [{"check": "absent", "name": k.name},
                           {"check": "defines", "path": path, "name": new}]
             exports[new] = (f"{package}.{k.module}", new)
+            exports[f"{k.name}__gone"] = (f"{package}.{k.module}", k.name)  # must not import
             for fpath in (path, f"tests/test_{k.module}.py"):
                 edits.append({"tool": "write", "path": fpath, "content": _renamed(files[fpath], k.name, new)})
         else:
@@ -326,6 +327,9 @@ def _finish(task: RepoTask, modules: dict[str, list[Kernel]], rng: random.Random
             name = renamed.get(kernel.name, kernel.name)
             task.exports.setdefault(name, (f"{task.package}.{module}", name))
             task.hidden += hidden_tests(kernel, name, rng, bugs.get(kernel.name, []))
+            if kernel.name + "__gone" in task.exports:  # the old name is gone from the module at run time too
+                task.hidden.append(f"try:\n    {kernel.name}__gone()\nexcept NameError:\n    pass\nelse:\n"
+                                   f"    raise AssertionError('{kernel.name} is still there')")
             if kernel.name + "__moved" in task.exports:
                 task.hidden += [t.replace(f"same({name}(", f"same({kernel.name}__moved(", 1)
                                 for t in hidden_tests(kernel, name, rng)[:3] if t.startswith("assert same(")]
@@ -384,10 +388,23 @@ def _top_level_imports(tree: ast.Module) -> set[str]:
     return out
 
 
+DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
+                     "importlib", "__dict__", "modules", "__getattr__", "__builtins__", "builtins"})
+"""Names that reach code or namespaces by strings: a refactor never needs them, and with them an
+alias or a copy hides from the syntax tree."""
+
+
+def _defined_anywhere(tree: ast.Module) -> set[str]:
+    return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
 def identifiers(tree: ast.AST) -> set[str]:
-    """Every name the code uses or binds: names, attributes, defs, arguments, imports."""
+    """Every name the code uses or binds (names, attributes, defs, arguments, imports) and every
+    string constant that is a name (``globals()["old"]``)."""
     out = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            out.add(node.value)
         if isinstance(node, ast.Name):
             out.add(node.id)
         elif isinstance(node, ast.Attribute):
@@ -403,6 +420,11 @@ def identifiers(tree: ast.AST) -> set[str]:
     return out
 
 
+def _assigned(tree: ast.Module, name: str) -> bool:
+    """True when the module binds ``name`` by an assignment anywhere (``f = lambda ...``)."""
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(tree))
+
+
 def structure_failures(checks: list[dict[str, str]], tree: dict[str, str]) -> list[str]:
     """The shape checks that the tree ``tree`` (path -> text) fails, as messages.
 
@@ -413,13 +435,18 @@ def structure_failures(checks: list[dict[str, str]], tree: dict[str, str]) -> li
     ['the old name old is still used in p/m.py']
     """
     parsed: dict[str, ast.Module | None] = {}
+    out = []
     for path, text in tree.items():
         if path.endswith(".py"):
             try:
                 parsed[path] = ast.parse(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 parsed[path] = None
-    out = []
+                out.append(f"{path} does not parse")
+    if checks:  # the names that reach code by strings hide aliases and copies from these checks
+        for path, module in sorted(parsed.items()):
+            if module is not None and (dynamic := sorted(identifiers(module) & DYNAMIC)):
+                out.append(f"{path} uses {', '.join(dynamic)}: a refactor needs no code reached by strings")
     for check in checks:
         kind, name, path = check["check"], check["name"], check.get("path", "")
         if kind == "absent":
@@ -431,7 +458,7 @@ def structure_failures(checks: list[dict[str, str]], tree: dict[str, str]) -> li
             out.append(f"{path} is missing or does not parse")
         elif kind == "defines" and name not in _top_level_defs(module):
             out.append(f"{path} does not define {name}")
-        elif kind == "not_defines" and name in _top_level_defs(module):
+        elif kind == "not_defines" and (name in _defined_anywhere(module) or _assigned(module, name)):
             out.append(f"{path} still defines {name} (it must import it)")
         elif kind == "imports" and name not in _top_level_imports(module):
             out.append(f"{path} does not import {name}")

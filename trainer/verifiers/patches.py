@@ -4,9 +4,12 @@ A tree is ``{path: text}``. :func:`tree_diff` writes the change from one tree to
 git's format (``diff --git a/p b/p``, ``--- a/p`` / ``+++ b/p``, ``/dev/null`` for added and
 deleted files, ``@@`` hunks with three lines of context); :func:`apply_patch` applies such a diff,
 written by this module or by a model, to a tree. A hunk applies where its old lines match exactly,
-at the line it names or, failing that, at the nearest place they match; a hunk that matches
-nowhere, a file that a hunk adds but that exists, or one it changes but that does not exist, is a
-:class:`PatchError` naming the file and the hunk. Work is linear in the patch and the tree.
+at the line it names (shifted by what the hunks before it added) or, failing that, at the nearest
+place they match; a hunk that matches nowhere, a file that a hunk adds but that exists, or one it
+changes but that does not exist, is a :class:`PatchError` naming the file and the hunk. Work is
+bounded by a budget linear in the patch and the tree (hunks that match in many places, or
+nowhere in a long file, exhaust it: a ``PatchError``); diffs of files too large for difflib's
+quadratic matching are written as one block.
 
 >>> base = {"m.py": "a = 1\\nb = 2\\n"}
 >>> patch = tree_diff(base, {"m.py": "a = 1\\nb = 3\\n", "n.py": "c = 4\\n"})
@@ -37,6 +40,9 @@ from dataclasses import dataclass, field
 NO_NEWLINE = "\\ No newline at end of file"
 MAX_PATCH_CHARS = 400_000
 """A longer patch is refused (the trees here are a few thousand lines)."""
+MAX_DIFF_WORK = 4_000_000
+"""Above this product of two versions' line counts a file's diff is one block (:func:`_block_diff`):
+difflib's matching is quadratic at worst (a permutation of 25,000 lines took 20 s)."""
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -49,8 +55,34 @@ def _lines(text: str) -> list[str]:
 
 
 def _diff_lines(old: str, new: str) -> list[str]:
+    a, b = _lines(old), _lines(new)
+    if len(a) * len(b) > MAX_DIFF_WORK:
+        return _block_diff(a, b)
     out = []
-    for line in list(difflib.unified_diff(_lines(old), _lines(new), n=3))[2:]:
+    for line in list(difflib.unified_diff(a, b, n=3))[2:]:
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out += [line + "\n", NO_NEWLINE + "\n"]
+    return out
+
+
+def _block_diff(a: list[str], b: list[str]) -> list[str]:
+    """One hunk replacing everything between the common first and last lines (linear: for files
+    too large for difflib, whose matching is quadratic at worst)."""
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    lo = max(head - 3, 0)
+    hi_a, hi_b = min(len(a) - tail + 3, len(a)), min(len(b) - tail + 3, len(b))
+    body = ([" " + x for x in a[lo:head]] + ["-" + x for x in a[head:len(a) - tail]] + ["+" + x for x in b[head:len(b) - tail]]
+            + [" " + x for x in a[len(a) - tail:hi_a]])
+    old_len, new_len = hi_a - lo, hi_b - lo
+    out = [f"@@ -{lo + 1 if old_len else lo},{old_len} +{lo + 1 if new_len else lo},{new_len} @@\n"]
+    for line in body:
         if line.endswith("\n"):
             out.append(line)
         else:
@@ -166,17 +198,32 @@ def _drop_newline(hunk: _Hunk) -> None:
             return
 
 
-def _find(lines: list[str], old: list[str], start: int) -> int:
+class _Budget:
+    """Line comparisons a patch may spend placing its hunks: linear in the patch and the tree."""
+
+    def __init__(self, lines: int) -> None:
+        self.left = lines
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise PatchError("the hunks match in too many places to place them (the patch takes too long to apply)")
+
+
+def _find(lines: list[str], old: list[str], start: int, budget: _Budget) -> int:
     """Where ``old`` matches in ``lines``: at ``start`` if it does there, else the nearest match."""
     if not old:
         return min(max(start, 0), len(lines))
     width = len(old)
-    if lines[start:start + width] == old:
-        return start
-    for offset in range(1, len(lines) + 1):
-        for at in (start - offset, start + offset):
-            if 0 <= at <= len(lines) - width and lines[at] == old[0] and lines[at:at + width] == old:
-                return at
+    start = min(max(start, 0), max(len(lines) - width, 0))
+    for offset in range(len(lines) + 1):
+        for at in ((start,) if offset == 0 else (start - offset, start + offset)):
+            if 0 <= at <= len(lines) - width:
+                budget.spend(1)
+                if lines[at] == old[0]:
+                    budget.spend(width)
+                    if lines[at:at + width] == old:
+                        return at
         if start - offset < 0 and start + offset > len(lines) - width:
             break
     return -1
@@ -185,7 +232,9 @@ def _find(lines: list[str], old: list[str], start: int) -> int:
 def apply_patch(tree: dict[str, str], patch: str) -> dict[str, str]:
     """A new tree: ``tree`` with ``patch`` applied (the input is not changed)."""
     out = dict(tree)
-    for section in parse_patch(patch):
+    sections = parse_patch(patch)
+    budget = _Budget(8 * (len(patch) // 8 + sum(t.count("\n") + 1 for t in tree.values())) + 10_000)
+    for section in sections:
         name = section.new_path or section.old_path
         assert name is not None
         if section.old_path is None:
@@ -196,13 +245,14 @@ def apply_patch(tree: dict[str, str], patch: str) -> dict[str, str]:
             if section.old_path not in out:
                 raise PatchError(f"{section.old_path}: no such file")
             lines = _lines(out[section.old_path])
-        shift = 0
+        delta = 0  # lines the hunks applied so far added (git's offset for the next one)
         for number, hunk in enumerate(section.hunks, 1):
-            at = _find(lines, hunk.old, max(hunk.start - 1, 0) + shift)
+            hint = hunk.start if not hunk.old else hunk.start - 1  # "-N,0": after line N
+            at = _find(lines, hunk.old, max(hint, 0) + delta, budget)
             if at < 0:
                 raise PatchError(f"{name}: hunk {number} (@@ -{hunk.start}) does not match the file")
             lines[at:at + len(hunk.old)] = hunk.new
-            shift = at + len(hunk.new) - (max(hunk.start - 1, 0) + len(hunk.old))
+            delta += len(hunk.new) - len(hunk.old)
         if section.new_path is None:
             if lines:
                 raise PatchError(f"{name}: the patch deletes it but leaves {len(lines)} lines")

@@ -31,7 +31,7 @@ from typing import Any
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
-from trainer.verifiers.code import verdict_to_verification
+from trainer.verifiers.code import fenced_blocks, verdict_to_verification
 from trainer.verifiers.code_harness import build_job
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
@@ -40,7 +40,7 @@ from trainer.verifiers.patches import PatchError, apply_patch
 REPO_DIR = "repo"
 """Where the final tree sits in the job."""
 DEFAULT_LIMITS = {"cpu_s": 20.0, "wall_s": 40.0, "memory_mb": 512}
-_FENCE = re.compile(r"```(?:diff|patch)[^\n]*\n(.*?)```", re.S)
+MAX_COMPLETION_CHARS = 500_000
 _HEADERS = re.compile(r"^--- .*\n\+\+\+ ", re.M)
 
 
@@ -61,7 +61,9 @@ def final_tree(completion: str, task: Task, spec: RepoTask) -> tuple[dict[str, s
     from trainer.environments.base import ActionError, split_actions  # lazy: the environments import the verifiers
     from trainer.environments.repo import RepoEnv, check_tree
 
-    blocks = _FENCE.findall(completion)
+    if len(completion) > MAX_COMPLETION_CHARS:
+        return None, f"the completion has {len(completion)} characters; at most {MAX_COMPLETION_CHARS}"
+    blocks = [body for info, body in fenced_blocks(completion) if info in ("diff", "patch")]
     if len(blocks) > 1:
         return None, f"{len(blocks)} diff blocks: one change per completion"
     patch = blocks[0] if blocks else (completion if _HEADERS.search(completion) else None)
