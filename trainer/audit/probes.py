@@ -571,8 +571,8 @@ def repo_probes(task: Task) -> list[Probe]:
                                                                 + extract_code(completion)})]), attack)
     # the shape of a refactor hidden from the checks: an encoding they do not read, an alias or a
     # copy reached by strings or kept inside a block
-    add("code.encoding", then_submit(edits + [json.dumps({"tool": "write", "path": path,
-                                                          "content": "# coding: utf-7\n" + tree[path]})]), "a UTF-7 coding line")
+    add("code.encoding", tree_diff(spec.files, {**tree, path: "# coding: utf-7\n" + tree[path]}),
+        "the gold's diff with a UTF-7 coding line")
     if spec.family == "refactor":
         first = spec.structure[0]
         if first["check"] == "absent":
