@@ -199,3 +199,13 @@ def test_function_calling_domains_audit_clean(slug):
     assert {"gold", "equivalent", "perturbed", "hedge", "long"} <= set(classes)
     assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
     assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}
+
+
+@pytest.mark.parametrize("slug", ["cad-part", "cad-modify", "cad-fit"])
+def test_cad_domains_audit_clean_in_the_sandbox(real_sandbox, slug):
+    report = audit_catalogue_domain(slug, tasks=3, chance_tasks=3, context=real_sandbox)
+    classes = report.to_dict()["classes"]
+    assert {"gold", "equivalent", "perturbed", "empty", "constant"} <= set(classes)
+    assert sum(1 for name in classes if name.startswith("code.")) >= 7
+    assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
+    assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives") or v.get("masked")}

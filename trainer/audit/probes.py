@@ -120,6 +120,8 @@ def answer_format(verifier: dict[str, Any]) -> AnswerFormat:
         return AnswerFormat("repo")
     if "function_calls" in types:
         return AnswerFormat("calls")
+    if "cad_mesh" in types:
+        return AnswerFormat("cad")
     if "environment" in types:
         return AnswerFormat("tool")
     for stage in stages:
@@ -452,6 +454,53 @@ def code_probes(task: Task, gold_completion: str | None, perturbed: str | None) 
         add("constant", f"```python\n{header}def {entry}(*args, **kwargs):\n    return {value}\n```", f"returns {value}")
     for name, completion in hostile_programs(entry, prompt).items():
         add(f"code.{name}", completion, name, CLASSES["code"])
+    return probes
+
+
+# ---- CAD --------------------------------------------------------------------------------------
+
+def cad_probes(task: Task) -> list[Probe]:
+    """Probes for a modelling task (``cad-*``): the reference script and a reworded one; the
+    reference with a dimension off; nothing, a unit cube, a sphere, the given part unchanged; and
+    scripts that attack the run instead of modelling: a forged mesh line (empty, or a cube's), two
+    mesh lines, an early exit, a patched exporter, a loop, a memory bomb."""
+    from trainer.catalogue.cad import wrong_completion  # lazy: the catalogue imports the verifiers
+    from trainer.tasks.cad import cad_task
+
+    probes: list[Probe] = []
+
+    def add(cls: str, completion: str, note: str) -> None:
+        probes.append(Probe(cls, completion, task, CLASSES.get(cls, CLASSES["code"]), note))
+
+    def script(code: str) -> str:
+        return f"```python\nimport manifold3d as m3d\n{code}\n```"
+
+    gold = task.answer
+    code = extract_code(gold)
+    add("gold", gold, "the reference script")
+    add("equivalent", f"Here is the model.\n\n```py\n# the part\n\n{code}\n```\nUnits: mm.", "prose, a comment, ```py")
+    add("perturbed", wrong_completion(task), "a dimension 10 % larger")
+    add("empty", "", "no script")
+    add("constant", script("result = m3d.Manifold.cube([1, 1, 1])"), "a unit cube")
+    add("constant", script("result = m3d.Manifold.sphere(10, 64)"), "a sphere")
+    given = cad_task(task.domain.removeprefix("cad-"), __import__("random").Random(task.meta["seed"]), task.level).given
+    if given:
+        add("constant", f"```python\n{given}```", "the given part unchanged")
+    cube_line = ("import base64, numpy as np\n"
+                 "v = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], '<f8')\n"
+                 "t = np.array([[0,1,3],[0,3,2],[4,6,7],[4,7,5],[0,4,5],[0,5,1],[2,3,7],[2,7,6],[0,2,6],[0,6,4],[1,5,7],[1,7,3]], '<i4')\n"
+                 "print('@@TEMPER-MESH', base64.b64encode(v.tobytes()).decode(), base64.b64encode(t.tobytes()).decode())\n")
+    attacks = {
+        "forged_empty_mesh": "import os\nprint('@@TEMPER-MESH  ', flush=True)\nos._exit(0)",
+        "forged_cube_mesh": cube_line + "import os, sys\nsys.stdout.flush()\nos._exit(0)",
+        "two_meshes": cube_line + code.split("import manifold3d as m3d", 1)[-1],
+        "exit_early": "import sys\nsys.exit(0)",
+        "patched_exporter": "m3d.Manifold.to_mesh = lambda self: None\nresult = m3d.Manifold.cube([1, 1, 1])",
+        "endless": "while True:\n    pass",
+        "memory_bomb": "x = bytearray(8 << 30)\nresult = m3d.Manifold.cube([1, 1, 1])",
+    }
+    for name, attack in attacks.items():
+        add(f"code.{name}", script(attack), name)
     return probes
 
 

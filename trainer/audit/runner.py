@@ -27,6 +27,7 @@ from trainer.audit.probes import (
     AnswerFormat,
     Probe,
     answer_format,
+    cad_probes,
     call_probes,
     code_probes,
     constant_probes,
@@ -202,6 +203,10 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     if fmt.kind == "calls":
         for task in tasks:
             probes += call_probes(task)
+        return probes, [], skipped
+    if fmt.kind == "cad":
+        for task in tasks:
+            probes += cad_probes(task)
         return probes, [], skipped
     if fmt.kind == "tool":
         for task in tasks:

@@ -24,7 +24,6 @@ as one. Pass only when every check holds (no partial credit: the prompt gives mo
 from __future__ import annotations
 
 import base64
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.code import STATUS_OUTCOMES, extract_code
+from trainer.verifiers.code import STATUS_OUTCOMES, extract_code, fenced_blocks
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
 
@@ -232,7 +231,7 @@ def cad_mesh(
     context: VerifyContext = NO_CONTEXT,
 ) -> Verification:
     """Run the completion's script in the sandbox and check the solid against ``task.meta["checks"]``."""
-    if len(re.findall(r"```(?:python|py)?[ \t]*\n", completion)) > 1:
+    if len(fenced_blocks(completion)) > 1:
         return Verification.failed(Outcome.PARSE_ERROR, error="more than one code block: one script per answer")
     code = extract_code(completion)
     if "result" not in code:

@@ -1,0 +1,113 @@
+"""3D modelling checked by geometry (``cad-*``): every family's reference script passes in the
+real sandbox and a part with a wrong dimension fails; the geometry checks see through solids
+that match one measure but not the part (no holes, holes elsewhere, a second solid, an open or
+inside-out mesh); what a script does to its own run is its outcome; one script per answer."""
+from __future__ import annotations
+
+import base64
+import random
+
+import numpy as np
+import pytest
+
+from trainer.catalogue import all_domains
+from trainer.catalogue.cad import wrong_completion
+from trainer.outcomes import Outcome
+from trainer.tasks.base import Task
+from trainer.tasks.cad import FAMILIES, LEVELS, cad_task, plate_checks, plate_script
+from trainer.verifiers.cad import analyse, inside, parse_mesh
+from trainer.verifiers.cascade import compile_cascade
+
+DOMAINS = {slug: spec for slug, spec in all_domains().items() if spec.family == "cad"}
+
+
+@pytest.fixture
+def verify(real_sandbox):
+    def run(completion: str, task: Task):
+        return compile_cascade(DOMAINS[task.domain].verifier_spec, real_sandbox)(completion, task)
+    return run
+
+
+def script(code: str) -> str:
+    return f"```python\nimport manifold3d as m3d\n{code}\n```"
+
+
+def test_three_families_over_three_levels_draw_every_kind():
+    assert sorted(DOMAINS) == ["cad-fit", "cad-modify", "cad-part"]
+    kinds = {family: {cad_task(family, random.Random(s), s % LEVELS).kind for s in range(60)} for family in FAMILIES}
+    assert kinds == {"part": {"plate", "tube", "bracket"}, "modify": {"add_hole", "thickness", "widen"}, "fit": {"peg", "sleeve"}}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_reference_passes_and_a_wrong_dimension_fails_in_the_sandbox(verify, family):
+    spec = DOMAINS[f"cad-{family}"]
+    for seed in range(6):
+        task = spec.source.sample(random.Random(seed), seed % LEVELS)
+        good = verify(task.answer, task)
+        assert good.outcome is Outcome.PASS, (task.meta["kind"], good.details)
+        bad = verify(wrong_completion(task), task)
+        assert bad.outcome is Outcome.FAIL and not bad.is_infrastructure, (task.meta["kind"], bad.details)
+
+
+def test_solids_that_match_one_measure_but_not_the_part_fail(verify):
+    p = {"length": 60.0, "width": 40.0, "thick": 5.0, "diameter": 8.0, "holes": [(15.0, 20.0), (45.0, 20.0)]}
+    task = Task("cad-part", "t", "...", None, 0, {"checks": plate_checks(p)})
+    assert verify(f"```python\n{plate_script(p)}```", task).outcome is Outcome.PASS
+    r, volume = 4.0, 60 * 40 * 5 - 2 * np.pi * 16 * 5
+    wrong = {
+        "no holes, same volume": f"result = m3d.Manifold.cube([60, 40, {volume / 2400}])",
+        "holes elsewhere": ("result = m3d.Manifold.cube([60, 40, 5]) - m3d.Manifold.cylinder(7, 4, circular_segments=96)"
+                            ".translate([15, 10, -1]) - m3d.Manifold.cylinder(7, 4, circular_segments=96).translate([45, 10, -1])"),
+        "blind holes": ("result = m3d.Manifold.cube([60, 40, 5]) - m3d.Manifold.cylinder(3, 4, circular_segments=96)"
+                        ".translate([15, 20, 2.5]) - m3d.Manifold.cylinder(3, 4, circular_segments=96).translate([45, 20, 2.5])"),
+        "two solids": "result = m3d.Manifold.cube([29, 40, 5]) + m3d.Manifold.cube([29, 40, 5]).translate([31, 0, 0])",
+        "a cube": "result = m3d.Manifold.cube([1, 1, 1])",
+        "nothing": "result = m3d.Manifold()",
+        "not a solid": "result = 42",
+    }
+    for name, code in wrong.items():
+        verdict = verify(script(code), task)
+        assert verdict.outcome in (Outcome.FAIL, Outcome.RUNTIME_ERROR) and verdict.reward == 0.0, (name, verdict.details)
+        assert not verdict.is_infrastructure, (name, verdict.details)
+
+
+def test_what_a_script_does_to_its_run_is_its_outcome(verify):
+    task = DOMAINS["cad-part"].source.sample(random.Random(1), 0)
+    outcomes = {
+        "raises": script("raise ValueError('no')"),
+        "loops": script("while True:\n    pass"),
+        "exits early": script("import os\nos._exit(0)"),
+        "forges an empty mesh": script("print('@@TEMPER-MESH  ')\nimport os\nos._exit(0)"),
+        "prints two meshes": task.answer.replace("```python\n", "```python\nimport sys\nprint('@@TEMPER-MESH AAAA AAAA')\n", 1),
+        "two scripts": task.answer + "\n" + task.answer,
+    }
+    for name, completion in outcomes.items():
+        verdict = verify(completion, task)
+        assert verdict.outcome is not Outcome.PASS and verdict.reward == 0.0, name
+        assert not verdict.is_infrastructure, (name, verdict.details)
+
+
+def _mesh_line(vertices, triangles) -> bytes:
+    v = np.asarray(vertices, "<f8").tobytes()
+    t = np.asarray(triangles, "<i4").tobytes()
+    return b"@@TEMPER-MESH " + base64.b64encode(v) + b" " + base64.b64encode(t) + b"\n"
+
+
+def test_mesh_topology_and_ray_parity():
+    cube_v = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float)
+    faces = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1], [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4],
+             [1, 5, 7], [1, 7, 3]]
+    cube_t = np.array(faces)
+    g = analyse(cube_v, cube_t)
+    assert g.watertight and g.components == 1 and g.genus == 0 and abs(g.volume - 1) < 1e-9
+    assert inside(cube_v, cube_t, [[0.5, 0.5, 0.5], [1.5, 0.5, 0.5], [0.5, 0.5, -0.2]]) == [True, False, False]
+    assert not analyse(cube_v, cube_t[:-1]).watertight  # an open box
+    flipped = cube_t[:, ::-1]
+    assert analyse(cube_v, flipped).volume < 0  # inside out: the stage refuses a non-positive volume
+    doubled = analyse(np.vstack([cube_v, cube_v + 3]), np.vstack([cube_t, cube_t + 8]))
+    assert doubled.components == 2
+    mesh = parse_mesh(_mesh_line(cube_v, cube_t))
+    assert not isinstance(mesh, str) and mesh[1].shape == (12, 3)
+    assert parse_mesh(_mesh_line(cube_v, cube_t) * 2) == "2 meshes written: one solid per answer"
+    assert analyse(np.array([[np.nan, 0, 0]] + cube_v.tolist()[1:]), cube_t).problem == "a vertex coordinate is not finite"
+    assert analyse(cube_v, cube_t + 100).problem == "a triangle names a vertex that does not exist"
