@@ -1,6 +1,7 @@
 """Multi-turn environment domains: how fast a task goes through the real path, per domain.
 
-For each domain of the families asked (default: ``filings``, ``tool_use`` and ``repos``): draw
+For each domain of the families asked (default: ``filings``, ``tool_use``, ``repos``, ``cad`` and
+``bfcl``; single-turn domains verify their reference completion through the cascade): draw
 tasks over its levels, and for each one build the environment the trainer builds for an
 episode (given the real sandbox, as the run driver gives it), drive it with the task's reference
 transcript one call per turn (the multi-turn runner's loop, without a model) and verify the
@@ -12,7 +13,7 @@ episode, whether every reference passed, and the sandbox-seconds per task (the w
 every sandbox job: a repository's ``run_tests`` turns and its hidden tests; 0 for environments
 that run in the trainer's process).
 
-    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos]   # last line: JSON
+    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos,cad,bfcl]   # last line: JSON
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--families", default="filings,tool_use,repos")
+    parser.add_argument("--families", default="filings,tool_use,repos,cad,bfcl")
     args = parser.parse_args()
 
     from trainer.catalogue import all_domains
+    from trainer.catalogue.references import reference_completion
     from trainer.environments import split_actions
     from trainer.outcomes import Outcome
     from trainer.tasks.filings import filing
@@ -51,7 +53,7 @@ def main() -> None:
     families = set(args.families.split(","))
     out = {}
     for slug, spec in sorted(all_domains().items()):
-        if spec.family not in families or spec.environment is None:
+        if spec.family not in families:
             continue
         rng = random.Random(0)
         cascade = compile_cascade(spec.verifier_spec, context)
@@ -62,6 +64,14 @@ def main() -> None:
         t0 = time.perf_counter()
         turns, passed = 0, 0
         sandbox_s[0] = 0.0
+        if spec.environment is None:  # single-turn: the reference completion through the cascade
+            passed = sum(cascade(reference_completion(spec, t), t).outcome is Outcome.PASS for t in tasks)
+            seconds = time.perf_counter() - t0
+            row = {"draw_tasks_per_s": round(len(tasks) / draw_s, 1), "cascade_tasks_per_s": round(len(tasks) / seconds, 1),
+                   "references_passed": f"{passed}/{len(tasks)}", "sandbox_s_per_task": round(sandbox_s[0] / len(tasks), 3)}
+            out[slug] = row
+            print(f"{slug:26s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+            continue
         for task in tasks:
             env = spec.environment(task)
             if (bind := getattr(env, "bind", None)) is not None:

@@ -1,4 +1,5 @@
-"""A run on the repository domains goes end to end through the run driver: domains synced from
+"""Runs on the real-world domains go end to end through the run driver (repositories; CAD and
+function calling below). A run on the repository domains goes end to end through the run driver: domains synced from
 the catalogue, the tiny model's multi-turn episodes in the repository environment (its
 ``run_tests`` in the real sandbox), each episode's final diff sent to the verify queue and judged
 there by the worker's own task with the hidden tests in a fresh sandbox, outcomes per domain
@@ -66,3 +67,35 @@ def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(sett
     stored = Trajectory.objects.filter(run=run, domain__startswith="swe-")
     assert stored.exists() and all(t.prompt.startswith("You are working in a Python repository") for t in stored)
     assert all(t.details["transcript"][0]["role"] == "model" for t in stored)
+
+
+def test_a_run_on_the_cad_and_function_calling_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
+    """CAD scripts go to the verify queue (their sandbox); function calls verify inline."""
+    from controlplane import dispatch
+    from trainer.models.tiny import build_tiny
+    from workers.sandbox import bwrap
+    from workers.tasks import verify_batch
+
+    require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the CAD domains' sandbox")
+    domains = ["cad-part", "cad-modify", "cad-fit", "bfcl-simple", "bfcl-parallel-multiple", "bfcl-relevance"]
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
+    settings.VAR_DIR = tmp_path
+    _, actor = factories.synced_team(domains)
+    model = str(build_tiny(tmp_path / "model", layers=2))
+    run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model, budget={"steps": 2},
+                                                             config={"rollout": {"prompts_per_step": 6, "n": 2, "max_new_tokens": 8},
+                                                                     "tokenizer": {"max_prompt_tokens": 128}}))
+    run.transition("queued"), run.transition("running"), run.save()
+    factories.live_worker(["verify"])
+    sent = []
+
+    def send(name, args):
+        sent.append(args[0])
+        return _Done(verify_batch.run(*args))
+
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    assert set(sent) <= {"cad-part", "cad-modify", "cad-fit"}  # only the sandboxed domains leave the driver
+    outcomes = MetricPoint.objects.filter(run=run, key__startswith="outcome/").exclude(domain="")
+    assert {d.split("-")[0] for d in outcomes.values_list("domain", flat=True)} == {"cad", "bfcl"}
+    assert sorted(set(outcomes.values_list("step", flat=True))) == [1, 2]
+    assert not outcomes.filter(key__endswith="/sandbox_error").exists()
