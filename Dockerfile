@@ -54,7 +54,7 @@ FROM ${BASE_IMAGE} AS runtime
 ARG RUNTIME_PACKAGES=
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 bubblewrap ca-certificates $RUNTIME_PACKAGES \
+ && apt-get install -y --no-install-recommends python3 bubblewrap ca-certificates default-jre-headless $RUNTIME_PACKAGES \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/temper --shell /usr/sbin/nologin temper \
  && mkdir -p /var/lib/temper && chown temper:temper /var/lib/temper
@@ -63,7 +63,8 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=controlplane.settings TEMPER_VAR_DIR=/var/lib/temper
 WORKDIR /app
 COPY . .
-RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0
+RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0 \
+ && python -m workers.sandbox.libs install
 USER temper
 EXPOSE 8000
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]

@@ -15,12 +15,14 @@ from trainer.environments.filesystem import FileSystemEnv
 from trainer.environments.filing import FilingEnv
 from trainer.environments.repo import RepoEnv
 from trainer.environments.retry import RetryEnv
+from trainer.environments.textgame import TextGameEnv
 
 ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
     CalculatorKVEnv.name: CalculatorKVEnv,
     FileSystemEnv.name: FileSystemEnv,
     FilingEnv.name: FilingEnv,
     RepoEnv.name: RepoEnv,
+    TextGameEnv.name: TextGameEnv,
 }
 
 
