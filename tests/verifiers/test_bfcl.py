@@ -147,3 +147,22 @@ def test_the_domains_draw_their_categories_with_prompts_that_show_the_functions(
         assert task.domain == slug and "You can call these functions" in task.prompt
         assert json.loads(task.prompt.split("\n", 1)[1].split("\n\n")[0])[0]["name"] == task.meta["functions"][0]["name"]
         assert spec.verify(reference_completion(task), task).outcome is Outcome.PASS
+
+
+def test_a_call_hidden_from_a_pattern_is_still_a_call_where_none_fits():
+    entry = rows("irrelevance")[3]
+    task = Task("bfcl-relevance", entry["id"], "", None, 0, {"functions": entry["function"], "category": "irrelevance"})
+    name = entry["function"][0]["name"]
+    for hidden in (f"[({name})()]", f"[{name}#\n()]", f"[{name}\\\n()]", f"Sure: {name}  (x=1)", f"({name})(x=1)"):
+        assert function_calls(hidden, task).outcome is Outcome.FAIL, hidden
+    assert function_calls(f"The function {name} does not fit: it needs other inputs.", task).outcome is Outcome.PASS
+
+
+def test_relevance_needs_a_call_that_fits_the_docs_and_a_long_name_chain_is_no_crash():
+    spec = all_domains()["bfcl-relevance"]
+    needing = [t for t in (spec.source.sample(random.Random(s)) for s in range(300)) if t.meta["category"] == "relevance"]
+    bare = [t for t in needing if (t.meta["functions"][0]["parameters"].get("required"))]
+    assert bare and all(spec.verify(f"[{t.meta['functions'][0]['name']}()]", t).outcome is Outcome.FAIL for t in bare)
+    assert all(spec.verify(reference_completion(t), t).outcome is Outcome.PASS for t in needing)
+    task = task_of(rows("simple_python")[0], "simple_python")
+    assert function_calls("[" + "a." * 1200 + "b()]", task).outcome is Outcome.FAIL

@@ -109,5 +109,35 @@ def test_mesh_topology_and_ray_parity():
     mesh = parse_mesh(_mesh_line(cube_v, cube_t))
     assert not isinstance(mesh, str) and mesh[1].shape == (12, 3)
     assert parse_mesh(_mesh_line(cube_v, cube_t) * 2) == "2 meshes written: one solid per answer"
-    assert analyse(np.array([[np.nan, 0, 0]] + cube_v.tolist()[1:]), cube_t).problem == "a vertex coordinate is not finite"
+    assert analyse(np.array([[np.nan, 0, 0]] + cube_v.tolist()[1:]), cube_t).problem.startswith("a vertex coordinate is not finite")
+    assert analyse(cube_v * 1e200, cube_t).problem.startswith("a vertex coordinate is not finite")
+    # a sealed pocket inside a solid is a second shell, even when a zero-thickness fold glues them
+    pocket = (cube_v * 0.2 + 0.4, cube_t[:, ::-1] + 8)
+    hollow = analyse(np.vstack([cube_v, pocket[0]]), np.vstack([cube_t, pocket[1]]))
+    assert hollow.watertight and hollow.components == 2
+    fold = np.array([[0, 8, 9], [0, 9, 8]])
+    assert not analyse(np.vstack([cube_v, pocket[0]]), np.vstack([cube_t, pocket[1], fold])).watertight
+    assert inside(cube_v, cube_t, [[1.0, 0.5, 0.5]]) in ([None], [True], [False])  # on the surface: the rays may disagree
     assert analyse(cube_v, cube_t + 100).problem == "a triangle names a vertex that does not exist"
+
+
+def test_parts_close_in_measure_but_wrong_in_shape_fail(verify):
+    """A square peg of the right area (its corners do not fit the hole), plates whose holes are
+    pinholes or the old size after a widening, and a bracket whose leg is half as wide and twice
+    as thick: each fails on the rings and grids of points around the features."""
+    peg_task = next(t for t in (DOMAINS["cad-fit"].source.sample(random.Random(s), 0) for s in range(20)) if t.meta["kind"] == "peg")
+    inside_ring = next(c for c in peg_task.meta["checks"] if c["check"] == "inside")["points"]
+    cx = sum(p[0] for p in inside_ring) / len(inside_ring)
+    cy = sum(p[1] for p in inside_ring) / len(inside_ring)
+    diameter = next(c for c in peg_task.meta["checks"] if c["check"] == "diameter")
+    length = next(c for c in peg_task.meta["checks"] if c["check"] == "bbox_max")["expected"][2]
+    side = ((diameter["low"] + diameter["high"]) / 2) * (np.pi ** 0.5) / 2  # the square with the circle's area
+    square = script(f"result = m3d.Manifold.cube([{side}, {side}, {length}], center=True).translate([{cx}, {cy}, {length / 2}])")
+    assert verify(square, peg_task).outcome is Outcome.FAIL
+    widen = next(t for t in (DOMAINS["cad-modify"].source.sample(random.Random(s), 1) for s in range(60)) if t.meta["kind"] == "widen")
+    given = widen.prompt.split("```python\n", 1)[1].split("```", 1)[0]
+    assert verify(f"```python\n{given}```", widen).outcome is Outcome.FAIL
+    p = {"length": 60.0, "width": 40.0, "thick": 5.0, "diameter": 8.0, "holes": [(15.0, 20.0)]}
+    task = Task("cad-part", "t", "...", None, 0, {"checks": plate_checks(p)})
+    pinhole = plate_script({**p, "diameter": 0.4}).replace("cube([60.0, 40.0, 5.0])", f"cube([60.0, 40.0, {5.0 * (2400 - np.pi * 16) / 2400}])")
+    assert verify(f"```python\n{pinhole}```", task).outcome is Outcome.FAIL

@@ -130,7 +130,13 @@ def reference_completion(task: Task) -> str:
         return NO_CALL
     if task.answer:
         return reference_calls(task.answer, task.meta["functions"])
-    return f"[{task.meta['functions'][0]['name']}()]"  # relevance: any call of an offered function
+    # relevance without possible answers: a call of the first function that fits its docs
+    function = task.meta["functions"][0]
+    placeholder = {"string": "x", "integer": 1, "float": 1.0, "boolean": True, "array": [], "tuple": [], "dict": {}, "any": "x"}
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    args = [f"{p}={placeholder.get(properties.get(p, {}).get('type', 'any'), 'x')!r}"
+            for p in (function.get("parameters") or {}).get("required") or []]
+    return f"[{function['name']}({', '.join(args)})]"
 
 
 def wrong_completion(task: Task) -> str:

@@ -61,6 +61,32 @@ def _mm(x: float) -> float:
     return round(x, 1)
 
 
+def ring(centre: tuple[float, float], radius: float, levels: list[float], axis: str = "z", n: int = 12) -> list[list[float]]:
+    """Points on circles of ``radius`` around an axis through ``centre`` (the other two
+    coordinates), at each of ``levels`` along the axis: probes of a hole's or a peg's size all
+    the way round."""
+    out = []
+    for level in levels:
+        for k in range(n):
+            angle = 2 * math.pi * (k + 0.5) / n
+            a, b = centre[0] + radius * math.cos(angle), centre[1] + radius * math.sin(angle)
+            out.append([level, a, b] if axis == "x" else [a, b, level])
+    return [[round(c, 4) for c in point] for point in out]
+
+
+def grid(lows: list[float], highs: list[float], n: int = 3) -> list[list[float]]:
+    """An n x n x n grid of points in a box (a single point on a flat axis)."""
+    axes = [[lo + (hi - lo) * (i + 0.5) / n for i in range(n)] if hi > lo else [lo] for lo, hi in zip(lows, highs)]
+    return [[round(x, 4), round(y, 4), round(z, 4)] for x in axes[0] for y in axes[1] for z in axes[2]]
+
+
+def away(points: list[list[float]], holes: list[tuple[float, float]], radius: float, axis: str = "z") -> list[list[float]]:
+    """The points farther than ``radius`` from every hole axis."""
+    def off(p, h):
+        return math.hypot(p[1] - h[0], p[2] - h[1]) if axis == "x" else math.hypot(p[0] - h[0], p[1] - h[1])
+    return [p for p in points if all(off(p, h) > radius for h in holes)]
+
+
 def _plate(rng: random.Random, holes: int) -> dict[str, Any]:
     length, width, thick = _mm(rng.uniform(40, 120)), _mm(rng.uniform(25, 80)), _mm(rng.uniform(3, 12))
     diameter = _mm(rng.uniform(3, min(12, width / 3)))
@@ -86,21 +112,21 @@ def plate_script(p: dict[str, Any]) -> str:
 
 
 def plate_checks(p: dict[str, Any]) -> list[dict[str, Any]]:
-    r = p["diameter"] / 2
-    volume = p["length"] * p["width"] * p["thick"] - len(p["holes"]) * math.pi * r * r * p["thick"]
-    z = p["thick"] / 2
-    between = []  # solid points: near each hole (half a radius beyond its edge) and in a corner
-    for x, y in p["holes"]:
-        between.append([x + 1.5 * r, y, z] if x + 1.5 * r < p["length"] - 0.5 else [x - 1.5 * r, y, z])
-    between.append([min(1.0, r / 2), min(1.0, r / 2), z])
+    r, t = p["diameter"] / 2, p["thick"]
+    volume = p["length"] * p["width"] * t - len(p["holes"]) * math.pi * r * r * t
+    levels = [0.1 * t, 0.5 * t, 0.9 * t]
+    holes_free = [pt for x, y in p["holes"] for pt in ring((x, y), 0.85 * r, levels)] + \
+        [[x, y, z] for x, y in p["holes"] for z in (0.05 * t, 0.95 * t)]  # each hole open all through, its full size
+    solid = [pt for x, y in p["holes"] for pt in ring((x, y), 1.3 * r, [0.5 * t])]  # and no bigger
+    solid += away(grid([0.5, 0.5, 0.2 * t], [p["length"] - 0.5, p["width"] - 0.5, 0.8 * t], 4), p["holes"], 1.5 * r)
     return [
         {"check": "components", "expected": 1},
         {"check": "genus", "expected": len(p["holes"])},
         {"check": "bbox_min", "expected": [0.0, 0.0, 0.0], "abs_tol": 0.05},
         {"check": "bbox_max", "expected": [p["length"], p["width"], p["thick"]], "abs_tol": 0.05},
         {"check": "volume", "expected": round(volume, 3), "rel_tol": ROUND_REL_TOL if p["holes"] else 0.001},
-        {"check": "outside", "points": [[x, y, z] for x, y in p["holes"]]},
-        {"check": "inside", "points": between},
+        {"check": "outside", "points": holes_free},
+        {"check": "inside", "points": solid},
     ]
 
 
@@ -123,8 +149,9 @@ def _part(rng: random.Random, level: int) -> CadTask:
                   {"check": "bbox_min", "expected": [-outer, -outer, 0.0], "abs_tol": 0.02 * outer + 0.05},
                   {"check": "bbox_max", "expected": [outer, outer, height], "abs_tol": 0.02 * outer + 0.05},
                   {"check": "volume", "expected": round(volume, 3), "rel_tol": ROUND_REL_TOL},
-                  {"check": "outside", "points": [[0.0, 0.0, height / 2], [0.0, 0.0, -1.0]]},
-                  {"check": "inside", "points": [[(outer + inner) / 2, 0.0, height / 2], [0.0, -(outer + inner) / 2, height / 2]]}]
+                  {"check": "outside", "points": ring((0.0, 0.0), 0.85 * inner, [0.1 * height, 0.5 * height, 0.9 * height])
+                   + ring((0.0, 0.0), 1.03 * outer, [0.5 * height], n=16)},
+                  {"check": "inside", "points": ring((0.0, 0.0), (outer + inner) / 2, [0.1 * height, 0.5 * height, 0.9 * height])}]
         reference = ("import manifold3d as m3d\n\n"
                      f"outer = m3d.Manifold.cylinder({height}, {outer}, circular_segments={SEGMENTS})\n"
                      f"inner = m3d.Manifold.cylinder({height + 2}, {inner}, circular_segments={SEGMENTS}).translate([0, 0, -1])\n"
@@ -152,12 +179,17 @@ def _part(rng: random.Random, level: int) -> CadTask:
               {"check": "bbox_min", "expected": [0.0, 0.0, 0.0], "abs_tol": 0.05},
               {"check": "bbox_max", "expected": [length, width, height], "abs_tol": 0.05},
               {"check": "volume", "expected": round(volume, 3), "rel_tol": ROUND_REL_TOL if diameter else 0.001},
-              {"check": "inside", "points": [[length - 1.0, width - 1.0, thick / 2], [thick / 2, width - 1.0, height - 1.0]]},
-              {"check": "outside", "points": [[length - 1.0, width / 2, thick + 1.0], [thick + 1.0, 1.0, height - 1.0]]}]
+              {"check": "inside", "points": grid([thick + 0.5, 0.5, 0.2 * thick], [length - 0.5, width - 0.5, 0.8 * thick])
+               + grid([0.2 * thick, 0.5, thick + 0.5], [0.8 * thick, width - 0.5, height - 0.5])},
+              {"check": "outside", "points": grid([thick + 0.3, 0.5, thick + 0.3], [length - 0.5, width - 0.5, height - 0.5])}]
     lines = ["import manifold3d as m3d", "", f"base = m3d.Manifold.cube([{length}, {width}, {thick}])",
              f"leg = m3d.Manifold.cube([{thick}, {width}, {height}])", "bracket = base + leg"]
     if diameter:
-        checks[-1]["points"] += [[base_hole[0], base_hole[1], thick / 2], [thick / 2, leg_hole[0], leg_hole[1]]]
+        levels = [0.1 * thick, 0.5 * thick, 0.9 * thick]
+        checks[-1]["points"] += ring(base_hole, 0.85 * r, levels) + ring(leg_hole, 0.85 * r, levels, axis="x")
+        checks[-2]["points"] = (away(checks[-2]["points"][:27], [base_hole], 1.5 * r)
+                                + away(checks[-2]["points"][27:], [leg_hole], 1.5 * r, axis="x")
+                                + ring(base_hole, 1.3 * r, [thick / 2]) + ring(leg_hole, 1.3 * r, [thick / 2], axis="x"))
         lines += [f"bracket = bracket - m3d.Manifold.cylinder({thick + 2}, {r}, circular_segments={SEGMENTS})"
                   f".translate([{base_hole[0]}, {base_hole[1]}, -1])",
                   f"bracket = bracket - m3d.Manifold.cylinder({thick + 2}, {r}, circular_segments={SEGMENTS})"
@@ -183,7 +215,7 @@ def _modify(rng: random.Random, level: int) -> CadTask:
     elif change == "thickness":
         return _modify_thickness(p, given, rng)
     else:
-        q["diameter"] = _mm(min(p["diameter"] * rng.uniform(1.2, 1.5), p["width"] / 3))
+        q["diameter"] = _mm(p["diameter"] * rng.uniform(1.25, 1.5))
         ask = f"widen every hole to a diameter of {q['diameter']}, keeping their centres"
     statement = f"Here is the script of a plate with holes:\n```python\n{given}```\nChange it: {ask}. Keep everything else as it is."
     return CadTask("modify", change, statement, plate_checks(q), plate_script(q), given=given, numbers=q)
@@ -215,8 +247,8 @@ def _fit(rng: random.Random, level: int) -> CadTask:
                   {"check": "bbox_max", "expected": [hx, hy, length], "axes": "z", "abs_tol": 0.05},
                   {"check": "centroid", "expected": [hx, hy, length / 2], "abs_tol": 0.05},
                   {"check": "diameter", "low": round(hole - high, 4), "high": round(hole - low, 4)},
-                  {"check": "inside", "points": [[hx, hy, length / 2]]},
-                  {"check": "outside", "points": [[hx + hole / 2, hy, length / 2], [hx, hy - hole / 2, 1.0]]}]
+                  {"check": "inside", "points": ring((hx, hy), (hole - high) / 2 - 0.05, [0.1 * length, 0.5 * length, 0.9 * length], n=16)},
+                  {"check": "outside", "points": ring((hx, hy), (hole - low) / 2 + 0.02, [0.1 * length, 0.5 * length, 0.9 * length], n=32)}]
         reference = ("import manifold3d as m3d\n\n"
                      f"result = m3d.Manifold.cylinder({length}, {round(peg / 2, 4)}, circular_segments={SEGMENTS * 2})"
                      f".translate([{hx}, {hy}, 0])\n")
@@ -236,9 +268,13 @@ def _fit(rng: random.Random, level: int) -> CadTask:
               {"check": "bbox_min", "expected": [o, o, 0.0], "abs_tol": 0.05},
               {"check": "bbox_max", "expected": [bx - o, by - o, oz], "abs_tol": 0.05},
               {"check": "volume", "expected": round(volume, 3), "rel_tol": 0.001},
-              {"check": "outside", "points": [[bx / 2, by / 2, bz / 2], [bx / 2, by / 2, bz + clearance / 2],
-                                              [-clearance / 2, by / 2, bz / 2]]},
-              {"check": "inside", "points": [[o + wall / 2, by / 2, bz / 2], [bx / 2, by / 2, oz - wall / 2]]}]
+              {"check": "outside", "points": grid([-clearance / 2, -clearance / 2, 0.1], [bx + clearance / 2, by + clearance / 2,
+                                                                                        bz + clearance / 2], 5)},
+              {"check": "inside", "points": grid([o + wall / 2, o + 0.5, 0.5], [o + wall / 2, by - o - 0.5, oz - 0.5])
+               + grid([bx - o - wall / 2, o + 0.5, 0.5], [bx - o - wall / 2, by - o - 0.5, oz - 0.5])
+               + grid([o + 0.5, o + wall / 2, 0.5], [bx - o - 0.5, o + wall / 2, oz - 0.5])
+               + grid([o + 0.5, by - o - wall / 2, 0.5], [bx - o - 0.5, by - o - wall / 2, oz - 0.5])
+               + grid([o + 0.5, o + 0.5, oz - wall / 2], [bx - o - 0.5, by - o - 0.5, oz - wall / 2])}]
     reference = ("import manifold3d as m3d\n\n"
                  f"outer = m3d.Manifold.cube([{round(ox, 4)}, {round(oy, 4)}, {round(oz, 4)}]).translate([{o}, {o}, 0])\n"
                  f"cavity = m3d.Manifold.cube([{round(bx + 2 * clearance, 4)}, {round(by + 2 * clearance, 4)}, "

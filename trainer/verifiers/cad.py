@@ -6,10 +6,13 @@ writes the solid's triangle mesh to stdout as one marker line (vertex coordinate
 indices, base64). Whatever the script does, the verdict comes from that mesh alone, checked here
 by trusted code (:func:`analyse`, numpy): one marker line (two meshes is no answer), finite
 coordinates, every edge of the triangles shared by exactly two of them in opposite directions
-(watertight, manifold, consistently oriented), then the task's checks, each within its
-tolerance: volume, surface area, bounding box, number of solids, genus (through-holes), the
-volume centroid, and points that must lie inside or outside the solid (a hole at a position, a
-wall, a cavity: a ray-parity test). A script that forges a mesh has made that mesh: it is judged
+(watertight, manifold, consistently oriented), no triangle without area and no two on the same
+three vertices (a zero-thickness fold), then the task's checks, each within its tolerance:
+volume, surface area, bounding box, the number of closed shells (joined across edges: one for
+every part here, so sealed pockets or shells glued by folds fail), genus (through-holes), the
+volume centroid, and points that must lie inside or outside the solid (rings of points in and
+around each hole, across a wall, through a cavity; a ray-parity test along three directions
+that must agree). A script that forges a mesh has made that mesh: it is judged
 as one. Pass only when every check holds (no partial credit: the prompt gives most dimensions).
 
 >>> import numpy as np
@@ -84,7 +87,20 @@ class Geometry:
                 for k, v in self.__dict__.items()}
 
 
-def _components(triangles: np.ndarray, n: int) -> int:
+def _shells(triangles: np.ndarray, n: int) -> int:
+    """Closed shells: triangles joined across shared edges (shells that only touch at a vertex,
+    or a zero-volume fold glued to two shells, stay apart)."""
+    m = len(triangles)
+    a, b, c = (triangles[:, i].astype(np.int64) for i in range(3))
+    undirected = np.concatenate([np.minimum(a, b) * n + np.maximum(a, b), np.minimum(b, c) * n + np.maximum(b, c),
+                                 np.minimum(c, a) * n + np.maximum(c, a)])
+    owner = np.concatenate([np.arange(m)] * 3)
+    order = np.argsort(undirected, kind="stable")
+    pairs = owner[order].reshape(-1, 2)  # every edge in exactly two triangles (checked before)
+    return _components(pairs, m, edges=True)
+
+
+def _components(triangles: np.ndarray, n: int, edges: bool = False) -> int:
     parent = np.arange(n)
 
     def find(x: int) -> int:
@@ -95,12 +111,13 @@ def _components(triangles: np.ndarray, n: int) -> int:
             parent[x], x = root, parent[x]
         return root
 
-    for a, b in np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]]]):
-        ra, rb = find(int(a)), find(int(b))
+    links = triangles if edges else np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]]])
+    for a, b in links.tolist():
+        ra, rb = find(a), find(b)
         if ra != rb:
             parent[ra] = rb
-    used = np.unique(triangles)
-    return len({find(int(v)) for v in used})
+    used = range(n) if edges else np.unique(triangles).tolist()
+    return len({find(v) for v in used})
 
 
 def analyse(vertices: np.ndarray, triangles: np.ndarray) -> Geometry:
@@ -108,8 +125,8 @@ def analyse(vertices: np.ndarray, triangles: np.ndarray) -> Geometry:
     m = len(triangles)
     if m == 0:
         return Geometry(0, False, problem="the mesh is empty")
-    if not np.isfinite(vertices).all():
-        return Geometry(m, False, problem="a vertex coordinate is not finite")
+    if not np.isfinite(vertices).all() or np.abs(vertices).max() > 1e6:
+        return Geometry(m, False, problem="a vertex coordinate is not finite or beyond a kilometre")
     if triangles.min() < 0 or triangles.max() >= len(vertices):
         return Geometry(m, False, problem="a triangle names a vertex that does not exist")
     n = len(vertices)
@@ -129,7 +146,16 @@ def analyse(vertices: np.ndarray, triangles: np.ndarray) -> Geometry:
     if not watertight:
         geometry.problem = "the mesh is not closed: some edge is not shared by exactly two triangles in opposite directions"
         return geometry
-    geometry.components = _components(triangles, n)
+    keys = np.sort(triangles, axis=1)
+    if len(np.unique(keys, axis=0)) != m:
+        geometry.watertight = False
+        geometry.problem = "two triangles share the same three vertices (a zero-thickness fold)"
+        return geometry
+    if (np.linalg.norm(cross, axis=1) <= 0).any():
+        geometry.watertight = False
+        geometry.problem = "a triangle has no area"
+        return geometry
+    geometry.components = _shells(triangles, n)
     used = len(np.unique(triangles))
     euler = used - (3 * m) // 2 + m  # V - E + F over every closed shell
     geometry.genus = int((2 * geometry.components - euler) // 2)
@@ -139,28 +165,33 @@ def analyse(vertices: np.ndarray, triangles: np.ndarray) -> Geometry:
     return geometry
 
 
-RAY = np.array([0.0123, 0.0271, 1.0]) / np.linalg.norm([0.0123, 0.0271, 1.0])
-"""Direction of the parity rays (off every axis: no ray runs along a modelled edge or face)."""
+RAYS = [np.array(r) / np.linalg.norm(r) for r in ([0.0123, 0.0271, 1.0], [0.9, 0.0311, -0.0173], [-0.0219, -0.97, 0.0413])]
+"""Directions of the parity rays (off every axis: no ray runs along a modelled edge or face)."""
 
 
-def inside(vertices: np.ndarray, triangles: np.ndarray, points: list[list[float]]) -> list[bool]:
-    """For each point, whether it lies inside the closed mesh (odd number of crossings of a ray)."""
+def inside(vertices: np.ndarray, triangles: np.ndarray, points: list[list[float]]) -> list[bool | None]:
+    """For each point, whether it lies inside the closed mesh: the parity of a ray's crossings,
+    along three directions that must agree (None when they do not: a point on the surface, or a
+    mesh that is not one closed solid there)."""
     v0, v1, v2 = vertices[triangles[:, 0]], vertices[triangles[:, 1]], vertices[triangles[:, 2]]
     e1, e2 = v1 - v0, v2 - v0
-    h = np.cross(RAY, e2)
-    det = np.einsum("ij,ij->i", e1, h)
-    ok = np.abs(det) > 1e-12
-    inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
-    out = []
-    for point in points:
-        s = np.asarray(point, float) - v0
-        u = np.einsum("ij,ij->i", s, h) * inv
-        q = np.cross(s, e1)
-        w = (q @ RAY) * inv
-        t = np.einsum("ij,ij->i", e2, q) * inv
-        hits = ok & (u >= 0) & (w >= 0) & (u + w <= 1) & (t > 1e-9)
-        out.append(bool(int(hits.sum()) % 2))
-    return out
+    votes = []
+    for ray in RAYS:
+        h = np.cross(ray, e2)
+        det = np.einsum("ij,ij->i", e1, h)
+        ok = np.abs(det) > 1e-12
+        inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
+        row = []
+        for point in points:
+            s = np.asarray(point, float) - v0
+            u = np.einsum("ij,ij->i", s, h) * inv
+            q = np.cross(s, e1)
+            w = (q @ ray) * inv
+            t = np.einsum("ij,ij->i", e2, q) * inv
+            hits = ok & (u >= 0) & (w >= 0) & (u + w <= 1) & (t > 1e-9)
+            row.append(bool(int(hits.sum()) % 2))
+        votes.append(row)
+    return [col[0] if len(set(col)) == 1 else None for col in zip(*votes)]
 
 
 def parse_mesh(stdout: bytes) -> tuple[np.ndarray, np.ndarray] | str:
@@ -179,8 +210,8 @@ def parse_mesh(stdout: bytes) -> tuple[np.ndarray, np.ndarray] | str:
         return "the mesh line is malformed"
     vertices = np.frombuffer(raw_v, dtype="<f8").reshape(-1, 3)
     triangles = np.frombuffer(raw_t, dtype="<i4").reshape(-1, 3)
-    if len(triangles) > MAX_TRIANGLES:
-        return f"{len(triangles)} triangles; at most {MAX_TRIANGLES}"
+    if len(triangles) > MAX_TRIANGLES or len(vertices) > MAX_TRIANGLES:
+        return f"{len(triangles)} triangles and {len(vertices)} vertices; at most {MAX_TRIANGLES} of each"
     return vertices, triangles
 
 
@@ -206,7 +237,8 @@ def run_checks(geometry: Geometry, vertices: np.ndarray, triangles: np.ndarray, 
             ok = found == expected
         elif kind in ("inside", "outside"):
             found = inside(vertices, triangles, check["points"])
-            ok = all(found) if kind == "inside" else not any(found)
+            ok = all(f is True for f in found) if kind == "inside" else all(f is False for f in found)
+            found = sum(1 for f in found if f is (kind == "inside"))  # how many of the points hold
         elif kind == "diameter":  # the effective diameter of a prism along z: 2 sqrt(V / (pi h))
             height = geometry.bbox_max[2] - geometry.bbox_min[2] if geometry.bbox_max else 0.0
             found = 2 * float(np.sqrt(max(geometry.volume, 0.0) / (np.pi * height))) if height > 0 else 0.0
@@ -257,7 +289,7 @@ def cad_mesh(
     vertices, triangles = mesh
     geometry = analyse(vertices, triangles)
     details["geometry"] = geometry.to_dict()
-    if not geometry.watertight or geometry.volume <= 0:
+    if not geometry.watertight or not np.isfinite(geometry.volume) or geometry.volume <= 0:
         return Verification.failed(error=geometry.problem or "the solid has no volume (inside out?)", **details)
     results = run_checks(geometry, vertices, triangles, task.meta["checks"])
     details["checks"] = results

@@ -16,8 +16,10 @@ function docs (``task.meta["functions"]``: each parameter's type):
   (``True`` is not an integer; an integer is accepted for a float), or of the answer's own type
   where the answer holds a variable's name; strings compared after removing spaces and ``,./-_*^``,
   lower-cased, ``'`` read as ``"``; lists element by element, dicts key by key;
-* ``irrelevance``: no offered function fits: any call of one (anywhere in the text) fails;
-  ``relevance``: some well-formed call of an offered function passes.
+* ``irrelevance``: no offered function fits: any call of one fails (a list of calls, or a call
+  anywhere in the text, whatever stands between the name and its parenthesis); ``relevance``: a
+  call is needed: checked against the possible answers where the task has them, else against
+  the functions' docs (declared parameters, every required one, the declared types).
 
 Never a match: a number that is not finite, positional arguments, an expression that is not a
 literal, two fenced blocks or two lists (one final answer), more than :data:`MAX_CHARS` characters.
@@ -59,11 +61,13 @@ class CallError(ValueError):
 
 
 def _name(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return _name(node.value) + "." + node.attr
-    raise CallError("a call's function must be a (dotted) name")
+    parts = []
+    while isinstance(node, ast.Attribute):  # iteratively: a chain of 1,200 dots is no stack overflow
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        raise CallError("a call's function must be a (dotted) name")
+    return ".".join([node.id, *reversed(parts)])
 
 
 def _finite(value: Any) -> bool:
@@ -204,6 +208,44 @@ def check_call(call: tuple[str, dict[str, Any]], function: dict, expected: dict[
     return None
 
 
+def called_anywhere(text: str, names: list[str]) -> str | None:
+    """The first offered function the text calls anywhere: a list of calls, or a call in prose
+    with whitespace, comments or line continuations before its parenthesis."""
+    try:
+        calls = parse_calls(text)
+    except CallError:
+        calls = []
+    for name, _ in calls:
+        if name in names:
+            return name
+    gap = r"(?:\s|\\\n|#[^\n]*\n|\)|\])*"  # what may stand between a name and its "(" ("(name)(", "name  #\n(")
+    for name in names:
+        if re.search(rf"(?<![\w.]){re.escape(name)}{gap}\(", text):
+            return name
+    return None
+
+
+def schema_error(call: tuple[str, dict[str, Any]], functions: list[dict]) -> str | None:
+    """Why a call does not fit its function's docs (None when it does): an offered function,
+    declared parameters only, every required one, each value of its declared type."""
+    name, params = call
+    function = next((f for f in functions if f.get("name") == name), None)
+    if function is None:
+        return f"{name} is not an offered function"
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    for required in (function.get("parameters") or {}).get("required") or []:
+        if required not in params:
+            return f"{name}: missing required parameter {required}"
+    for param, value in params.items():
+        if param not in properties:
+            return f"{name}: unexpected parameter {param}"
+        expected = TYPES.get(properties[param].get("type", "any"), str)
+        if type(value) is not expected and not (expected is float and type(value) is int) \
+                and not (expected is list and type(value) is tuple):
+            return f"{param}: expected {properties[param].get('type')}, got {type(value).__name__}"
+    return None
+
+
 def _function(functions: list[dict], name: str) -> dict:
     return next((f for f in functions if f.get("name") == name), {"name": name, "parameters": {}})
 
@@ -215,20 +257,24 @@ def function_calls(completion: str, task: Task, *, category: str | None = None) 
         raise ValueError(f"unknown function-call category {category!r}; known: {', '.join(CATEGORIES)}")
     functions: list[dict] = task.meta["functions"]
     if category == "irrelevance":
-        named = [f["name"] for f in functions if re.search(rf"(?<![\w.]){re.escape(f['name'])}\s*\(", completion)]
-        if named:
-            return Verification.failed(error=f"no offered function fits this request, but the answer calls {named[0]}")
+        if (named := called_anywhere(completion, [f["name"] for f in functions])) is not None:
+            return Verification.failed(error=f"no offered function fits this request, but the answer calls {named}")
         return Verification.passed(found="no call")
     try:
         calls = parse_calls(completion)
     except CallError as exc:
         return Verification.failed(Outcome.PARSE_ERROR, error=str(exc))
     found = [f"{name}({', '.join(f'{k}={_show(v)}' for k, v in params.items())})" for name, params in calls][:10]
-    if category == "relevance":
-        offered = {f["name"] for f in functions}
-        if calls and all(name in offered for name, _ in calls):
+    if category == "relevance":  # a call is needed: checked against the answers where the task has them, else the docs
+        if not calls:
+            return Verification.failed(error="a call of an offered function was expected", found=found)
+        if task.answer:
+            category = "parallel" if len(task.answer) > 1 else "simple"
+        else:
+            for call in calls:
+                if (why := schema_error(call, functions)) is not None:
+                    return Verification.failed(error=why, found=found)
             return Verification.passed(found=found)
-        return Verification.failed(error="a call of an offered function was expected", found=found)
     expected: list[dict] = task.answer
     if len(calls) != len(expected):
         return Verification.failed(error=f"{len(calls)} call{'s' if len(calls) != 1 else ''} for {len(expected)} expected",
