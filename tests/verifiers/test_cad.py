@@ -53,7 +53,7 @@ def test_solids_that_match_one_measure_but_not_the_part_fail(verify):
     p = {"length": 60.0, "width": 40.0, "thick": 5.0, "diameter": 8.0, "holes": [(15.0, 20.0), (45.0, 20.0)]}
     task = Task("cad-part", "t", "...", None, 0, {"checks": plate_checks(p)})
     assert verify(f"```python\n{plate_script(p)}```", task).outcome is Outcome.PASS
-    r, volume = 4.0, 60 * 40 * 5 - 2 * np.pi * 16 * 5
+    volume = 60 * 40 * 5 - 2 * np.pi * 16 * 5
     wrong = {
         "no holes, same volume": f"result = m3d.Manifold.cube([60, 40, {volume / 2400}])",
         "holes elsewhere": ("result = m3d.Manifold.cube([60, 40, 5]) - m3d.Manifold.cylinder(7, 4, circular_segments=96)"
