@@ -34,6 +34,22 @@ def port_open(url: str, default_port: int) -> bool:
         return False
 
 
+def require_java() -> None:
+    """Java for the text games' engine (TextWorldExpress)."""
+    import shutil
+
+    require(shutil.which("java") is not None, "Java for the text games: apt-get install default-jre-headless")
+
+
+def require_sandbox_libs() -> None:
+    """The packages sandboxed CAD scripts import (numpy, manifold3d) and bubblewrap to run them."""
+    from workers.sandbox import bwrap
+    from workers.sandbox.libs import installed
+
+    require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the sandbox")
+    require(installed(), "the sandbox's packages: python -m workers.sandbox.libs install (requirements/sandbox.txt)")
+
+
 def require_postgres() -> None:
     from django.db import connection
 

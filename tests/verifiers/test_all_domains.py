@@ -32,7 +32,13 @@ def test_every_reasoning_gym_generator_is_a_domain():
 
 @pytest.mark.parametrize("slug", sorted(DOMAINS))
 def test_domain(slug, request):
+    from tests.services import require_java, require_sandbox_libs
+
     spec = DOMAINS[slug]
+    if spec.family == "textgames":
+        require_java()
+    if spec.family == "cad":
+        require_sandbox_libs()
     verify = spec.verify
     if any(stage["type"] in ("code_tests", "repo_tests", "cad_mesh") for stage in spec.verifier_spec["stages"]):
         verify = compile_cascade(spec.verifier_spec, request.getfixturevalue("real_sandbox"))

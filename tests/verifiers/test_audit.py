@@ -203,9 +203,22 @@ def test_function_calling_domains_audit_clean(slug):
 
 @pytest.mark.parametrize("slug", ["cad-part", "cad-modify", "cad-fit"])
 def test_cad_domains_audit_clean_in_the_sandbox(real_sandbox, slug):
+    from tests.services import require_sandbox_libs
+
+    require_sandbox_libs()
     report = audit_catalogue_domain(slug, tasks=3, chance_tasks=3, context=real_sandbox)
     classes = report.to_dict()["classes"]
     assert {"gold", "equivalent", "perturbed", "empty", "constant"} <= set(classes)
     assert sum(1 for name in classes if name.startswith("code.")) >= 7
     assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
     assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives") or v.get("masked")}
+
+
+@pytest.mark.parametrize("slug", ["game-coin", "game-cookingworld", "game-sorting"])
+def test_text_game_domains_audit_clean(slug):
+    from tests.services import require_java
+
+    require_java()
+    report = audit_catalogue_domain(slug, tasks=4, chance_tasks=4)
+    classes = report.to_dict()["classes"]
+    assert report.false_negatives_gold == 0 and report.false_positives == 0 and report.masked == 0, classes

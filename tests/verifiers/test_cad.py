@@ -23,6 +23,10 @@ DOMAINS = {slug: spec for slug, spec in all_domains().items() if spec.family == 
 
 @pytest.fixture
 def verify(real_sandbox):
+    from tests.services import require_sandbox_libs
+
+    require_sandbox_libs()
+
     def run(completion: str, task: Task):
         return compile_cascade(DOMAINS[task.domain].verifier_spec, real_sandbox)(completion, task)
     return run

@@ -17,6 +17,13 @@ from trainer.outcomes import Outcome
 DOMAINS = {slug: spec for slug, spec in all_domains().items() if spec.family == "textgames"}
 
 
+@pytest.fixture(autouse=True)
+def java():
+    from tests.services import require_java
+
+    require_java()
+
+
 def test_eight_games_with_their_levels():
     assert sorted(DOMAINS) == sorted(f"game-{g}" for g in LEVEL_PARAMS)
     assert len(DOMAINS) == 8 and DOMAINS["game-cookingworld"].source.levels == 3

@@ -76,7 +76,10 @@ def test_a_run_on_the_cad_and_function_calling_domains_completes_with_outcomes_p
     from workers.sandbox import bwrap
     from workers.tasks import verify_batch
 
+    from tests.services import require_sandbox_libs
+
     require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the CAD domains' sandbox")
+    require_sandbox_libs()
     domains = ["cad-part", "cad-modify", "cad-fit", "bfcl-simple", "bfcl-parallel-multiple", "bfcl-relevance"]
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
     settings.VAR_DIR = tmp_path

@@ -57,7 +57,7 @@ DOMAINS = {
 def data_dir() -> Path:
     """The ``bfcl_eval/data`` folder of the installed package (ImportError names the fix)."""
     try:
-        import bfcl_eval  # noqa: PLC0415 - data package, installed with --no-deps
+        import bfcl_eval  # lazy: a data package, found when its files are first read (installed with --no-deps)
     except ImportError as exc:
         raise ImportError("bfcl-eval is not installed: pip install --no-deps -r requirements/nodeps.txt") from exc
     return Path(bfcl_eval.__file__).parent / "data"

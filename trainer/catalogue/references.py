@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 
 from trainer.catalogue import DomainSpec
+from trainer.catalogue.bfcl import reference_completion as bfcl_reference
+from trainer.catalogue.bfcl import wrong_completion as bfcl_wrong
+from trainer.catalogue.cad import wrong_completion as cad_wrong
 from trainer.catalogue.documents import reference_completion as document_reference
 from trainer.catalogue.humaneval import broken_completion
 from trainer.catalogue.humaneval import reference_completion as humaneval_reference
+from trainer.catalogue.repos import wrong_transcript
 from trainer.tasks.base import Task
 
 
@@ -27,7 +31,6 @@ def reference_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "tool_use":
         return str(task.answer)
     if spec.family == "bfcl":
-        from trainer.catalogue.bfcl import reference_completion as bfcl_reference
         return bfcl_reference(task)
     return str(task.answer)
 
@@ -49,13 +52,10 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
     if spec.family == "tool_use":
         return '{"tool": "submit"}'
     if spec.family == "repos":
-        from trainer.catalogue.repos import wrong_transcript
         return wrong_transcript(task)
     if spec.family == "bfcl":
-        from trainer.catalogue.bfcl import wrong_completion as bfcl_wrong
         return bfcl_wrong(task)
     if spec.family == "cad":
-        from trainer.catalogue.cad import wrong_completion as cad_wrong
         return cad_wrong(task)
     if spec.family == "textgames":  # the first half of the game's gold commands: the task is not done
         lines = str(task.answer).splitlines()

@@ -51,7 +51,7 @@ class _Engine:
 
     def __init__(self) -> None:
         try:
-            from textworld_express import TextWorldExpressEnv  # noqa: PLC0415 - starts a JVM
+            from textworld_express import TextWorldExpressEnv  # lazy: its engine is a JVM, started on first use
         except ImportError as exc:
             raise RuntimeError("textworld-express is not installed (requirements/common.txt)") from exc
         logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown logs to closed streams at exit

@@ -39,7 +39,7 @@ from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
 
 SANDBOX_LIB = "/usr/local/lib/temper-sandbox"
-"""Where the sandbox's importable packages live (installed by ``python -m workers.sandbox.libs``)."""
+"""Where the sandbox's importable packages live (installed there by the sandbox's setup)."""
 MODEL_FILE = "model.py"
 MAX_TRIANGLES = 400_000
 MARKER = b"@@TEMPER-MESH "

@@ -46,8 +46,8 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """Every fenced block as ``(info string, body)``, in one left-to-right pass (a regex with a
     lazy body and an open info string is quadratic over thousands of unclosed fences).
 
-    >>> fenced_blocks("a\n```py\nx = 1\n```\n```\ny\n```" + "```diff" * 3)
-    [('py', 'x = 1\n'), ('', 'y\n')]
+    >>> fenced_blocks("a\\n```py\\nx = 1\\n```\\n```\\ny\\n```" + "```diff" * 3)
+    [('py', 'x = 1\\n'), ('', 'y\\n')]
     """
     out = []
     pos = text.find("```")

@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from workers.sandbox.libs import SANDBOX_LIB, install
+
 IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-2")
 """Image tag the docker backend runs; bump the suffix when the recipe below changes."""
 SUITE = "bookworm"
@@ -66,8 +68,6 @@ def build_rootfs(target: Path) -> Path:
 
 def _copy_sandbox_libs(rootfs: Path) -> None:
     """The packages sandboxed programs may import (:mod:`workers.sandbox.libs`, installed first)."""
-    from workers.sandbox.libs import SANDBOX_LIB, install
-
     source = install()
     inside = rootfs / SANDBOX_LIB.lstrip("/")
     if inside.exists():
