@@ -162,3 +162,44 @@ def test_ticked_runs_open_overlaid_with_their_settings(server, browser, world):
     screenshot(page, "15-runs-overlaid")
     page.check("[data-testid=diff-all]")
     assert page.locator("[data-testid=diff-row][data-differs=false]:visible").count() > 0
+
+
+def test_the_trajectory_explorer_shows_an_episodes_turns_and_a_solids_thumbnail(server, browser, world):
+    """A multi-turn episode: each model turn and each tool output (marked as not trained on), and
+    the final diff the verifier judged; a CAD answer: the picture of its solid the verifier drew."""
+    import base64
+
+    import numpy as np
+
+    from trainer.verifiers.cad import thumbnail_png
+
+    run = _run_with_curves(world)
+    d = world.domain.slug
+    cube_v = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float)
+    cube_t = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1], [2, 3, 7], [2, 7, 6], [0, 2, 6],
+                       [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    picture = thumbnail_png(cube_v, cube_t)
+    assert base64.b64decode(picture.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    transcript = [{"role": "model", "text": '{"tool": "read", "path": "pkg/text.py"}'},
+                  {"role": "tool", "text": "   1  def slugify(text):"},
+                  {"role": "model", "text": '{"tool": "submit"}'}]
+    Trajectory.objects.bulk_create([
+        Trajectory(run=run, step=10, domain=d, task_id="repo", prompt="Fix the bug", completion="diff --git a/pkg/text.py b/pkg/text.py",
+                   reward=0.0, outcome="fail", details={"details": {"stage": "repo_tests"}, "transcript": transcript, "turns": 2}),
+        Trajectory(run=run, step=10, domain=d, task_id="cad", prompt="Model a cube", completion="```python\nresult = ...\n```",
+                   reward=1.0, outcome="pass", details={"details": {"stage": "cad_mesh", "thumbnail": picture}}),
+    ])
+    page = server.page(browser, "turns")
+    server.login(page, "acme-viewer", "pw-123456")
+    page.goto(f"/runs/{run.id}/?t.step=10")
+    page.wait_for_selector("[data-testid=trajectory]")
+    episode = page.locator("[data-testid=trajectory][data-outcome=fail]")
+    episode.locator("[data-testid=traj-transcript] summary").click()
+    turns = episode.locator("[data-testid=traj-transcript] .turn")
+    assert turns.count() == 3 and "2 turns" in episode.locator("[data-testid=traj-transcript] summary").inner_text()
+    assert "not trained on" in turns.nth(1).inner_text() and "def slugify" in turns.nth(1).inner_text()
+    assert "diff --git" in episode.inner_text()
+    solid = page.locator("[data-testid=trajectory][data-outcome=pass] [data-testid=traj-thumbnail]")
+    page.wait_for_function("() => { const i = document.querySelector('[data-testid=traj-thumbnail]'); return i && i.complete && i.naturalWidth === 72; }")
+    assert solid.count() == 1
+    screenshot(page, "15-trajectory-turns-and-thumbnail")

@@ -49,6 +49,7 @@ def test_reference_passes_and_a_wrong_dimension_fails_in_the_sandbox(verify, fam
         task = spec.source.sample(random.Random(seed), seed % LEVELS)
         good = verify(task.answer, task)
         assert good.outcome is Outcome.PASS, (task.meta["kind"], good.details)
+        assert good.details["thumbnail"].startswith("data:image/png;base64,")  # the solid, drawn for the trajectory view
         bad = verify(wrong_completion(task), task)
         assert bad.outcome is Outcome.FAIL and not bad.is_infrastructure, (task.meta["kind"], bad.details)
 

@@ -27,6 +27,8 @@ as one. Pass only when every check holds (no partial credit: the prompt gives mo
 from __future__ import annotations
 
 import base64
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,7 +295,64 @@ def cad_mesh(
         return Verification.failed(error=geometry.problem or "the solid has no volume (inside out?)", **details)
     results = run_checks(geometry, vertices, triangles, task.meta["checks"])
     details["checks"] = results
+    if (picture := thumbnail_png(vertices, triangles)) is not None:
+        details["thumbnail"] = picture
     failed = [r["check"] for r in results if not r["ok"]]
     if failed:
         return Verification.failed(error=f"checks failed: {', '.join(failed)}", **details)
     return Verification.passed(**details)
+
+
+THUMBNAIL_PIXELS = 72
+THUMBNAIL_MAX_TRIANGLES = 30_000
+VIEW = np.array([-1.0, -1.3, 0.9]) / np.linalg.norm([-1.0, -1.3, 0.9])
+"""The thumbnail's view direction (from above, the front left)."""
+
+
+def thumbnail_png(vertices: np.ndarray, triangles: np.ndarray, size: int = THUMBNAIL_PIXELS) -> str | None:
+    """A small shaded picture of the solid as a PNG data URL (None for meshes too large to draw
+    quickly): one orthographic ray per pixel, the nearest triangle it hits, lit by its normal."""
+    if len(triangles) > THUMBNAIL_MAX_TRIANGLES or len(triangles) == 0:
+        return None
+    forward = -VIEW
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    up = np.cross(right, forward)
+    v0, v1, v2 = vertices[triangles[:, 0]], vertices[triangles[:, 1]], vertices[triangles[:, 2]]
+    e1, e2 = v1 - v0, v2 - v0
+    normals = np.cross(e1, e2)
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
+    used = vertices[np.unique(triangles)]
+    xs, ys = used @ right, used @ up
+    centre = np.array([(xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2])
+    half = max(xs.max() - xs.min(), ys.max() - ys.min()) / 2 * 1.08 or 1.0
+    start = used.mean(axis=0) - forward * (np.abs(used - used.mean(axis=0)).sum(axis=1).max() + 1.0)
+    h = np.cross(forward, e2)  # (m, 3)
+    det = np.einsum("ij,ij->i", e1, h)
+    ok = np.abs(det) > 1e-12
+    inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
+    image = np.full((size, size), 255, np.uint8)
+    light = np.array([0.4, 0.3, 0.85]) / np.linalg.norm([0.4, 0.3, 0.85])
+    for row in range(size):
+        py = centre[1] + half * (1 - 2 * (row + 0.5) / size)
+        px = centre[0] + half * (2 * (np.arange(size) + 0.5) / size - 1)  # (size,)
+        origins = start[None, :] + (px - start @ right)[:, None] * right + (py - start @ up) * up  # (size, 3)
+        s = origins[:, None, :] - v0[None, :, :]  # (size, m, 3)
+        u = np.einsum("pmk,mk->pm", s, h) * inv
+        q = np.cross(s, e1[None, :, :])
+        w = (q @ forward) * inv
+        t = np.einsum("mk,pmk->pm", e2, q) * inv
+        hit = ok & (u >= 0) & (w >= 0) & (u + w <= 1) & (t > 0)
+        t = np.where(hit, t, np.inf)
+        nearest = t.argmin(axis=1)
+        seen = np.isfinite(t[np.arange(size), nearest])
+        shade = np.abs(normals[nearest] @ light)
+        image[row, seen] = (60 + 170 * shade[seen]).astype(np.uint8)
+    raw = b"".join(b"\x00" + image[r].tobytes() for r in range(size))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")

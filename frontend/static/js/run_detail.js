@@ -364,6 +364,13 @@
     return typeof v === "string" ? v : JSON.stringify(v);
   }
 
+  // A CAD answer's solid, drawn by the verifier (a small PNG data URL; nothing else is shown as an image).
+  function thumbnailOf(verifier) {
+    const src = verifier && verifier.thumbnail;
+    if (typeof src !== "string" || !src.startsWith("data:image/png;base64,")) return null;
+    return el("img", { src, class: "thumb", alt: "the solid the script made", "data-testid": "traj-thumbnail", width: 72, height: 72 });
+  }
+
   // A multi-turn episode: the model's turns and the tool outputs between them (masked out of the
   // loss: shown apart, never trained on); the completion column holds what the verifier judged.
   function transcriptView(transcript) {
@@ -409,6 +416,7 @@
         el("td", { text: fmt(t.reward) }),
         el("td", {}, el("pre", { class: "expected", "data-testid": "traj-expected", text: expected ?? "–" })),
         el("td", {}, found !== null && found !== t.completion ? el("div", { class: "muted small", "data-testid": "traj-found", text: `read as: ${found}` }) : null,
+          thumbnailOf(verifier),
           el("pre", { text: t.completion })),
         el("td", {},
           el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: t.prompt })),
