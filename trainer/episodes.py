@@ -6,7 +6,7 @@ of each model token.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Callable
 
 from trainer.outcomes import Verification
@@ -45,6 +45,15 @@ class Trajectory:
     transcript: list[dict[str, str]] = field(default_factory=list)
     """Multi-turn episodes: each model turn (``{"role": "model", "text"}``) and each observation
     (``{"role": "tool", "text"}``, not trained on), each cut to :data:`TRANSCRIPT_CHARS`."""
+
+    def __setstate__(self, state: dict) -> None:
+        """Trajectories a checkpoint pickled before a field existed take its default."""
+        for f in fields(self):
+            if f.name not in state and f.default_factory is not MISSING:
+                state[f.name] = f.default_factory()
+            elif f.name not in state and f.default is not MISSING:
+                state[f.name] = f.default
+        self.__dict__.update(state)
 
 
 TRANSCRIPT_CHARS = 2_000

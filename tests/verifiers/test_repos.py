@@ -310,3 +310,17 @@ def test_hostile_patches_diffs_and_fences_cost_a_bounded_amount_of_work():
     # thousands of unclosed fences: no answer, found in one pass
     assert final_tree("```diff" * 70_000, task, spec) == (None, "no change: neither a unified diff nor tool calls")
     assert final_tree("x" * 600_000, task, spec)[0] is None
+
+
+def test_trajectories_pickled_before_transcripts_existed_load_and_a_replay_names_the_right_stage():
+    import pickle
+
+    from trainer.episodes import Trajectory
+    from trainer.verifiers.environment import environment_replay
+
+    old = Trajectory(task=Task("d", "1", "p"), group=0, prompt_ids=[1])
+    del old.__dict__["transcript"]  # as a checkpoint written before the field holds it
+    assert pickle.loads(pickle.dumps(old)).transcript == []
+    task = task_of("bugfix", 1, 0)
+    verdict = environment_replay(task.answer, task, env="repo")
+    assert verdict.outcome is Outcome.FAIL and "repo_tests" in verdict.details["error"]

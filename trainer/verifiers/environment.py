@@ -37,4 +37,7 @@ def environment_replay(completion: str, task: Task, *, env: str | None = None, m
             break
     else:
         verification = environment.evaluate()
+    if verification is None:  # an environment that submits (a repository) leaves its verdict to its own stage
+        return Verification.failed(error=f"the {environment.name} environment's verdict comes from its domain's stage "
+                                         "(repo_tests), not from a replay")
     return Verification(verification.outcome, verification.score, {**verification.details, "observations": transcript[-5:]})
