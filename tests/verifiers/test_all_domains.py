@@ -21,7 +21,7 @@ NOT_PASSING = {Outcome.FAIL, Outcome.PARTIAL, Outcome.PARSE_ERROR}
 def test_catalogue_has_at_least_110_domains():
     assert len(DOMAINS) >= 110
     families = {spec.family for spec in DOMAINS.values()}
-    assert {"reasoning_gym", "humaneval", "math", "documents", "tool_use", "filings", "repos", "bfcl", "cad", "textgames"} <= families
+    assert {"reasoning_gym", "humaneval", "math", "documents", "tool_use", "filings", "repos", "bfcl", "bfcl_multi", "cad", "textgames"} <= families
 
 
 def test_every_reasoning_gym_generator_is_a_domain():

@@ -222,3 +222,10 @@ def test_text_game_domains_audit_clean(slug):
     report = audit_catalogue_domain(slug, tasks=4, chance_tasks=4)
     classes = report.to_dict()["classes"]
     assert report.false_negatives_gold == 0 and report.false_positives == 0 and report.masked == 0, classes
+
+
+@pytest.mark.parametrize("slug", ["bfcl-multi-base", "bfcl-multi-miss-param"])
+def test_multi_turn_function_calling_domains_audit_clean(slug):
+    report = audit_catalogue_domain(slug, tasks=4, chance_tasks=4)
+    classes = report.to_dict()["classes"]
+    assert report.false_negatives_gold == 0 and report.false_positives == 0 and report.masked == 0, classes

@@ -69,8 +69,9 @@ def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(sett
     assert all(t.details["transcript"][0]["role"] == "model" for t in stored)
 
 
-def test_a_run_on_the_cad_and_function_calling_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
-    """CAD scripts go to the verify queue (their sandbox); function calls verify inline."""
+def test_a_run_on_the_cad_function_calling_and_text_game_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
+    """CAD scripts go to the verify queue (their sandbox); function calls, BFCL's multi-turn
+    conversations and a text game verify inline (their environments)."""
     from controlplane import dispatch
     from trainer.models.tiny import build_tiny
     from workers.sandbox import bwrap
@@ -80,13 +81,17 @@ def test_a_run_on_the_cad_and_function_calling_domains_completes_with_outcomes_p
 
     require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the CAD domains' sandbox")
     require_sandbox_libs()
-    domains = ["cad-part", "cad-modify", "cad-fit", "bfcl-simple", "bfcl-parallel-multiple", "bfcl-relevance"]
+    from tests.services import require_java
+
+    require_java()
+    domains = ["cad-part", "cad-modify", "cad-fit", "bfcl-simple", "bfcl-parallel-multiple", "bfcl-relevance", "bfcl-multi-base",
+               "game-coin"]
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(domains)
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model, budget={"steps": 2},
-                                                             config={"rollout": {"prompts_per_step": 6, "n": 2, "max_new_tokens": 8},
+                                                             config={"rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8, "max_turns": 3, "max_episode_tokens": 96},
                                                                      "tokenizer": {"max_prompt_tokens": 128}}))
     run.transition("queued"), run.transition("running"), run.save()
     factories.live_worker(["verify"])
@@ -99,6 +104,6 @@ def test_a_run_on_the_cad_and_function_calling_domains_completes_with_outcomes_p
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert set(sent) <= {"cad-part", "cad-modify", "cad-fit"}  # only the sandboxed domains leave the driver
     outcomes = MetricPoint.objects.filter(run=run, key__startswith="outcome/").exclude(domain="")
-    assert {d.split("-")[0] for d in outcomes.values_list("domain", flat=True)} == {"cad", "bfcl"}
+    assert {d.split("-")[0] for d in outcomes.values_list("domain", flat=True)} == {"cad", "bfcl", "game"}
     assert sorted(set(outcomes.values_list("step", flat=True))) == [1, 2]
     assert not outcomes.filter(key__endswith="/sandbox_error").exists()

@@ -5,7 +5,7 @@ define them: every reasoning-gym generator (``rg-*``), HumanEval (``code-humanev
 math (``math-*``), document analysis over generated financial statements (``doc-*``), multi-step
 tool use (``tool-*``), long annual reports read through tools (``filing-*``), software-engineering tasks in a
 repository (``swe-*``), function calling from the Berkeley Function Calling Leaderboard
-(``bfcl-*``), 3D modelling checked by geometry (``cad-*``), text games
+(``bfcl-*``) and its multi-turn conversations over stateful simulators (``bfcl-multi-*``), 3D modelling checked by geometry (``cad-*``), text games
 scored by the game (``game-*``) and the built-ins of :mod:`trainer.tasks.builtin`. Importing this package is
 cheap: :func:`all_domains` (or :func:`get`) loads the catalogue modules on first use. JSONL
 uploads are parsed by :mod:`trainer.catalogue.jsonl` and registered by whoever runs them.
@@ -35,6 +35,7 @@ CATALOGUE_MODULES: list[str] = [
     "trainer.catalogue.bfcl",
     "trainer.catalogue.cad",
     "trainer.catalogue.textgames",
+    "trainer.catalogue.bfcl_multi",
 ]
 """The modules that define domains, in the catalogue's order; each registers its domains when
 imported or in its ``register_all()``."""

@@ -25,10 +25,10 @@ import dataclasses
 import functools
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 from trainer.catalogue import DomainSpec, register
+from trainer.tasks.bfcl_data import data_dir
 from trainer.tasks.base import Task
 from trainer.verifiers.cascade import compile_cascade
 from trainer.outcomes import Outcome
@@ -52,15 +52,6 @@ DOMAINS = {
     "bfcl-live-parallel": ("Function calling: real requests, parallel calls (BFCL live)", ("live_parallel", "live_parallel_multiple")),
     "bfcl-relevance": ("Function calling: call only when a function fits (BFCL relevance)", ("irrelevance", "live_irrelevance", "live_relevance", "simple_python")),
 }
-
-
-def data_dir() -> Path:
-    """The ``bfcl_eval/data`` folder of the installed package (ImportError names the fix)."""
-    try:
-        import bfcl_eval  # lazy: a data package, found when its files are first read (installed with --no-deps)
-    except ImportError as exc:
-        raise ImportError("bfcl-eval is not installed: pip install --no-deps -r requirements/nodeps.txt") from exc
-    return Path(bfcl_eval.__file__).parent / "data"
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import json
 from trainer.catalogue import DomainSpec
 from trainer.catalogue.bfcl import reference_completion as bfcl_reference
 from trainer.catalogue.bfcl import wrong_completion as bfcl_wrong
+from trainer.catalogue.bfcl_multi import wrong_transcript as bfcl_multi_wrong
 from trainer.catalogue.cad import wrong_completion as cad_wrong
 from trainer.catalogue.documents import reference_completion as document_reference
 from trainer.catalogue.humaneval import broken_completion
@@ -57,6 +58,8 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
         return bfcl_wrong(task)
     if spec.family == "cad":
         return cad_wrong(task)
+    if spec.family == "bfcl_multi":
+        return bfcl_multi_wrong(task)
     if spec.family == "textgames":  # the first half of the game's gold commands: the task is not done
         lines = str(task.answer).splitlines()
         return "\n".join(lines[:max(len(lines) // 2, 1)])

@@ -10,6 +10,7 @@ from typing import Callable
 
 from trainer.environments.base import (Environment, StepResult, ToolEnvironment, parse_action,
                                        split_actions)
+from trainer.environments.bfcl_multi import BfclMultiEnv
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
 from trainer.environments.filing import FilingEnv
@@ -23,6 +24,7 @@ ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
     FilingEnv.name: FilingEnv,
     RepoEnv.name: RepoEnv,
     TextGameEnv.name: TextGameEnv,
+    BfclMultiEnv.name: BfclMultiEnv,
 }
 
 
