@@ -1,7 +1,7 @@
 """Multi-turn environment domains: how fast a task goes through the real path, per domain.
 
-For each domain of the families asked (default: ``filings``, ``tool_use``, ``repos``, ``cad``, ``bfcl`` and
-``textgames``; single-turn domains verify their reference completion through the cascade): draw
+For each domain of the families asked (default: ``filings``, ``tool_use``, ``repos``, ``cad``, ``bfcl``,
+``bfcl_multi`` and ``textgames``; single-turn domains verify their reference completion through the cascade): draw
 tasks over its levels, and for each one build the environment the trainer builds for an
 episode (given the real sandbox, as the run driver gives it), drive it with the task's reference
 transcript one call per turn (the multi-turn runner's loop, without a model) and verify the
@@ -13,7 +13,7 @@ episode, whether every reference passed, and the sandbox-seconds per task (the w
 every sandbox job: a repository's ``run_tests`` turns and its hidden tests; 0 for environments
 that run in the trainer's process).
 
-    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos,cad,bfcl,textgames]   # last line: JSON
+    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames]   # last line: JSON
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--families", default="filings,tool_use,repos,cad,bfcl,textgames")
+    parser.add_argument("--families", default="filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames")
     args = parser.parse_args()
 
     from trainer.catalogue import all_domains
