@@ -93,3 +93,35 @@ def test_a_turn_that_needed_calls_and_made_none_fails():
     task = _task("base", "multi_turn_base_0")
     verdict = _play(task, json.dumps({"tool": "reply", "text": "I would rather not."}))
     assert verdict.outcome is Outcome.FAIL and "no call" in verdict.details["error"]
+
+
+def test_a_file_system_shared_into_itself_ends_the_episode_and_guessing_a_missing_value_fails():
+    """Directories copied and moved into one another share their contents (BFCL's simulator): a
+    few hundred calls would make 2^40 paths for find and du to walk; the episode ends first. In a
+    turn whose request lacks a value (miss_param), a call that guesses it fails the turn."""
+    from trainer.environments.bfcl_multi import MAX_STATE_NODES, expanded_size
+
+    category, bfcl_id = "base", "multi_turn_base_11"
+    entry, _ = entry_of(category, bfcl_id)
+    assert "cp" not in (entry.get("excluded_function") or [])
+    env = BfclMultiEnv()
+    env.reset(_task(category, bfcl_id))
+    grow = "[" + ", ".join(["mkdir(dir_name='a')"] + ["cp(source='a',destination='b'), mkdir(dir_name='n'), mv(source='a',destination='n'), "
+                                                      "mv(source='b',destination='n'), mv(source='n',destination='a')"] * 9) + "]"
+    for _ in range(4):
+        result = env.step(grow)
+        if result.done:
+            break
+    assert result.done and result.outcome.outcome is Outcome.FAIL and "counted along every path" in result.outcome.details["error"]
+    assert all(expanded_size(vars(i)) <= 2 * MAX_STATE_NODES for i in env.model.instances.values())
+    category = "miss_param"
+    bfcl_id = next(i for i, (e, t) in entries(category).items() if not set(e["involved_classes"]) & UNBOUNDED and [] in t)
+    _, truth = entry_of(category, bfcl_id)
+    gap = truth.index([])
+    guessed = [c if i != gap else truth[gap + 1][:1] for i, c in enumerate(truth)]
+    verdict = _play(_task(category, bfcl_id), reference_transcript(guessed))
+    assert verdict.outcome is Outcome.FAIL and "ask instead" in verdict.details["error"]
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_irrelevance_checker
+
+    decoded = [[calls] if calls else [] for calls in guessed]
+    assert multi_turn_irrelevance_checker(decoded, truth)["valid"] is False  # BFCL's own rule for such turns agrees

@@ -15,11 +15,13 @@ later turn, are refused), never evaluated as code. Entries that involve the math
 drawn: its ``power``, ``logarithm`` and ``square_root`` take unbounded time on numbers the policy
 picks.
 
-The verdict follows BFCL's multi-turn rules, checked at the end of each user turn whose
-reference calls are not empty: the simulators' public state must equal the state the reference
-calls leave (run on instances of their own), and every result the reference calls returned in
-that turn must be among the results of the model's calls so far. A turn without any call where
-one was due fails. All turns pass: ``pass``.
+The verdict follows BFCL's multi-turn rules, checked at the end of each user turn: where the
+reference makes calls, the simulators' public state must equal the state the reference calls
+leave (run on instances of their own), every result the reference calls returned in that turn
+must be among the results of the model's calls so far, and a turn without any call fails; where
+the reference makes none (a function or a parameter is missing: the model should ask), any call
+fails. A simulator whose state grows past :data:`MAX_STATE_NODES` values counted along every
+path ends the episode as a failure. All turns pass: ``pass``.
 
 >>> from trainer.tasks.base import Task
 >>> env = BfclMultiEnv(); first = env.reset(Task("bfcl-multi-base", "multi_turn_base_0", "...", meta={
@@ -47,6 +49,9 @@ MAX_CALLS_PER_TURN = 50
 MAX_STEPS = 60
 MAX_INT = 10_000_000
 MAX_RESULT_CHARS = 2_000
+MAX_STATE_NODES = 200_000
+"""A simulator's state may hold this many values counted along every path (the long-context
+entries hold about 30,000)."""
 BACKEND = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 CLASS_MODULES = {"GorillaFileSystem": "gorilla_file_system", "MessageAPI": "message_api", "TwitterAPI": "posting_api",
                  "TicketAPI": "ticket_api", "TradingBot": "trading_bot", "TravelAPI": "travel_booking",
@@ -58,6 +63,45 @@ UNBOUNDED = {"MathAPI"}
 
 class CallError(ValueError):
     """A model turn's calls are not literal calls of offered functions."""
+
+
+class StateTooLarge(RuntimeError):
+    """A simulator's state grew past :data:`MAX_STATE_NODES` (counted along every path)."""
+
+
+def expanded_size(value: Any, limit: int = 10_000_000) -> int:
+    """How many values a state holds counted along every path to them (a dict shared by two
+    directories counts twice; ``parent`` links are not followed), computed once per distinct object:
+    BFCL's file system shares directories on ``cp`` and ``mv``, so a few hundred calls can make
+    2^40 paths that ``find`` and ``du`` then walk."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(v: Any) -> int:
+        if isinstance(v, (str, bytes, int, float, bool)) or v is None:
+            return 1
+        key = id(v)
+        if key in sizes:
+            return sizes[key]
+        if key in active:  # a cycle: walking it ends in the simulators' recursion limit, an error, not a hang
+            return 0
+        active.add(key)
+        if isinstance(v, dict):
+            children = list(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            children = list(v)
+        elif hasattr(v, "__dict__"):
+            children = [x for k, x in vars(v).items() if not k.startswith("__") and k != "parent"]  # no walking back up
+        else:
+            children = []
+        total = 1
+        for child in children:
+            total = min(total + size(child), limit)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(value)
 
 
 def _literal(node: ast.AST) -> Any:
@@ -142,12 +186,15 @@ class Simulators:
             instance = getattr(module, name)()
             if name != "MathAPI":  # stateless
                 instance._load_scenario(copy.deepcopy(entry["initial_config"].get(name, {})), long_context=long_context)
+                # the long-context loaders insert module-level dicts themselves: this episode gets its own copies
+                instance.__dict__.update(copy.deepcopy({k: v for k, v in vars(instance).items() if not k.startswith("__")}))
             self.instances[name] = instance
             for method, bound in inspect.getmembers(instance, predicate=inspect.ismethod):
                 if not method.startswith("_"):
                     self.methods[method] = bound
 
     def run(self, calls: list[tuple[str, list, dict]], allowed: set[str]) -> list[str]:
+        """Each call's result; StateTooLarge when a call left a simulator's state past the bound."""
         results = []
         for name, args, kwargs in calls:
             if name not in self.methods or name not in allowed:
@@ -157,6 +204,10 @@ class Simulators:
                 results.append(_result_text(self.methods[name](*args, **kwargs)))
             except Exception as exc:  # noqa: BLE001 - what a call does wrong is its result, as in BFCL
                 results.append(f"Error during execution: {str(exc)[:300]}")
+            for cls, instance in self.instances.items():
+                if expanded_size(vars(instance)) > MAX_STATE_NODES:
+                    raise StateTooLarge(f"after {name}, the {cls} state holds more than {MAX_STATE_NODES:,} values "
+                                        "counted along every path (a directory copied into itself, shared again and again)")
         return results
 
     def state(self) -> dict[str, dict[str, Any]]:
@@ -202,7 +253,12 @@ class BfclMultiEnv:
         except CallError as exc:
             return self._budget(f"error: {exc}")
         if calls:
-            results = self.model.run(calls, self.allowed(self.turn))
+            try:
+                results = self.model.run(calls, self.allowed(self.turn))
+            except StateTooLarge as exc:
+                self.done = True
+                self.outcome = Verification.failed(error=str(exc), turn=self.turn, steps=self.steps)
+                return StepResult(str(exc), True, self.outcome)
             self.results += results
             self.turn_calls += len(calls)
             return self._budget("\n".join(f"{name}: {r[:MAX_RESULT_CHARS]}" for (name, _, _), r in zip(calls, results)))
@@ -217,6 +273,12 @@ class BfclMultiEnv:
 
     def _end_turn(self) -> StepResult:
         expected = self.truth[self.turn]
+        if not expected and self.turn_calls:  # BFCL's irrelevance rule: nothing was to be done (a function or a value missing)
+            self.done = True
+            self.outcome = Verification.failed(error="calls made in a turn where the request could not be done as asked "
+                                                     "(a function or a parameter was missing: ask instead)",
+                                               turn=self.turn, steps=self.steps)
+            return StepResult(f"turn {self.turn} failed", True, self.outcome)
         if expected:
             reference_calls = parse_turn_calls("[" + ", ".join(expected) + "]", cap=None)
             reference_results = self.reference.run(reference_calls, set(self.reference.methods))

@@ -69,6 +69,7 @@ class _Engine:
         """(episode id, commands played) of the state the engine is in."""
 
     def start(self, game: str, params: str, seed: int) -> tuple[str, dict[str, Any]]:
+        self.holds = None
         if self.loaded != (game, params):
             self.env.load(gameName=game, gameParams=params)
             self.loaded = (game, params)
@@ -149,6 +150,7 @@ def train_seeds(game: str, params: str) -> list[int]:
         if engine.loaded != (game, params):
             engine.env.load(gameName=game, gameParams=params)
             engine.loaded = (game, params)
+            engine.holds = None  # the episode it held is gone with the old game
         return list(engine.env.getValidSeedsTrain())
     finally:
         _POOL.give(engine)
