@@ -49,6 +49,11 @@ RUN pip install -r "$REQUIREMENTS" \
  && if pip show -q ninja 2>/dev/null; then \
       pip install --no-deps --force-reinstall "$(pip freeze | grep -i '^django-ninja==')"; fi \
  && find /opt/venv -depth -name __pycache__ -type d -exec rm -rf {} +
+# The packages sandboxed programs may import (requirements/sandbox.txt: the CAD domains' numpy and
+# manifold3d), for the sandbox's interpreter (this python3), copied to /usr/local/lib/temper-sandbox
+# below; the marker says which set it is (workers/sandbox/libs.py).
+RUN pip install --no-deps --only-binary=:all: --target /opt/temper-sandbox -r requirements/sandbox.txt \
+ && cp requirements/sandbox.txt /opt/temper-sandbox/.temper-requirements
 
 FROM ${BASE_IMAGE} AS runtime
 ARG RUNTIME_PACKAGES=
@@ -59,12 +64,12 @@ RUN apt-get update \
  && useradd --system --uid 10001 --home-dir /var/lib/temper --shell /usr/sbin/nologin temper \
  && mkdir -p /var/lib/temper && chown temper:temper /var/lib/temper
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /opt/temper-sandbox /usr/local/lib/temper-sandbox
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=controlplane.settings TEMPER_VAR_DIR=/var/lib/temper
 WORKDIR /app
 COPY . .
-RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0 \
- && python -m workers.sandbox.libs install
+RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0
 USER temper
 EXPOSE 8000
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]

@@ -208,14 +208,14 @@ def pip_command(python: str = PYTHON) -> list[str]:
     return [str(venv_python), "-m", "pip"]
 
 
-def wheelhouse(requirements: Path) -> Path:
+def wheelhouse(requirements: Path, no_deps: tuple[Path, ...] = ()) -> Path:
     """Wheels of every package ``requirements`` resolves to for the image's Python, Debian
     bookworm's python3 (a pip of this machine's /usr/bin/python3, so environment markers such as
     ``python_full_version < "3.11.3"`` resolve as in the image, with this machine's pip
     configuration: the local wheel directory, the mirrors, PyPI), cached by the content of the
     file and of every file it includes (``-r requirements/common.txt``)."""
     h = hashlib.sha256(_probe(PYTHON).encode())
-    for path in _requirement_files(requirements):
+    for path in [*_requirement_files(requirements), *no_deps]:
         h.update(os.path.relpath(path, requirements.parent.resolve()).encode() + b"\0" + path.read_bytes())
     out = CACHE / f"wheels-{h.hexdigest()[:12]}"
     if (out / ".done").exists():
@@ -233,6 +233,11 @@ def wheelhouse(requirements: Path) -> Path:
                 cwd=requirements.parent)
     if done.returncode != 0:
         raise RuntimeError(f"pip wheel failed:\n{done.stderr[-3000:]}")
+    for extra in no_deps:  # files the image installs with --no-deps (requirements/nodeps.txt, sandbox.txt)
+        done = _run([*pip, "wheel", "-q", "--no-deps", "--retries", retries, "-r", str(extra), "-w", str(out)],
+                    cwd=requirements.parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip wheel --no-deps -r {extra.name} failed:\n{done.stderr[-3000:]}")
     (out / ".done").write_text("ok\n")
     return out
 
