@@ -124,8 +124,16 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     if resumed:
         page.wait_for_function("() => (window.TemperLive.loads || 0) >= 2")
     _wait_points_above(page, 2)
-    _click_a_point(page, "chart-reward")
-    page.wait_for_selector("[data-testid=trajectory]")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(4):  # a live redraw between reading a point's place and the click moves the point
+        _click_a_point(page, "chart-reward")
+        try:
+            page.wait_for_selector("[data-testid=trajectory]", timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 3:
+                raise
     rows = page.locator("[data-testid=trajectory]")
     assert rows.count() >= 1
     title = page.inner_text("#traj-title")
