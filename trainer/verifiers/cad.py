@@ -36,7 +36,7 @@ import numpy as np
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.code import STATUS_OUTCOMES, extract_code, fenced_blocks
+from trainer.verifiers.code import STATUS_OUTCOMES, extract_code, fenced_blocks, run_job
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
 
@@ -271,15 +271,10 @@ def cad_mesh(
     if "result" not in code:
         return Verification.failed(Outcome.PARSE_ERROR, error="the script never assigns result")
     typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
-    if context.execute is None:
-        return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
     files, command = cad_job(completion)
-    domain = task.domain or "default"
-    try:
-        with context.slot(domain, typed):
-            verdict = context.execute(files, command, typed, None, backend=backend, domain=domain)
-    except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
-        return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
+    verdict = run_job(context, task, files, command, typed, backend)
+    if isinstance(verdict, Verification):
+        return verdict
     status = str(getattr(verdict, "status", "sandbox_error"))
     stderr = (getattr(verdict, "stderr", b"") or b"").decode("utf-8", "replace")[-1500:]
     details: dict[str, Any] = {"status": status, "stderr": stderr, "wall_s": getattr(verdict, "wall_s", None)}

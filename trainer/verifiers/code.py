@@ -168,12 +168,22 @@ def code_tests(
     except ValueError as exc:
         raise ValueError(f"task {task.id}: {exc}") from None
     typed = Limits.from_params(limits)
+    verdict = run_job(context, task, job.files, job.command, typed, backend)
+    if isinstance(verdict, Verification):
+        return verdict
+    return verdict_to_verification(verdict, job, partial_credit=partial_credit)
+
+
+def run_job(context: VerifyContext, task: Task, files: dict, command: list[str], limits: Limits,
+            backend: str | None) -> Any:
+    """One sandbox job in one of the task's domain's sandbox places: the executor's verdict, or
+    a ``sandbox_error`` Verification when there is no sandbox or it failed (infrastructure,
+    masked; never the model's reward)."""
     if context.execute is None:
         return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
     domain = task.domain or "default"
     try:
-        with context.slot(domain, typed):
-            verdict = context.execute(job.files, job.command, typed, None, backend=backend, domain=domain)
+        with context.slot(domain, limits):
+            return context.execute(files, command, limits, None, backend=backend, domain=domain)
     except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
-    return verdict_to_verification(verdict, job, partial_credit=partial_credit)

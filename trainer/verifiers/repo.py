@@ -31,7 +31,7 @@ from typing import Any
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
-from trainer.verifiers.code import fenced_blocks, verdict_to_verification
+from trainer.verifiers.code import fenced_blocks, run_job, verdict_to_verification
 from trainer.verifiers.code_harness import build_job
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
@@ -118,13 +118,8 @@ def repo_tests(
     job = build_job(_program(spec), spec.hidden, prelude=PRELUDE)
     files = {**job.files, **{f"{REPO_DIR}/{path}": text for path, text in tree.items()}}
     typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
-    if context.execute is None:
-        return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
-    domain = task.domain or "default"
-    try:
-        with context.slot(domain, typed):
-            verdict = context.execute(files, job.command, typed, None, backend=backend, domain=domain)
-    except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
-        return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
+    verdict = run_job(context, task, files, job.command, typed, backend)
+    if isinstance(verdict, Verification):
+        return verdict
     result = verdict_to_verification(verdict, job)
     return Verification(result.outcome, result.score, {**result.details, **details})
