@@ -69,7 +69,10 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=controlplane.settings TEMPER_VAR_DIR=/var/lib/temper
 WORKDIR /app
 COPY . .
-RUN SECRET_KEY=build python manage.py collectstatic --noinput -v0
+# plotly.js's basic bundle: taken from the build context when `make install` fetched it there, else
+# fetched now; a build that cannot reach the registry serves the plotly package's full bundle.
+RUN python -m controlplane.web.vendor fetch --optional \
+ && SECRET_KEY=build python manage.py collectstatic --noinput -v0
 USER temper
 EXPOSE 8000
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]

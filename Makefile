@@ -26,6 +26,11 @@ define after_vllm
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 endef
 
+# plotly.js's basic bundle (1.1 MB, the charts' traces only) from the npm registry, checked against
+# pinned hashes (controlplane/web/vendor.py); where it cannot be fetched pages load the plotly
+# package's full bundle (4.8 MB), so a failed fetch says why and goes on.
+PLOTLY_BASIC := frontend/vendor/plotly-basic/plotly-basic.min.js
+
 .PHONY: demo test install vllm migrate clean
 
 $(BIN)/python:
@@ -49,22 +54,25 @@ $(DEV): requirements.txt requirements/common.txt requirements/nodeps.txt require
 	$(after_vllm)
 	touch $(RUNTIME) $(VLLM) $@
 
-install: $(DEV)
+$(PLOTLY_BASIC): controlplane/web/vendor.py | $(BIN)/python
+	$(BIN)/python -m controlplane.web.vendor fetch --optional
+
+install: $(DEV) $(PLOTLY_BASIC)
 
 vllm: $(VLLM)
 
 migrate: $(RUNTIME)
 	$(BIN)/python manage.py migrate
 
-demo: $(RUNTIME)
+demo: $(RUNTIME) $(PLOTLY_BASIC)
 	$(BIN)/python manage.py demo
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (each on a database and a Redis database of
 # its own, tests/suite_env.py); work stealing keeps both busy to the end. TEST_WORKERS=0 runs it in
 # this one process; pass one test with `$(BIN)/python -m pytest tests/...`.
 TEST_WORKERS ?= 2
-test: $(DEV)
+test: $(DEV) $(PLOTLY_BASIC)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var frontend/vendor

@@ -26,11 +26,11 @@ def rl_config(model_path: str, engine: str, args) -> dict:
     return {
         "model": {"path": model_path}, "seed": args.seed,
         "domains": {"builtin-addition": 1.0},
-        "rollout": {"engine": engine, "prompts_per_step": 16, "n": 8, "max_new_tokens": 4,
+        "rollout": {"engine": engine, "prompts_per_step": args.prompts, "n": args.n, "max_new_tokens": 4,
                     "temperature": 1.0},
         "algorithm": {"name": "grpo", "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0,
                       "updates_per_batch": 2, "dynamic_sampling": True, "max_refills": 2},
-        "optimizer": {"lr": args.lr, "beta2": 0.99, "lr_schedule": "linear",
+        "optimizer": {"lr": args.lr, "beta2": 0.99, "lr_schedule": args.lr_schedule,
                       "micro_batch_size": 128, "max_grad_norm": 1.0},
         "sft": {"lr": 3e-3, "batch_size": 16},
         "limits": {"max_steps": args.steps},
@@ -64,6 +64,9 @@ def main() -> None:
     parser.add_argument("--engine", default="torch", choices=["torch", "vllm"])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr-schedule", default="linear", choices=["constant", "linear", "cosine"])
+    parser.add_argument("--prompts", type=int, default=16, help="prompts a step")
+    parser.add_argument("--n", type=int, default=8, help="samples a prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--base-greedy", type=float, default=0.42)
     parser.add_argument("--threads", type=int, default=1)

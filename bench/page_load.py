@@ -13,6 +13,8 @@ CPUs as busy as the demo's trainer does.
   run's URL directly (``--cold`` times: it downloads and compiles plotly.js on the spot); a fresh
   browser that signs in, sees the runs list and clicks the run; the same browser coming back
   (``--loads`` times: plotly.js is then compiled from the browser's code cache).
+- ``--bundle full`` serves the plotly package's full plotly.js (4.8 MB) instead of the basic bundle
+  ``make install`` fetches (1.1 MB; controlplane/web/vendor.py): the baseline of the first visits.
 - review: a reviewer labels ``--labels`` items of a judged queue with the keyboard; the page notes
   the time from each key to the next item shown (``window.TemperReview.shows``).
 
@@ -129,9 +131,13 @@ def main() -> int:
     parser.add_argument("--loads", type=int, default=5, help="revisits of the run page in one browser")
     parser.add_argument("--labels", type=int, default=30)
     parser.add_argument("--trainers", type=int, default=os.cpu_count() or 2, help="torch training processes (load)")
+    parser.add_argument("--bundle", choices=["basic", "full"], default="basic",
+                        help="the plotly.js pages load (TEMPER_PLOTLY_BUNDLE): full is the baseline")
     args = parser.parse_args()
 
-    env = setup_django("temper_bench_page_load")
+    os.environ["TEMPER_PLOTLY_BUNDLE"] = args.bundle  # before settings load, here and in daphne's environment
+    env = setup_django("temper_bench_page_load") | {"TEMPER_PLOTLY_BUNDLE": args.bundle}
+    from django.conf import settings
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the set-up's ORM calls run beside Playwright's loop
     user, team = user_with_team("bench", PASSWORD, role="admin")
     run, record_step = make_run(user, team, args.steps, args.samples)
@@ -206,6 +212,7 @@ def main() -> int:
 
     result = {
         "steps": args.steps, "samples_per_step": args.samples, "trainers": args.trainers,
+        "plotly_js": settings.TEMPER_PLOTLY_JS,
         "run_page_cold_direct_ms": round(percentile(cold, 0.5), 1),
         "run_page_cold_from_list_ms": round(percentile(via_list, 0.5), 1),
         "run_page_revisit_median_ms": round(percentile(warm, 0.5), 1),

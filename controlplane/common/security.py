@@ -1,7 +1,7 @@
 """The Content-Security-Policy every response carries.
 
-Pages run only scripts served from this origin (frontend/static/js, plotly.min.js from the
-plotly package, the admin's, Swagger UI's from django-ninja) or an inline ``<script>`` that
+Pages run only scripts served from this origin (frontend/static/js, plotly.js: the basic bundle
+fetched at install time or the plotly package's full one, the admin's, Swagger UI's from django-ninja) or an inline ``<script>`` that
 carries the response's nonce (``{{ csp_nonce }}`` in templates, from ``context``). The pages
 themselves have no inline script and no ``on...=`` handler: page data travels in
 ``<script type="application/json">`` blocks (``json_script``), which the browser never executes

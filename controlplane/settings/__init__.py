@@ -19,6 +19,7 @@ from django.core.checks.security.base import (
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.settings.env import debug, env_bool, env_int, env_list  # noqa: F401 (importable from here, as before)
+from controlplane.web.vendor import FULL_BUNDLE as _plotly_full, PLOTLY_BASIC as _plotly_basic, plotly_js as _plotly_js  # stdlib only
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("TEMPER_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -169,6 +170,15 @@ def _plotly_js_dir() -> Path:
 
 
 STATICFILES_DIRS = [BASE_DIR / "frontend" / "static", ("vendor/plotly", _plotly_js_dir())]
+if _plotly_basic.directory.is_dir():
+    STATICFILES_DIRS.append((_plotly_basic.static_prefix, _plotly_basic.directory))
+TEMPER_PLOTLY_BUNDLE = os.environ.get("TEMPER_PLOTLY_BUNDLE", "basic")
+"""``basic`` (the default): pages load plotly.js's basic bundle (1.1 MB) when ``make install`` fetched
+it, else the plotly package's full bundle (4.8 MB); ``full``: always the full one (the baseline of
+``bench/page_load.py``). controlplane/web/vendor.py."""
+if TEMPER_PLOTLY_BUNDLE not in ("basic", "full"):
+    raise ImproperlyConfigured(f"TEMPER_PLOTLY_BUNDLE: {TEMPER_PLOTLY_BUNDLE!r} is not one of basic, full")
+TEMPER_PLOTLY_JS = _plotly_js() if TEMPER_PLOTLY_BUNDLE == "basic" else _plotly_full
 STATIC_ROOT = VAR_DIR / "static"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -1,6 +1,7 @@
 """Template context: the signed-in user's teams, the team they are looking at and their role in it."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest
 
 from controlplane.accounts.principal import Principal
@@ -11,7 +12,8 @@ from controlplane.alerts.selectors import unread_count
 def team_context(request: HttpRequest) -> dict:
     team, teams = current_team(request)  # the view's read when it made one; each team carries the role
     return {"current_team": team, "teams": teams, "current_role": team.role if team is not None else "",
-            "unread_notifications": _unread(request, teams), "can_manage": _can_manage(request, teams)}
+            "unread_notifications": _unread(request, teams), "can_manage": _can_manage(request, teams),
+            "plotly_js": settings.TEMPER_PLOTLY_JS}
 
 
 def _can_manage(request: HttpRequest, teams) -> bool:

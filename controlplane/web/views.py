@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.templatetags.static import static
@@ -190,16 +191,19 @@ def switch_team(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(nxt)
 
 
-SW_PRECACHE = ("vendor/plotly/plotly.min.js",)
-"""Static files the service worker keeps compiled in the browser (``frontend/templates/sw.js``)."""
+def sw_precache() -> tuple[str, ...]:
+    """Static files the service worker keeps compiled in the browser (``frontend/templates/sw.js``):
+    the plotly.js the pages load."""
+    return (settings.TEMPER_PLOTLY_JS,)
 
 
 def service_worker(request: HttpRequest) -> HttpResponse:
     """``/sw.js``, at the site's root so that it serves every page. Its cache is named after the
     files' sizes and times, so a changed file makes a new worker that replaces the old cache;
     browsers check it again on each visit (``no-cache``)."""
-    urls = [static(path) for path in SW_PRECACHE]
-    stamp = hashlib.sha256(json.dumps([(u, _static_stamp(p)) for u, p in zip(urls, SW_PRECACHE)]).encode()).hexdigest()[:12]
+    paths = sw_precache()
+    urls = [static(path) for path in paths]
+    stamp = hashlib.sha256(json.dumps([(u, _static_stamp(p)) for u, p in zip(urls, paths)]).encode()).hexdigest()[:12]
     response = render(request, "sw.js", {"cache_name_json": json.dumps(f"temper-{stamp}"), "precache_json": json.dumps(urls)},
                       content_type="text/javascript")
     response["Cache-Control"] = "no-cache"

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 from django.contrib.staticfiles import finders
 
 from controlplane.runs.models import MetricPoint, RunEvent
+from controlplane.web import vendor
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -218,16 +221,35 @@ def test_plotly_is_served_from_the_package():
     assert path and open(path, "rb").read(200).lstrip().startswith(b"/**")
 
 
+def test_pages_load_the_basic_plotly_bundle_when_it_was_fetched(client, world, settings):
+    """``make install`` fetches plotly.js's basic bundle (controlplane/web/vendor.py); the run page
+    and the comparison page load it, and the full bundle only where it was never fetched."""
+    if os.environ.get("TEMPER_REQUIRE_SERVICES") == "1":  # CI and `make test` install it: its absence is a failure
+        assert vendor.is_fetched(), "plotly.js's basic bundle was not fetched: make install runs `python -m controlplane.web.vendor fetch`"
+    expected = vendor.PLOTLY_BASIC.static_path if vendor.is_fetched() else vendor.FULL_BUNDLE
+    assert settings.TEMPER_PLOTLY_JS == expected
+    if vendor.is_fetched():
+        found = finders.find(expected)
+        assert found and Path(found).read_bytes().startswith(b"/**\n* plotly.js (basic - minified) v")
+    run, other = factories.run(world.team, name="charts"), factories.run(world.team, name="more charts")
+    client.force_login(world.users["member"])
+    for url in (f"/runs/{run.id}/", f"/runs/compare/?run={run.id}&run={other.id}"):
+        body = client.get(url).content.decode()
+        assert f'src="/static/{expected}"' in body, url
+    settings.TEMPER_PLOTLY_JS = vendor.FULL_BUNDLE  # TEMPER_PLOTLY_BUNDLE=full, the bench's baseline
+    assert 'src="/static/vendor/plotly/plotly.min.js"' in client.get(f"/runs/{run.id}/").content.decode()
+
+
 def test_service_worker_precaches_plotly_under_a_name_that_follows_the_file(client, settings, tmp_path):
     r = client.get("/sw.js")  # no sign-in needed: the sign-in page registers it
     assert r.status_code == 200 and r["Content-Type"].startswith("text/javascript") and r["Cache-Control"] == "no-cache"
     body = r.content.decode()
-    assert 'const PRECACHE = ["/static/vendor/plotly/plotly.min.js"];' in body
+    assert f'const PRECACHE = ["/static/{settings.TEMPER_PLOTLY_JS}"];' in body
     name = re.search(r'const CACHE = "(temper-[0-9a-f]{12})";', body).group(1)
     assert client.get("/sw.js").content.decode() == body  # stable while the file is
-    changed = tmp_path / "vendor" / "plotly"
-    changed.mkdir(parents=True)
-    (changed / "plotly.min.js").write_text("/** another plotly */")
+    changed = tmp_path / Path(settings.TEMPER_PLOTLY_JS)
+    changed.parent.mkdir(parents=True)
+    changed.write_text("/** another plotly */")
     settings.STATICFILES_DIRS = [tmp_path, *settings.STATICFILES_DIRS]
     finders.get_finder.cache_clear()
     try:
