@@ -11,7 +11,7 @@ interval lies above 0, as the compare page flags it.
 Last line: one JSON object with engine, steps, wall_s, all_improved and, per domain, base, final
 and delta ({"mean", "lo", "hi"}), tasks and the curriculum level reached.
 
-    python bench/learn_multi.py [--engine torch|vllm] [--steps 300] [--seed 0]
+    python bench/learn_multi.py [--engine torch|vllm] [--steps 300] [--seed 0] [--set PATH=JSON] [--item D.F=JSON]
 """
 from __future__ import annotations
 
@@ -53,6 +53,17 @@ def interval(values) -> dict:
             "hi": None if hi is None else round(hi, 4)}
 
 
+def parse_change(text: str) -> tuple[str, object]:
+    """``a.b=JSON`` -> ("a.b", value); a value that is not JSON is taken as a string."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path:
+        raise SystemExit(f"{text!r}: expected PATH=VALUE")
+    try:
+        return path, json.loads(raw)
+    except json.JSONDecodeError:
+        return path, raw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", default="torch", choices=["torch", "vllm"])
@@ -61,6 +72,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--domain-balance", default=None, choices=["none", "equal"],
                         help="algorithm.domain_balance (default: the demo's)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=JSON",
+                        help="change the recipe: a dotted config path and a JSON value, e.g. rollout.prompts_per_step=32 "
+                             "or domains.builtin-reversal=2 (repeatable)")
+    parser.add_argument("--item", action="append", default=[], metavar="DOMAIN.FIELD=JSON",
+                        help="change a suite item, e.g. builtin-parity.level=1 (repeatable)")
     args = parser.parse_args()
 
     import django
@@ -78,7 +94,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     steps = args.steps or DEMO_STEPS
     t0 = time.perf_counter()
-    specs = suite_specs(DEMO_SUITE)
+    suite = copy.deepcopy(DEMO_SUITE)
+    for change in args.item:
+        target, value = parse_change(change)
+        domain, _, field = target.rpartition(".")
+        item = next((i for i in suite["items"] if i["domain"] == domain), None)
+        if item is None:
+            parser.error(f"--item {change}: the suite has no item for {domain!r}")
+        item[field] = value
+    specs = suite_specs(suite)
     with tempfile.TemporaryDirectory() as tmp:
         config = copy.deepcopy(DEMO_CONFIG)
         config.update({"model": {"path": str(build_tiny(os.path.join(tmp, "tiny"), seed=args.seed))},
@@ -88,10 +112,19 @@ def main() -> None:
             config["algorithm"] = {**config.get("algorithm", {}), "domain_balance": args.domain_balance}
         config["sampler"] = {"holdout_fraction": RUN_DEFAULTS["sampler.holdout_fraction"], **config.get("sampler", {})}
         config.pop("checkpoint", None)
+        for change in args.set:
+            path, value = parse_change(change)
+            node = config
+            *parents, leaf = path.split(".")
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = value
         job = Job(config)
         bar = tqdm(total=config["sft"]["steps"], desc="sft", file=sys.stderr)
         job.sft(config["sft"]["steps"], callback=lambda s, loss: bar.update(1))
         bar.close()
+        sft = {"steps": job.sft_steps_done, "left": dict(job.sft_stage.left)}
+        print("sft:", sft, flush=True)
         base = scores(job, specs)
         print("base:", {d: round(sum(v.values()) / max(len(v), 1), 3) for d, v in base.items()}, flush=True)
         bar = tqdm(total=steps, desc="grpo", file=sys.stderr)
@@ -114,9 +147,9 @@ def main() -> None:
                       "improved": delta["lo"] is not None and delta["lo"] > 0, "level": levels.get(d, 0)}
         print(f"{d:18s} base {domains[d]['base']['mean']:.3f} -> final {domains[d]['final']['mean']:.3f} "
               f"delta {delta['delta']:+.3f} [{delta['lo']:+.3f}, {delta['hi']:+.3f}] over {len(base[d])} tasks")
-    print(json.dumps({"engine": args.engine, "steps": steps, "seed": args.seed,
+    print(json.dumps({"engine": args.engine, "steps": steps, "seed": args.seed, "changes": args.set + args.item,
                       "domain_balance": config.get("algorithm", {}).get("domain_balance", "none"),
-                      "all_improved": all(v["improved"] for v in domains.values()), "domains": domains,
+                      "all_improved": all(v["improved"] for v in domains.values()), "sft": sft, "domains": domains,
                       "wall_s": round(time.perf_counter() - t0, 1)}))
 
 

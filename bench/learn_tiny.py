@@ -4,11 +4,12 @@
     ``--base-greedy`` (a weak model: sampled reward <= 0.35, greedy <= 0.5), then GRPO;
 (b) the same GRPO from random init (TRL collapses there; entropy is reported).
 
-16 prompts x 8 samples per step, at most 4 new tokens. Prints the curves (every 10 steps) and,
+32 prompts x 16 samples per step (``--prompts``, ``--n``; 16 x 8 before 2026-12-05, which took 186-230
+steps to the 0.8 moving average), at most 4 new tokens. Prints the curves (every 10 steps) and,
 as its last line, one JSON object: engine, base_sampled_reward, base_greedy_exact, steps_to_0_8,
 final_reward_ma10, final_greedy_exact, scratch_final_reward_ma10, scratch_final_entropy, wall_s.
 
-    python bench/learn_tiny.py [--engine torch|vllm] [--steps 300] [--skip-scratch]
+    python bench/learn_tiny.py [--engine torch|vllm] [--steps 300] [--seed 0] [--skip-scratch]
 """
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--lr-schedule", default="linear", choices=["constant", "linear", "cosine"])
-    parser.add_argument("--prompts", type=int, default=16, help="prompts a step")
-    parser.add_argument("--n", type=int, default=8, help="samples a prompt")
+    parser.add_argument("--prompts", type=int, default=32, help="prompts a step")
+    parser.add_argument("--n", type=int, default=16, help="samples a prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--base-greedy", type=float, default=0.42)
     parser.add_argument("--threads", type=int, default=1)

@@ -259,6 +259,17 @@ class SFTConfig:
     """Learning rate of the SFT stage."""
     batch_size: int = _num(64, ge=1, le=4096)
     """Tasks per SFT step."""
+    until_pass_rate: float = _num(0.0, ge=0, le=1)
+    """A weak base in every domain: every ``check_every`` steps the stage samples ``check_tasks`` of
+    each domain's training tasks (at its curriculum level, at the rollout temperature) and a domain
+    whose pass rate has reached this leaves the stage; the stage ends when every domain has left,
+    or after ``steps``. RL then starts where each domain has a learning signal, instead of where a
+    fixed step count left it (at zero for a domain learned late, solved for one learned early).
+    0 (the default): every domain trains all ``steps``."""
+    check_every: int = _num(10, ge=1, le=MAX_STEPS)
+    """SFT steps between the checks of ``until_pass_rate``."""
+    check_tasks: int = _num(32, ge=1, le=4096)
+    """Training tasks sampled per domain at each check of ``until_pass_rate``."""
 
 
 @dataclass

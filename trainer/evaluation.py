@@ -58,6 +58,11 @@ class EvalSpec:
     """Token budget of a multi-step episode after the prompt."""
     level: int = 0
     """Difficulty level the tasks are drawn at."""
+    levels: tuple[int, ...] = ()
+    """When set, instead of ``level``: the held-out tasks of each of these levels, pooled (an even
+    share of ``tasks`` each; a level with fewer held-out tasks gives what it has). For a domain
+    whose short instances have almost no held-out tasks (bit-string parity holds 0, 1, 2, 2 and 5
+    at 2 to 6 bits), one level is a handful of tasks whose labels need not be balanced."""
     k: tuple[int, ...] = (1,)
     """pass@k reported for each k not above ``samples``."""
     holdout_fraction: float = HOLDOUT_FRACTION
@@ -76,7 +81,25 @@ class EvalSpec:
         return cls(domain=item["domain"], layer=item["layer"], tasks=item["tasks"], seed=item["seed"],
                    samples=item["samples"], temperature=float(item["temperature"]),
                    max_new_tokens=item["max_new_tokens"], max_turns=item["max_turns"],
-                   max_episode_tokens=item["max_episode_tokens"], level=item["level"], k=tuple(item["k"]))
+                   max_episode_tokens=item["max_episode_tokens"], level=item["level"],
+                   levels=tuple(item.get("levels") or ()), k=tuple(item["k"]))  # suites saved before levels lack it
+
+
+def spec_tasks(source, spec: EvalSpec) -> list:
+    """The held-out tasks a spec evaluates: ``tasks`` of them at ``level``, or pooled over ``levels``.
+
+    >>> from trainer.tasks.builtin import PARITY
+    >>> pooled = spec_tasks(PARITY, EvalSpec(domain="builtin-parity", tasks=32, levels=(1, 2, 3, 4)))
+    >>> sorted(len(t.id) for t in pooled), sorted(t.answer for t in pooled).count("1")
+    ([3, 4, 4, 5, 5, 6, 6, 6, 6, 6], 5)
+    """
+    levels = spec.levels or (spec.level,)
+    share, extra = divmod(spec.tasks, len(levels))
+    tasks = []
+    for i, level in enumerate(levels):
+        tasks += heldout_tasks(source, spec.domain, share + (i < extra), seed=spec.seed, level=level,
+                               fraction=spec.holdout_fraction)
+    return tasks
 
 
 @dataclass
@@ -169,8 +192,7 @@ def evaluate(engine, tokenizer, specs: Sequence[EvalSpec], *, domains: dict | No
     results = []
     for spec in specs:
         domain = domains[spec.domain]
-        tasks = heldout_tasks(domain.source, spec.domain, spec.tasks, seed=spec.seed, level=spec.level,
-                              fraction=spec.holdout_fraction)
+        tasks = spec_tasks(domain.source, spec)
         reseed(engine, spec.seed)
         params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature)
         requests = [(task, spec.samples, i) for i, task in enumerate(tasks)]

@@ -496,17 +496,51 @@ class Job:
 
     # -- SFT and evaluation ----------------------------------------------------------------
     def sft(self, steps: int | None = None, callback: Callable[[int, float], None] | None = None) -> list[float]:
-        """Supervised steps on reference answers (next-token loss on the answer only)."""
-        losses = self.sft_stage.train(self.config.sft.steps if steps is None else steps, callback)
+        """Supervised steps on reference answers (next-token loss on the answer only); with
+        ``sft.until_pass_rate`` a domain leaves the stage once it passes that share of its
+        training tasks, and the stage ends early when every domain has."""
+        cfg, stage = self.config.sft, self.sft_stage
+        todo = cfg.steps if steps is None else steps
+        if cfg.until_pass_rate <= 0:
+            losses = stage.train(todo, callback)
+        else:
+            losses = []
+            while not stage.finished:
+                if stage.steps_done % cfg.check_every == 0:
+                    self._sft_check()
+                    if stage.finished:
+                        break
+                if todo <= 0:
+                    break
+                chunk = min(todo, cfg.check_every - stage.steps_done % cfg.check_every)
+                losses += stage.train(chunk, callback)
+                todo -= chunk
         if ranks.leading():  # the stage ran here alone: every rank takes its weights
             ranks.command("params")
             ranks.broadcast_params(self.model)
         self.pipeline.resync()
         return losses
 
+    def _sft_check(self) -> None:
+        """``sft.until_pass_rate``: every domain samples its check tasks with the current weights
+        (rollout temperature, one completion each). Those at the rate leave the stage; one that
+        left and has since fallen below it (forgetting while the others train) comes back."""
+        self.pipeline.resync()
+        for slug in self.sampler.slugs:
+            rate = self.evaluate(self.sft_stage.check_tasks(slug), greedy=False)["exact"]
+            if rate >= self.config.sft.until_pass_rate:
+                self.sft_stage.leave(slug, rate)
+            else:
+                self.sft_stage.rejoin(slug)
+
     @property
     def sft_steps_done(self) -> int:
         return self.sft_stage.steps_done
+
+    @property
+    def sft_done(self) -> bool:
+        """The stage has nothing left to do: its steps ran, or every domain left it."""
+        return self.sft_stage.steps_done >= self.config.sft.steps or self.sft_stage.finished
 
     def evaluate(self, tasks: list[Task], *, greedy: bool = True, n: int = 1) -> dict[str, float]:
         """Mean reward of ``n`` completions per task (greedy by default); engine RNG is untouched."""
@@ -528,7 +562,7 @@ class Job:
     def run(self, progress: bool = True) -> dict[str, float]:
         """SFT stage (once), then RL steps until ``limits``; checkpoints as configured."""
         cfg = self.config
-        if self.sft_steps_done < cfg.sft.steps and self.step_count == 0:
+        if not self.sft_done and self.step_count == 0:
             bar = tqdm(total=cfg.sft.steps, desc="sft", disable=not progress)
             self.sft(cfg.sft.steps - self.sft_steps_done,
                      callback=lambda s, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")))

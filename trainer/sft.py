@@ -89,8 +89,32 @@ class SupervisedStage:
         self.model, self.tokenizer, self.sampler, self.device = model, tokenizer, sampler, device
         self.config = config
         self.rng = random.Random(config.seed + 1)
+        self.check_rng = random.Random(config.seed + 2)  # the tasks of ``sft.until_pass_rate``'s checks
         self.steps_done = 0
         self.backend = None
+        self.left: dict[str, dict] = {}
+        """Domains out of the stage (``sft.until_pass_rate``) since their last check at the rate:
+        slug -> {"step", "pass_rate"} of the check they left at."""
+
+    @property
+    def active(self) -> list[str]:
+        return [s for s in self.sampler.slugs if s not in self.left]
+
+    @property
+    def finished(self) -> bool:
+        """Every domain left the stage before its ``steps`` ran out."""
+        return bool(self.sampler.slugs) and not self.active
+
+    def check_tasks(self, slug: str) -> list[Task]:
+        """Training tasks of a domain (never held-out ones) for a check of ``sft.until_pass_rate``."""
+        return [self.sampler.sample_task(slug, self.check_rng) for _ in range(self.config.sft.check_tasks)]
+
+    def leave(self, slug: str, pass_rate: float) -> None:
+        if slug not in self.left:
+            self.left[slug] = {"step": self.steps_done, "pass_rate": round(pass_rate, 4)}
+
+    def rejoin(self, slug: str) -> None:
+        self.left.pop(slug, None)
 
     def train(self, steps: int, callback: Callable[[int, float], None] | None = None) -> list[float]:
         """``steps`` optimizer steps; returns their losses (``callback(steps_done, loss)`` after each)."""
@@ -98,9 +122,13 @@ class SupervisedStage:
         if self.backend is None:
             self.backend = self._make_backend()
         losses = []
+        slugs = self.active
+        weights = [w for s, w in zip(self.sampler.slugs, self.sampler.weights) if s not in self.left]
+        if not slugs or not any(w > 0 for w in weights):
+            return losses
         for _ in range(steps):
             tasks = [self.sampler.sample_task(s, self.rng)
-                     for s in self.rng.choices(self.sampler.slugs, self.sampler.weights, k=cfg.batch_size)]
+                     for s in self.rng.choices(slugs, weights, k=cfg.batch_size)]
             loss = sft_step(self.model, self.backend, self.tokenizer, tasks, self.device,
                             micro_batch_size=self.config.optimizer.micro_batch_size,
                             max_prompt_tokens=self.config.tokenizer.max_prompt_tokens,
@@ -112,12 +140,15 @@ class SupervisedStage:
         return losses
 
     def state_dict(self) -> dict:
-        return {"steps_done": self.steps_done, "rng": self.rng.getstate(),
-                "optimizer": self.backend.state_dict() if self.backend is not None else None}
+        return {"steps_done": self.steps_done, "rng": self.rng.getstate(), "check_rng": self.check_rng.getstate(),
+                "left": dict(self.left), "optimizer": self.backend.state_dict() if self.backend is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps_done = state["steps_done"]
         self.rng.setstate(state["rng"])
+        if state.get("check_rng") is not None:  # checkpoints from before sft.until_pass_rate have neither
+            self.check_rng.setstate(state["check_rng"])
+        self.left = dict(state.get("left") or {})
         if state["optimizer"] is not None:
             self.backend = self._make_backend()
             self.backend.load_state_dict(state["optimizer"])

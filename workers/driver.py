@@ -303,7 +303,13 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                       verify_batch=verify_batch, env_context=env_context)
             if job.config.sft.steps > 0:
                 losses = job.sft()
-                runs.run_event_record(run=run, kind="sft", message=f"SFT: {len(losses)} steps, final loss {losses[-1]:.4f}")
+                left = job.sft_stage.left
+                message = f"SFT: {len(losses)} steps" + (f", final loss {losses[-1]:.4f}" if losses else "")
+                if left:
+                    message += "; left the stage at a pass rate of {:g}: ".format(job.config.sft.until_pass_rate) + ", ".join(
+                        f"{slug} at step {v['step']} ({v['pass_rate']:.2f})" for slug, v in left.items())
+                runs.run_event_record(run=run, kind="sft", message=message,
+                                      data={"steps": len(losses), "left": left} if left else None)
         weights = {rd.domain.slug: rd.weight for rd in domains}
         caps = live.caps
         quarantine = Quarantine(run_quarantined_domains(run=run))

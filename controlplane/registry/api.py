@@ -61,6 +61,7 @@ class SuiteItemOut(Schema):
     max_turns: int
     max_episode_tokens: int
     level: int
+    levels: list[int] = []
     k: list[int]
 
 

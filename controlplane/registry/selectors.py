@@ -124,7 +124,7 @@ def eval_source(run: Run) -> dict | None:
     sv = run_eval_suite(run)
     if sv is not None:
         return {"kind": "suite", "suite": sv.suite.slug, "version": sv.version,
-                "items": [{k: item.get(k) for k in ("domain", "tasks", "samples", "temperature", "level", "max_new_tokens", "k")}
+                "items": [{k: item.get(k) for k in ("domain", "tasks", "samples", "temperature", "level", "levels", "max_new_tokens", "k")}
                           for item in sv.items]}
     ev = (run.config or {}).get("eval") or {}
     if not ev.get("every_steps"):

@@ -277,6 +277,9 @@ SUITE_ITEM = {
         "max_turns": {"type": "integer", "minimum": 1, "maximum": 100},
         "max_episode_tokens": {"type": "integer", "minimum": 1, "maximum": 131072},
         "level": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "levels": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 1000}, "maxItems": 64,
+                   "uniqueItems": True,
+                   "description": "pool the held-out tasks of these levels (an even share each) instead of one level"},
         "k": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 256}, "minItems": 1, "maxItems": 16,
               "uniqueItems": True},
     },
@@ -293,7 +296,7 @@ SUITE_SCHEMA = {
     },
 }
 ITEM_DEFAULTS = {"layer": "capability", "tasks": 32, "seed": 1234, "samples": 1, "temperature": 0.0,
-                 "max_new_tokens": 32, "max_turns": 4, "max_episode_tokens": 512, "level": 0, "k": [1]}
+                 "max_new_tokens": 32, "max_turns": 4, "max_episode_tokens": 512, "level": 0, "levels": [], "k": [1]}
 END_TO_END_KINDS = ("code", "tool_use")
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.web.management.commands.demo_setup import DEMO_DOMAINS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,12 +52,12 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
         home = opener.open(urllib.request.Request(url + "login/", data=form, headers={"Referer": url + "login/"}), timeout=10)
         assert home.geturl() == url and b"Runs" in home.read()
         admin = opener.open(url + "admin/domains/domain/", timeout=10).read().decode()
-        for slug in ("builtin-addition", "builtin-reversal", "builtin-parity"):
+        for slug in (*DEMO_DOMAINS, "builtin-parity"):  # the demo's domains, and every built-in one
             assert slug in admin
         suites = {s["slug"]: s for s in json.loads(opener.open(url + "api/registry/suites", timeout=10).read())}
         suite = suites["demo-heldout"]
         assert suite["team"] == "demo" and suite["auto_evaluate"] is True and suite["version"] == 1
-        assert {i["domain"] for i in suite["items"]} == {"builtin-addition", "builtin-reversal", "builtin-parity"}
+        assert {i["domain"] for i in suite["items"]} == set(DEMO_DOMAINS)
         runs = json.loads(opener.open(url + "api/runs", timeout=10).read())["items"]
         assert sorted(r["name"] for r in runs) == ["demo: judged capitals (for review)", "demo: tiny model on the built-in domains"]
         judges = json.loads(opener.open(url + "api/judges", timeout=10).read())["items"]

@@ -51,6 +51,24 @@ def test_suites_evaluations_and_roles(world, clients, monkeypatch, django_captur
     assert sent == [("temper.eval.run", (r.json()["id"],))]
 
 
+def test_a_suite_item_pools_levels_and_says_which_levels_are_wrong(world, clients):
+    """``levels`` pools the held-out tasks of several levels (a small domain's few held-out tasks
+    per level, trainer.evaluation.spec_tasks); each level is checked where it is given."""
+    from trainer.evaluation import EvalSpec
+
+    bad = post(clients["member"], "/api/registry/suites", {"slug": "pooled", "team": "acme", "items": [
+        {"domain": "addition", "levels": [1, 1]}, {"domain": "addition", "layer": "end_to_end", "levels": [-1, "2"]}]})
+    assert bad.status_code == 422
+    assert {e["path"] for e in bad.json()["errors"]} >= {"items[0].levels", "items[1].levels[0]", "items[1].levels[1]"}
+    r = post(clients["member"], "/api/registry/suites", {"slug": "pooled", "team": "acme",
+                                                        "items": [{"domain": "addition", "levels": [1, 2, 3, 4]}]})
+    assert r.status_code == 201 and r.json()["items"][0]["levels"] == [1, 2, 3, 4]
+    item = clients["viewer"].get("/api/registry/suites/pooled").json()["items"][0]
+    assert EvalSpec.from_item(item).levels == (1, 2, 3, 4)
+    single = post(clients["member"], "/api/registry/suites", {"slug": "single", "team": "acme", "items": [{"domain": "addition"}]})
+    assert single.json()["items"][0]["levels"] == [] and EvalSpec.from_item(single.json()["items"][0]).levels == ()
+
+
 def test_versions_evals_and_export(world, clients, tmp_path, settings):
     settings.VAR_DIR = tmp_path
     admin = factories.actor(world.users["admin"])

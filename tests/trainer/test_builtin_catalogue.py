@@ -7,7 +7,8 @@ from trainer.outcomes import Verification
 
 def test_builtin_domains_are_registered():
     domains = catalogue.all_domains()
-    expected = {"builtin-addition": "math", "builtin-reversal": "text", "builtin-parity": "reasoning"}
+    expected = {"builtin-addition": "math", "builtin-reversal": "text", "builtin-parity": "reasoning",
+                "builtin-sorting": "reasoning"}
     for slug, kind in expected.items():
         spec = domains[slug]
         assert spec.kind == kind and spec.family == "builtin"

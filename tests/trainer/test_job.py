@@ -488,3 +488,63 @@ def test_domain_balance_weighs_each_domain_alike_in_the_update(base_config):
         assert metrics["policy/grad_norm"] > 0
     finally:
         job.close()
+
+
+def test_sft_until_pass_rate_takes_each_domain_to_the_rate_and_back_when_it_forgets(base_config, monkeypatch):
+    """``sft.until_pass_rate``: a domain at the rate leaves the stage (its tasks are no longer
+    drawn), one that falls below it again comes back, and the stage ends when every domain is at
+    the rate in one check; the checks sample training tasks only, at the domain's level."""
+    from trainer.holdout import is_heldout
+
+    base_config["domains"] = {"builtin-addition": 1.0, "builtin-reversal": 1.0}
+    base_config["sft"] = {"steps": 200, "lr": 1e-3, "batch_size": 8, "until_pass_rate": 0.5, "check_every": 5,
+                          "check_tasks": 4}
+    job = Job(base_config)
+    # each domain's pass rate at each check, scripted: addition reaches the rate at the 2nd check and
+    # forgets at the 3rd; reversal reaches it at the 4th; addition again at the 5th, and the stage ends
+    script = {"builtin-addition": iter([0.0, 0.5, 0.25, 0.25, 1.0]), "builtin-reversal": iter([0.0, 0.0, 0.25, 0.5, 0.5])}
+    checked, drawn = [], []
+
+    def evaluate(tasks, *, greedy=True, n=1):
+        assert not greedy and {t.domain for t in tasks} and len({t.domain for t in tasks}) == 1
+        assert not any(is_heldout(t, job.sampler.cfg.holdout_fraction) for t in tasks)
+        domain = tasks[0].domain
+        checked.append((job.sft_steps_done, domain))
+        return {"exact": next(script[domain]), "reward": 0.0}
+
+    original = job.sampler.sample_task
+    monkeypatch.setattr(job, "evaluate", evaluate)
+    monkeypatch.setattr(job.sampler, "sample_task", lambda slug, rng: drawn.append((job.sft_steps_done, slug)) or original(slug, rng))
+    try:
+        losses = job.sft()
+    finally:
+        job.close()
+    assert [step for step, d in checked if d == "builtin-addition"] == [0, 5, 10, 15, 20]
+    assert len(losses) == 20 and job.sft_steps_done == 20 and job.sft_done  # not the 200 steps it was given
+    training = [(step, slug) for step, slug in drawn if (step, slug) not in set(checked)]
+    # steps 5-9: addition was out; 10-14: it forgot and came back; 15-19: reversal out, addition back in
+    assert {slug for step, slug in training if 5 <= step < 10} == {"builtin-reversal"}
+    assert {slug for step, slug in training if 10 <= step < 15} == {"builtin-addition", "builtin-reversal"}
+    assert {slug for step, slug in training if 15 <= step < 20} == {"builtin-addition"}
+    assert job.sft_stage.left == {"builtin-reversal": {"step": 15, "pass_rate": 0.5},
+                                  "builtin-addition": {"step": 20, "pass_rate": 1.0}}
+
+
+def test_sft_until_pass_rate_stops_a_real_stage_at_the_rate_and_its_state_resumes(base_config, tmp_path):
+    """With the real checks (the tiny model sampling addition's training tasks), the stage stops
+    once the rate is reached, long before its steps, and a checkpoint keeps who left and when."""
+    base_config["sft"] = {"steps": 2000, "lr": 3e-3, "batch_size": 32, "until_pass_rate": 0.3, "check_every": 10,
+                          "check_tasks": 32}
+    job = Job(base_config)
+    try:
+        job.sft()
+        left = job.sft_stage.left
+        assert set(left) == {"builtin-addition"} and left["builtin-addition"]["pass_rate"] >= 0.3
+        assert left["builtin-addition"]["step"] == job.sft_steps_done < 2000 and job.sft_done
+        job.save_checkpoint(tmp_path / "ckpt")
+        resumed = Job.resume(tmp_path / "ckpt")
+        assert resumed.sft_stage.left == left and resumed.sft_done
+        assert resumed.sft_stage.check_rng.getstate() == job.sft_stage.check_rng.getstate()
+        resumed.close()
+    finally:
+        job.close()

@@ -57,6 +57,10 @@ def _reversed(word: str) -> str:
     return word[::-1]
 
 
+def _sorted(word: str) -> str:
+    return "".join(sorted(word))
+
+
 def _parity(bits: str) -> str:
     return str(bits.count("1") % 2)
 
@@ -82,11 +86,14 @@ REVERSAL = StringSource("builtin-reversal", 3, "rev", string.ascii_lowercase, _r
 """Reverse a lowercase word ``rev(abc)=`` -> ``cba``; level L uses 2 + L letters (2-4)."""
 PARITY = StringSource("builtin-parity", 5, "par", "01", _parity)
 """Parity of a bit string ``par(0110)=`` -> ``0`` (even count of ones); level L: 2 + L bits."""
+SORTING = StringSource("builtin-sorting", 3, "sort", string.ascii_lowercase, _sorted)
+"""Sort lowercase letters ``sort(dba)=`` -> ``abd``; level L uses 2 + L letters (2-4)."""
 
 for _source, _title, _kind, _desc in [
     (ADDITION, "Single-digit addition", "math", "Add two digits: '3+4=' -> '7'."),
     (REVERSAL, "Letter reversal", "text", "Reverse 2-4 lowercase letters: 'rev(abc)=' -> 'cba'."),
     (PARITY, "Bit-string parity", "reasoning", "Parity of a bit string: 'par(0110)=' -> '0'."),
+    (SORTING, "Letter sorting", "reasoning", "Sort 2-4 lowercase letters: 'sort(dba)=' -> 'abd'."),
 ]:
     register(DomainSpec(
         slug=_source.slug, title=_title, kind=_kind, family="builtin", source=_source,
