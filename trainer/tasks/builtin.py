@@ -1,7 +1,9 @@
-"""Built-in procedural domains a tiny model can learn: addition, reversal, parity.
+"""Built-in procedural domains a tiny model can learn: addition, reversal, parity, sorting.
 
 Each has a task source (deterministic given the rng), an exact-match verifier and a slug in the
-catalogue (``builtin-addition``, ``builtin-reversal``, ``builtin-parity``).
+catalogue (``builtin-addition``, ``builtin-reversal``, ``builtin-parity``, ``builtin-sorting``).
+The demo trains addition, reversal and sorting; parity trains, but a tiny model does not
+generalise it to held-out strings (docs/trainer.md).
 
 >>> import random
 >>> task = ADDITION.sample(random.Random(0))
