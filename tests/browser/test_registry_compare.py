@@ -79,6 +79,10 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     final = wait_with_log(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed", "cancelled"]).first(),
                           660, "the demo run to end", worker_log)
     assert final.state == "completed", final.error
+    # The SFT stage took every domain to the rate and stopped before its steps ran out (the event says where).
+    sft = final.events.get(kind="sft")
+    assert set(sft.data["left"]) == set(DEMO_DOMAINS) and sft.data["steps"] < DEMO_CONFIG["sft"]["steps"], sft.message
+    assert all(v["pass_rate"] >= DEMO_CONFIG["sft"]["until_pass_rate"] for v in sft.data["left"].values())
     versions = list(ModelVersion.objects.filter(run=run).order_by("step"))
     assert [v.step for v in versions] == list(range(every, STEPS + 1, every))
     first, last = versions[0], versions[-1]
