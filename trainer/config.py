@@ -413,6 +413,9 @@ class Size:
         if self.name == "eval_tasks":  # nothing is evaluated while every_steps is 0
             return (cfg.eval.tasks_per_domain * len(cfg.domains) if cfg.eval.every_steps else 0,
                     f"times {len(cfg.domains)} domains")
+        if self.name == "sft_check_tasks":  # no checks while until_pass_rate is 0 or the stage is off
+            return (cfg.sft.check_tasks * len(cfg.domains) if cfg.sft.until_pass_rate > 0 and cfg.sft.steps else 0,
+                    f"times {len(cfg.domains)} domains")
         raise KeyError(self.name)  # a bug in this module
 
 
@@ -427,6 +430,8 @@ SIZES: tuple[Size, ...] = (
          "Tokens in one forward/backward (optimizer.micro_batch_size times the tokens of a sequence)."),
     Size("eval_tasks", "eval.tasks_per_domain", MAX_EVAL_TASKS,
          "Held-out tasks answered by one periodic evaluation (eval.tasks_per_domain times the domains)."),
+    Size("sft_check_tasks", "sft.check_tasks", MAX_EVAL_TASKS,
+         "Training tasks answered by one check of sft.until_pass_rate (sft.check_tasks times the domains)."),
 )
 """The products of settings bounded beside each setting's own bound, listed once."""
 

@@ -114,6 +114,8 @@ def test_sizes_bound_the_products_of_settings():
                                         "optimizer": {"micro_batch_size": 1}},
         "tokens_per_micro_batch": {"optimizer": {"micro_batch_size": 4096}, "tokenizer": {"max_prompt_tokens": 8192}},
         "eval_tasks": {"eval": {"every_steps": 10, "tasks_per_domain": 10_000}, "domains": {f"d{i}": 1 for i in range(11)}},
+        "sft_check_tasks": {"sft": {"steps": 100, "until_pass_rate": 0.2, "check_tasks": 4096},
+                            "domains": {f"d{i}": 1 for i in range(25)}},
     }
     assert set(cases) == {s.name for s in SIZES}
     for size in SIZES:
