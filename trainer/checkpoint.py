@@ -6,7 +6,8 @@
       rng.pt          {"engine": engine RNG, "torch": torch RNG, "sft_rng": SFT task RNG,
                        "sft_check_rng": the RNG of sft.until_pass_rate's checks,
                        "pending": batches generated ahead, [{"trajs", "policy_version", "carried"}]}
-      state.json      {"step", "sft_steps_done", "sft_left", "initial_model_path", "config", "sampler"}
+      state.json      {"step", "sft_steps_done", "sft_left", "sft_checked_at", "initial_model_path", "config",
+                       "sampler"}
 
 It is written next to its place (``step-100.tmp``) and renamed, so a crash never leaves half of
 one; older ``step-*`` siblings in ``checkpoint.dir`` beyond ``checkpoint.keep_last`` are removed.
@@ -67,6 +68,7 @@ class Checkpoint:
                                     for b in self.ahead],
                         "sft_rng": self.sft["rng"], "sft_check_rng": self.sft.get("check_rng")}, tmp / "rng.pt")
             state = {"step": self.step, "sft_steps_done": self.sft["steps_done"], "sft_left": self.sft.get("left", {}),
+                     "sft_checked_at": self.sft.get("checked_at"),
                      "initial_model_path": self.config.model.path,
                      "config": self.config.to_dict(), "sampler": self.sampler}
             with open(tmp / "state.json", "w") as f:  # last: a directory with state.json is complete
@@ -114,6 +116,7 @@ class Checkpoint:
                    engine_rng=rng["engine"], torch_rng=rng["torch"], ahead=ahead,
                    sft={"steps_done": state["sft_steps_done"], "rng": rng["sft_rng"],
                         "check_rng": rng.get("sft_check_rng"), "left": state.get("sft_left", {}),
+                        "checked_at": state.get("sft_checked_at"),
                         "optimizer": opt["sft_backend"]})
 
 

@@ -92,13 +92,21 @@ def spec_tasks(source, spec: EvalSpec) -> list:
     >>> pooled = spec_tasks(PARITY, EvalSpec(domain="builtin-parity", tasks=32, levels=(1, 2, 3, 4)))
     >>> sorted(len(t.id) for t in pooled), sorted(t.answer for t in pooled).count("1")
     ([3, 4, 4, 5, 5, 6, 6, 6, 6, 6], 5)
+    >>> from trainer.tasks.builtin import ADDITION  # one level: the others repeat it, and count once
+    >>> again = spec_tasks(ADDITION, EvalSpec(domain="builtin-addition", tasks=100, levels=(0, 1, 2)))
+    >>> len(again) == len({t.id for t in again}) == len(spec_tasks(ADDITION, EvalSpec(domain="builtin-addition", tasks=100)))
+    True
     """
     levels = spec.levels or (spec.level,)
     share, extra = divmod(spec.tasks, len(levels))
-    tasks = []
+    tasks, seen = [], set()
     for i, level in enumerate(levels):
-        tasks += heldout_tasks(source, spec.domain, share + (i < extra), seed=spec.seed, level=level,
-                               fraction=spec.holdout_fraction)
+        # a level past the domain's last (or of a domain with one level) draws the same tasks again
+        for task in heldout_tasks(source, spec.domain, share + (i < extra), seed=spec.seed, level=level,
+                                  fraction=spec.holdout_fraction):
+            if str(task.id) not in seen:
+                seen.add(str(task.id))
+                tasks.append(task)
     return tasks
 
 

@@ -1,6 +1,7 @@
 """Held-out evaluation tasks: a fixed share of each domain's tasks that training never draws.
 
-A task is held out at fraction ``f`` when the hash of ``<domain>/<task id>`` falls below ``f``;
+A task is held out at fraction ``f`` when the hash of ``<domain>/<task id>`` (or of its group,
+:func:`holdout_key`) falls below ``f``;
 the rule needs no list of tasks, works for procedural domains of any size, and a task held out
 at ``f`` is held out at every larger fraction. Training excludes ``sampler.holdout_fraction``
 (the control plane sets :data:`HOLDOUT_FRACTION`); evaluation draws only from the held-out share.
@@ -37,9 +38,22 @@ def holdout_score(domain: str, task_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def holdout_key(task: Task) -> str:
+    """What decides whether ``task`` is held out: ``meta["holdout_group"]`` where a domain's tasks
+    come in groups that share their answer up to a symmetry of the input (the orders of one set of
+    letters to sort, ``a+b`` and ``b+a``), so that a whole group is held out or trained on and no
+    held-out task is a training task's input rearranged; else the task's id.
+
+    >>> from trainer.tasks.builtin import ADDITION
+    >>> holdout_key(ADDITION.make(7, 2)) == holdout_key(ADDITION.make(2, 7)) == "2+7"
+    True
+    """
+    return str(task.meta.get("holdout_group", task.id))
+
+
 def is_heldout(task: Task, fraction: float) -> bool:
     """Whether ``task`` belongs to its domain's held-out share ``fraction``."""
-    return fraction > 0 and holdout_score(task.domain, str(task.id)) < fraction
+    return fraction > 0 and holdout_score(task.domain, holdout_key(task)) < fraction
 
 
 def heldout_tasks(source: TaskSource, domain: str, n: int, *, seed: int, level: int = 0,

@@ -506,7 +506,7 @@ class Job:
         else:
             losses = []
             while not stage.finished:
-                if stage.steps_done % cfg.check_every == 0:
+                if stage.steps_done % cfg.check_every == 0 and stage.checked_at != stage.steps_done:
                     self._sft_check()
                     if stage.finished:
                         break
@@ -526,6 +526,7 @@ class Job:
         (rollout temperature, one completion each). Those at the rate leave the stage; one that
         left and has since fallen below it (forgetting while the others train) comes back."""
         self.pipeline.resync()
+        self.sft_stage.checked_at = self.sft_stage.steps_done
         for slug in self.sampler.slugs:
             rate = self.evaluate(self.sft_stage.check_tasks(slug), greedy=False)["exact"]
             if rate >= self.config.sft.until_pass_rate:

@@ -92,6 +92,9 @@ class SupervisedStage:
         self.check_rng = random.Random(config.seed + 2)  # the tasks of ``sft.until_pass_rate``'s checks
         self.steps_done = 0
         self.backend = None
+        self.checked_at: int | None = None
+        """The step of the last check of ``sft.until_pass_rate``: a step is checked once, however the
+        stage's steps are split between calls or a checkpoint."""
         self.left: dict[str, dict] = {}
         """Domains out of the stage (``sft.until_pass_rate``) since their last check at the rate:
         slug -> {"step", "pass_rate"} of the check they left at."""
@@ -141,7 +144,7 @@ class SupervisedStage:
 
     def state_dict(self) -> dict:
         return {"steps_done": self.steps_done, "rng": self.rng.getstate(), "check_rng": self.check_rng.getstate(),
-                "left": dict(self.left), "optimizer": self.backend.state_dict() if self.backend is not None else None}
+                "left": dict(self.left), "checked_at": self.checked_at, "optimizer": self.backend.state_dict() if self.backend is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps_done = state["steps_done"]
@@ -149,6 +152,7 @@ class SupervisedStage:
         if state.get("check_rng") is not None:  # checkpoints from before sft.until_pass_rate have neither
             self.check_rng.setstate(state["check_rng"])
         self.left = dict(state.get("left") or {})
+        self.checked_at = state.get("checked_at")
         if state["optimizer"] is not None:
             self.backend = self._make_backend()
             self.backend.load_state_dict(state["optimizer"])

@@ -296,7 +296,9 @@ SUITE_SCHEMA = {
     },
 }
 ITEM_DEFAULTS = {"layer": "capability", "tasks": 32, "seed": 1234, "samples": 1, "temperature": 0.0,
-                 "max_new_tokens": 32, "max_turns": 4, "max_episode_tokens": 512, "level": 0, "levels": [], "k": [1]}
+                 "max_new_tokens": 32, "max_turns": 4, "max_episode_tokens": 512, "level": 0, "k": [1]}
+"""An item's fields when not given. ``levels`` is not among them: an item without it (or with an
+empty list) stores none, so the suites saved before it existed resolve to the same items."""
 END_TO_END_KINDS = ("code", "tool_use")
 
 
@@ -307,6 +309,8 @@ def _resolve_items(actor: Principal, team: Team | None, items: list[dict]) -> li
     visible = Domain.objects.filter(Q(team__isnull=True) | Q(team_id__in=team_ids))
     for i, raw in enumerate(items):
         item = {**ITEM_DEFAULTS, **raw}
+        if not item.get("levels"):
+            item.pop("levels", None)
         domain = visible.filter(slug=item["domain"]).first()
         if domain is None:
             errors.append(FieldError(f"items[{i}].domain", f"unknown domain {item['domain']!r}"))

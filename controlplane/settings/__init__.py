@@ -172,7 +172,7 @@ def _plotly_js_dir() -> Path:
 STATICFILES_DIRS = [BASE_DIR / "frontend" / "static", ("vendor/plotly", _plotly_js_dir())]
 if _plotly_basic.directory.is_dir():
     STATICFILES_DIRS.append((_plotly_basic.static_prefix, _plotly_basic.directory))
-TEMPER_PLOTLY_BUNDLE = os.environ.get("TEMPER_PLOTLY_BUNDLE", "basic")
+TEMPER_PLOTLY_BUNDLE = os.environ.get("TEMPER_PLOTLY_BUNDLE", "").strip() or "basic"
 """``basic`` (the default): pages load plotly.js's basic bundle (1.1 MB) when ``make install`` fetched
 it, else the plotly package's full bundle (4.8 MB); ``full``: always the full one (the baseline of
 ``bench/page_load.py``). controlplane/web/vendor.py."""

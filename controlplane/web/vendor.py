@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import io
 import os
 import sys
 import tarfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,23 +114,42 @@ def unpack(tarball: bytes, bundle: Bundle) -> bytes:
     return data
 
 
-def fetch(bundle: Bundle | None = None, *, timeout_s: float = 30.0) -> Path:
+def download(url: str, *, timeout_s: float, limit: int = MAX_TARBALL_BYTES) -> bytes:
+    """The body at ``url``, read within ``timeout_s`` in all (a server trickling bytes does not hold
+    an install for longer) and at most ``limit`` bytes; FetchError otherwise."""
+    deadline = time.monotonic() + timeout_s
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            while chunk := response.read(64 * 1024):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise FetchError(f"{url}: larger than {limit} bytes")
+                if time.monotonic() > deadline:
+                    raise FetchError(f"{url}: not downloaded within {timeout_s:g} s")
+    except OSError as e:
+        raise FetchError(f"{url}: {e}") from None
+    return b"".join(chunks)
+
+
+def fetch(bundle: Bundle | None = None, *, timeout_s: float = 60.0) -> Path:
     """Download, check and write the bundle; a no-op when the right file is already there."""
     bundle = bundle or PLOTLY_BASIC
     if is_fetched(bundle):
         return bundle.path
+    data = unpack(download(bundle.url, timeout_s=timeout_s), bundle)
+    tmp = bundle.path.with_name(bundle.path.name + ".part")
     try:
-        with urllib.request.urlopen(bundle.url, timeout=timeout_s) as response:
-            tarball = response.read(MAX_TARBALL_BYTES + 1)
+        bundle.directory.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)  # never written through: a link planted there is removed, not followed
+        with open(tmp, "xb") as f:
+            f.write(data)
+        os.replace(tmp, bundle.path)
     except OSError as e:
-        raise FetchError(f"{bundle.url}: {e}") from None
-    if len(tarball) > MAX_TARBALL_BYTES:
-        raise FetchError(f"{bundle.url}: larger than {MAX_TARBALL_BYTES} bytes")
-    data = unpack(tarball, bundle)
-    bundle.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = bundle.path.with_suffix(".part")
-    tmp.write_bytes(data)
-    os.replace(tmp, bundle.path)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise FetchError(f"{bundle.path}: {e}") from None
     return bundle.path
 
 

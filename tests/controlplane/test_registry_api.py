@@ -67,6 +67,12 @@ def test_a_suite_item_pools_levels_and_says_which_levels_are_wrong(world, client
     assert EvalSpec.from_item(item).levels == (1, 2, 3, 4)
     single = post(clients["member"], "/api/registry/suites", {"slug": "single", "team": "acme", "items": [{"domain": "addition"}]})
     assert single.json()["items"][0]["levels"] == [] and EvalSpec.from_item(single.json()["items"][0]).levels == ()
+    # an item without levels stores none: saving it again (as a suite saved before levels existed) is no new version
+    again = post(clients["member"], "/api/registry/suites", {"slug": "single", "team": "acme",
+                                                            "items": [{"domain": "addition", "levels": []}]})
+    assert again.json()["version"] == single.json()["version"] == 1
+    from controlplane.registry.models import EvalSuiteVersion
+    assert "levels" not in EvalSuiteVersion.objects.get(suite__slug="single").items[0]
 
 
 def test_versions_evals_and_export(world, clients, tmp_path, settings):

@@ -86,3 +86,70 @@ def test_an_unreachable_registry_says_so_and_pages_keep_the_full_bundle(tmp_path
     assert "pages load the full bundle" in capsys.readouterr().err
     assert vendor.main(["fetch"]) == 1
     assert not bundle.path.exists()
+
+
+def _serve(handler_body):
+    """A local HTTP server whose GET runs ``handler_body(handler)``; returns (server, url)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            handler_body(self)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_trickling_or_oversized_download_is_cut_off_and_a_blocked_folder_is_a_fetch_error(tmp_path, monkeypatch):
+    import threading
+
+    release = threading.Event()
+
+    def trickle(h):  # headers, one byte, then nothing until the test ends
+        h.send_response(200)
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        h.wfile.write(b"x")
+        h.wfile.flush()
+        release.wait(30)
+
+    server, url = _serve(trickle)
+    try:
+        with pytest.raises(vendor.FetchError, match="timed out|within"):
+            vendor.download(url, timeout_s=1)
+    finally:
+        release.set()
+        server.shutdown()
+
+    def big(h):
+        h.send_response(200)
+        h.end_headers()
+        h.wfile.write(b"0" * 5000)
+
+    server, url = _serve(big)
+    try:
+        with pytest.raises(vendor.FetchError, match="larger than 4096 bytes"):
+            vendor.download(url, timeout_s=5, limit=4096)
+    finally:
+        server.shutdown()
+
+    data = b"/** plotly */"
+    tgz = tarball({"package/p.min.js": data})
+    monkeypatch.setattr(vendor, "VENDOR_DIR", tmp_path)
+    monkeypatch.setattr(vendor, "download", lambda url, timeout_s: tgz)
+    bundle = pinned(tgz, data, tmp_path)
+    (tmp_path / "p").write_text("a file where the folder goes")
+    with pytest.raises(vendor.FetchError, match="p.min.js"):  # said, not an OSError out of make install
+        vendor.fetch(bundle)
+    (tmp_path / "p").unlink()
+    (tmp_path / "p").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (tmp_path / "p" / "p.min.js.part").symlink_to(victim)  # a link planted where the file is written first
+    assert vendor.fetch(bundle).read_bytes() == data and vendor.is_fetched(bundle)
+    assert victim.read_text() == "untouched"

@@ -548,3 +548,29 @@ def test_sft_until_pass_rate_stops_a_real_stage_at_the_rate_and_its_state_resume
         resumed.close()
     finally:
         job.close()
+
+
+def test_sft_checks_each_step_once_however_the_stage_is_split_or_resumed(base_config, tmp_path, monkeypatch):
+    """A check at a step boundary is not repeated by the next call or by a resumed job (it would
+    draw other check tasks and could reverse a domain's leave)."""
+    base_config["sft"] = {"steps": 40, "lr": 1e-3, "batch_size": 4, "until_pass_rate": 0.9, "check_every": 5,
+                          "check_tasks": 2}
+
+    def counting(job, seen):
+        def evaluate(tasks, *, greedy=True, n=1):
+            seen.append(job.sft_steps_done)
+            return {"exact": 0.0, "reward": 0.0}  # never at the rate: every boundary is checked
+        monkeypatch.setattr(job, "evaluate", evaluate)
+
+    job, seen = Job(base_config), []
+    counting(job, seen)
+    job.sft(10)
+    job.sft(10)
+    assert seen == [0, 5, 10, 15, 20]
+    job.save_checkpoint(tmp_path / "sft")
+    resumed, again = Job.resume(tmp_path / "sft"), []
+    counting(resumed, again)
+    resumed.sft(10)
+    assert again == [25, 30] and resumed.sft_stage.checked_at == 30
+    job.close()
+    resumed.close()

@@ -11,8 +11,8 @@ generalise it to held-out strings (docs/trainer.md).
 ('6+6=', '12')
 >>> verify_exact(" 12", task).outcome.value
 'pass'
->>> verify_exact("11", task).details["expected"]
-'12'
+>>> verify_exact("11", task).details["expected"], verify_exact("ＡＢ", SORTING.sample(random.Random(1))).outcome.value
+(['12'], 'fail')
 """
 from __future__ import annotations
 
@@ -21,20 +21,21 @@ import string
 from dataclasses import dataclass
 from typing import Callable
 
-from trainer.outcomes import Outcome, Verification
+from trainer.outcomes import Verification
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
+from trainer.verifiers.exact import exact_match
 
-EXACT_MATCH_SPEC = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}
+EXACT_MATCH_SPEC = {"stages": [{"type": "exact", "params": {"literal": True}, "timeout_s": 1.0}]}
+"""The platform's verifier of the built-in domains: the same literal match as :func:`verify_exact`
+(before 2026-12-05 its ``exact`` stage case-folded and applied Unicode compatibility forms, so a
+completion the trainer failed in process could pass on the platform: "ABD" for ``sort(dba)=``)."""
 
 
 def verify_exact(completion: str, task: Task) -> Verification:
-    """Pass when the completion, stripped of surrounding whitespace, equals the answer."""
-    found = completion.strip()
-    expected = str(task.answer)
-    if found == expected:
-        return Verification.passed(expected=expected, found=found)
-    return Verification.failed(Outcome.FAIL, expected=expected, found=found)
+    """Pass when the completion, stripped of surrounding whitespace, is the answer character for
+    character (an empty one is a parse error)."""
+    return exact_match(completion, task, literal=True)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,9 @@ class AdditionSource:
     levels: int = 1
 
     def make(self, a: int, b: int) -> Task:
-        return Task(domain=self.slug, id=f"{a}+{b}", prompt=f"{a}+{b}=", answer=str(a + b))
+        # a+b and b+a are held out together (trainer.holdout.holdout_key)
+        return Task(domain=self.slug, id=f"{a}+{b}", prompt=f"{a}+{b}=", answer=str(a + b),
+                    meta={"holdout_group": f"{min(a, b)}+{max(a, b)}"})
 
     def sample(self, rng: random.Random, level: int = 0) -> Task:
         return self.make(rng.randrange(10), rng.randrange(10))
@@ -77,10 +80,16 @@ class StringSource:
     alphabet: str
     solve: Callable[[str], str]
 
+    group_by_letters: bool = False
+    """Hold out every order of one multiset of symbols together (sorting: each order has the same
+    answer, so a held-out order would otherwise be a trained order rearranged)."""
+
     def sample(self, rng: random.Random, level: int = 0) -> Task:
         length = 2 + min(max(level, 0), self.levels - 1)
         text = "".join(rng.choice(self.alphabet) for _ in range(length))
-        return Task(domain=self.slug, id=text, prompt=f"{self.op}({text})=", answer=self.solve(text), level=level)
+        meta = {"holdout_group": "".join(sorted(text))} if self.group_by_letters else {}
+        return Task(domain=self.slug, id=text, prompt=f"{self.op}({text})=", answer=self.solve(text), level=level,
+                    meta=meta)
 
 
 ADDITION = AdditionSource()
@@ -88,7 +97,7 @@ REVERSAL = StringSource("builtin-reversal", 3, "rev", string.ascii_lowercase, _r
 """Reverse a lowercase word ``rev(abc)=`` -> ``cba``; level L uses 2 + L letters (2-4)."""
 PARITY = StringSource("builtin-parity", 5, "par", "01", _parity)
 """Parity of a bit string ``par(0110)=`` -> ``0`` (even count of ones); level L: 2 + L bits."""
-SORTING = StringSource("builtin-sorting", 3, "sort", string.ascii_lowercase, _sorted)
+SORTING = StringSource("builtin-sorting", 3, "sort", string.ascii_lowercase, _sorted, group_by_letters=True)
 """Sort lowercase letters ``sort(dba)=`` -> ``abd``; level L uses 2 + L letters (2-4)."""
 
 for _source, _title, _kind, _desc in [

@@ -12,6 +12,17 @@
 'fail'
 >>> [exact_match(c, t).outcome.value for c in ["", "Paris or London", "Paris, London", "not Paris"]]
 ['parse_error', 'fail', 'fail', 'fail']
+
+``literal``: the completion stripped of surrounding whitespace must be the answer character for
+character: no case folding, no Unicode compatibility forms (a ligature "ﬁ" is not "fi", fullwidth
+"ａ" is not "a"), no collapsed inner whitespace. The built-in domains verify this way, so that the
+trainer's in-process check and the platform's stage agree on every completion.
+
+>>> s = Task("d", "dba", "sort(dba)=", answer="abd")
+>>> [exact_match(c, s, literal=True).outcome.value for c in [" abd ", "ABD", "ａｂｄ", "a bd", "abd or adb"]]
+['pass', 'fail', 'fail', 'fail', 'fail']
+>>> exact_match("ﬁ", Task("d", "if", "sort(if)=", answer="fi"), literal=True).outcome.value
+'fail'
 """
 from __future__ import annotations
 
@@ -35,10 +46,15 @@ def exact_match(
     expected: Any = None,
     case_sensitive: bool = False,
     strip_punctuation: bool = False,
+    literal: bool = False,
 ) -> Verification:
-    """Pass when the normalised completion equals one normalised accepted answer; an empty
-    answer is a ``parse_error`` whatever the gold."""
-    norm = lambda s: normalize_text(str(s), case_sensitive=case_sensitive, strip_punctuation=strip_punctuation)  # noqa: E731
+    """Pass when the normalised completion equals one normalised accepted answer (with
+    ``literal``, only surrounding whitespace is stripped); an empty answer is a ``parse_error``
+    whatever the gold."""
+    if literal:
+        norm = lambda s: str(s).strip()  # noqa: E731
+    else:
+        norm = lambda s: normalize_text(str(s), case_sensitive=case_sensitive, strip_punctuation=strip_punctuation)  # noqa: E731
     found = norm(completion)
     if not found:
         return Verification.failed(Outcome.PARSE_ERROR, error="empty answer")

@@ -146,7 +146,8 @@ for _stage in [
     }), "Bounds on characters, words and lines.", 0, True, default_timeout_s=2.0),
     StageType("exact", _V + "exact:exact_match", params_schema({
         "expected": ANY, "case_sensitive": {"type": "boolean"}, "strip_punctuation": {"type": "boolean"},
-    }), "Exact match after normalisation (case, whitespace, optionally punctuation).", 1, default_timeout_s=2.0),
+        "literal": {"type": "boolean"},
+    }), "Exact match after normalisation (case, whitespace, optionally punctuation); literal: character for character after stripping surrounding whitespace.", 1, default_timeout_s=2.0),
     StageType("regex", _V + "regex:regex_match", params_schema({
         "pattern": {"type": "string", "format": "regex"}, "flags": {"type": "string", "pattern": "[imsx]*"},
         "mode": {"enum": ["fullmatch", "search"]},
