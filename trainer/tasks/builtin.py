@@ -46,9 +46,11 @@ class AdditionSource:
     levels: int = 1
 
     def make(self, a: int, b: int) -> Task:
-        # a+b and b+a are held out together (trainer.holdout.holdout_key)
-        return Task(domain=self.slug, id=f"{a}+{b}", prompt=f"{a}+{b}=", answer=str(a + b),
-                    meta={"holdout_group": f"{min(a, b)}+{max(a, b)}"})
+        # Held out one order at a time: a held-out a+b may have b+a in training, so addition's
+        # held-out gain includes learning that order does not matter. Held out together (a
+        # holdout_group of the unordered pair), the tiny model does not generalise to the 12 unseen
+        # pairs at all: single-digit sums are facts it memorises (docs/trainer.md).
+        return Task(domain=self.slug, id=f"{a}+{b}", prompt=f"{a}+{b}=", answer=str(a + b))
 
     def sample(self, rng: random.Random, level: int = 0) -> Task:
         return self.make(rng.randrange(10), rng.randrange(10))
