@@ -87,7 +87,7 @@ def main() -> None:
 
     from controlplane.registry.stats import paired_delta
     from controlplane.web.management.commands.demo_setup import DEMO_CONFIG, DEMO_DOMAINS, DEMO_STEPS, DEMO_SUITE
-    from trainer.config import RUN_DEFAULTS
+    from trainer.config import RUN_DEFAULTS, put_path
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
 
@@ -113,12 +113,7 @@ def main() -> None:
         config["sampler"] = {"holdout_fraction": RUN_DEFAULTS["sampler.holdout_fraction"], **config.get("sampler", {})}
         config.pop("checkpoint", None)
         for change in args.set:
-            path, value = parse_change(change)
-            node = config
-            *parents, leaf = path.split(".")
-            for key in parents:
-                node = node.setdefault(key, {})
-            node[leaf] = value
+            put_path(config, *parse_change(change))
         job = Job(config)
         bar = tqdm(total=config["sft"]["steps"], desc="sft", file=sys.stderr)
         job.sft(config["sft"]["steps"], callback=lambda s, loss: bar.update(1))
