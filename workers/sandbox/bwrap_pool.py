@@ -123,6 +123,9 @@ class WarmBwrapBackend(BackgroundWork):
         self._free_uids = list(range(base, base + MAX_SLOTS))  # freed ones go to the back
         self._privileged = os.geteuid() == 0
         cgroups.reap_cgroups()  # a worker start reaps what dead workers left
+        layout = cgroups.detect()
+        self.cpu_weighted = bool(layout and cgroups.set_cpu_weight(layout, self.config.cpu_weight))
+        """Whether the sandboxes share the CPU weight ``config.cpu_weight`` (cgroups.set_cpu_weight)."""
         self._lock = threading.RLock()
         self._returned = threading.Condition(self._lock)
         self._idle: dict[tuple, list[WarmSandbox]] = {}

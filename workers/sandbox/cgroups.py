@@ -5,6 +5,12 @@ the memory and pids controllers, else the v1 memory, pids and cpuacct hierarchie
 root), else nothing (rlimits then remain the only limits). Every cgroup is created under a
 `temper-sandbox` directory inside the worker's own cgroup and named `<owner pid>-<n>`, so the
 reaper can tell which ones belong to dead workers.
+
+Where the CPU controller can be used too, the `temper-sandbox` directory of its hierarchy holds
+every sandbox of the machine's workers under one CPU weight (:func:`set_cpu_weight`). Without it
+each sandbox's fresh session is an autogroup of its own (`kernel.sched_autogroup_enabled`), and
+the scheduler gives each the share of a whole session: eight sandboxes starting at once took
+eight ninths of a core from the trainer's generation, whatever their nice value.
 """
 from __future__ import annotations
 
@@ -33,6 +39,9 @@ class CgroupLayout:
     """1 or 2."""
     parents: dict[str, Path]
     """Controller name -> the temper-sandbox parent directory ('unified' for v2)."""
+    cpu_parent: Path | None = None
+    """The temper-sandbox directory whose CPU weight every sandbox shares (one of ``parents``),
+    or None where the CPU controller is not available to us."""
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -71,34 +80,54 @@ def _try_v2(mounts, own) -> CgroupLayout | None:
         parent = base / PARENT_NAME
         try:
             parent.mkdir(exist_ok=True)
-            want = [c for c in ("memory", "pids", "cpu") if c in available]
-            (parent / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
-            # Our own cgroup must delegate too; this fails when it holds processes (not root).
+            # Our own cgroup must delegate first; this fails when it holds processes (not root).
             sub = (base / "cgroup.subtree_control").read_text().split()
             if not {"memory", "pids"} <= set(sub):
                 (base / "cgroup.subtree_control").write_text("+memory +pids")
+            if "cpu" in available and "cpu" not in sub:
+                _write_optional(base / "cgroup.subtree_control", "+cpu")  # the CPU weight only
+            delegated = set((parent / "cgroup.controllers").read_text().split())
+            want = [c for c in ("memory", "pids", "cpu") if c in delegated]
+            (parent / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
         except OSError:
             return None
-        return CgroupLayout(2, {"unified": parent})
+        if not {"memory", "pids"} <= delegated:
+            return None
+        return CgroupLayout(2, {"unified": parent}, parent if (parent / "cpu.weight").exists() else None)
     return None
 
 
 def _try_v1(mounts, own) -> CgroupLayout | None:
     parents: dict[str, Path] = {}
-    for ctrl in ("memory", "pids", "cpuacct"):
-        point = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
-        if point is None:
-            return None
-        parent = Path(point) / own.get(ctrl, "/").lstrip("/") / PARENT_NAME
-        try:
-            parent.mkdir(exist_ok=True)
-            probe = parent / f"probe-{os.getpid()}"
-            probe.mkdir(exist_ok=True)
-            probe.rmdir()
-        except OSError:
+    points: dict[str, str | None] = {}
+    for ctrl in ("memory", "pids", "cpuacct", "cpu"):
+        points[ctrl] = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
+        if ctrl == "cpu" and points["cpu"] == points["cpuacct"]:
+            break  # mounted together (cpu,cpuacct): the cpuacct parent is the cpu parent
+        parent = _v1_parent(points[ctrl], own.get(ctrl, "/"))
+        if parent is None:
+            if ctrl == "cpu":
+                break  # the CPU weight is optional
             return None
         parents[ctrl] = parent
-    return CgroupLayout(1, parents)
+    cpu = parents.get("cpu", parents["cpuacct"])
+    return CgroupLayout(1, parents, cpu if (cpu / "cpu.shares").exists() else None)
+
+
+def _v1_parent(point: str | None, own: str) -> Path | None:
+    """The temper-sandbox directory in the v1 hierarchy mounted at ``point``, if we may create
+    cgroups in it."""
+    if point is None:
+        return None
+    parent = Path(point) / own.lstrip("/") / PARENT_NAME
+    try:
+        parent.mkdir(exist_ok=True)
+        probe = parent / f"probe-{os.getpid()}"
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+    except OSError:
+        return None
+    return parent
 
 
 def detect() -> CgroupLayout | None:
@@ -112,6 +141,18 @@ def detect() -> CgroupLayout | None:
                 mounts, own = _mounts(), _own_paths()
                 _detected = _try_v2(mounts, own) or _try_v1(mounts, own)
         return _detected  # type: ignore[return-value]
+
+
+def set_cpu_weight(layout: CgroupLayout, weight: int) -> bool:
+    """Give every sandbox under ``layout`` together the CPU weight ``weight`` (cgroup v2's scale:
+    100 is a whole process group's, 1-10000; v1's cpu.shares is scaled to it). Where the CPU is
+    contended they get that share of it, against 100 for the trainer's session; an idle CPU is
+    theirs whatever it is. Whether it was set (False where the CPU controller is not ours)."""
+    if layout.cpu_parent is None:
+        return False
+    if layout.version == 2:
+        return _write_optional(layout.cpu_parent / "cpu.weight", str(weight))
+    return _write_optional(layout.cpu_parent / "cpu.shares", str(max(2, weight * 1024 // 100)))
 
 
 def _read_int(path: Path, default: int = 0) -> int:

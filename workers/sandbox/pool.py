@@ -40,6 +40,10 @@ class PoolConfig:
     """1: bwrap runs jobs in warm pooled sandboxes; 0: fresh namespaces per job (cold)."""
     container_cpus: float = 1.0
     """CPUs one container (one job at a time) may use (docker backend)."""
+    cpu_weight: int = 30
+    """CPU weight of the machine's bwrap sandboxes together, on cgroup v2's scale (1-10000; 100
+    is what the trainer's session has): where the CPU is contended the sandboxes get this share of
+    it, where it is idle all of it (cgroups.set_cpu_weight)."""
     lease_s: float = 600.0
     """Lease written on each container; the reaper removes containers whose lease expired
     and whose worker is gone (docker backend). Renewed while the pool lives."""
@@ -56,6 +60,10 @@ class PoolConfig:
                 except ValueError as e:
                     raise ValueError(f"TEMPER_SANDBOX_{name.upper()}={raw!r}: {e}") from None
         return cls(**kwargs)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.cpu_weight <= 10000:
+            raise ValueError(f"cpu_weight (TEMPER_SANDBOX_CPU_WEIGHT) must be 1-10000, not {self.cpu_weight}")
 
 
 class Backend(Protocol):
