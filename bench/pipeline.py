@@ -22,8 +22,10 @@ length it gives is used. No schedule beats
 that bound and the share of it reached. Settings run in rounds (0, 1, 2, then 2, 1, 0), each
 round a new job with 2 warm-up steps, so a machine whose speed drifts weighs on all alike.
 
-Besides the goals' figures it reports each stage's busy fraction (generate, verify, update) and
-the policy lag of the trained batches. Last line: one JSON object with steps_per_hour (by
+Besides the goals' figures it reports each stage's busy fraction (generate, verify, update), the
+policy lag of the trained batches, the generating thread's seconds a step on a CPU and waiting,
+runnable, for one (``generator_cpu_wait_s``: what the processes beside it take from it), and the
+CPU weight the sandboxes share (``sandbox_cpu_weight``, ``TEMPER_SANDBOX_CPU_WEIGHT``). Last line: one JSON object with steps_per_hour (by
 staleness), speedup_1_vs_0, generator_idle (by staleness) and the bound.
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--backend bwrap|docker] [--verify-in processes|threads]
@@ -37,6 +39,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 
@@ -57,6 +60,28 @@ def sandbox_check(backend: str | None, check: str = "harness") -> str:
                        backend=backend, domain="bench-pipeline").status
     return execute({"check.py": PROGRAM}, ["python3", "check.py"], Limits(cpu_s=5, wall_s=10),
                    backend=backend, domain="bench-pipeline").status
+
+
+def thread_schedstat(tid: int) -> tuple[float, float] | None:
+    """Seconds thread ``tid`` of this process has run on a CPU and waited runnable for one
+    (Linux's schedstat), or None where the kernel does not say."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            on_cpu, waiting = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def sandbox_cpu_weight(backend: str | None) -> int | None:
+    """The CPU weight the bwrap sandboxes share (PoolConfig.cpu_weight), None where it does not
+    apply (another backend, or no CPU controller of ours)."""
+    from workers.sandbox import PoolConfig, cgroups, default_backend
+
+    layout = cgroups.detect()
+    if (backend or default_backend()) not in ("bwrap", "bwrap-cold") or layout is None or layout.cpu_parent is None:
+        return None
+    return PoolConfig.from_env().cpu_weight
 
 
 def main() -> int:
@@ -139,14 +164,19 @@ def main() -> int:
         print(f"calibrated: {tokens} tokens a completion", flush=True)
 
     per_round = max(1, args.steps // args.rounds)
-    totals = {s: {"steps": 0, "elapsed": 0.0, "windows": 0.0, "lags": [],
+    totals = {s: {"steps": 0, "elapsed": 0.0, "windows": 0.0, "lags": [], "on_cpu_s": 0.0, "cpu_wait_s": 0.0,
                   "busy": {stage: 0.0 for stage in ("generate", "verify", "update")}} for s in STALENESS}
     for r in range(args.rounds):
         for staleness in (STALENESS if r % 2 == 0 else STALENESS[::-1]):
             job = new_job(staleness, tokens)
+            # the generating thread: the rollout thread with overlap (asked before it has work
+            # queued, so asking waits for nothing), the caller's own in turn
+            generator = (job.pipeline.rollout_thread.submit(threading.get_native_id).result() if staleness
+                         else threading.get_native_id())
             for _ in range(2):
                 job.step()
             total = totals[staleness]
+            sched0 = thread_schedstat(generator)
             t0 = time.perf_counter()
             for _ in range(per_round):
                 metrics = job.step()
@@ -155,6 +185,10 @@ def main() -> int:
                 for stage in total["busy"]:
                     total["busy"][stage] += metrics[f"pipeline/{stage}_busy_s"]
             elapsed = time.perf_counter() - t0
+            sched1 = thread_schedstat(generator)
+            if sched0 and sched1:
+                total["on_cpu_s"] += sched1[0] - sched0[0]
+                total["cpu_wait_s"] += sched1[1] - sched0[1]
             total["elapsed"] += elapsed
             total["steps"] += per_round
             job.close()  # batches queued ahead are dropped: they count in no setting's time
@@ -167,7 +201,11 @@ def main() -> int:
                               "generator_idle": round(1 - t["busy"]["generate"] / t["windows"], 3),
                               "busy_frac": {s: round(b / t["windows"], 3) for s, b in t["busy"].items()},
                               "busy_s_per_step": {s: round(b / t["steps"], 3) for s, b in t["busy"].items()},
-                              "max_policy_lag": max(t["lags"])}
+                              "max_policy_lag": max(t["lags"]),
+                              # the generating thread's seconds a step on a CPU, and runnable but
+                              # waiting for one (at staleness 0 the thread also updates)
+                              "generator_on_cpu_s": round(t["on_cpu_s"] / t["steps"], 3),
+                              "generator_cpu_wait_s": round(t["cpu_wait_s"] / t["steps"], 3)}
         print(f"staleness {staleness}: {results[staleness]}", flush=True)
     stages = results[0]["busy_s_per_step"]  # in turn: a step is the sum of its stages
     bound = sum(stages.values()) / max(stages.values())
@@ -181,9 +219,12 @@ def main() -> int:
         "busy_frac": {str(s): r["busy_frac"] for s, r in results.items()},
         "busy_s_per_step": {str(s): r["busy_s_per_step"] for s, r in results.items()},
         "max_policy_lag": {str(s): r["max_policy_lag"] for s, r in results.items()},
+        "generator_cpu_wait_s": {str(s): r["generator_cpu_wait_s"] for s, r in results.items()},
+        "generator_on_cpu_s": {str(s): r["generator_on_cpu_s"] for s, r in results.items()},
         "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
         "max_new_tokens": tokens, "calibration": calibration, "check": args.check, "verify_in": args.verify_in,
         "engine_batch": args.engine_batch, "steps": {str(s): t["steps"] for s, t in totals.items()},
+        "sandbox_cpu_weight": sandbox_cpu_weight(args.backend),
     }
     print(json.dumps(out))
     return 0
