@@ -74,14 +74,14 @@ def thread_schedstat(tid: int) -> tuple[float, float] | None:
 
 
 def sandbox_cpu_weight(backend: str | None) -> int | None:
-    """The CPU weight the bwrap sandboxes share (PoolConfig.cpu_weight), None where it does not
-    apply (another backend, or no CPU controller of ours)."""
+    """The CPU weight the bwrap sandboxes are configured to share (PoolConfig.cpu_weight), None
+    where it does not apply (another backend, or no CPU controller of ours)."""
     from workers.sandbox import PoolConfig, cgroups, default_backend
 
-    layout = cgroups.detect()
-    if (backend or default_backend()) not in ("bwrap", "bwrap-cold") or layout is None or layout.cpu_parent is None:
+    if (backend or default_backend()) not in ("bwrap", "bwrap-cold"):
         return None
-    return PoolConfig.from_env().cpu_weight
+    layout = cgroups.detect()
+    return PoolConfig.from_env().cpu_weight if layout is not None and layout.cpu_parent is not None else None
 
 
 def main() -> int:

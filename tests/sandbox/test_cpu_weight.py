@@ -40,10 +40,10 @@ def test_every_sandbox_joins_the_weighted_cgroup():
         (sb,) = [s for s in pool.backend.sandboxes() if s.key[0] == "weight"]
         (mine,) = [d for d in sb.cgroup.dirs.values() if d.parent == layout.cpu_parent]
         assert sb.agent_pid in {int(p) for p in (mine / "cgroup.procs").read_text().split()}
-    if layout.version == 2:
-        assert (layout.cpu_parent / "cpu.weight").read_text().split() == [str(config.cpu_weight)]
-    else:
-        assert (layout.cpu_parent / "cpu.shares").read_text().split() == [str(config.cpu_weight * 1024 // 100)]
+        if layout.version == 2:
+            assert (layout.cpu_parent / "cpu.weight").read_text().split() == [str(config.cpu_weight)]
+        else:
+            assert (layout.cpu_parent / "cpu.shares").read_text().split() == [str(config.cpu_weight * 1024 // 100)]
 
 
 @pytest.mark.parametrize("version, weight, name, written", [
@@ -117,8 +117,9 @@ print(json.dumps(out))
 
 def test_sandboxes_take_their_weights_share_of_a_contended_cpu():
     weighted_layout()
+    # a session of its own, so that the test runner's other threads are not in the trainer's group
     out = subprocess.run([sys.executable, "-c", CONTEND], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert out.returncode == 0, out.stderr[-3000:]
     share = json.loads(out.stdout.strip().splitlines()[-1])
     assert share["weighted"], share

@@ -1,16 +1,19 @@
 """Per-execution cgroups: memory, pids and CPU accounting, on cgroup v2 or v1 hierarchies.
 
 `detect()` finds what this machine allows once per process: a delegated cgroup v2 subtree with
-the memory and pids controllers, else the v1 memory, pids and cpuacct hierarchies (writable as
-root), else nothing (rlimits then remain the only limits). Every cgroup is created under a
-`temper-sandbox` directory inside the worker's own cgroup and named `<owner pid>-<n>`, so the
-reaper can tell which ones belong to dead workers.
+the memory and pids controllers (and cpu where our cgroup delegates it already), else the v1
+memory, pids and cpuacct hierarchies (and cpu where it is writable), writable as root, else
+nothing (rlimits then remain the only limits). Every cgroup is created under a `temper-sandbox`
+directory inside the worker's own cgroup and named `<owner pid>-<n>`, so the reaper can tell
+which ones belong to dead workers.
 
 Where the CPU controller can be used too, the `temper-sandbox` directory of its hierarchy holds
-every sandbox of the machine's workers under one CPU weight (:func:`set_cpu_weight`). Without it
-each sandbox's fresh session is an autogroup of its own (`kernel.sched_autogroup_enabled`), and
-the scheduler gives each the share of a whole session: eight sandboxes starting at once took
-eight ninths of a core from the trainer's generation, whatever their nice value.
+the sandboxes of every worker in one cgroup (all of a machine's where workers run in the root
+cgroup, as here) under one CPU weight (:func:`set_cpu_weight`; the weight is the one the last
+worker to start set). Without it each sandbox's fresh session is an autogroup of its own
+(`kernel.sched_autogroup_enabled`), and the scheduler gives each the share of a whole session:
+eight sandboxes starting at once took eight ninths of a contended core from the trainer's
+generation, whatever their nice value.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARENT_NAME = "temper-sandbox"
+OPTIONAL = frozenset({"cpu"})
+"""Hierarchies (v1) an execution joins if it can: the CPU weight's."""
 """Directory under the worker's own cgroup that holds every execution cgroup."""
 
 _counter = itertools.count()
@@ -84,15 +89,16 @@ def _try_v2(mounts, own) -> CgroupLayout | None:
             sub = (base / "cgroup.subtree_control").read_text().split()
             if not {"memory", "pids"} <= set(sub):
                 (base / "cgroup.subtree_control").write_text("+memory +pids")
-            if "cpu" in available and "cpu" not in sub:
-                _write_optional(base / "cgroup.subtree_control", "+cpu")  # the CPU weight only
+            # cpu is used where our cgroup already delegates it, never turned on here: in the root
+            # cgroup that would move every top-level cgroup off the root task group (autogroups)
             delegated = set((parent / "cgroup.controllers").read_text().split())
-            want = [c for c in ("memory", "pids", "cpu") if c in delegated]
-            (parent / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
+            if not {"memory", "pids"} <= delegated:
+                return None
+            (parent / "cgroup.subtree_control").write_text("+memory +pids")
         except OSError:
             return None
-        if not {"memory", "pids"} <= delegated:
-            return None
+        if "cpu" in delegated:
+            _write_optional(parent / "cgroup.subtree_control", "+cpu")
         return CgroupLayout(2, {"unified": parent}, parent if (parent / "cpu.weight").exists() else None)
     return None
 
@@ -105,9 +111,9 @@ def _try_v1(mounts, own) -> CgroupLayout | None:
         if ctrl == "cpu" and points["cpu"] == points["cpuacct"]:
             break  # mounted together (cpu,cpuacct): the cpuacct parent is the cpu parent
         parent = _v1_parent(points[ctrl], own.get(ctrl, "/"))
+        if ctrl == "cpu" and (parent is None or not (parent / "cpu.shares").exists()):
+            break  # the CPU weight is optional
         if parent is None:
-            if ctrl == "cpu":
-                break  # the CPU weight is optional
             return None
         parents[ctrl] = parent
     cpu = parents.get("cpu", parents["cpuacct"])
@@ -194,9 +200,9 @@ class JobCgroup:
         self.layout = layout
         name = f"{os.getpid()}-{next(_counter)}"
         self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items()}
-        for d in self.dirs.values():
-            d.mkdir()
         try:
+            for d in self.dirs.values():
+                d.mkdir()
             if layout.version == 2:
                 d = self.dirs["unified"]
                 (d / "memory.max").write_text(str(memory_bytes))
@@ -235,8 +241,14 @@ class JobCgroup:
                 _write_optional(m / name, str(memory_bytes))
 
     def procs_files(self) -> list[str]:
-        """cgroup.procs files the sandbox's first process writes `0` into to join."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+        """cgroup.procs files the sandbox's first process writes `0` into to join (it must)."""
+        return [str(d / "cgroup.procs") for ctrl, d in self.dirs.items() if ctrl not in OPTIONAL]
+
+    def optional_procs_files(self) -> list[str]:
+        """cgroup.procs files it joins where it can: v1's separate ``cpu`` hierarchy, for the
+        CPU weight only (the kernel refuses to move a process under a real-time policy into a
+        group without a real-time budget; such a sandbox runs without the weight)."""
+        return [str(d / "cgroup.procs") for ctrl, d in self.dirs.items() if ctrl in OPTIONAL]
 
     def cpu_s(self) -> float:
         """CPU seconds used by everything that ran in this cgroup."""
