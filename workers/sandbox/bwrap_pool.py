@@ -193,8 +193,10 @@ class WarmBwrapBackend(BackgroundWork):
 
     def _wrapper_script(self, cg: cgroups.JobCgroup | None, uid: int, pids: int) -> str:
         """sh: join the cgroup, set the sandbox-wide rlimits, drop to the slot uid, exec bwrap."""
-        lines = [f"echo 0 > '{p}' || exit 121" for p in cg.procs_files()] if cg is not None else []
-        lines += [f"echo 0 > '{p}' 2>/dev/null || true" for p in cg.optional_procs_files()] if cg is not None else []
+        lines = []
+        if cg is not None:
+            lines += [f"echo 0 > '{p}' || exit 121" for p in cg.procs_files()]
+            lines += [f"echo 0 > '{p}' 2>/dev/null || true" for p in cg.optional_procs_files()]
         lines += ["ulimit -c 0"]
         if self._privileged:
             lines += [f"ulimit -p {pids + 16}",

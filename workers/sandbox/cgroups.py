@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARENT_NAME = "temper-sandbox"
+"""Directory under the worker's own cgroup that holds every execution cgroup."""
 OPTIONAL = frozenset({"cpu"})
 """Hierarchies (v1) an execution joins if it can: the CPU weight's."""
-"""Directory under the worker's own cgroup that holds every execution cgroup."""
 
 _counter = itertools.count()
 _lock = threading.Lock()
@@ -104,20 +104,24 @@ def _try_v2(mounts, own) -> CgroupLayout | None:
 
 
 def _try_v1(mounts, own) -> CgroupLayout | None:
+    def point(ctrl: str) -> str | None:
+        return next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
+
     parents: dict[str, Path] = {}
-    points: dict[str, str | None] = {}
-    for ctrl in ("memory", "pids", "cpuacct", "cpu"):
-        points[ctrl] = next((p for p, t, o in mounts if t == "cgroup" and ctrl in o), None)
-        if ctrl == "cpu" and points["cpu"] == points["cpuacct"]:
-            break  # mounted together (cpu,cpuacct): the cpuacct parent is the cpu parent
-        parent = _v1_parent(points[ctrl], own.get(ctrl, "/"))
-        if ctrl == "cpu" and (parent is None or not (parent / "cpu.shares").exists()):
-            break  # the CPU weight is optional
+    for ctrl in ("memory", "pids", "cpuacct"):
+        parent = _v1_parent(point(ctrl), own.get(ctrl, "/"))
         if parent is None:
             return None
         parents[ctrl] = parent
-    cpu = parents.get("cpu", parents["cpuacct"])
-    return CgroupLayout(1, parents, cpu if (cpu / "cpu.shares").exists() else None)
+    # The CPU weight is optional: mounted with cpuacct (cpu,cpuacct) the cpu parent is cpuacct's,
+    # a hierarchy of its own is used where it is writable.
+    together = point("cpu") == point("cpuacct")
+    cpu = parents["cpuacct"] if together else _v1_parent(point("cpu"), own.get("cpu", "/"))
+    if cpu is None or not (cpu / "cpu.shares").exists():
+        return CgroupLayout(1, parents)
+    if not together:
+        parents["cpu"] = cpu
+    return CgroupLayout(1, parents, cpu)
 
 
 def _v1_parent(point: str | None, own: str) -> Path | None:
