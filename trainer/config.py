@@ -188,8 +188,13 @@ class OptimizerConfig:
     """Linear learning-rate warm-up steps."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """After warm-up: keep the rate, or decay it to 0 at ``limits.max_steps`` (linearly or cosine)."""
-    zero_stage: Literal[0, 2, 3] = 0
-    """0: plain torch; 2 or 3: DeepSpeed ZeRO (needs deepspeed and CUDA)."""
+    backend: Literal["auto", "torch", "deepspeed"] = "auto"
+    """Who runs the update: ``torch`` (plain AdamW, data parallel over gloo or NCCL), ``deepspeed``
+    (its engine, at ``zero_stage``), or ``auto``: DeepSpeed when ``zero_stage`` is above 0. DeepSpeed
+    runs on CUDA, or on CPU ranks without one (Temper sets ``DS_ACCELERATOR=cpu``)."""
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    """DeepSpeed ZeRO stage: 0 replicates everything, 1 splits the optimizer state over the ranks,
+    2 also the gradients, 3 also the parameters (gathered whole for exports and weight syncs)."""
 
 
 @dataclass
@@ -602,6 +607,14 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     if cfg.parallel.ranks > 1 and cfg.rollout.staleness > 0:
         errors.append(("parallel.ranks", "more than one rank needs rollout.staleness 0 (the overlapped pipeline runs "
                                          "in one process)"))
+    deepspeed = cfg.optimizer.backend == "deepspeed" or (cfg.optimizer.backend == "auto" and cfg.optimizer.zero_stage > 0)
+    if cfg.optimizer.backend == "torch" and cfg.optimizer.zero_stage > 0:
+        errors.append(("optimizer.zero_stage", f"ZeRO stage {cfg.optimizer.zero_stage} needs optimizer.backend "
+                                               "deepspeed (or auto); the torch backend has no ZeRO"))
+    if deepspeed and cfg.sft.steps > 0:
+        errors.append(("sft.steps", "an SFT stage runs with the plain torch optimizer, not DeepSpeed "
+                                    "(optimizer.backend or zero_stage): run it as a run of its own first "
+                                    "and start this one from its checkpoint"))
     if cfg.rollout.n < 2 and not cfg.sampler.adaptive_budget:
         errors.append(("rollout.n", "must be at least 2 (advantages compare samples of a group)"))
     for size in SIZES:

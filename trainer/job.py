@@ -17,6 +17,7 @@ the SFT stage is :mod:`trainer.sft`, the checkpoint format :mod:`trainer.checkpo
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -34,9 +35,9 @@ from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
 from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
-from trainer.optim import TorchBackend, make_backend
+from trainer.optim import TorchBackend, make_backend, uses_deepspeed
 from trainer.outcomes import Outcome, Verification
-from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, my_share, rank_and_world
+from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, equal_shares, gather_to_leader, my_share, rank_and_world
 from trainer.pipeline import Request, StageClocks, VerifyBatch, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
@@ -160,10 +161,6 @@ class Job:
             raise ConfigError([("model.path", "is required")])
         if ranks.leading() and cfg.rollout.staleness > 0:
             raise ConfigError([("parallel.ranks", "more than one rank needs rollout.staleness 0")])
-        if ranks.leading() and cfg.sft.steps > 0 and cfg.optimizer.zero_stage > 0:
-            # The SFT stage runs on rank 0 alone; a DeepSpeed engine is built by every rank at once.
-            raise ConfigError([("sft.steps", "an SFT stage with DeepSpeed (optimizer.zero_stage) runs on one rank only; "
-                                             "run it as a one-GPU run first and start from its checkpoint")])
         self.closed = False
         self.last_weight_spread: float | None = None
         """After a checkpoint of a led job on several ranks: how far apart the ranks' weights were."""
@@ -171,6 +168,10 @@ class Job:
         self.env_context = env_context
         self.samples_per_step = samples_per_step
         self.domains = self._resolve_domains(cfg)
+        if announce and ranks.leading():
+            # Before anything that every rank must do together (DeepSpeed's engine is built by
+            # every rank at once), so the followers build the same job beside this one.
+            ranks.command("init", cfg.to_dict(), weights_path)
         self.verify_batch = verify_batch or verify_inline(self.domains)
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.model.device)
@@ -181,12 +182,29 @@ class Job:
             self.reference = load_model(cfg.model.reference_path or cfg.model.path, cfg.model,
                                         self.device, trainable=False)
         alg = cfg.algorithm
+        pipeline_cls = pipeline_for(cfg.rollout.staleness)  # chosen once: in turn, or overlapped
+
+        def engine_over(model, share: bool):
+            return make_engine(cfg.rollout.engine, model, self.tokenizer, seed=cfg.seed,
+                               batch_size=cfg.rollout.batch_size, share_weights=share,
+                               lean_forward=cfg.model.lean_forward,
+                               gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                               prefix_caching=cfg.rollout.prefix_caching,
+                               tensor_parallel_size=cfg.rollout.tensor_parallel_size,
+                               max_model_len=cfg.tokenizer.max_prompt_tokens + cfg.rollout.max_episode_tokens)
+
+        # ZeRO-3 partitions the policy's parameters over the ranks: the engine takes its own whole
+        # copy first, and its weight syncs gather them (the backend's weights()).
+        partitioned = uses_deepspeed(cfg.optimizer) and cfg.optimizer.zero_stage == 3
+        self.engine = engine_over(self.model, share=False) if partitioned else None
         self.backend = make_backend(self.model, cfg.optimizer,
                                     total_steps=cfg.limits.max_steps * alg.updates_per_batch)
         self.model = self.backend.model
-        # The lean forward (Llama-family models under the plain torch backend) scores each
+        if self.engine is None:
+            self.engine = engine_over(self.model, share=pipeline_cls.shares_weights)
+        # The lean forward (Llama-family models, parameters whole on the rank) scores each
         # distinct prompt once per micro-batch; the reference must take the same path.
-        self.lean = LeanLlama.wrap(self.model) if cfg.model.lean_forward else None
+        self.lean = LeanLlama.wrap(self.model) if cfg.model.lean_forward and not partitioned else None
         self.reference_lean = None
         if self.lean is not None and self.reference is not None:
             self.reference_lean = LeanLlama.wrap(self.reference)
@@ -195,19 +213,10 @@ class Job:
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
         self.sft_stage = SupervisedStage(self.model, self.tokenizer, self.sampler, cfg, self.device)
-        pipeline_cls = pipeline_for(cfg.rollout.staleness)  # chosen once: in turn, or overlapped
-        self.engine = make_engine(cfg.rollout.engine, self.model, self.tokenizer, seed=cfg.seed,
-                                  batch_size=cfg.rollout.batch_size, share_weights=pipeline_cls.shares_weights,
-                                  lean_forward=cfg.model.lean_forward,
-                                  gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-                                  prefix_caching=cfg.rollout.prefix_caching,
-                                  tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-                                  max_model_len=cfg.tokenizer.max_prompt_tokens
-                                  + cfg.rollout.max_episode_tokens)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.clocks = StageClocks()
-        self.pipeline = pipeline_cls(self.engine, self.model, self._generate, self.verify_batch, self.clocks,
+        self.pipeline = pipeline_cls(self.engine, self.backend.weights(), self._generate, self.verify_batch, self.clocks,
                                  staleness=cfg.rollout.staleness, chunk_size=cfg.rollout.batch_size,
                                  verify_budget_s=cfg.rollout.verify_budget_s)
         self.step_count = 0
@@ -218,8 +227,6 @@ class Job:
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
         self.last_trained: list[Trajectory] = []
         """The trajectories the last step's update trained on (kept groups, infrastructure outcomes masked out)."""
-        if announce and ranks.leading():
-            ranks.command("init", cfg.to_dict(), weights_path)
 
     @staticmethod
     def _resolve_domains(cfg: TrainerConfig) -> dict[str, catalogue.DomainSpec]:
@@ -397,17 +404,20 @@ class Job:
         cfg, alg = self.config, self.config.algorithm
         valid_idx = [i for i, t in enumerate(trajs) if not t.verification.is_infrastructure]
         totals = defaultdict(float)
+        rank, world = rank_and_world()
         if not valid_idx or (alg.kl_coef == 0 and not any(adv[i] != 0 for i in valid_idx)):
-            # no learning signal at all: report entropy, take no optimizer step
-            metrics.update(self._inspect(self.last_generated))
+            # no learning signal at all: report entropy, take no optimizer step (under ZeRO-3 a
+            # forward is a collective: every rank scores the same batch, the leader reports it)
+            seen = trajs if self.backend.collective_forward and world > 1 else self.last_generated
+            metrics.update(self._inspect(seen))
             metrics["batch/skipped_update"] = 1.0
             return
         minibatches = [valid_idx[i::alg.updates_per_batch] for i in range(alg.updates_per_batch)]
         # Data parallel (trainer/parallel.py): each rank scores its share of a mini-batch's
         # micro-batches, divided by the whole mini-batch's normaliser; the gradients are summed
         # before the step.
-        rank, world = rank_and_world()
         reduce_grads = world > 1 and isinstance(self.backend, TorchBackend)  # DeepSpeed reduces its own
+        metrics["optim/lr"] = self.backend.lr()
         for u, idx in enumerate(m for m in minibatches if m):
             if alg.loss_aggregation == "token":
                 normalizer = float(sum(sum(trajs[i].loss_mask) for i in idx)) or 1.0
@@ -415,7 +425,8 @@ class Job:
                 normalizer = float(len(idx))
             # Whole micro-batches per rank, as one process would form them: each one's forward is
             # then the one process's, bit for bit, and only the order of the final sum differs.
-            for micro in my_share(list(chunks(idx, cfg.optimizer.micro_batch_size)), rank, world):
+            micros = list(chunks(idx, cfg.optimizer.micro_batch_size))
+            for micro, weight in equal_shares(micros, rank, world, pad=self.backend.pads):
                 batch = score(self.model, self.lean, [trajs[i] for i in micro],
                               self.tokenizer.pad_token_id, self.device,
                               self.reference, self.reference_lean)
@@ -429,7 +440,9 @@ class Job:
                     clip_low=alg.clip_low, clip_high=alg.clip_high,
                     aggregation=alg.loss_aggregation, normalizer=normalizer,
                     ref_logp=ref_logp, kl_coef=alg.kl_coef)
-                self.backend.backward(loss)
+                self.backend.backward(loss if weight else loss * 0.0)
+                if not weight:  # a padding micro-batch: its backward only keeps the ranks in step
+                    continue
                 with torch.no_grad():
                     m = batch["loss_mask"]
                     totals["loss"] += float(loss.detach())
@@ -601,30 +614,44 @@ class Job:
 
     # -- checkpoints -----------------------------------------------------------------------
     def save_checkpoint(self, directory: str | os.PathLike) -> Path:
-        """Model, tokenizer, optimizer, sampler state, RNGs, config and step in one directory
-        (:mod:`trainer.checkpoint`).
+        """Model, tokenizer, optimizer, sampler state, RNGs (every rank's), config and step in one
+        directory (:mod:`trainer.checkpoint`).
 
         Batches already generated ahead (overlap) are saved too, verified and with their policy
-        versions, so a resumed job trains on exactly what this one would have.
+        versions, so a resumed job trains on exactly what this one would have. On several ranks
+        every rank takes part: a DeepSpeed optimizer's shards are written by each rank, ZeRO-3's
+        parameters are gathered whole for the model's export, and each rank's sampling RNG is kept.
         """
         if ranks.leading():
             ranks.command("checkpoint", str(directory))
         ahead = self.pipeline.ahead()  # first: generating them advances the engine's RNG
+        rank, world = rank_and_world()
+        shards = None
+        if hasattr(self.backend, "save_shards"):
+            shards = Path(directory).with_name(Path(directory).name + ".shards")
+            if rank == 0:
+                shutil.rmtree(shards, ignore_errors=True)
+            barrier()
+            self.backend.save_shards(shards)  # every rank its own, together
+            barrier()
+        rank_rng = gather_to_leader({"engine": self.engine.state_dict(), "torch": torch.get_rng_state()})
         saved = Checkpoint(step=self.step_count, config=self.config, sampler=self.sampler.state_dict(),
                            optimizer=self.backend.state_dict(), engine_rng=self.engine.state_dict(),
-                           torch_rng=torch.get_rng_state(), ahead=ahead, sft=self.sft_stage.state_dict())
-        rank, world = rank_and_world()
-        if world == 1:
-            return saved.save(directory, self.model, self.tokenizer)
-        # Data parallel: every rank holds the whole (equal) state, so rank 0 writes it alone and the
-        # checkpoint resumes on any number of ranks; the others wait until it is written.
-        path = saved.save(directory, self.model, self.tokenizer) if rank == 0 else Path(directory)
-        barrier()
-        if ranks.led():
-            self.last_weight_spread = spread = ranks.weight_spread(self.model)
-            if spread > ranks.DIVERGENCE_TOL:
-                raise RuntimeError(f"the ranks' weights diverged (relative spread {spread:.2e} of their sums, "
-                                   f"above {ranks.DIVERGENCE_TOL:g}) at step {self.step_count}")
+                           torch_rng=torch.get_rng_state(), ahead=ahead, sft=self.sft_stage.state_dict(),
+                           rank_rng=rank_rng if world > 1 else None)
+        with self.backend.gathered():
+            if world == 1:
+                return saved.save(directory, self.model, self.tokenizer, shards=shards)
+            # Data parallel: the weights are equal on every rank, so rank 0 writes them alone and
+            # the checkpoint resumes on any number of ranks (a ZeRO optimizer's shards: on as many
+            # as wrote them); the others wait until it is written.
+            path = saved.save(directory, self.model, self.tokenizer, shards=shards) if rank == 0 else Path(directory)
+            barrier()
+            if ranks.led():
+                self.last_weight_spread = spread = ranks.weight_spread(self.model)
+                if spread > ranks.DIVERGENCE_TOL:
+                    raise RuntimeError(f"the ranks' weights diverged (relative spread {spread:.2e} of their sums, "
+                                       f"above {ranks.DIVERGENCE_TOL:g}) at step {self.step_count}")
         return path
 
     @classmethod
@@ -632,13 +659,18 @@ class Job:
                verify_batch: VerifyBatch | None = None, **kwargs) -> "Job":
         """A job that continues exactly where the checkpoint in ``directory`` left off."""
         saved = Checkpoint.load(directory)
-        job = cls(saved.config, callbacks, verify_batch, weights_path=str(Path(directory) / "model"), announce=False, **kwargs)
-        if ranks.leading():
+        if ranks.leading():  # before the job is built: every rank builds it together
             ranks.command("resume", str(directory))
-        job.backend.load_state_dict(saved.optimizer)
+        job = cls(saved.config, callbacks, verify_batch, weights_path=str(Path(directory) / "model"), announce=False, **kwargs)
+        if hasattr(job.backend, "load_shards"):
+            job.backend.load_shards(Path(directory) / "zero", saved.optimizer)
+        else:
+            job.backend.load_state_dict(saved.optimizer)
         job.sft_stage.load_state_dict(saved.sft)
-        job.engine.load_state_dict(saved.engine_rng)
-        torch.set_rng_state(saved.torch_rng)
+        rank, world = rank_and_world()
+        mine = saved.rank_rng[rank] if saved.rank_rng and len(saved.rank_rng) == world else None
+        job.engine.load_state_dict(mine["engine"] if mine else saved.engine_rng)
+        torch.set_rng_state(mine["torch"] if mine else saved.torch_rng)
         job.sampler.load_state_dict(saved.sampler)
         job.step_count = saved.step
         job.pipeline.restore(saved.ahead, version=saved.step)  # the engine has the checkpoint's weights

@@ -7,7 +7,8 @@ each one's forward is the same computation), divided by the normaliser of the wh
 the sum of the ranks' gradients is the single-process gradient but for the order of one sum. :func:`all_reduce_grads` sums them
 before the optimizer step, which then runs identically on every rank: the weights stay equal
 across ranks and equal to those of one process on the same batch (``tests/trainer/test_parallel.py``).
-DeepSpeed's engine reduces its own gradients; this module serves the plain torch backend.
+DeepSpeed's engine reduces its own gradients, inside every backward under ZeRO-2/3, so there every
+rank runs the same number of backwards (:func:`equal_shares` pads a rank short of micro-batches).
 """
 from __future__ import annotations
 
@@ -35,6 +36,35 @@ def my_share(items: list, rank: int, world: int) -> list:
     ([1, 3], [0, 1, 2, 3, 4])
     """
     return items[rank::world]
+
+
+def equal_shares(micros: list, rank: int, world: int, *, pad: bool) -> list[tuple[list, bool]]:
+    """Rank ``rank``'s micro-batches as ``(micro_batch, counts)`` pairs. With ``pad`` (a backend
+    whose every backward is a collective: DeepSpeed ZeRO-2/3), every rank gets the same number of
+    them, however the micro-batches divide: a rank short of real ones runs zero-weight copies of
+    the first (``counts`` False), whose backward adds nothing but keeps the ranks in step.
+
+    >>> equal_shares([[0], [1], [2]], 1, 2, pad=True)
+    [([1], True), ([0], False)]
+    >>> equal_shares([[0], [1], [2]], 1, 2, pad=False), equal_shares([[0]], 2, 3, pad=True)
+    ([([1], True)], [([0], False)])
+    """
+    mine = [(m, True) for m in my_share(micros, rank, world)]
+    if pad and world > 1 and micros:
+        rounds = -(-len(micros) // world)
+        mine += [(micros[0], False)] * (rounds - len(mine))
+    return mine
+
+
+def gather_to_leader(obj) -> list | None:
+    """Every rank's ``obj`` on rank 0, in rank order (``None`` elsewhere); ``[obj]`` outside a
+    process group."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return [obj]
+    out: list | None = [None] * world if rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
 
 
 def all_reduce_grads(params: list[torch.nn.Parameter]) -> None:

@@ -243,13 +243,17 @@ def test_unknown_domain_and_missing_model_name_the_field(base_config):
     assert info.value.errors[0][0] == "model.path"
 
 
-def test_zero_stage_needs_deepspeed_and_cuda(base_config):
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: the switch would really start DeepSpeed")
-    base_config["optimizer"]["zero_stage"] = 2
+@pytest.mark.parametrize("optimizer, path", [({"zero_stage": 2}, "optimizer.zero_stage"),
+                                             ({"backend": "deepspeed"}, "optimizer.backend")])
+def test_deepspeed_without_its_package_is_a_field_error(base_config, monkeypatch, optimizer, path):
+    """DeepSpeed runs on CPU ranks too (tests/trainer/test_deepspeed.py); only a missing package
+    refuses it, at the field that asked for it, saying how to install it."""
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed -> ImportError
+    base_config["optimizer"].update(optimizer)
     with pytest.raises(ConfigError) as info:
         Job(base_config)
-    assert all(path == "optimizer.zero_stage" for path, _ in info.value.errors)
+    (where, message), = info.value.errors
+    assert where == path and "requirements/deepspeed.txt" in message
 
 
 def test_rloo_and_kl_and_sequence_aggregation_run(base_config):
