@@ -1,7 +1,21 @@
 """Data-parallel updates on CPU: one process against two gloo ranks (one core each) training the
-same tiny model on the same batches from the same seed (trainer/parallel.py).
+same tiny model on the same batches from the same seed (trainer/parallel.py); then the scale paths
+of #47 on their CPU twins.
 
-    .venv/bin/python bench/scale_cpu.py     # last line: {"update_tokens_per_s_1", "..._2", "max_param_diff", ...}
+    .venv/bin/python bench/scale_cpu.py     # last line: {"update_tokens_per_s_1", "..._2", "max_param_diff",
+                                            #   "zero_max_param_diff", "resume_max_param_diff", "hang_detected_s", ...}
+
+The #47 figures (tests/trainer/rank_groups.py runs the rank groups, as tests/trainer/test_deepspeed.py does):
+
+- ``zero_max_param_diff``: per ZeRO stage ("0", "2", "3"), the largest weight difference between
+  DeepSpeed on 1 rank and on 2 gloo ranks (``DS_ACCELERATOR=cpu``) after 4 steps on the same global
+  batch, micro-batches of 6, 6 and 4 sequences (the short rank pads); goal below 1e-5.
+- ``resume_max_param_diff``: two led ranks at ZeRO-3, the leader SIGKILLed after step 3 of 4 and the
+  run resumed from its step-2 checkpoint, against two ranks never stopped; goal 0, or below 1e-6.
+- ``hang_detected_s``: two led ranks with ``parallel.collective_timeout_s`` 20, rank 1 SIGSTOPped
+  after step 2: seconds until the leader's watchdog names it (rank, host, stage); goal within the
+  timeout (the watchdog looks every tenth of it).
+- ``tp2_mismatch_kl`` and ``ranks2_speedup_staleness1_vs_0``: null, not built yet (``not_done``).
 
 Each rank generates the whole batch (generation is not split across ranks yet) and updates on its
 share of it; the update's throughput is the trained tokens over the seconds the update took.
@@ -63,6 +77,62 @@ def launch(config: dict, steps: int, outs: list[str]) -> None:
         raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
 
 
+def scale_paths() -> dict:
+    """The #47 figures on CPU twins (DeepSpeed ZeRO on gloo ranks, a killed run resumed, a stopped rank)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from tests.trainer.rank_groups import STAGES, config_for, launch as launch_group, max_diff, params_of
+    from trainer.models.tiny import build_tiny
+
+    with tempfile.TemporaryDirectory(prefix="temper-scale47-") as tmp:
+        root = Path(tmp)
+        model = str(build_tiny(root / "model", layers=2))
+        base = {"model": {"path": model}, "seed": 0, "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 3},
+                "optimizer": {"lr": 1e-3}, "limits": {}}
+        t0 = time.perf_counter()
+        launch_group([{"config": config_for(base, s), "final": str(root / f"one-z{s}")} for s in STAGES], 1, str(root / "one.json"))
+        launch_group([{"config": config_for(base, s), "final": str(root / f"two-z{s}")} for s in STAGES], 2, str(root / "two.json"))
+        zero = {str(s): max_diff(params_of(str(root / f"one-z{s}")), params_of(str(root / f"two-z{s}"))) for s in STAGES}
+        print(f"ZeRO 1 vs 2 ranks: {zero} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+        z3 = config_for(base, 3, str(root / "killed"))
+        launch_group([{"config": config_for(base, 3), "final": str(root / "straight")}], 2, str(root / "s.json"), led=True)
+        codes = launch_group([{"config": z3, "every": str(root / "killed"), "die_after": 3, "final": str(root / "never")}],
+                             2, str(root / "k.json"), led=True)
+        launch_group([{"resume": str(root / "killed" / "step-2"), "final": str(root / "resumed")}], 2, str(root / "r.json"), led=True)
+        resume = max_diff(params_of(str(root / "straight")), params_of(str(root / "resumed")))
+        print(f"killed ({codes}) and resumed vs never stopped, ZeRO-3 on 2 ranks: {resume:.3g}", file=sys.stderr)
+
+        timeout = 20.0
+        mark, lost = root / "mark.json", root / "lost.json"
+        stopped = {}
+
+        def stop_rank_1() -> None:
+            """Once the leader has done step 2: SIGSTOP rank 1, and when."""
+            while not mark.exists():
+                time.sleep(0.05)
+            pid = int(json.loads(mark.read_text())["pids"]["1"])
+            stopped["t"] = time.time()
+            os.kill(pid, signal.SIGSTOP)
+
+        hang_cfg = config_for(base, None)  # the leader goes on into step 3 and waits there for rank 1
+        watcher = threading.Thread(target=stop_rank_1, daemon=True)
+        launch_group([{"config": hang_cfg, "final": str(root / "hang"), "timeout": timeout, "mark": str(mark),
+                       "mark_after": 2, "lost": str(lost)}], 2, str(root / "h.json"), led=True, on_start=watcher.start)
+        found = json.loads(lost.read_text())
+        hang_s = found["t"] - stopped["t"]
+        print(f"rank {found['rank']} on {found['host']} stopped during {found['stage']}: named after {hang_s:.1f} s "
+              f"(timeout {timeout:g} s)", file=sys.stderr)
+    return {"zero_max_param_diff": zero, "resume_max_param_diff": resume, "hang_detected_s": round(hang_s, 2),
+            "hang_timeout_s": timeout, "hang_named": {k: found[k] for k in ("rank", "host", "stage")},
+            "tp2_mismatch_kl": None, "ranks2_speedup_staleness1_vs_0": None,
+            "not_done": ["tp2_mismatch_kl (vLLM tensor parallelism on CPU)",
+                         "ranks2_speedup_staleness1_vs_0 (several ranks still need staleness 0)"]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
@@ -72,6 +142,7 @@ def main() -> int:
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--skip-scale", action="store_true", help="only the plain data-parallel figures")
     args = parser.parse_args()
     import torch
 
@@ -98,7 +169,9 @@ def main() -> int:
         rank1 = torch.load(two[1] + ".pt")
         diff = max((rank0[k] - single[k]).abs().max().item() for k in single)
         ranks_equal = all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    scale = {} if args.skip_scale else scale_paths()
     print(json.dumps({
+        **scale,
         "steps": args.steps, "sequences_per_step": args.prompts * args.n, "hidden": args.hidden,
         "update_tokens_per_s_1": round(figures["1"]["update_tokens_per_s"], 1),
         "update_tokens_per_s_2": round(figures["2"]["update_tokens_per_s"], 1),

@@ -242,6 +242,9 @@ class ParallelConfig:
     """Ranks the job runs on, launched with torchrun: rank 0 leads (samples, verifies, records), the
     rollout is split across all of them and the update is data parallel (gloo on CPU, NCCL on
     GPUs). A GPU run has one rank per GPU it is given, so with GPUs this is 1 or their number."""
+    collective_timeout_s: float = _num(600.0, ge=5, le=86_400)
+    """Seconds a collective may wait, and a rank may go without a heartbeat, before the run is
+    paused naming the rank, its host and its stage (it resumes from its last checkpoint)."""
 
 
 @dataclass

@@ -45,6 +45,7 @@ from trainer.sampler import TaskSampler
 from trainer.sft import SupervisedStage
 from trainer.tasks.base import Task
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
+from trainer.watchdog import set_stage, staged
 
 Callback = Callable[[int, dict, list], None]
 
@@ -172,7 +173,7 @@ class Job:
             # Before anything that every rank must do together (DeepSpeed's engine is built by
             # every rank at once), so the followers build the same job beside this one.
             ranks.command("init", cfg.to_dict(), weights_path)
-        self.verify_batch = verify_batch or verify_inline(self.domains)
+        self.verify_batch = staged_verify(verify_batch or verify_inline(self.domains))
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(cfg.model.device)
         self.tokenizer = load_tokenizer(cfg.model, cfg.tokenizer)
@@ -253,9 +254,11 @@ class Job:
             t0 = time.perf_counter()
             if ranks.leading():
                 ranks.command("update", trajs, train_adv, self.step_count + 1)
-            self._update(trajs, train_adv, metrics)
+            with staged("update"):
+                self._update(trajs, train_adv, metrics)
             metrics["stage/update_s"] = time.perf_counter() - t0
-            metrics["stage/sync_s"] = self.pipeline.sync(self.step_count + 1)
+            with staged("weight sync"):
+                metrics["stage/sync_s"] = self.pipeline.sync(self.step_count + 1)
         self.step_count += 1
         step_s = time.perf_counter() - t_step
         metrics["stage/step_s"] = step_s
@@ -351,11 +354,17 @@ class Job:
     def follow_update(self, trajs: list[Trajectory], adv: torch.Tensor, version: int) -> None:
         """A follower's part of the leader's update (the gradients are summed over the ranks), and
         its engine's weight sync."""
-        self._update(trajs, adv, {})
-        self.pipeline.sync(version)
+        with staged("update"):
+            self._update(trajs, adv, {})
+        with staged("weight sync"):
+            self.pipeline.sync(version)
         self.step_count = version
 
     def _generate_here(self, requests: list[Request]) -> list[Trajectory]:
+        with staged("generate"):
+            return self._generate_unstaged(requests)
+
+    def _generate_unstaged(self, requests: list[Request]) -> list[Trajectory]:
         cfg = self.config
         single = [r for r in requests if self.domains[r[0].domain].environment is None]
         multi = [r for r in requests if self.domains[r[0].domain].environment is not None]
@@ -606,7 +615,10 @@ class Job:
             return
         self.closed = True
         if ranks.leading():
-            ranks.command("stop")
+            try:
+                ranks.command("stop")
+            except RuntimeError:  # a rank already lost cannot be told (the watchdog names it)
+                pass
         self.pipeline.close()  # batches queued ahead are dropped
         close = getattr(self.engine, "close", None)
         if close:
@@ -622,6 +634,10 @@ class Job:
         every rank takes part: a DeepSpeed optimizer's shards are written by each rank, ZeRO-3's
         parameters are gathered whole for the model's export, and each rank's sampling RNG is kept.
         """
+        with staged("checkpoint"):
+            return self._save_checkpoint(directory)
+
+    def _save_checkpoint(self, directory: str | os.PathLike) -> Path:
         if ranks.leading():
             ranks.command("checkpoint", str(directory))
         ahead = self.pipeline.ahead()  # first: generating them advances the engine's RNG
@@ -679,6 +695,14 @@ class Job:
 
 
 # ----------------------------------------------------------------------------- ranks
+def staged_verify(verify_batch: VerifyBatch) -> VerifyBatch:
+    """``verify_batch`` marked as the ``verify`` stage in this rank's heartbeat."""
+    def verify(items):
+        with staged("verify"):
+            return verify_batch(items)
+    return verify
+
+
 def _refuse_verify(items):
     """A follower's verify_batch."""
     raise RuntimeError("a follower rank never verifies: the leader (rank 0) does, and sends the results")
@@ -692,6 +716,7 @@ def follow(on_stop: Callable[[Any], None] | None = None, **job_kwargs) -> dict[s
     done = {"updates": 0, "generated_groups": 0}
     try:
         while True:
+            set_stage("waiting for the leader")
             name, args = ranks.receive()
             if name == "stop":
                 if on_stop is not None and job is not None:

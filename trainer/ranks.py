@@ -25,13 +25,18 @@ is single-process: the config refuses it with more than one rank.
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from trainer.config import ParallelConfig
 from trainer.parallel import rank_and_world
+from trainer.watchdog import Heartbeat, Lost, Watchdog, interval_for
 
 _CONTROL = None
 """The commands' process group (gloo), made by :func:`setup`; None: no leader (every rank runs
@@ -39,21 +44,108 @@ the whole job itself, as ``tests/trainer/test_parallel.py`` does)."""
 
 WAIT = timedelta(days=7)
 """How long a follower waits for the leader's next command (the leader may verify, evaluate or
-sit paused between two). A leader that dies closes its connections, which ends the wait at once."""
+sit paused between two). A leader that dies closes its connections, which ends the wait at once.
+The default group's collectives (the update's reductions) time out after the run's
+``parallel.collective_timeout_s`` instead, and the leader's watchdog names a rank that falls
+silent within that time (:mod:`trainer.watchdog`)."""
 
 DIVERGENCE_TOL = 1e-4
 """Largest relative difference of the ranks' weight sums a checkpoint accepts."""
 
 
-def setup() -> None:
-    """Make the command group; every rank calls it once, after ``init_process_group``."""
-    global _CONTROL
+COLLECTIVE_TIMEOUT_S = ParallelConfig().collective_timeout_s
+"""``parallel.collective_timeout_s``'s default: how long a collective, or a silent rank, may take."""
+
+_BEAT: Heartbeat | None = None
+_WATCHDOG: Watchdog | None = None
+
+
+def setup(timeout_s: float | None = None) -> None:
+    """Make the command group and start this rank's heartbeat (and, on rank 0, the watchdog over
+    the others, :mod:`trainer.watchdog`); every rank calls it once, after ``init_process_group``."""
+    global _CONTROL, _BEAT, _WATCHDOG
     _CONTROL = dist.new_group(backend="gloo", timeout=WAIT)
+    timeout = timeout_s or COLLECTIVE_TIMEOUT_S
+    rank, world = rank_and_world()
+    if world > 1:
+        store = dist.PrefixStore("temper", dist.distributed_c10d._get_default_store())
+        if rank == 0:
+            _WATCHDOG = Watchdog(store, world, timeout)
+        else:
+            _BEAT = Heartbeat(store, rank, interval_for(timeout))
+    dist.barrier(group=_CONTROL)  # every beat is in the store before the watchdog reads it
 
 
 def teardown() -> None:
-    global _CONTROL
-    _CONTROL = None
+    global _CONTROL, _BEAT, _WATCHDOG
+    for part in (_BEAT, _WATCHDOG):
+        if part is not None:
+            part.stop()
+    _CONTROL, _BEAT, _WATCHDOG = None, None, None
+
+
+def on_rank_lost(callback: Callable[[Lost], None] | None) -> None:
+    """The leader's ``callback(lost)`` when a rank falls silent for the collective timeout (called
+    once, on the watchdog's thread, while the leader may be stuck in a collective with it)."""
+    if _WATCHDOG is not None:
+        _WATCHDOG.on_lost = callback
+
+
+def end_local_ranks() -> None:
+    """SIGKILL every other rank of this job on this host (the leader giving up on a lost rank: a
+    stopped process would otherwise hold its devices until someone continues it). Ranks on other
+    hosts end when their next collective finds the leader gone."""
+    if _WATCHDOG is None:
+        return
+    here = socket.gethostname()
+    for _, _, beat in list(_WATCHDOG.seen.values()):
+        if beat["host"] == here and beat["pid"] != os.getpid():
+            try:
+                os.kill(beat["pid"], signal.SIGKILL)
+            except OSError:
+                pass  # gone already
+
+
+def heartbeat_interval() -> float:
+    """Seconds between two heartbeats of this job's ranks."""
+    return _WATCHDOG.interval if _WATCHDOG is not None else interval_for(COLLECTIVE_TIMEOUT_S)
+
+
+def pause_on_terminate() -> None:
+    """On the leader under torchrun: when one rank dies, torchrun's agent sends SIGTERM to every
+    other rank, the leader included, which would then die before it could say why. Here SIGTERM
+    wakes a thread (the main one may be stuck in a collective, where Python's handlers cannot run)
+    that asks the watchdog for a silent rank: found, its ``on_lost`` pauses the run and ends this
+    process; none, the process ends as SIGTERM would have ended it. Called from the main thread."""
+    if _WATCHDOG is None:
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)  # the C-level handler writes the signal's number here at once
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+
+    def watch() -> None:
+        while True:
+            if signal.SIGTERM in os.read(read, 64):
+                _WATCHDOG.suspect(4 * _WATCHDOG.interval)
+                os._exit(128 + signal.SIGTERM)
+    threading.Thread(target=watch, name="leader-sigterm", daemon=True).start()
+
+
+def is_collective_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that failed (a peer's connection closed, a timeout), as
+    gloo and NCCL report it, rather than an error of the job itself."""
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(mark in text for mark in ("gloo", "NCCL", "Connection closed by peer",
+                                                                            "Connection reset by peer", "Timed out"))
+
+
+def lost_rank(wait_s: float | None = None) -> Lost | None:
+    """On the leader, after a collective failed: the rank that went silent (waiting up to ``wait_s``
+    for its silence to show), or None (not led, or every rank still beats)."""
+    return _WATCHDOG.suspect(wait_s) if _WATCHDOG is not None else None
 
 
 def leading() -> bool:
@@ -119,9 +211,10 @@ def rank_devices(visible: str, local_rank: int, per_rank: int) -> str:
     return ",".join(mine)
 
 
-def init_from_env() -> tuple[int, int]:
+def init_from_env(timeout_s: float = COLLECTIVE_TIMEOUT_S) -> tuple[int, int]:
     """``init_process_group`` from torchrun's environment (NCCL when this rank has a GPU, else
-    gloo), the GPU of this rank's LOCAL_RANK made current, and :func:`setup`. Returns
+    gloo; collectives time out after ``timeout_s``), the GPU of this rank's LOCAL_RANK made
+    current, and :func:`setup` (heartbeats, the leader's watchdog). Returns
     ``(rank, world)``. With ``TEMPER_DEVICES_PER_RANK`` above 1 each rank first narrows
     ``CUDA_VISIBLE_DEVICES`` to its own group of devices (before CUDA starts), so its engine's
     tensor-parallel workers see exactly those."""
@@ -133,6 +226,6 @@ def init_from_env() -> tuple[int, int]:
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > local
     if cuda:
         torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=WAIT)
-    setup()
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
+    setup(timeout_s)
     return rank_and_world()

@@ -23,6 +23,7 @@ from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -215,10 +216,13 @@ def with_model_paths(cfg: dict, paths: dict[str, str]) -> dict:
     return cfg
 
 
-def drive(run_id: int, worker: str | None = None, send=None) -> str:
-    """Drive the run until it ends or must stop; returns why it returned."""
+def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[str], None] | None = None) -> str:
+    """Drive the run until it ends or must stop; returns why it returned. Leading several ranks,
+    ``abort(reason)`` ends this process when the watchdog finds a rank lost while this thread
+    waits in a collective with it (workers/launch.py passes it)."""
     # lazy: trainer.job and trainer.checkpoint import torch and transformers (seconds); every
     # worker imports this module at start (workers.tasks), and only the rollout workers drive runs.
+    from trainer import ranks
     from trainer.checkpoint import CheckpointWriteError
     from trainer.job import Job
 
@@ -310,6 +314,11 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
                         f"{slug} at step {v['step']} ({v['pass_rate']:.2f})" for slug, v in left.items())
                 runs.run_event_record(run=run, kind="sft", message=message,
                                       data={"steps": len(losses), "left": left} if left else None)
+        if ranks.leading():
+            def rank_lost(lost) -> None:  # on the watchdog's thread; this one waits in a collective
+                reason = _pause_lost_rank(run, worker, lost, "no heartbeat")
+                (abort or _exit_now)(reason)
+            ranks.on_rank_lost(rank_lost)
         weights = {rd.domain.slug: rd.weight for rd in domains}
         caps = live.caps
         quarantine = Quarantine(run_quarantined_domains(run=run))
@@ -397,7 +406,13 @@ def drive(run_id: int, worker: str | None = None, send=None) -> str:
         except runs.LeaseLost:
             pass
         return "paused (storage error)"
-    except Exception:  # noqa: BLE001 - the run fails with the reason; the worker lives on
+    except Exception as exc:  # noqa: BLE001 - the run fails with the reason; the worker lives on
+        lost = ranks.lost_rank(wait_s=4 * ranks.heartbeat_interval()) if ranks.leading() and ranks.is_collective_error(exc) else None
+        if lost is not None:  # a rank died under a collective: the run pauses, it does not fail
+            try:
+                return _pause_lost_rank(run, worker, lost, f"its connection closed ({str(exc).strip()[:200]})")
+            except runs.LeaseLost:
+                return "lease lost"
         error = traceback.format_exc()
         log.error("run %s failed:\n%s", run_id, error)
         try:
@@ -580,6 +595,28 @@ def _pause_storage(run: Run, worker: str, exc) -> None:
                           message=f"{exc}; {where}; resume it once the storage is fixed",
                           data={"failed_step": exc.step, "directory": str(exc.path.parent), "errno": exc.errno,
                                 "error": str(exc.cause), "intact_step": intact.step if intact is not None else None})
+
+
+def _pause_lost_rank(run: Run, worker: str, lost, how: str) -> str:
+    """A rank of the run stopped answering (stopped, killed, its host gone): the run pauses, naming
+    the rank, its host and its stage, and resumes from its last checkpoint when started again, on
+    this host or another. Returns the driver's reason."""
+    run = Run.objects.get(pk=run.pk)
+    intact = runs.latest_checkpoint(run)
+    where = (f"it resumes from its last checkpoint, step {intact.step}," if intact is not None
+             else "it restarts from step 0 (no checkpoint yet)")
+    runs.run_pause_system(run=run, worker=worker, cause="rank",
+                          message=f"paused at step {run.current_step}: {lost.describe()} ({how}, {lost.silent_s:.0f} s "
+                                  f"without a heartbeat); {where} when started again, on this host or another",
+                          data={"rank": lost.rank, "host": lost.host, "pid": lost.pid, "stage": lost.stage,
+                                "silent_s": round(lost.silent_s, 1)})
+    return f"paused ({lost.describe()})"
+
+
+def _exit_now(reason: str) -> None:
+    """The default abort: end this process (its ranks end when their collectives find it gone)."""
+    log.error("%s; ending the driver", reason)
+    os._exit(1)
 
 
 def _pause_unserved(run: Run, worker: str, service: QueueService, missing: list[str]) -> None:

@@ -15,7 +15,8 @@ behind to fight the next one for the run's lease.
 Imports that wait for Django: ``python -m workers.launch`` starts before Django is set up, so
 lazy: django is set up in main(), lazy: controlplane.runs.models once it is, and
 lazy: workers.driver (it imports the models too) after that; lazy: trainer.ranks and
-lazy: trainer.job import torch, which a rank needs and a worker's task does not.
+lazy: trainer.job import torch, which a rank needs and a worker's task does not; lazy:
+trainer.config, as cheap as it is, is only a rank's business.
 """
 from __future__ import annotations
 
@@ -96,15 +97,37 @@ def _die_with(parent: int) -> None:
         sys.exit(3)
 
 
+def collective_timeout(config) -> float:
+    """The run's ``parallel.collective_timeout_s`` (validated when the run was submitted).
+
+    >>> collective_timeout({"parallel": {"ranks": 2, "collective_timeout_s": 30}}), collective_timeout({})
+    (30.0, 600.0)
+    """
+    from trainer.config import load_config
+
+    parallel = config.get("parallel") if isinstance(config, dict) else None
+    return float(load_config({"parallel": parallel if isinstance(parallel, dict) else {}}).parallel.collective_timeout_s)
+
+
 def _rank_main(run_id: int, worker: str) -> int:
     """One of torchrun's ranks: rank 0 drives the run and leads, the others follow."""
-    from trainer.ranks import init_from_env
+    from controlplane.runs.models import Run
+    from trainer import ranks
 
-    rank, world = init_from_env()
+    config = Run.objects.filter(pk=run_id).values_list("config", flat=True).first()
+    rank, world = ranks.init_from_env(collective_timeout(config))
     if rank == 0:
         from workers.driver import drive
 
-        print(RESULT + drive(run_id, worker=worker), flush=True)
+        def abort(reason: str) -> None:
+            """A rank was lost while the driver waits in a collective with it: say why, end the
+            ranks on this host (a stopped one would wait forever) and this process."""
+            print(RESULT + reason, flush=True)
+            ranks.end_local_ranks()
+            os._exit(1)
+
+        ranks.pause_on_terminate()  # torchrun's agent SIGTERMs the leader when a follower dies
+        print(RESULT + drive(run_id, worker=worker, abort=abort), flush=True)
         # The others have been told to stop; do not wait on a peer that may be stuck in a collective.
         os._exit(0)
     from trainer.job import follow

@@ -18,100 +18,12 @@ checkpoints' Hugging Face exports, so ZeRO-3's gathering for the export is what 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import signal
 
 import pytest
 
-from tests.trainer.test_parallel import alternate, free_port
-
-STEPS = 4
-STAGES = (0, 2, 3)
-
-
-def config_for(base: dict, stage: int | None, ckpt_dir: str = "") -> dict:
-    """The comparison's config: DeepSpeed at ``stage`` (None: the plain torch backend)."""
-    cfg = json.loads(json.dumps(base))
-    cfg["optimizer"].update({"micro_batch_size": 6, "warmup_steps": 2, "lr_schedule": "linear",
-                             "backend": "torch" if stage is None else "deepspeed", "zero_stage": stage or 0})
-    cfg["limits"]["max_steps"] = STEPS
-    cfg["checkpoint"] = {"dir": ckpt_dir, "keep_last": 10}
-    return cfg
-
-
-def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led: bool) -> None:
-    """Run ``cases`` in turn on this rank. A case: ``config``, ``final`` (checkpoint written after
-    the last step), ``resume`` (a checkpoint to continue), ``every`` (checkpoint after every step),
-    ``die_after`` (the leader SIGKILLs itself after that step, before its checkpoint).
-
-    ``led``: rank 0 leads and the others follow (trainer/ranks.py: the rollout is split over the
-    ranks, each sampling its share); else every rank runs the whole job on the same samples, so
-    the update is all that differs from one process (the same global batch)."""
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    from trainer import ranks
-    from trainer.job import Job, follow
-
-    if world > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        if led:
-            ranks.setup()
-    results = []
-    for case in cases:
-        if led and rank > 0:
-            follow()
-            continue
-        job = Job.resume(case["resume"], verify_batch=alternate) if case.get("resume") else \
-            Job(case["config"], verify_batch=alternate)
-        lrs, losses = [], []
-        try:
-            while job.step_count < STEPS:
-                metrics = job.step()
-                lrs.append(metrics.get("optim/lr"))
-                losses.append(metrics.get("loss/policy"))
-                if job.step_count == case.get("die_after"):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                if case.get("every"):
-                    job.save_checkpoint(os.path.join(case["every"], f"step-{job.step_count}"))
-            job.save_checkpoint(case["final"])
-        finally:
-            job.close()
-        results.append({"lrs": lrs, "losses": losses})
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(results, f)
-    if world > 1:
-        ranks.teardown()
-        dist.destroy_process_group()
-
-
-def launch(cases: list[dict], world: int, out: str, led: bool = False) -> list[int]:
-    """Start ``world`` ranks on ``cases``; their exit codes."""
-    ctx = mp.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(cases, rank, world, port, out, led)) for rank in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=900)
-    for p in procs:
-        if p.exitcode is None:
-            p.kill()
-    return [p.exitcode for p in procs]
-
-
-def params_of(checkpoint: str) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(os.path.join(checkpoint, "model", "model.safetensors"))
-
-
-def max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+from tests.trainer.rank_groups import STAGES, STEPS, config_for, launch, max_diff, params_of
 
 
 @pytest.fixture(scope="module")
