@@ -56,12 +56,22 @@ TRAIN_QUEUE = "train"
 
 
 def direct_queue(worker: str, queue: str = TRAIN_QUEUE) -> str:
-    """The queue only ``worker`` consumes, for work bound to its devices.
+    """The queue only ``worker`` consumes, for work bound to its devices. Its name is also its
+    exchange's, and every transport Temper runs on must take it: kombu's file-system transport
+    (the embedded default) takes only ``[A-Za-z0-9._-]``, while a Celery worker's name holds an
+    ``@`` and may hold anything a host name does. Other characters, and ``_`` itself, are written
+    ``_xx`` (their code in hex; ``_uxxxxxx`` past 255), so two workers never share a queue.
 
-    >>> direct_queue("train-gpu@node3")
-    'train.train-gpu@node3'
+    >>> direct_queue("train-gpu@node3"), direct_queue("a_b@h"), direct_queue("a@b") != direct_queue("a_40b")
+    ('train.train-gpu_40node3', 'train.a_5fb_40h', True)
     """
-    return f"{queue}.{worker}"
+    return f"{queue}.{''.join(_queue_char(c) for c in worker)}"
+
+
+def _queue_char(c: str) -> str:
+    if c.isascii() and (c.isalnum() or c in ".-"):
+        return c
+    return f"_{ord(c):02x}" if ord(c) < 256 else f"_u{ord(c):06x}"
 
 
 def train_hosts(*, now: datetime | None = None) -> dict[str, tuple[int, ...]]:

@@ -230,3 +230,23 @@ def test_submission_refuses_ranks_and_engines_the_gpus_cannot_hold(gpu_team, gpu
         run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", gpus=gpus, config=config,
                                                            **extra))
     assert any(e.path == field and words in e.message for e in refused.value.errors), refused.value.errors
+
+
+@pytest.mark.parametrize("worker", ["train@vm", "demo@my-host.local", "gpu_1@node3", "a@b c", "w@hôte", "x@\U0001f600"])
+def test_a_workers_direct_queue_is_a_name_every_transport_takes(worker, tmp_path):
+    """The embedded default's broker (kombu's file-system transport) refused ``train.demo@vm`` and
+    the worker's heartbeat died with it: the queue and its exchange are declared there, a message
+    sent to it is received, and two workers never share one."""
+    from kombu import Connection, Exchange, Queue
+
+    name = direct_queue(worker)
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path),
+               "control_folder": str(tmp_path / "control")}
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = Queue(name, Exchange(name, type="direct"), routing_key=name)
+        with conn.Producer() as producer:
+            producer.publish({"run": 7}, exchange=queue.exchange, routing_key=name, declare=[queue])
+        with conn.SimpleQueue(queue) as simple:
+            assert simple.get(timeout=5).payload == {"run": 7}
+    others = {direct_queue(w) for w in ("train@vm", "train_40vm", "train@v_m", "train@v-m")}
+    assert len(others) == 4
