@@ -3,8 +3,9 @@
 Every rank of a led job (:mod:`trainer.ranks`) beats: a thread of its own writes a counter, its
 host, its process id and the stage it is in (:data:`STAGES`) to the process group's store every
 ``interval`` seconds. The leader's watchdog reads every rank's beat and, by its own clock (hosts'
-clocks need not agree), notes when each last changed. A rank silent for ``timeout`` seconds
-(``parallel.collective_timeout_s``) is lost: the watchdog calls its ``on_lost`` once, with a
+clocks need not agree), notes when each last changed. A rank is lost within ``timeout`` seconds
+(``parallel.collective_timeout_s``) of its last beat (silent for the timeout less two beats, as
+the watchdog saw it): the watchdog calls its ``on_lost`` once, with a
 :class:`Lost` naming the rank, its host and the stage it was in. A rank that is stopped (SIGSTOP)
 stops beating with everything else in its process; one that is killed (SIGKILL) as well, and the
 leader's next collective with it fails at once: :meth:`Watchdog.suspect` then names the rank
@@ -120,6 +121,9 @@ class Watchdog:
         self.on_lost = on_lost
         self.clock = clock
         self.interval = interval_for(timeout)
+        self.limit = timeout - 2 * self.interval
+        """Silence that makes a rank lost. A beat is seen up to one interval after it was written and
+        the watchdog looks once an interval, so a rank is named within ``timeout`` of its last beat."""
         self.seen: dict[int, tuple[int, float, dict]] = {}
         """rank -> (its last beat count, when it changed by our clock, its last beat)"""
         self.fired: Lost | None = None
@@ -166,7 +170,7 @@ class Watchdog:
             self.read()
         except Exception:  # noqa: BLE001 - the store is unreachable: what is silent stays silent
             pass
-        lost = self.silent(self.timeout)
+        lost = self.silent(self.limit)
         return self._fire(lost) if lost is not None else None
 
     def _loop(self) -> None:

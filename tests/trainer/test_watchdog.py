@@ -1,6 +1,7 @@
 """The leader's watchdog over its ranks' heartbeats (trainer/watchdog.py), on a store and a clock
 the test holds: a rank that stops beating is named once, with its host, pid and stage, when it
-has been silent for the timeout and not before; after a failed collective, a rank silent for three
+has been silent for the timeout less two beats (so within the timeout of its last beat) and not
+before; after a failed collective, a rank silent for three
 beats is named without waiting for the timeout. The real signals, through a run, are in
 tests/workers/test_rank_watchdog.py."""
 from __future__ import annotations
@@ -46,7 +47,10 @@ def test_a_silent_rank_is_named_once_after_the_timeout():
         for b in beats:
             b._write()
         assert dog.check() is None
-    for _ in range(19):  # rank 2 goes on, rank 1 is silent for 19 s: not yet
+    # rank 2 goes on, rank 1 is silent: beats 2 s apart, looks 2 s apart, so the watchdog names a
+    # rank silent for 16 s by its clock, at most 20 s after its last beat
+    assert dog.interval == 2.0 and dog.limit == 16.0
+    for _ in range(15):
         clock.now += 1
         beats[1]._write()
         assert dog.check() is None
@@ -55,7 +59,7 @@ def test_a_silent_rank_is_named_once_after_the_timeout():
     found = dog.check()
     assert found is not None and lost == [found]
     assert (found.rank, found.host, found.pid, found.stage) == (1, socket.gethostname(), os.getpid(), "update")
-    assert found.silent_s == 20.0
+    assert found.silent_s == 16.0
     assert "rank 1 on host" in found.describe() and "during update" in found.describe()
     clock.now += 30
     dog.check()
