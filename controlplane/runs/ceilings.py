@@ -64,9 +64,9 @@ def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
 def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list[FieldError]:
     """A GPU run has one rank per group of ``rollout.tensor_parallel_size`` GPUs (one per GPU by
     default): the tensor-parallel size divides ``gpus``, and ``config.parallel.ranks``, when set,
-    is 1 or that number of groups. A CPU run holds one CPU slot per rank, so it may not have more
-    ranks than the cpu pools hold (``cpu_slots``; read from the pools when None), and no tensor
-    parallel engine.
+    is 1 or that number of groups. A CPU run holds one CPU slot per rank and tensor-parallel
+    worker (each is bound to cores of its own), so it may not need more than the cpu pools hold
+    (``cpu_slots``; read from the pools when None).
 
     >>> [e.message for e in rank_errors(gpus=2, config={"parallel": {"ranks": 3}})]
     ['a run with 2 GPUs runs one rank per GPU: leave it out, or set 2']
@@ -74,6 +74,10 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
     ([], [])
     >>> [e.message for e in rank_errors(gpus=0, config={"parallel": {"ranks": 3}}, cpu_slots=2)]
     ['asks for 3 ranks, one CPU slot each; the cpu pools hold 2 (a platform admin adds capacity)']
+    >>> [e.message for e in rank_errors(gpus=0, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"ranks": 2}}, cpu_slots=2)]
+    ['asks for 2 ranks with engines of 2 tensor-parallel workers, one CPU slot each (4); the cpu pools hold 2 (a platform admin adds capacity)']
+    >>> rank_errors(gpus=0, config={"rollout": {"tensor_parallel_size": 2}}, cpu_slots=2)
+    []
     >>> [e.message for e in rank_errors(gpus=6, config={"rollout": {"tensor_parallel_size": 4}})]
     ["splits the run's 6 GPUs into engines of 4: it must divide the GPUs"]
     >>> [e.message for e in rank_errors(gpus=8, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"ranks": 8}})]
@@ -89,16 +93,19 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
             how = f"{gpus} GPUs runs one rank per GPU" if tp == 1 else f"{gpus} GPUs and engines of {tp} runs {groups} ranks, one per engine"
             return [FieldError("config.parallel.ranks", f"a run with {how}: leave it out, or set {groups}")]
         return []
-    if tp > 1:
-        return [FieldError("config.rollout.tensor_parallel_size", "tensor parallel generation needs GPUs (the run's gpus)")]
-    if ranks is None or ranks <= 1:
+    ranks = ranks if ranks is not None and ranks > 1 else 1
+    if ranks * tp <= 1:
         return []
     if cpu_slots is None:
         pools = apps.get_model("scheduling", "ResourcePool").objects.filter(kind="cpu")
         cpu_slots = pools.aggregate(total=Sum("capacity"))["total"] if pools.exists() else DEFAULT_CPU_SLOTS
-    if ranks > cpu_slots:
-        return [FieldError("config.parallel.ranks", f"asks for {ranks} ranks, one CPU slot each; the cpu pools hold "
-                                                    f"{cpu_slots} (a platform admin adds capacity)")]
+    if ranks * tp > cpu_slots:
+        if tp == 1:
+            return [FieldError("config.parallel.ranks", f"asks for {ranks} ranks, one CPU slot each; the cpu pools hold "
+                                                        f"{cpu_slots} (a platform admin adds capacity)")]
+        what = f"{ranks} rank{'s' if ranks > 1 else ''} with engines of {tp} tensor-parallel workers"
+        return [FieldError("config.rollout.tensor_parallel_size", f"asks for {what}, one CPU slot each ({ranks * tp}); "
+                                                                  f"the cpu pools hold {cpu_slots} (a platform admin adds capacity)")]
     return []
 
 

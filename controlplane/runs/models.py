@@ -129,8 +129,9 @@ class Run(models.Model):
 
     @property
     def slots(self) -> int:
-        """Slots of its pool the run holds while it runs: its GPUs, or one CPU slot per rank."""
-        return self.gpus if self.gpus > 0 else self.ranks
+        """Slots of its pool the run holds while it runs: its GPUs, or one CPU slot per rank and
+        tensor-parallel worker of its engine (each bound to cores of its own)."""
+        return self.gpus if self.gpus > 0 else self.ranks * self._setting("rollout.tensor_parallel_size")
 
     def can_transition(self, to: str) -> bool:
         return to in TRANSITIONS[self.state]

