@@ -23,6 +23,9 @@ def run_status(run_id: int) -> dict | None:
         "error": run.error[-2000:], "inflight": run.inflight or {}, "driver": run.driver,
         "preempt_requested": run.preempt_requested, "tokens_used": run.tokens_used,
         "queued": run.scheduler_note or {} if run.state == "queued" else {},
+        # Why the system paused it (a lost rank, no live worker, storage), for the "Waiting on"
+        # panel; a user's pause has no note.
+        "paused": run.scheduler_note or {} if run.state == "paused" else {},
     }
 
 

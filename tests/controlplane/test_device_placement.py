@@ -123,8 +123,8 @@ def test_the_tick_assigns_devices_and_sends_the_driver_to_that_workers_queue(gpu
     assert first.placement == {"worker": "train@b", "devices": [0, 1]}
     assert second.placement == {"worker": "train@a", "devices": [0, 1, 2]}
     assert cpu.placement == {} and cpu.state == "running"
-    assert sorted(gpu_team.sent) == sorted([("temper.train.drive_run", (first.id,), "train.train@b"),
-                                            ("temper.train.drive_run", (second.id,), "train.train@a"),
+    assert sorted(gpu_team.sent) == sorted([("temper.train.drive_run", (first.id,), direct_queue("train@b")),
+                                            ("temper.train.drive_run", (second.id,), direct_queue("train@a")),
                                             ("temper.rollout.drive_run", (cpu.id,), None)])
     admitted = RunEvent.objects.get(run=first, kind="admitted")
     assert "on train@b, GPUs 0,1" in admitted.message and admitted.data["placement"]["devices"] == [0, 1]
@@ -171,7 +171,7 @@ def test_a_gpu_run_whose_worker_died_is_paused_and_placed_again_on_a_live_one(gp
         schedule_tick()  # placed anew
     run.refresh_from_db()
     assert run.state == "running" and run.placement == {"worker": "train@b", "devices": [0, 1]}
-    assert ("temper.train.drive_run", (run.id,), "train.train@b") in gpu_team.sent
+    assert ("temper.train.drive_run", (run.id,), direct_queue("train@b")) in gpu_team.sent
 
 
 def test_a_driver_message_for_another_worker_is_left_alone(gpu_team):

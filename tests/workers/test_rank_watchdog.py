@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.live.selectors import run_status
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_resume, run_start
 from controlplane.scheduling.models import ResourcePool
@@ -88,8 +89,8 @@ def test_a_stopped_or_killed_rank_pauses_the_run_which_resumes(transactional_db,
             assert event.data["pid"] == pid and event.data["stage"] in STAGES
             assert f"rank 1 on host {socket.gethostname()}" in event.message
             assert "resumes from its last checkpoint" in event.message
-            note = Run.objects.get(pk=run.pk).scheduler_note  # what the "Waiting on" panel shows
-            assert note["binding"] == "rank" and "rank 1" in note["reason"]
+            note = run_status(run.pk)["paused"]  # what the "Waiting on" panel shows
+            assert note["binding"] == "rank" and f"rank 1 on host {socket.gethostname()}" in note["reason"]
             wait_for(lambda: not alive(pid), 120, "the lost rank's process to end", logs=logs)
             assert Run.objects.get(pk=run.pk).state == "paused"  # paused, not failed
             resumes_from.append(Checkpoint.objects.filter(run=run).order_by("-step").first().step)

@@ -468,6 +468,13 @@
           q.limit !== undefined && q.limit !== null && `${q.used}/${q.limit}`].filter(Boolean).join(" · ") }));
       return;
     }
+    if (st.state === "paused") {
+      const note = st.paused || {};
+      box.replaceChildren(el("p", { text: note.reason || "paused by a user; resume it to continue" }),
+        el("p", { class: "muted", text: [note.binding && `bound by ${note.binding}`,
+          note.resume_when_served && `resumes by itself once a worker serves ${note.resume_when_served}`].filter(Boolean).join(" · ") }));
+      return;
+    }
     const inflight = st.inflight || {};
     if (st.state !== "running" || !inflight.phase) {
       box.replaceChildren(el("p", { class: "muted", text: st.state === "running" ? "starting…" : `nothing: the run is ${st.state}` }));
