@@ -45,7 +45,9 @@ from controlplane.runs.selectors import run_domains, run_quarantined_domains, ru
 from controlplane.scheduling.selectors import QueueService, queue_service
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
+from workers import broker
 from workers import lanes as lanes_
+from workers.launch import collective_timeout
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
 from workers.usage import step_usage
@@ -83,7 +85,16 @@ class InFlight:
         self._phase = "starting"
         self._verifying: Counter[str] = Counter()
         self._since = time.time()
+        self._blocked: str | None = None
         self.version = 0
+
+    def block(self, note: str | None) -> None:
+        """What the run is held by (the broker unreachable), shown as its phase; None: no more."""
+        with self._lock:
+            if note is not None and self._blocked is None or note is None and self._blocked is not None:
+                self._since = time.time()
+            self._blocked = note
+            self.version += 1
 
     def set_phase(self, phase: str) -> None:
         with self._lock:
@@ -106,10 +117,11 @@ class InFlight:
                 self.version += 1
 
     def snapshot(self) -> tuple[int, dict]:
-        """``(version, {"phase", "since", "per_domain"})``; phase is ``verify`` while items are
-        being verified, else the step loop's."""
+        """``(version, {"phase", "since", "per_domain"})``; phase is what holds the run (the broker
+        unreachable) while something does, ``verify`` while items are being verified, else the
+        step loop's."""
         with self._lock:
-            phase = "verify" if self._verifying else self._phase
+            phase = self._blocked or ("verify" if self._verifying else self._phase)
             return self.version, {"phase": phase, "since": datetime.fromtimestamp(self._since, timezone.utc).isoformat(),
                                   "per_domain": dict(self._verifying)}
 
@@ -251,6 +263,10 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
         return "refused (a domain names another team's judge)"
     send = send or (lambda name, args: dispatch.producer().send_task(name, args=args, queue=dispatch.TASK_QUEUES[name],
                                                                      priority=live.message_priority(args[0])))
+    inflight = InFlight()
+    # A broker outage holds the run (sends retried with backoff, the panel says so) for up to the
+    # run's collective timeout; a longer one pauses it (BrokerUnreachable, below).
+    send = broker.HeldSend(send, hold_s=collective_timeout(run.config), on_wait=inflight.block)
     versions = {pin.slug: pin.version for pin in pins}
     queues = QueueWatch()
     needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs
@@ -267,7 +283,6 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
         cascades={pin.slug: pin.verifier for pin in pins}, versions=versions, served=queues.served,
         timeouts=live.timeouts, priorities=live.priorities, send=send, deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None,
         lane=lane)
-    inflight = InFlight()
     silent = SilentQueues(needs)
 
     def verify_batch(items):
@@ -399,6 +414,13 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
     except runs.LeaseLost as exc:
         log.warning("run %s: %s; stopping", run_id, exc)
         return "lease lost"
+    except broker.BrokerUnreachable as exc:
+        log.error("run %s: %s", run_id, exc)
+        try:
+            _pause_broker(run, worker, exc)
+        except runs.LeaseLost:
+            pass
+        return "paused (broker unreachable)"
     except CheckpointWriteError as exc:
         log.error("run %s: %s", run_id, exc)
         try:
@@ -611,6 +633,18 @@ def _pause_lost_rank(run: Run, worker: str, lost, how: str) -> str:
                           data={"rank": lost.rank, "host": lost.host, "pid": lost.pid, "stage": lost.stage,
                                 "silent_s": round(lost.silent_s, 1)})
     return f"paused ({lost.describe()})"
+
+
+def _pause_broker(run: Run, worker: str, exc) -> None:
+    """The broker stayed unreachable for longer than the run holds: the run pauses, naming it, and
+    resumes from its last checkpoint when started again (its step in progress is done again)."""
+    run = Run.objects.get(pk=run.pk)
+    intact = runs.latest_checkpoint(run)
+    where = (f"it resumes from its last checkpoint, step {intact.step}," if intact is not None
+             else "it restarts from step 0 (no checkpoint yet)")
+    runs.run_pause_system(run=run, worker=worker, cause="broker",
+                          message=f"paused at step {run.current_step}: {exc}; {where} when started again",
+                          data={"waited_s": round(exc.waited_s, 1), "hold_s": exc.hold_s, "error": str(exc.cause)[:500]})
 
 
 def _exit_now(reason: str) -> None:

@@ -10,6 +10,7 @@ or resumed step never records anything twice.
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema
 from controlplane.runs.ceilings import gpu_request_errors, rank_errors, run_body_ceiling_errors
 from trainer.config import MAX_DOMAIN_WEIGHT, RolloutConfig
 from trainer.outcomes import OUTCOME_VALUES
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -553,7 +556,12 @@ def run_finish(*, run: Run, worker: str, state: str, error: str = "") -> Run:
 
 
 def _tick() -> None:
-    dispatch.send("temper.control.schedule_tick")
+    """Ask the scheduler for a tick now. A broker that is unreachable (the outage that may be why
+    a run pauses) only delays it: beat sends one every few seconds anyway."""
+    try:
+        dispatch.send("temper.control.schedule_tick")
+    except Exception as exc:  # noqa: BLE001 - kombu's OperationalError and the transports' own
+        log.warning("could not ask for a scheduler tick now (%s); beat's next one will do", exc)
 
 
 def run_record_inflight(*, run_id: int, worker: str, inflight: dict[str, Any]) -> bool:

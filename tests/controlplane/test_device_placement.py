@@ -213,7 +213,8 @@ def test_the_driver_refuses_devices_that_do_not_fit_the_runs_settings(gpu_team):
 @pytest.mark.parametrize("gpus, config, extra, field, words", [
     (4, {"rollout": {"engine": "torch", "tensor_parallel_size": 2}}, {}, "config.rollout.tensor_parallel_size", "needs rollout.engine vllm"),
     (6, {"rollout": {"engine": "vllm", "tensor_parallel_size": 4}}, {}, "config.rollout.tensor_parallel_size", "must divide the GPUs"),
-    (0, {"rollout": {"engine": "vllm", "tensor_parallel_size": 2}}, {}, "config.rollout.tensor_parallel_size", "needs GPUs"),
+    (0, {"rollout": {"engine": "vllm", "tensor_parallel_size": 8}}, {}, "config.rollout.tensor_parallel_size",
+     "engines of 8 tensor-parallel workers, one CPU slot each (8); the cpu pools hold 4"),
     (4, {"parallel": {"ranks": 3}}, {}, "config.parallel.ranks", "leave it out, or set 4"),
     (0, {"parallel": {"ranks": 2}}, {"staleness": 1}, "config.parallel.ranks", "needs rollout.staleness 0"),
 ])
