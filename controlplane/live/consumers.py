@@ -67,21 +67,20 @@ def _in_memory_layer() -> bool:
 
 
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 """Close codes of a refused socket. The socket is accepted first and closed at once with one of
 these, so the client reads the reason (a close before accepting is an HTTP 403 at the handshake,
-indistinguishable from a network error). A bad ``Origin`` is still refused at the handshake by
-``AllowedHostsOriginValidator``, the outer layer in ``controlplane/asgi.py``."""
+indistinguishable from a network error). Another team's run is closed as a missing one is
+(4404), as the API answers 404 for it: run ids cannot be probed. A bad ``Origin`` is still
+refused at the handshake by the outer layer in ``controlplane/asgi.py`` (``controlplane.live.origins``)."""
 
 
 @database_sync_to_async
 def _run_refusal(user, run_id: int) -> int | None:
-    """Why the user may not follow this run (a close code), or None when they may."""
-    team = Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
-    if team is None:
-        return CLOSE_NOT_FOUND
-    return None if team in Principal.for_user(user).team_ids else CLOSE_FORBIDDEN
+    """Why the user may not follow this run (a close code), or None when they may: one query,
+    the same for a run that does not exist and one of another team."""
+    mine = Run.objects.filter(pk=run_id, team_id__in=Principal.for_user(user).team_ids).exists()
+    return None if mine else CLOSE_NOT_FOUND
 
 
 @database_sync_to_async

@@ -1,5 +1,5 @@
-"""The live log over websockets: cursor semantics; anonymous (4401), other-team (4403) and missing-run
-(4404) sockets closed with their codes."""
+"""The live log over websockets: cursor semantics; anonymous sockets closed 4401, other teams' and
+missing runs both 4404 (run ids cannot be probed); origins matched exactly."""
 from __future__ import annotations
 
 import pytest
@@ -77,9 +77,9 @@ async def test_anonymous_socket_is_closed_4401():
     assert await _refused_with(_socket(run.id, AnonymousUser())) == 4401
 
 
-async def test_other_teams_run_is_closed_4403():
+async def test_other_teams_run_is_closed_as_a_missing_one_4404():
     user, _, other_run = await _setup()
-    assert await _refused_with(_socket(other_run.id, user)) == 4403
+    assert await _refused_with(_socket(other_run.id, user)) == 4404
 
 
 async def test_missing_run_is_closed_4404():
@@ -100,6 +100,15 @@ async def test_bad_origin_is_refused_at_the_handshake():
     # The same socket from the site's own origin reaches the consumer (no session: 4401).
     own = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=[(b"origin", b"http://localhost")])
     assert await _refused_with(own) == 4401
+    # An origin that only begins like an allowed host is another site's.
+    for origin in (b"http://127.0.0.1:8301.evil.example", b"http://localhost:80.evil.example", b"http://user@localhost",
+                   b"javascript://localhost"):
+        sneaky = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=[(b"origin", origin)])
+        connected, _ = await sneaky.connect()
+        assert not connected, origin
+        await sneaky.disconnect()
+    with_port = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=[(b"origin", b"http://127.0.0.1:8301")])
+    assert await _refused_with(with_port) == 4401
 
 
 async def test_reconnect_with_cursor_has_no_gap_and_no_duplicate():
@@ -217,7 +226,7 @@ async def test_events_and_status_follow_their_own_cursor():
     await second.disconnect()
 
 
-async def test_a_user_removed_from_the_team_gets_nothing_more_and_the_run_socket_closes_4403():
+async def test_a_user_removed_from_the_team_gets_nothing_more_and_the_run_socket_closes_4404():
     """The attack: sockets opened while a member kept streaming the team's metrics and runs after
     the membership was deleted (access was checked at connect only)."""
     from controlplane.accounts.models import Membership
@@ -242,6 +251,6 @@ async def test_a_user_removed_from_the_team_gets_nothing_more_and_the_run_socket
         if message["type"] == "websocket.close":
             break
         assert '"metrics"' not in message.get("text", ""), message
-    assert message["code"] == 4403
+    assert message["code"] == 4404  # as for a run that does not exist
     assert await runs.receive_nothing(timeout=2)  # the team's change is not sent
     await runs.disconnect()
