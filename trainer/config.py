@@ -607,9 +607,6 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
                                                   "verifying joins a later step, one update staler)"))
     if cfg.rollout.tensor_parallel_size > 1 and cfg.rollout.engine != "vllm":
         errors.append(("rollout.tensor_parallel_size", "tensor parallel generation needs rollout.engine vllm"))
-    if cfg.parallel.ranks > 1 and cfg.rollout.staleness > 0:
-        errors.append(("parallel.ranks", "more than one rank needs rollout.staleness 0 (the overlapped pipeline runs "
-                                         "in one process)"))
     deepspeed = cfg.optimizer.backend == "deepspeed" or (cfg.optimizer.backend == "auto" and cfg.optimizer.zero_stage > 0)
     if cfg.optimizer.backend == "torch" and cfg.optimizer.zero_stage > 0:
         errors.append(("optimizer.zero_stage", f"ZeRO stage {cfg.optimizer.zero_stage} needs optimizer.backend "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -160,8 +161,6 @@ class Job:
         self.config = cfg = load_config(config)
         if not cfg.model.path:
             raise ConfigError([("model.path", "is required")])
-        if ranks.leading() and cfg.rollout.staleness > 0:
-            raise ConfigError([("parallel.ranks", "more than one rank needs rollout.staleness 0")])
         self.closed = False
         self.last_weight_spread: float | None = None
         """After a checkpoint of a led job on several ranks: how far apart the ranks' weights were."""
@@ -220,6 +219,10 @@ class Job:
         self.pipeline = pipeline_cls(self.engine, self.backend.weights(), self._generate, self.verify_batch, self.clocks,
                                  staleness=cfg.rollout.staleness, chunk_size=cfg.rollout.batch_size,
                                  verify_budget_s=cfg.rollout.verify_budget_s)
+        self.overlapped = cfg.rollout.staleness > 0
+        """Generation runs ahead of the update (a rollout thread; on a follower, a generating thread)."""
+        self._versions = PolicyVersions()
+        """A follower's weights by policy version, for its generating thread (overlapped)."""
         self.step_count = 0
         self.groups_drawn = 0
         """Groups drawn so far: the next group's id (ids are unique within the job, so groups
@@ -334,30 +337,40 @@ class Job:
         rank generates its share of the requests (whole groups) and the leader gathers them."""
         if not ranks.leading():
             return self._generate_here(requests)
-        ranks.command("generate", requests)
+        # Overlapped, this runs on the rollout thread, beside the main thread's commands: on the
+        # generation channel, naming the policy version the followers generate with.
+        overlapped = self.overlapped
+        ranks.command("generate", requests, self.pipeline.engine_version, generation=overlapped)
         _, world = rank_and_world()
-        shares = ranks.gather_generated(self._generate_here(my_share(requests, 0, world)))
+        shares = ranks.gather_generated(self._generate_here(my_share(requests, 0, world)), generation=overlapped)
         by_group: dict[int, list[Trajectory]] = defaultdict(list)
         for share in shares:
             for t in share:
                 by_group[t.group].append(t)
         return [t for _, _, group in requests for t in by_group[group]]
 
-    def follow_generate(self, requests: list[Request]) -> int:
+    def follow_generate(self, requests: list[Request], version: int = 0) -> int:
         """A follower's share of the leader's ``generate`` command, sent back to it; how many
-        requests (groups) it was."""
+        requests (groups) it was. Overlapped (on the follower's generating thread), the engine
+        first takes the weights of policy ``version``, which this rank's update kept."""
         rank, world = rank_and_world()
         mine = my_share(requests, rank, world)
-        ranks.gather_generated(self._generate_here(mine))
+        if self.overlapped:
+            self._versions.load(self.engine, version)
+        ranks.gather_generated(self._generate_here(mine), generation=self.overlapped)
         return len(mine)
 
     def follow_update(self, trajs: list[Trajectory], adv: torch.Tensor, version: int) -> None:
         """A follower's part of the leader's update (the gradients are summed over the ranks), and
-        its engine's weight sync."""
+        its engine's weight sync (overlapped: the weights are kept for the generating thread,
+        which loads them when the leader asks for a batch of this version)."""
         with staged("update"):
             self._update(trajs, adv, {})
         with staged("weight sync"):
-            self.pipeline.sync(version)
+            if self.overlapped:
+                self._versions.keep(version, [p.detach().clone() for p in self.backend.weights().parameters()])
+            else:
+                self.pipeline.sync(version)
         self.step_count = version
 
     def _generate_here(self, requests: list[Request]) -> list[Trajectory]:
@@ -620,6 +633,11 @@ class Job:
             except RuntimeError:  # a rank already lost cannot be told (the watchdog names it)
                 pass
         self.pipeline.close()  # batches queued ahead are dropped
+        if ranks.leading() and self.overlapped:
+            try:  # after the rollout thread's last batch: the followers' generating threads end
+                ranks.command("stop", generation=True)
+            except RuntimeError:
+                pass
         close = getattr(self.engine, "close", None)
         if close:
             close()
@@ -638,9 +656,11 @@ class Job:
             return self._save_checkpoint(directory)
 
     def _save_checkpoint(self, directory: str | os.PathLike) -> Path:
+        # First: generating the batches ahead advances the engines' RNGs (every rank's, so before
+        # the followers are told to save theirs).
+        ahead = self.pipeline.ahead()
         if ranks.leading():
             ranks.command("checkpoint", str(directory))
-        ahead = self.pipeline.ahead()  # first: generating them advances the engine's RNG
         rank, world = rank_and_world()
         shards = None
         if hasattr(self.backend, "save_shards"):
@@ -695,6 +715,51 @@ class Job:
 
 
 # ----------------------------------------------------------------------------- ranks
+class PolicyVersions:
+    """A follower's policy weights by version, kept by its main thread after each update and
+    loaded into its engine by its generating thread when the leader asks for a batch of that
+    version (overlapped: the leader's engine may still generate with an older one)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, list[torch.Tensor]] = {}
+        self._changed = threading.Condition()
+        self.loaded = 0
+        """The version the engine holds."""
+
+    def start(self, version: int) -> None:
+        """The engine was built holding policy ``version`` (0, or a checkpoint's step)."""
+        self.loaded = version
+
+    def keep(self, version: int, params: list[torch.Tensor]) -> None:
+        with self._changed:
+            self._kept[version] = params
+            self._changed.notify_all()
+
+    def load(self, engine, version: int) -> None:
+        """Make ``engine`` hold policy ``version``, waiting for this rank's update to keep it;
+        older versions are dropped (the leader never asks for a version older than the last)."""
+        if version == self.loaded:
+            return
+        with self._changed:
+            self._changed.wait_for(lambda: version in self._kept)
+            params = self._kept[version]
+            for old in [v for v in self._kept if v <= version]:
+                del self._kept[old]
+        with staged("weight sync"):
+            engine.sync_weights(_Params(params))
+        self.loaded = version
+
+
+class _Params:
+    """Kept parameters, as an engine's weight sync reads them."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self._params = params
+
+    def parameters(self):
+        return iter(self._params)
+
+
 def staged_verify(verify_batch: VerifyBatch) -> VerifyBatch:
     """``verify_batch`` marked as the ``verify`` stage in this rank's heartbeat."""
     def verify(items):
@@ -710,27 +775,53 @@ def _refuse_verify(items):
 
 def follow(on_stop: Callable[[Any], None] | None = None, **job_kwargs) -> dict[str, int]:
     """A follower's life: build the job the leader announces and do what it is told until ``stop``
-    (then ``on_stop(job)``, before the job closes). Returns the updates it took part in and the
-    groups it generated."""
+    (then ``on_stop(job)``, before the job closes). Returns the updates it took part in, the
+    groups it generated and, overlapped, the policy version of each batch it generated a share of."""
     job = None
     done = {"updates": 0, "generated_groups": 0}
+    generating: threading.Thread | None = None
+    failed: list[BaseException] = []
+
+    def serve_generation() -> None:
+        """Overlapped: the leader's rollout thread's commands, on the generation channel."""
+        try:
+            while True:
+                name, args = ranks.receive(generation=True)
+                if name == "stop":
+                    return
+                done["generated_groups"] += job.follow_generate(*args)
+                done.setdefault("versions", []).append(args[1])
+        except BaseException as exc:  # noqa: BLE001 - the main thread raises it
+            failed.append(exc)
+
     try:
         while True:
             set_stage("waiting for the leader")
             name, args = ranks.receive()
+            if failed:
+                raise failed[0]
             if name == "stop":
                 if on_stop is not None and job is not None:
                     on_stop(job)
+                if generating is not None:
+                    generating.join()  # until the leader's last batch is generated
+                    if failed:
+                        raise failed[0]
                 return done
-            if name == "init":
-                config, weights_path = args
-                job = Job(config, verify_batch=_refuse_verify, weights_path=weights_path, **job_kwargs)
-            elif name == "resume":
-                job = Job.resume(args[0], verify_batch=_refuse_verify, **job_kwargs)
+            if name in ("init", "resume"):
+                if name == "init":
+                    config, weights_path = args
+                    job = Job(config, verify_batch=_refuse_verify, weights_path=weights_path, **job_kwargs)
+                else:
+                    job = Job.resume(args[0], verify_batch=_refuse_verify, **job_kwargs)
+                if job.overlapped:
+                    job._versions.start(job.step_count)
+                    generating = threading.Thread(target=serve_generation, name="follower-generate", daemon=True)
+                    generating.start()
             elif job is None:
                 raise RuntimeError(f"command {name!r} before the job was built")
             elif name == "generate":
-                done["generated_groups"] += job.follow_generate(args[0])
+                done["generated_groups"] += job.follow_generate(*args)
             elif name == "update":
                 job.follow_update(*args)
                 done["updates"] += 1

@@ -19,8 +19,11 @@ it, with one broadcast each (:func:`command`):
 - ``stop``.
 
 Only rank 0 verifies (its ``verify_batch`` sends the work to the verify queues) and only it
-talks to the run driver; a follower's job never verifies. Overlap (``rollout.staleness`` > 0)
-is single-process: the config refuses it with more than one rank.
+talks to the run driver; a follower's job never verifies. With overlap (``rollout.staleness`` >
+0) the leader's rollout thread sends ``generate`` on a channel of its own, naming the policy
+version to generate with, while its main thread sends ``update``: each follower serves them on
+two threads, its generating thread loading the weights of that version (kept by its main thread
+after each update) into its engine first (:func:`trainer.job.follow`).
 """
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ from trainer.watchdog import Heartbeat, Lost, Watchdog, interval_for
 _CONTROL = None
 """The commands' process group (gloo), made by :func:`setup`; None: no leader (every rank runs
 the whole job itself, as ``tests/trainer/test_parallel.py`` does)."""
+
+_GENERATE = None
+"""The generation commands' process group (gloo): with overlap (``rollout.staleness`` > 0) the
+leader's rollout thread sends ``generate`` here while its main thread sends ``update`` on
+:data:`_CONTROL`, and each follower serves the two on two threads."""
 
 WAIT = timedelta(days=7)
 """How long a follower waits for the leader's next command (the leader may verify, evaluate or
@@ -63,8 +71,9 @@ _WATCHDOG: Watchdog | None = None
 def setup(timeout_s: float | None = None) -> None:
     """Make the command group and start this rank's heartbeat (and, on rank 0, the watchdog over
     the others, :mod:`trainer.watchdog`); every rank calls it once, after ``init_process_group``."""
-    global _CONTROL, _BEAT, _WATCHDOG
+    global _CONTROL, _GENERATE, _BEAT, _WATCHDOG
     _CONTROL = dist.new_group(backend="gloo", timeout=WAIT)
+    _GENERATE = dist.new_group(backend="gloo", timeout=WAIT)
     timeout = timeout_s or COLLECTIVE_TIMEOUT_S
     rank, world = rank_and_world()
     if world > 1:
@@ -77,11 +86,11 @@ def setup(timeout_s: float | None = None) -> None:
 
 
 def teardown() -> None:
-    global _CONTROL, _BEAT, _WATCHDOG
+    global _CONTROL, _GENERATE, _BEAT, _WATCHDOG
     for part in (_BEAT, _WATCHDOG):
         if part is not None:
             part.stop()
-    _CONTROL, _BEAT, _WATCHDOG = None, None, None
+    _CONTROL, _GENERATE, _BEAT, _WATCHDOG = None, None, None, None
 
 
 def on_rank_lost(callback: Callable[[Lost], None] | None) -> None:
@@ -159,23 +168,24 @@ def led() -> bool:
     return _CONTROL is not None and rank_and_world()[1] > 1
 
 
-def command(name: str, *args: Any) -> None:
-    """The leader announces ``name(*args)`` to every follower."""
-    dist.broadcast_object_list([(name, args)], src=0, group=_CONTROL)
+def command(name: str, *args: Any, generation: bool = False) -> None:
+    """The leader announces ``name(*args)`` to every follower (``generation``: on the channel of
+    generation, which an overlapped job's rollout thread uses beside the main thread's)."""
+    dist.broadcast_object_list([(name, args)], src=0, group=_GENERATE if generation else _CONTROL)
 
 
-def receive() -> tuple[str, tuple]:
+def receive(generation: bool = False) -> tuple[str, tuple]:
     """A follower waits for the leader's next command: ``(name, args)``."""
     box: list[Any] = [None]
-    dist.broadcast_object_list(box, src=0, group=_CONTROL)
+    dist.broadcast_object_list(box, src=0, group=_GENERATE if generation else _CONTROL)
     return box[0]
 
 
-def gather_generated(mine: list) -> list | None:
+def gather_generated(mine: list, generation: bool = False) -> list | None:
     """Every rank's share of a generate command, on the leader (``None`` elsewhere), in rank order."""
     rank, world = rank_and_world()
     out: list[Any] | None = [None] * world if rank == 0 else None
-    dist.gather_object(mine, out, dst=0, group=_CONTROL)
+    dist.gather_object(mine, out, dst=0, group=_GENERATE if generation else _CONTROL)
     return out
 
 

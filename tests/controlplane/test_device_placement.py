@@ -216,7 +216,6 @@ def test_the_driver_refuses_devices_that_do_not_fit_the_runs_settings(gpu_team):
     (0, {"rollout": {"engine": "vllm", "tensor_parallel_size": 8}}, {}, "config.rollout.tensor_parallel_size",
      "engines of 8 tensor-parallel workers, one CPU slot each (8); the cpu pools hold 4"),
     (4, {"parallel": {"ranks": 3}}, {}, "config.parallel.ranks", "leave it out, or set 4"),
-    (0, {"parallel": {"ranks": 2}}, {"staleness": 1}, "config.parallel.ranks", "needs rollout.staleness 0"),
 ])
 def test_submission_refuses_ranks_and_engines_the_gpus_cannot_hold(gpu_team, gpus, config, extra, field, words):
     from django.core.management import call_command

@@ -94,3 +94,39 @@ def test_a_led_job_splits_the_rollout_and_keeps_the_ranks_equal(base_config, tmp
         assert job.step_count == STEPS + 1
     finally:
         job.close()
+
+
+@pytest.mark.slow
+def test_an_overlapped_led_job_generates_each_share_with_the_leaders_policy_version(base_config, tmp_path):
+    """Staleness 1 on 2 led ranks: the leader's rollout thread asks for each batch on the
+    generation channel while its main thread sends updates; the follower generates its share of
+    every batch with exactly the policy version the leader's batch records (its generating thread
+    loads the weights its own update kept), after SFT too, and the ranks' weights stay equal."""
+    import torch
+
+    world = 2
+    base_config["rollout"].update(prompts_per_step=4, staleness=1)
+    base_config["sft"] = {"steps": 0, "batch_size": 8}
+    ctx = mp.get_context("spawn")
+    port, ckpt = free_port(), str(tmp_path / "ckpt")
+    outs = [str(tmp_path / f"rank{r}") for r in range(world)]
+    procs = [ctx.Process(target=led, args=(base_config, outs[r], r, world, port, ckpt)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    assert [p.exitcode for p in procs] == [0] * world
+
+    leader = json.load(open(outs[0] + ".json"))
+    follower = json.load(open(outs[1] + ".json"))
+    lags = [m["batch/policy_lag"] for m in leader["metrics"]]
+    assert lags == [0.0] + [1.0] * (STEPS - 1)  # generation ran one update ahead
+    # Batches generated: STEPS consumed, one more queued ahead when the checkpoint came, each split.
+    assert follower["updates"] == STEPS and follower["generated_groups"] == 2 * (STEPS + 1)
+    versions = [m["batch/policy_version"] for m in leader["metrics"]]
+    assert follower["versions"][:STEPS] == versions == [0.0, 0.0, 1.0]
+    assert follower["versions"][STEPS] == STEPS - 1  # the batch ahead, for the checkpoint
+    assert leader["spread"] == 0.0
+    weights = [torch.load(o + ".pt") for o in outs]
+    for name, p in weights[0].items():
+        assert torch.equal(weights[1][name], p), name
