@@ -45,7 +45,8 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
     the last step), ``resume`` (a checkpoint to continue), ``every`` (checkpoint after every step),
     ``die_after`` (the leader SIGKILLs itself after that step, before its checkpoint),
     ``mark`` (a file the leader writes after ``mark_after`` steps), ``lost`` (a file the leader's
-    watchdog writes when a rank is lost: the time and the rank, host and stage; then it ends).
+    watchdog writes when a rank is lost: the time and the rank, host and stage; then it ends),
+    ``steps`` (instead of ``STEPS``), ``verify_s`` (seconds each verification call takes).
 
     ``led``: rank 0 leads and the others follow (trainer/ranks.py: the rollout is split over the
     ranks, each sampling its share); else every rank runs the whole job on the same samples, so
@@ -66,16 +67,22 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
         if led and rank > 0:
             follow()
             continue
-        job = Job.resume(case["resume"], verify_batch=alternate) if case.get("resume") else \
-            Job(case["config"], verify_batch=alternate)
+        verify = alternate
+        if case.get("verify_s"):  # verification that takes a while (remote workers, sandboxes)
+            def verify(items, wait=case["verify_s"]):
+                time.sleep(wait)
+                return alternate(items)
+        job = Job.resume(case["resume"], verify_batch=verify) if case.get("resume") else \
+            Job(case["config"], verify_batch=verify)
         if case.get("lost"):
             ranks.on_rank_lost(lambda lost, path=case["lost"]: _report_lost(path, lost))
-        lrs, losses = [], []
+        lrs, losses, step_s = [], [], []
         try:
-            while job.step_count < STEPS:
+            while job.step_count < case.get("steps", STEPS):
                 metrics = job.step()
                 lrs.append(metrics.get("optim/lr"))
                 losses.append(metrics.get("loss/policy"))
+                step_s.append(metrics.get("stage/step_s"))
                 if case.get("mark") and job.step_count == case["mark_after"]:
                     with open(case["mark"], "w") as f:
                         json.dump({"pids": ranks_pids()}, f)
@@ -86,7 +93,7 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
             job.save_checkpoint(case["final"])
         finally:
             job.close()
-        results.append({"lrs": lrs, "losses": losses})
+        results.append({"lrs": lrs, "losses": losses, "step_s": step_s})
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)
