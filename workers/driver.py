@@ -414,20 +414,14 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
     except runs.LeaseLost as exc:
         log.warning("run %s: %s; stopping", run_id, exc)
         return "lease lost"
-    except broker.BrokerUnreachable as exc:
+    except (broker.BrokerUnreachable, CheckpointWriteError) as exc:  # outside the run: it pauses
         log.error("run %s: %s", run_id, exc)
+        unreachable = isinstance(exc, broker.BrokerUnreachable)
         try:
-            _pause_broker(run, worker, exc)
+            (_pause_broker if unreachable else _pause_storage)(run, worker, exc)
         except runs.LeaseLost:
             pass
-        return "paused (broker unreachable)"
-    except CheckpointWriteError as exc:
-        log.error("run %s: %s", run_id, exc)
-        try:
-            _pause_storage(run, worker, exc)
-        except runs.LeaseLost:
-            pass
-        return "paused (storage error)"
+        return "paused (broker unreachable)" if unreachable else "paused (storage error)"
     except Exception as exc:  # noqa: BLE001 - the run fails with the reason; the worker lives on
         lost = ranks.lost_rank(wait_s=4 * ranks.heartbeat_interval()) if ranks.leading() and ranks.is_collective_error(exc) else None
         if lost is not None:  # a rank died under a collective: the run pauses, it does not fail

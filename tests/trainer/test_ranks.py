@@ -53,6 +53,20 @@ def led(config: dict, out: str, rank: int, world: int, port: int, ckpt: str) -> 
         dist.destroy_process_group()
 
 
+def launch_led(config: dict, tmp_path, world: int) -> tuple[list[str], str]:
+    """``world`` ranks running :func:`led`; each rank's output prefix, and the checkpoint."""
+    ctx = mp.get_context("spawn")
+    port, ckpt = free_port(), str(tmp_path / "ckpt")
+    outs = [str(tmp_path / f"rank{r}") for r in range(world)]
+    procs = [ctx.Process(target=led, args=(config, outs[r], r, world, port, ckpt)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    assert [p.exitcode for p in procs] == [0] * world
+    return outs, ckpt
+
+
 @pytest.mark.slow
 def test_a_led_job_splits_the_rollout_and_keeps_the_ranks_equal(base_config, tmp_path):
     import torch
@@ -62,15 +76,7 @@ def test_a_led_job_splits_the_rollout_and_keeps_the_ranks_equal(base_config, tmp
     world = 3
     base_config["rollout"]["prompts_per_step"] = 6
     base_config["sft"] = {"steps": 0, "batch_size": 8}
-    ctx = mp.get_context("spawn")
-    port, ckpt = free_port(), str(tmp_path / "ckpt")
-    outs = [str(tmp_path / f"rank{r}") for r in range(world)]
-    procs = [ctx.Process(target=led, args=(base_config, outs[r], r, world, port, ckpt)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=600)
-    assert [p.exitcode for p in procs] == [0] * world
+    outs, ckpt = launch_led(base_config, tmp_path, world)
 
     leader = json.load(open(outs[0] + ".json"))
     followers = [json.load(open(o + ".json")) for o in outs[1:]]
@@ -107,15 +113,7 @@ def test_an_overlapped_led_job_generates_each_share_with_the_leaders_policy_vers
     world = 2
     base_config["rollout"].update(prompts_per_step=4, staleness=1)
     base_config["sft"] = {"steps": 0, "batch_size": 8}
-    ctx = mp.get_context("spawn")
-    port, ckpt = free_port(), str(tmp_path / "ckpt")
-    outs = [str(tmp_path / f"rank{r}") for r in range(world)]
-    procs = [ctx.Process(target=led, args=(base_config, outs[r], r, world, port, ckpt)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=600)
-    assert [p.exitcode for p in procs] == [0] * world
+    outs, ckpt = launch_led(base_config, tmp_path, world)
 
     leader = json.load(open(outs[0] + ".json"))
     follower = json.load(open(outs[1] + ".json"))
