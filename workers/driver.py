@@ -47,7 +47,6 @@ from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
 from workers import broker
 from workers import lanes as lanes_
-from workers.launch import collective_timeout
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
 from workers.usage import step_usage
@@ -266,7 +265,7 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
     inflight = InFlight()
     # A broker outage holds the run (sends retried with backoff, the panel says so) for up to the
     # run's collective timeout; a longer one pauses it (BrokerUnreachable, below).
-    send = broker.HeldSend(send, hold_s=collective_timeout(run.config), on_wait=inflight.block)
+    send = broker.HeldSend(send, hold_s=run.collective_timeout_s, on_wait=inflight.block)
     versions = {pin.slug: pin.version for pin in pins}
     queues = QueueWatch()
     needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs

@@ -15,8 +15,7 @@ behind to fight the next one for the run's lease.
 Imports that wait for Django: ``python -m workers.launch`` starts before Django is set up, so
 lazy: django is set up in main(), lazy: controlplane.runs.models once it is, and
 lazy: workers.driver (it imports the models too) after that; lazy: trainer.ranks and
-lazy: trainer.job import torch, which a rank needs and a worker's task does not; lazy:
-trainer.config, as cheap as it is, is only a rank's business.
+lazy: trainer.job import torch, which a rank needs and a worker's task does not.
 """
 from __future__ import annotations
 
@@ -97,25 +96,13 @@ def _die_with(parent: int) -> None:
         sys.exit(3)
 
 
-def collective_timeout(config) -> float:
-    """The run's ``parallel.collective_timeout_s`` (validated when the run was submitted).
-
-    >>> collective_timeout({"parallel": {"ranks": 2, "collective_timeout_s": 30}}), collective_timeout({})
-    (30.0, 600.0)
-    """
-    from trainer.config import load_config
-
-    parallel = config.get("parallel") if isinstance(config, dict) else None
-    return float(load_config({"parallel": parallel if isinstance(parallel, dict) else {}}).parallel.collective_timeout_s)
-
-
 def _rank_main(run_id: int, worker: str) -> int:
     """One of torchrun's ranks: rank 0 drives the run and leads, the others follow."""
     from controlplane.runs.models import Run
     from trainer import ranks
 
-    config = Run.objects.filter(pk=run_id).values_list("config", flat=True).first()
-    rank, world = ranks.init_from_env(collective_timeout(config))
+    run = Run.objects.filter(pk=run_id).only("config").first()
+    rank, world = ranks.init_from_env(run.collective_timeout_s if run is not None else ranks.COLLECTIVE_TIMEOUT_S)
     if rank == 0:
         from workers.driver import drive
 

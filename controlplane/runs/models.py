@@ -9,7 +9,7 @@ from django.utils import timezone
 from controlplane.accounts.models import Team
 from controlplane.common.errors import Conflict
 from controlplane.domains.models import Domain, DomainVersion
-from trainer.config import whole_number_at
+from trainer.config import load_config, whole_number_at
 from trainer.config_schema import Setting, config_setting
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -126,6 +126,18 @@ class Run(models.Model):
         if self.gpus > 0:
             return max(self.gpus // self.devices_per_rank, 1)
         return self._setting("parallel.ranks")
+
+    @property
+    def collective_timeout_s(self) -> float:
+        """How long its ranks' collectives may wait, a silent rank may go unnamed and a broker
+        outage may hold it: ``config.parallel.collective_timeout_s`` (checked when it was
+        submitted), else the trainer's default.
+
+        >>> Run(config={"parallel": {"ranks": 2, "collective_timeout_s": 30}}).collective_timeout_s, Run(config={}).collective_timeout_s
+        (30.0, 600.0)
+        """
+        parallel = self.config.get("parallel") if isinstance(self.config, dict) else None
+        return float(load_config({"parallel": parallel if isinstance(parallel, dict) else {}}).parallel.collective_timeout_s)
 
     @property
     def slots(self) -> int:

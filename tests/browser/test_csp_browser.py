@@ -111,7 +111,7 @@ def test_every_page_runs_under_the_csp_without_a_violation(server, browser, worl
     # A refused socket stops and says why.
     page.goto("/")
     assert page.evaluate(REFUSAL, f"/ws/runs/{foreign_run.id + 100_000}/") == "run not found"
-    assert page.evaluate(REFUSAL, f"/ws/runs/{foreign_run.id}/") == "no access"
+    assert page.evaluate(REFUSAL, f"/ws/runs/{foreign_run.id}/") == "run not found"  # as a missing one
     signed_out = server.page(browser, "csp-signed-out")
     signed_out.goto("/login/")
     assert signed_out.evaluate(REFUSAL, f"/ws/runs/{run.id}/") == "signed out"

@@ -30,7 +30,10 @@ TIMEOUT_S = 20
 
 
 def follower_pid(run_id: int) -> int | None:
-    """The process of rank 1 of run ``run_id`` (torchrun's worker with RANK=1), if it runs."""
+    """The process of rank 1 of run ``run_id`` of this test's worker (torchrun's worker with
+    RANK=1, launched for ``ranks-<this pid>@host``: another test process may drive a run with the
+    same id on a database of its own), if it runs."""
+    worker = f"ranks-{os.getpid()}@".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -40,7 +43,7 @@ def follower_pid(run_id: int) -> int | None:
         except OSError:
             continue
         if b"workers.launch" in cmdline and str(run_id).encode() in cmdline and b"RANK=1" in environ \
-                and b"LOCAL_RANK=1" in environ:
+                and b"LOCAL_RANK=1" in environ and any(arg.startswith(worker) for arg in cmdline):
             return int(entry.name)
     return None
 
@@ -75,11 +78,12 @@ def test_a_stopped_or_killed_rank_pauses_the_run_which_resumes(transactional_db,
     logs = [tmp_path / "ranks.log"]
     with celery_workers(tmp_path, {"ranks": "control,rollout"}, concurrency=2):
         run_start(actor=actor, run=run)
-        resumes_from = []
+        resumes_from, seen = [], 0
         for count, (sig, after) in enumerate([(signal.SIGSTOP, 2), (signal.SIGKILL, 4)], start=1):
-            # A checkpoint at ``after`` or later: the run has steps enough left (each a second or
-            # more) for the signal to land while it trains.
-            wait_for(lambda: Checkpoint.objects.filter(run=run, step__gte=after).exists(), 300,
+            # A checkpoint at ``after`` or later written by this driver (after ``seen``, the last
+            # row before it started): its ranks are past their start, and the run has steps enough
+            # left (each a second or more) for the signal to land while it trains.
+            wait_for(lambda: Checkpoint.objects.filter(run=run, step__gte=after, id__gt=seen).exists(), 300,
                      f"the checkpoint at step {after}", logs=logs)
             pid = wait_for(lambda: follower_pid(run.pk), 60, "rank 1's process", logs=logs)
             os.kill(pid, sig)
@@ -94,6 +98,7 @@ def test_a_stopped_or_killed_rank_pauses_the_run_which_resumes(transactional_db,
             wait_for(lambda: not alive(pid), 120, "the lost rank's process to end", logs=logs)
             assert Run.objects.get(pk=run.pk).state == "paused"  # paused, not failed
             resumes_from.append(Checkpoint.objects.filter(run=run).order_by("-step").first().step)
+            seen = Checkpoint.objects.filter(run=run).order_by("-id").first().id
             run_resume(actor=actor, run=Run.objects.get(pk=run.pk))
         final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 300,
                          "the resumed run to end", logs=logs)

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from trainer.config import ConfigError
 from trainer.rollout.base import Generation, SamplingParams
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -67,8 +68,6 @@ def cpu_thread_binding(tp: int, cores: list[int], local_rank: int = 0, local_wor
     >>> cpu_thread_binding(2, [0, 1]), cpu_thread_binding(2, [0, 1, 2, 3, 4]), cpu_thread_binding(2, list(range(8)), 1, 2)
     ('0|1', '0,1|2,3', '4,5|6,7')
     """
-    from trainer.config import ConfigError
-
     workers = tp * local_world
     if len(cores) < workers:
         raise ConfigError([("rollout.tensor_parallel_size",
