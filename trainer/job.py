@@ -39,7 +39,7 @@ from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import TorchBackend, make_backend, uses_deepspeed
 from trainer.outcomes import Outcome, Verification
 from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, equal_shares, gather_to_leader, my_share, rank_and_world
-from trainer.pipeline import Request, StageClocks, VerifyBatch, pipeline_for
+from trainer.pipeline import Request, StageClocks, VerifyBatch, _ParamsView, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
@@ -746,18 +746,8 @@ class PolicyVersions:
             for old in [v for v in self._kept if v <= version]:
                 del self._kept[old]
         with staged("weight sync"):
-            engine.sync_weights(_Params(params))
+            engine.sync_weights(_ParamsView(params))
         self.loaded = version
-
-
-class _Params:
-    """Kept parameters, as an engine's weight sync reads them."""
-
-    def __init__(self, params: list[torch.Tensor]):
-        self._params = params
-
-    def parameters(self):
-        return iter(self._params)
 
 
 def staged_verify(verify_batch: VerifyBatch) -> VerifyBatch:
