@@ -24,6 +24,7 @@ TASK_QUEUES = {
     "temper.control.alert_sweep": "control",
     "temper.rollout.drive_run": "rollout",
     "temper.train.drive_run": "train",
+    "temper.train.join_run": "train",
     "temper.verify.batch": "verify",
     "temper.verify.batch_long": "verify_long",
     "temper.verify.audit": "audit",

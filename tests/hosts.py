@@ -9,6 +9,11 @@ share: the database and the broker, reached through relays (a TCP port on the ho
 a Unix socket in the file system -> the service's real address, served by the test process), and
 the paths left visible to both (the store, ``TEMPER_STORE``).
 
+Hosts that must reach each other (a run's ranks spread over them) share a :class:`Network`: a
+bridge on the machine with no address of its own, and a network namespace per host joined to it
+by a veth pair, so host ``i`` is at ``10.77.0.<i>`` and its name resolves to that address on
+every host of the network (each gets its own ``/etc/hosts``), and still nothing else is reachable.
+
     python -m tests.hosts --name host-a --private /x/var --relay 5432=/s/pg.sock -- celery ...
 
 runs the command as host ``host-a`` (root only: namespaces need CAP_SYS_ADMIN).
@@ -69,14 +74,75 @@ class Relays:
         self._start(asyncio.start_server(_handler(lambda: asyncio.open_unix_connection(path)), "127.0.0.1", port))
 
 
-def host_command(name: str, cmd: list[str], *, private: list[Path], relays: dict[int, Path]) -> list[str]:
-    """The command line that runs ``cmd`` as simulated host ``name``."""
+class Network:
+    """Simulated hosts that reach each other: a bridge here and one named network namespace per
+    host, joined by a veth pair (the names carry this process's id, so tests in parallel never
+    share one). :meth:`close` removes them."""
+
+    SUBNET = "10.77.0"
+
+    def __init__(self, directory: Path) -> None:
+        self.tag = str(os.getpid() % 100_000)
+        self.bridge = f"tb{self.tag}"
+        self.directory = Path(directory)
+        self.hosts: dict[str, tuple[str, str]] = {}  # name -> (namespace, address)
+        self.links: list[str] = []
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("link", "set", self.bridge, "up")
+
+    def add(self, name: str) -> str:
+        """A host ``name`` on the network; returns its address."""
+        index = len(self.hosts) + 1
+        namespace, outside, inside = f"temper-{self.tag}-{name}", f"tv{self.tag}x{index}", f"tv{self.tag}y{index}"
+        address = f"{self.SUBNET}.{index}"
+        _ip("netns", "add", namespace)
+        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        _ip("link", "set", outside, "master", self.bridge)
+        _ip("link", "set", outside, "up")
+        _ip("link", "set", inside, "netns", namespace)
+        _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", inside)
+        _ip("-n", namespace, "link", "set", inside, "up")
+        _ip("-n", namespace, "link", "set", "lo", "up")
+        self.hosts[name] = (namespace, address)
+        self.links.append(outside)
+        return address
+
+    def etc_hosts(self) -> Path:
+        """The ``/etc/hosts`` every host of the network gets: localhost and each host's address."""
+        path = self.directory / "etc-hosts"
+        path.write_text("127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, (_, a) in self.hosts.items()))
+        return path
+
+    def namespace(self, name: str) -> str:
+        return self.hosts[name][0]
+
+    def close(self) -> None:
+        for link in self.links:
+            subprocess.run(["ip", "link", "delete", link], capture_output=True)
+        for namespace, _ in self.hosts.values():
+            subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def host_command(name: str, cmd: list[str], *, private: list[Path], relays: dict[int, Path],
+                 network: Network | None = None) -> list[str]:
+    """The command line that runs ``cmd`` as simulated host ``name`` (on ``network`` when given:
+    its namespace there and the network's ``/etc/hosts``; else a network of its own)."""
     args = [sys.executable, "-m", "tests.hosts", "--name", name]
     for path in private:
         args += ["--private", str(path)]
     for port, path in relays.items():
         args += ["--relay", f"{port}={path}"]
-    return ["unshare", "--mount", "--net", "--uts", "--fork", "--", *args, "--", *cmd]
+    if network is None:
+        return ["unshare", "--mount", "--net", "--uts", "--fork", "--", *args, "--", *cmd]
+    args += ["--etc-hosts", str(network.etc_hosts())]
+    return ["ip", "netns", "exec", network.namespace(name), "unshare", "--mount", "--uts", "--fork", "--", *args, "--", *cmd]
 
 
 def can_simulate_hosts() -> str:
@@ -93,11 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--private", action="append", default=[], help="a path that gets a private tmpfs")
     parser.add_argument("--relay", action="append", default=[], help="PORT=UNIX_SOCKET: 127.0.0.1:PORT here -> the socket")
+    parser.add_argument("--etc-hosts", default="", help="a file mounted over /etc/hosts")
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     socket.sethostname(args.name)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    if args.etc_hosts:
+        subprocess.run(["mount", "--bind", args.etc_hosts, "/etc/hosts"], check=True)
     for path in args.private:
         Path(path).mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", path], check=True)

@@ -242,6 +242,11 @@ class ParallelConfig:
     """Ranks the job runs on, launched with torchrun: rank 0 leads (samples, verifies, records), the
     rollout is split across all of them and the update is data parallel (gloo on CPU, NCCL on
     GPUs). A GPU run has one rank per GPU it is given, so with GPUs this is 1 or their number."""
+    hosts: int = _num(1, ge=1, le=64)
+    """Hosts the ranks are spread over, ``ranks / hosts`` on each (torchrun's nodes): the scheduler
+    gives the run that many train workers on different machines, the first one's rank 0 drives,
+    and the others' ranks join it at the address it publishes through the control plane (no
+    ``--standalone``). It must divide the ranks (on GPUs, the run's engines)."""
     collective_timeout_s: float = _num(600.0, ge=5, le=86_400)
     """Seconds a collective may wait, and a rank may go without a heartbeat, before the run is
     paused naming the rank, its host and its stage (it resumes from its last checkpoint)."""

@@ -462,10 +462,10 @@ def _world() -> int:
 
 def placement_errors(run: Run, world: int) -> list[tuple[str, str]]:
     """Defence in depth for a GPU run about to start on the devices the scheduler assigned: as
-    many devices as it asks, a whole number of engines of ``rollout.tensor_parallel_size`` of
-    them, and one rank per engine in this process group (the API checked the settings when the
+    many devices as it asks (on all of its hosts), a whole number of engines of
+    ``rollout.tensor_parallel_size`` of them, and one rank per engine in this process group (the API checked the settings when the
     run was saved; the row may have been written another way)."""
-    devices = list((run.placement or {}).get("devices") or [])
+    devices = [d for node in run.nodes for d in node["devices"]]
     per_rank = run.devices_per_rank
     problems = []
     if len(devices) != run.gpus:
@@ -485,8 +485,10 @@ def _record_ranks(run: Run, worker: str) -> None:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
     world, backend = dist.get_world_size(), dist.get_backend()
-    runs.run_event_record(run=run, kind="ranks", data={"world": world, "backend": backend, "worker": worker},
-                          message=f"the job runs on {world} ranks ({backend}), launched by torchrun on {worker}: rank 0 "
+    hosts = [node["worker"] for node in run.nodes] if len(run.nodes) > 1 else [worker]
+    where = f"on {worker}" if len(hosts) == 1 else f"on {len(hosts)} hosts ({', '.join(hosts)}; {world // len(hosts)} each)"
+    runs.run_event_record(run=run, kind="ranks", data={"world": world, "backend": backend, "worker": worker, "hosts": hosts},
+                          message=f"the job runs on {world} ranks ({backend}), launched by torchrun {where}: rank 0 "
                                   "drives and verifies, the rollout is split across the ranks, the update is data parallel")
 
 

@@ -12,6 +12,14 @@ database and the queues) and leads the others (``trainer/ranks.py``). Every laun
 with the one that started it (``PR_SET_PDEATHSIG``), so a killed worker leaves no driver or rank
 behind to fight the next one for the run's lease.
 
+A run spread over several hosts (``config.parallel.hosts``; the scheduler placed it on one train
+worker per host, ``Run.nodes``) is driven by its first node's worker: that worker takes a free
+port on its own address (:func:`host_address`), publishes the rendezvous through the control plane
+(a ``temper.train.join_run`` task to each other node's own queue, with its node rank, the address
+and the port) and starts node 0's ranks; each other worker starts its node's ranks, and torchrun's
+static rendezvous (a c10d store on the first host, no ``--standalone``) joins them into one
+process group, global rank 0 on the driver's host.
+
 Imports that wait for Django: ``python -m workers.launch`` starts before Django is set up, so
 lazy: django is set up in main(), lazy: controlplane.runs.models once it is, and
 lazy: workers.driver (it imports the models too) after that; lazy: trainer.ranks and
@@ -23,6 +31,7 @@ import argparse
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -54,16 +63,80 @@ def drive_on_devices(run_id: int, worker: str) -> str:
     placement = (run.placement or {}) if run is not None else {}
     if placement.get("worker") != worker:
         return f"not placed on {worker} (placement: {placement or 'none'})"
-    return drive_launched(run_id, worker, ranks=run.ranks,
-                          env={"CUDA_VISIBLE_DEVICES": visible_devices(placement),
-                               DEVICES_PER_RANK: str(run.devices_per_rank)})
+    nodes = run.nodes
+    env = {"CUDA_VISIBLE_DEVICES": visible_devices(placement), DEVICES_PER_RANK: str(run.devices_per_rank)}
+    if len(nodes) < 2:
+        return drive_launched(run_id, worker, ranks=run.ranks, env=env)
+    # lazy: Django is set up by then (the module starts before it; see above)
+    from controlplane import dispatch
+    from controlplane.scheduling.selectors import direct_queue
+
+    address = host_address()
+    master = f"{address}:{free_port(address)}"
+    for node_rank, node in enumerate(nodes[1:], start=1):
+        dispatch.send(JOIN_TASK, run_id, node_rank, master, queue=direct_queue(node["worker"]))
+    return drive_launched(run_id, worker, ranks=run.ranks // len(nodes), env=env, nodes=len(nodes), master=master)
 
 
-def drive_launched(run_id: int, worker: str, *, ranks: int, env: dict[str, str] | None = None) -> str:
-    """Drive run ``run_id`` in a launched process (``ranks`` > 1: torchrun's ranks), with ``env``
-    added to this process's environment; returns the driver's reason."""
+JOIN_TASK = "temper.train.join_run"
+
+
+def join_node(run_id: int, worker: str, node_rank: int, master: str) -> str:
+    """Start node ``node_rank`` of run ``run_id``'s ranks on this worker, joining the rendezvous
+    at ``master`` that its driving worker published; returns how they ended. A message that
+    outlived its placement (the run was placed anew) is left alone."""
+    from controlplane.runs.models import Run
+
+    run = Run.objects.filter(pk=run_id).only("placement", "gpus", "config").first()
+    nodes = run.nodes if run is not None else []
+    if not 0 < node_rank < len(nodes) or nodes[node_rank]["worker"] != worker:
+        return f"not node {node_rank} of run {run_id} on {worker} (placement: {run.placement if run else 'none'})"
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(int(d)) for d in nodes[node_rank]["devices"]),
+           DEVICES_PER_RANK: str(run.devices_per_rank)}
+    reason = drive_launched(run_id, worker, ranks=run.ranks // len(nodes), env=env, nodes=len(nodes),
+                            node_rank=node_rank, master=master)
+    return f"node {node_rank} of run {run_id}: {reason}"
+
+
+def host_address() -> str:
+    """The address other hosts reach this one at, for a rendezvous it leads: ``TEMPER_HOST_ADDRESS``
+    where set (a host with several networks names the one its ranks share), else what this
+    host's name resolves to, else the address of the interface of its default route."""
+    if address := os.environ.get("TEMPER_HOST_ADDRESS", "").strip():
+        return address
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        address = "127.0.0.1"
+    if not address.startswith("127."):
+        return address
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: sends nothing; picks the route's source address
+        return probe.getsockname()[0]
+    except OSError:
+        return address
+    finally:
+        probe.close()
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on ``address`` now (for the rendezvous store the first node's torchrun binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def drive_launched(run_id: int, worker: str, *, ranks: int, env: dict[str, str] | None = None, nodes: int = 1,
+                   node_rank: int = 0, master: str = "") -> str:
+    """Drive run ``run_id`` in a launched process (``ranks`` > 1 or ``nodes`` > 1: torchrun's
+    ``ranks`` on this host, node ``node_rank`` of ``nodes`` joined at ``master``), with ``env``
+    added to this process's environment; returns the driver's reason (a node other than the
+    first: how its ranks ended)."""
     cmd = [sys.executable, "-m", "workers.launch", str(run_id), "--worker", worker, "--parent", str(os.getpid()),
            "--ranks", str(ranks)]
+    if nodes > 1:
+        cmd += ["--nodes", str(nodes), "--node-rank", str(node_rank), "--master", master]
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     reason = ""
     for raw in proc.stdout:
@@ -73,16 +146,27 @@ def drive_launched(run_id: int, worker: str, *, ranks: int, env: dict[str, str] 
         else:
             sys.stdout.write(line)
     code = proc.wait()
+    if node_rank > 0:
+        return f"its ranks exited with {code}"
     return reason or f"the driver's process exited with {code} before saying why"
 
 
-def torchrun_command(run_id: int, worker: str, ranks: int) -> list[str]:
-    """The torchrun command line of a run's ranks (one node; a free port of its own).
+def torchrun_command(run_id: int, worker: str, ranks: int, nodes: int = 1, node_rank: int = 0, master: str = "") -> list[str]:
+    """The torchrun command line of a run's ranks on this host: one node with a free port of its
+    own, or node ``node_rank`` of ``nodes`` whose static rendezvous is the store at ``master``
+    (``address:port``, served by node 0's torchrun).
 
     >>> torchrun_command(7, "train@a", 2)[2:8]
     ['torch.distributed.run', '--standalone', '--nnodes', '1', '--nproc-per-node', '2']
+    >>> torchrun_command(7, "train@b", 1, 2, 1, "10.0.0.1:29400")[2:13]
+    ['torch.distributed.run', '--nnodes', '2', '--node-rank', '1', '--master-addr', '10.0.0.1', '--master-port', '29400', '--nproc-per-node', '1']
     """
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(ranks),
+    if nodes > 1:
+        address, _, port = master.rpartition(":")
+        where = ["--nnodes", str(nodes), "--node-rank", str(node_rank), "--master-addr", address, "--master-port", port]
+    else:
+        where = ["--standalone", "--nnodes", "1"]
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(ranks),
             "-m", "workers.launch", str(run_id), "--worker", worker, "--ranks", str(ranks)]
 
 
@@ -130,14 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_id", type=int)
     parser.add_argument("--worker", required=True, help="the Celery worker the run is placed on (its lease holder)")
     parser.add_argument("--parent", type=int, default=0, help="die with this process (the worker's pool process)")
-    parser.add_argument("--ranks", type=int, default=1, help="processes of the run's job (torchrun's ranks when above 1)")
+    parser.add_argument("--ranks", type=int, default=1, help="processes of the run's job on this host (torchrun's ranks when above 1)")
+    parser.add_argument("--nodes", type=int, default=1, help="hosts the run's ranks are spread over")
+    parser.add_argument("--node-rank", type=int, default=0, help="this host's place among them (0 drives)")
+    parser.add_argument("--master", default="", help="ADDRESS:PORT of the first host's rendezvous store")
     args = parser.parse_args(argv)
     if "LOCAL_RANK" in os.environ:  # started by torchrun: die with its agent
         _die_with(os.getppid())
     elif args.parent:
         _die_with(args.parent)
-    if args.ranks > 1 and "LOCAL_RANK" not in os.environ:
-        cmd = torchrun_command(args.run_id, args.worker, args.ranks)
+    if (args.ranks > 1 or args.nodes > 1) and "LOCAL_RANK" not in os.environ:
+        cmd = torchrun_command(args.run_id, args.worker, args.ranks, args.nodes, args.node_rank, args.master)
         os.execv(cmd[0], cmd)  # keeps PR_SET_PDEATHSIG: torchrun's agent dies with the task too
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     import django

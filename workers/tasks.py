@@ -15,7 +15,7 @@ from workers.domains import worker_name
 from workers.driver import drive
 from workers.evaluate import run_eval
 from workers.judge import shadow_run
-from workers.launch import drive_launched, drive_on_devices
+from workers.launch import JOIN_TASK, drive_launched, drive_on_devices, join_node
 
 
 @shared_task(name="temper.control.worker_sweep", queue="control", soft_time_limit=30, time_limit=60)
@@ -90,6 +90,15 @@ def train_drive_run(run_id: int) -> str:
     """Own one GPU run on the devices the scheduler assigned to this worker, in a process of its
     own with CUDA_VISIBLE_DEVICES set to them (workers/launch.py)."""
     return drive_on_devices(run_id, worker_name())
+
+
+@shared_task(name=JOIN_TASK, queue="train", acks_late=True, soft_time_limit=DRIVE_TIME_LIMIT_S,
+             time_limit=DRIVE_TIME_LIMIT_S + 300, ignore_result=True)
+def train_join_run(run_id: int, node_rank: int, master: str) -> str:
+    """Run node ``node_rank`` of a run spread over several hosts: this worker's share of its ranks,
+    joined to the rendezvous at ``master`` that the run's driving worker published (sent to this
+    worker's own queue; workers/launch.py)."""
+    return join_node(run_id, worker_name(), node_rank, master)
 
 
 @shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)

@@ -61,6 +61,9 @@ def gpu_request_errors(*, team: Team, gpus: int) -> list[FieldError]:
     return errors
 
 
+_HOSTS_DIVIDE = "the hosts must divide the ranks (each host runs as many)"
+
+
 def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list[FieldError]:
     """A GPU run has one rank per group of ``rollout.tensor_parallel_size`` GPUs (one per GPU by
     default): the tensor-parallel size divides ``gpus``, and ``config.parallel.ranks``, when set,
@@ -82,8 +85,18 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
     ["splits the run's 6 GPUs into engines of 4: it must divide the GPUs"]
     >>> [e.message for e in rank_errors(gpus=8, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"ranks": 8}})]
     ['a run with 8 GPUs and engines of 2 runs 4 ranks, one per engine: leave it out, or set 4']
+
+    Its ranks are spread evenly over ``config.parallel.hosts`` hosts:
+
+    >>> [e.message for e in rank_errors(gpus=0, config={"parallel": {"ranks": 3, "hosts": 2}}, cpu_slots=4)]
+    ['spreads 3 ranks over 2 hosts: the hosts must divide the ranks (each host runs as many)']
+    >>> [e.message for e in rank_errors(gpus=6, config={"rollout": {"tensor_parallel_size": 2}, "parallel": {"hosts": 2}})]
+    ['spreads 3 ranks (engines of 2 of its 6 GPUs) over 2 hosts: the hosts must divide the ranks (each host runs as many)']
+    >>> rank_errors(gpus=8, config={"parallel": {"hosts": 2}}), rank_errors(gpus=0, config={"parallel": {"ranks": 2, "hosts": 2}}, cpu_slots=2)
+    ([], [])
     """
     ranks, tp = whole_number_at(config, "parallel.ranks"), whole_number_at(config, "rollout.tensor_parallel_size") or 1
+    hosts = whole_number_at(config, "parallel.hosts") or 1
     if gpus > 0:
         if tp > 1 and gpus % tp:
             return [FieldError("config.rollout.tensor_parallel_size",
@@ -92,8 +105,13 @@ def rank_errors(*, gpus: int, config: Any, cpu_slots: int | None = None) -> list
         if ranks is not None and ranks not in (1, groups):
             how = f"{gpus} GPUs runs one rank per GPU" if tp == 1 else f"{gpus} GPUs and engines of {tp} runs {groups} ranks, one per engine"
             return [FieldError("config.parallel.ranks", f"a run with {how}: leave it out, or set {groups}")]
+        if groups % hosts:
+            what = f"{groups} ranks" + (f" (engines of {tp} of its {gpus} GPUs)" if tp > 1 else " (one per GPU)")
+            return [FieldError("config.parallel.hosts", f"spreads {what} over {hosts} hosts: {_HOSTS_DIVIDE}")]
         return []
     ranks = ranks if ranks is not None and ranks > 1 else 1
+    if ranks % hosts:
+        return [FieldError("config.parallel.hosts", f"spreads {ranks} rank{'s' if ranks > 1 else ''} over {hosts} hosts: {_HOSTS_DIVIDE}")]
     if ranks * tp <= 1:
         return []
     if cpu_slots is None:

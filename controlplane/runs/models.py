@@ -128,6 +128,22 @@ class Run(models.Model):
         return self._setting("parallel.ranks")
 
     @property
+    def hosts(self) -> int:
+        """The machines its ranks are spread over (``config.parallel.hosts``; checked to divide
+        the ranks when it was submitted), ``ranks // hosts`` on each."""
+        return self._setting("parallel.hosts")
+
+    @property
+    def nodes(self) -> list[dict]:
+        """Where its ranks run, one entry per host in node-rank order: ``{"worker", "devices"}``
+        from its placement (the scheduler's), the first being the driver's. A run placed on one
+        worker has one node; a CPU run left to any worker, none."""
+        placement = self.placement or {}
+        if placement.get("nodes"):
+            return list(placement["nodes"])
+        return [{"worker": placement["worker"], "devices": list(placement.get("devices") or [])}] if placement.get("worker") else []
+
+    @property
     def collective_timeout_s(self) -> float:
         """How long its ranks' collectives may wait, a silent rank may go unnamed and a broker
         outage may hold it: ``config.parallel.collective_timeout_s`` (checked when it was

@@ -11,6 +11,11 @@ Where the workers' GPUs are known (``hosts``: each live train worker's device in
 heartbeat), a GPU run is admitted only with concrete devices: all of its GPUs on one worker, none
 of them held by another running run. The worker with the fewest free devices that still fit is
 chosen (best fit keeps whole workers free for large runs), and its lowest free indices.
+
+A run spread over several hosts (``hosts`` above 1: torchrun's nodes) is placed on that many live
+train workers on different machines (the part of a worker's name after ``@``), each with its
+share of the run's GPUs free (best fit again); a CPU run of several hosts takes any such workers
+(``workers``: every live train worker, with or without GPUs). The first node's worker drives.
 """
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ class RunView:
     """Asked to checkpoint and pause already; its slots free up when it does."""
     placement: tuple[str, tuple[int, ...]] | None = None
     """The worker and the device indices a running GPU run holds (None: none assigned)."""
+    hosts: int = 1
+    """Machines its ranks are spread over, each with ``slots // hosts`` of its slots."""
+    nodes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Each worker and its device indices, for a running run placed on several hosts."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,8 @@ class Decision:
     pending: dict[int, dict] = field(default_factory=dict)
     """run id -> {position, binding, reason, numbers}."""
     placements: dict[int, dict] = field(default_factory=dict)
-    """admitted GPU run id -> {worker, devices} (only when the workers' devices are known)."""
+    """admitted GPU run id -> {worker, devices} (only when the workers' devices are known); a run
+    of several hosts also has ``nodes``: [{worker, devices}, ...], the first being ``worker``."""
 
 
 def schedule(
@@ -63,8 +73,10 @@ def schedule(
     now: float,
     min_run_s: float,
     hosts: dict[str, tuple[int, ...]] | None = None,
+    workers: dict[str, tuple[int, ...]] | None = None,
 ) -> Decision:
-    """``hosts``: each live train worker's device indices; None leaves devices out (pools only)."""
+    """``hosts``: each live train worker's device indices; None leaves devices out (pools only).
+    ``workers``: every live train worker (with its devices, maybe none), for runs of several hosts."""
     decision = Decision()
     free_devices = None if hosts is None else _free_devices(hosts, running)
     used = {pool: 0 for pool in capacity}
@@ -110,7 +122,16 @@ def schedule(
             continue
         free = cap - used.get(run.pool, 0)
         if run.slots <= free:
-            if run.pool != "cpu" and free_devices is not None:
+            if run.hosts > 1:
+                gpu = run.pool != "cpu"
+                pick_from = (free_devices or {}) if gpu else {w: [] for w in (workers or {})}
+                placed = _place_nodes(pick_from, run.hosts, run.slots // run.hosts if gpu else 0)
+                if placed is None:
+                    machines = len({_machine(w) for w in pick_from})
+                    decision.pending[run.id] = _pending(position, "hosts", _no_hosts(pick_from, run, gpu), machines, run.hosts)
+                    continue
+                decision.placements[run.id] = placed
+            elif run.pool != "cpu" and free_devices is not None:
                 placed = _place(free_devices, run.slots)
                 if placed is None:
                     decision.pending[run.id] = _pending(position, "devices", _no_devices(free_devices, hosts, run.slots),
@@ -155,8 +176,8 @@ def _free_devices(hosts: dict[str, tuple[int, ...]], running: list[RunView]) -> 
     """Each worker's device indices that no running run holds."""
     held: dict[str, set[int]] = {}
     for r in running:
-        if r.placement is not None:
-            held.setdefault(r.placement[0], set()).update(r.placement[1])
+        for worker, devices in r.nodes or ((r.placement,) if r.placement is not None else ()):
+            held.setdefault(worker, set()).update(devices)
     return {w: sorted(set(devices) - held.get(w, set())) for w, devices in hosts.items()}
 
 
@@ -176,6 +197,53 @@ def _place(free: dict[str, list[int]], n: int) -> dict | None:
     worker = fits[0][1]
     taken, free[worker] = free[worker][:n], free[worker][n:]
     return {"worker": worker, "devices": taken}
+
+
+def _machine(worker: str) -> str:
+    """The machine a Celery worker runs on: its name's part after ``@`` (the whole name without)."""
+    return worker.rpartition("@")[2]
+
+
+def _place_nodes(free: dict[str, list[int]], hosts: int, each: int) -> dict | None:
+    """Take ``each`` devices on each of ``hosts`` workers on different machines (per machine its
+    best-fitting worker, then the best-fitting machines, then names) out of ``free``; None when
+    fewer machines have that many free. ``each`` 0 takes any worker (a CPU run).
+
+    >>> free = {"t@a": [0, 1], "t@b": [0, 1, 2, 3], "u@b": [4, 5], "t@c": [7]}
+    >>> _place_nodes(free, 2, 2)
+    {'worker': 't@a', 'devices': [0, 1], 'nodes': [{'worker': 't@a', 'devices': [0, 1]}, {'worker': 'u@b', 'devices': [4, 5]}]}
+    >>> _place_nodes(free, 2, 2), _place_nodes({"x@m": [], "y@m": []}, 2, 0)
+    (None, None)
+    >>> _place_nodes({"x@m": [], "y@n": []}, 2, 0)["nodes"]
+    [{'worker': 'x@m', 'devices': []}, {'worker': 'y@n', 'devices': []}]
+    """
+    best: dict[str, tuple[int, str]] = {}
+    for worker, devices in free.items():
+        if len(devices) >= each:
+            machine = _machine(worker)
+            best[machine] = min(best.get(machine, (len(devices), worker)), (len(devices), worker))
+    chosen = sorted(best.values())[:hosts]
+    if len(chosen) < hosts:
+        return None
+    nodes = []
+    for _, worker in chosen:
+        taken, free[worker] = free[worker][:each], free[worker][each:]
+        nodes.append({"worker": worker, "devices": taken})
+    return {"worker": nodes[0]["worker"], "devices": nodes[0]["devices"], "nodes": nodes}
+
+
+def _no_hosts(free: dict[str, list[int]], run: RunView, gpu: bool) -> str:
+    """Why a run of several hosts cannot be placed now: the machines with a live train worker
+    (and, for GPUs, their most free devices)."""
+    machines: dict[str, int] = {}
+    for worker, devices in free.items():
+        machines[_machine(worker)] = max(machines.get(_machine(worker), 0), len(devices))
+    if gpu:
+        each = ", ".join(f"{m} {n} free" for m, n in sorted(machines.items())[:8]) or "none"
+        return (f"asks {run.hosts} hosts with {run.slots // run.hosts} free GPU(s) each; machines with a live train "
+                f"worker: {each}")
+    return (f"asks {run.hosts} hosts; live train workers (with their own queue) run on {len(machines)} machine(s)"
+            + (f" ({', '.join(sorted(machines)[:8])})" if machines else ""))
 
 
 def _no_devices(free: dict[str, list[int]], hosts: dict[str, tuple[int, ...]], n: int) -> str:

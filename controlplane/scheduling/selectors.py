@@ -74,20 +74,24 @@ def _queue_char(c: str) -> str:
     return f"_{ord(c):02x}" if ord(c) < 256 else f"_u{ord(c):06x}"
 
 
-def train_hosts(*, now: datetime | None = None) -> dict[str, tuple[int, ...]]:
+def train_workers(*, now: datetime | None = None) -> dict[str, tuple[int, ...]]:
     """Each live worker that serves the train queue and its own direct queue -> the indices of the
-    GPUs its heartbeat reports (workers/devices.py); workers without GPUs are left out."""
+    GPUs its heartbeat reports (workers/devices.py; empty for a worker without GPUs). A run
+    spread over several hosts (``config.parallel.hosts``) is placed on these."""
     cutoff = (now or timezone.now()) - timedelta(seconds=worker_stale_s())
-    hosts = {}
+    workers = {}
     for worker, queues, meta in WorkerHeartbeat.objects.filter(last_seen__gte=cutoff).values_list("worker", "queues", "meta"):
         queues = queues or []
         devices = (meta or {}).get("devices") if isinstance(meta, dict) else None
         if TRAIN_QUEUE not in queues or direct_queue(worker) not in queues or not isinstance(devices, list):
             continue
-        indices = tuple(sorted({d["index"] for d in devices if isinstance(d, dict) and isinstance(d.get("index"), int)}))
-        if indices:
-            hosts[worker] = indices
-    return hosts
+        workers[worker] = tuple(sorted({d["index"] for d in devices if isinstance(d, dict) and isinstance(d.get("index"), int)}))
+    return workers
+
+
+def train_hosts(*, now: datetime | None = None) -> dict[str, tuple[int, ...]]:
+    """:func:`train_workers` with GPUs: each one's device indices."""
+    return {worker: devices for worker, devices in train_workers(now=now).items() if devices}
 
 
 SCHEDULER_LATE_PERIODS = 3

@@ -20,7 +20,7 @@ from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_sy
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
-from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_hosts
+from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_workers
 from trainer.config import ceiling_map_errors
 
 TEAM_QUOTA_SCHEMA = {
@@ -144,20 +144,40 @@ def _capacity() -> dict[str, int]:
 
 
 def _view(run, started):
-    placed = (run.placement or {}) if run.gpus > 0 else {}
+    placed = (run.placement or {}) if run.gpus > 0 or run.hosts > 1 else {}
+    nodes = tuple((n["worker"], tuple(n["devices"])) for n in run.nodes) if run.hosts > 1 and placed else ()
     return RunView(
         id=run.id, team=run.team.slug, priority=run.priority, pool="train_gpu" if run.gpus > 0 else "cpu",
         slots=run.slots, queued_at=(run.queued_at or run.created_at).timestamp(),
         started_at=started.timestamp() if started else None, preempting=run.preempt_requested,
         placement=(placed["worker"], tuple(placed["devices"])) if placed.get("worker") else None,
+        hosts=run.hosts, nodes=nodes,
     )
 
 
 def drive_task(run: Run) -> tuple[str, str | None]:
-    """The task that drives ``run`` and the queue to send it to: a GPU run's goes to the train
-    queue of the worker holding its devices (``Run.placement``), a CPU run's to the rollout queue."""
-    worker = (run.placement or {}).get("worker") if run.gpus > 0 else None
+    """The task that drives ``run`` and the queue to send it to: a placed run's (a GPU run, or one
+    spread over several hosts) goes to the train queue of its first node's worker
+    (``Run.placement``), which starts the other nodes; a CPU run's to the rollout queue."""
+    worker = (run.placement or {}).get("worker") if run.gpus > 0 or run.hosts > 1 else None
     return (TRAIN_DRIVE_TASK, direct_queue(worker)) if worker else (DRIVE_TASK, None)
+
+
+def placement_words(placement: dict) -> str:
+    """Where an admitted run was placed, for its ``admitted`` event.
+
+    >>> placement_words({"worker": "t@a", "devices": [0, 1]})
+    ' on t@a, GPUs 0,1'
+    >>> placement_words({"worker": "t@a", "devices": [], "nodes": [{"worker": "t@a", "devices": []}, {"worker": "t@b", "devices": []}]})
+    ' on 2 hosts: t@a (drives); t@b'
+    """
+    def node(n: dict) -> str:
+        return n["worker"] + (f", GPUs {','.join(map(str, n['devices']))}" if n.get("devices") else "")
+
+    nodes = placement.get("nodes") or []
+    if len(nodes) > 1:
+        return f" on {len(nodes)} hosts: " + "; ".join(node(n) + (" (drives)" if i == 0 else "") for i, n in enumerate(nodes))
+    return f" on {node(placement)}" if placement.get("worker") else ""
 
 
 @transaction.atomic
@@ -182,11 +202,12 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     admitted = dict(RunEvent.objects.filter(run__in=[r for r in runs if r.state == RunState.RUNNING], kind="admitted")
                     .order_by("run_id", "at").values_list("run_id", "at"))
     started = {r.id: admitted.get(r.id) or r.started_at for r in runs}
+    workers = train_workers(now=now)
     decision = schedule(
         queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED],
         running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],
         capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s() if min_run is None else min_run,
-        hosts=train_hosts(now=now),
+        hosts={w: d for w, d in workers.items() if d}, workers=workers,
     )
     by_id = {r.id: r for r in runs}
     for run_id in decision.admit:
@@ -196,8 +217,7 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         run.driver, run.driver_seen_at = "", None
         run.placement = decision.placements.get(run_id, {})
         run.save()
-        where = (f" on {run.placement['worker']}, GPUs {','.join(map(str, run.placement['devices']))}"
-                 if run.placement else "")
+        where = placement_words(run.placement) if run.placement else ""
         RunEvent.objects.create(run=run, kind="admitted", message=f"admitted (priority {run.priority}){where}",
                                 data={"placement": run.placement} if run.placement else {})
         task, queue = drive_task(run)
@@ -251,8 +271,9 @@ def _recover(run: Run, now, service: QueueService) -> None:
     if direct and not service.served(direct):
         worker = run.placement["worker"]
         run_pause_system(run=run, worker=run.driver, cause="devices_lost", wait_for_queue=TRAIN_QUEUE,
-                         message=f"paused at step {run.current_step}: {worker}, which holds its GPUs, is gone; it is "
-                                 "queued again for new GPUs from its last checkpoint when a train worker is live",
+                         message=f"paused at step {run.current_step}: {worker}, which "
+                                 f"{'holds its GPUs' if run.gpus > 0 else 'leads its hosts'}, is gone; it is queued again "
+                                 "to be placed anew from its last checkpoint when a train worker is live",
                          data={"queue": direct, "previous_driver": run.driver, "placement": run.placement})
         return
     if not service.served(queue):
