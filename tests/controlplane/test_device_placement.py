@@ -216,6 +216,9 @@ def test_the_driver_refuses_devices_that_do_not_fit_the_runs_settings(gpu_team):
     (0, {"rollout": {"engine": "vllm", "tensor_parallel_size": 8}}, {}, "config.rollout.tensor_parallel_size",
      "engines of 8 tensor-parallel workers, one CPU slot each (8); the cpu pools hold 4"),
     (4, {"parallel": {"ranks": 3}}, {}, "config.parallel.ranks", "leave it out, or set 4"),
+    (6, {"parallel": {"hosts": 4}}, {}, "config.parallel.hosts", "spreads 6 ranks (one per GPU) over 4 hosts"),
+    (0, {"parallel": {"ranks": 3, "hosts": 2}}, {}, "config.parallel.hosts", "spreads 3 ranks over 2 hosts"),
+    (0, {"parallel": {"ranks": 2, "hosts": 0}}, {}, "config.parallel.hosts", "at least 1"),
 ])
 def test_submission_refuses_ranks_and_engines_the_gpus_cannot_hold(gpu_team, gpus, config, extra, field, words):
     from django.core.management import call_command
@@ -230,6 +233,7 @@ def test_submission_refuses_ranks_and_engines_the_gpus_cannot_hold(gpu_team, gpu
         run_create(actor=actor, data=factories.run_payload(["builtin-addition"], team="acme", gpus=gpus, config=config,
                                                            **extra))
     assert any(e.path == field and words in e.message for e in refused.value.errors), refused.value.errors
+    assert not Run.objects.exists()  # nothing is saved
 
 
 @pytest.mark.parametrize("worker", ["train@vm", "demo@my-host.local", "gpu_1@node3", "a@b c", "w@hôte", "x@\U0001f600"])

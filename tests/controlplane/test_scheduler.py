@@ -111,3 +111,24 @@ def test_random_arrivals_finish_without_preemption_loops(arrivals, capacity, tea
     assert all(s == "done" for s in state.values()), f"not every admitted run finished: {state}"
     for times in preempted_at.values():
         assert all(b - a >= min_run for a, b in zip(times, times[1:]))
+
+
+def test_a_run_of_several_hosts_is_placed_on_as_many_machines_or_waits_naming_them():
+    cpu = RunView(id=1, team="a", priority=50, pool="cpu", slots=2, hosts=2)
+    one_machine = {"t@m": (), "u@m": ()}
+    d = schedule(queued=[cpu], running=[], capacity={"cpu": 4}, quotas=Q, now=0, min_run_s=60, hosts={}, workers=one_machine)
+    assert d.admit == [] and d.pending[1]["binding"] == "hosts"
+    assert "asks 2 hosts; live train workers (with their own queue) run on 1 machine(s) (m)" in d.pending[1]["reason"]
+    d = schedule(queued=[cpu], running=[], capacity={"cpu": 4}, quotas=Q, now=0, min_run_s=60, hosts={},
+                 workers={**one_machine, "t@n": ()})
+    assert d.admit == [1] and [n["worker"] for n in d.placements[1]["nodes"]] == ["t@m", "t@n"]
+    # GPUs: each host gives its share, and what a running run of several hosts holds on each is not free.
+    gpus = {"g@m": (0, 1), "g@n": (0, 1), "g@o": (0, 1, 2, 3)}
+    holder = RunView(id=2, team="b", priority=50, pool="train_gpu", slots=2, started_at=0, hosts=2,
+                     placement=("g@m", (0,)), nodes=(("g@m", (0,)), ("g@n", (0,))))
+    run = RunView(id=3, team="a", priority=50, pool="train_gpu", slots=4, hosts=2)
+    d = schedule(queued=[run], running=[holder], capacity={"train_gpu": 8}, quotas=Q, now=0, min_run_s=60,
+                 hosts=gpus, workers=gpus)
+    assert d.pending[3]["binding"] == "hosts" and "m 1 free, n 1 free, o 4 free" in d.pending[3]["reason"]
+    d = schedule(queued=[run], running=[], capacity={"train_gpu": 8}, quotas=Q, now=0, min_run_s=60, hosts=gpus, workers=gpus)
+    assert d.placements[3]["nodes"] == [{"worker": "g@m", "devices": [0, 1]}, {"worker": "g@n", "devices": [0, 1]}]
