@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
-import time
 from typing import Any, Callable
 
 from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from workers.outage import Hold, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -90,67 +90,30 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, SEND_ERRORS) or (isinstance(exc, RuntimeError) and isinstance(exc.__cause__, SEND_ERRORS))
 
 
-class BrokerUnreachable(RuntimeError):
+class BrokerUnreachable(Unreachable):
     """Sends have failed for longer than the run may hold: the cause and for how long."""
 
-    def __init__(self, waited_s: float, hold_s: float, cause: BaseException):
-        super().__init__(f"the broker has been unreachable for {waited_s:.0f} s (the run holds for "
-                         f"parallel.collective_timeout_s = {hold_s:g} s): {cause}")
-        self.waited_s, self.hold_s, self.cause = waited_s, hold_s, cause
+    service = "broker"
 
 
-class HeldSend:
-    """A driver's ``send(name, args)`` that holds the run through a broker outage: a send the broker
-    refuses is tried again, backing off from 0.5 s to 5 s, for up to ``hold_s`` seconds since the
-    outage began, then raises :class:`BrokerUnreachable`. ``on_wait(note)`` hears the outage begin
-    and go on (a sentence for the "Waiting on" panel) and end (``None``). Several threads may send
-    at once (a run verifies each domain on a thread of its own); the outage is one for all."""
+class HeldSend(Hold):
+    """A driver's ``send(name, args)`` that holds the run through a broker outage (workers/outage.py):
+    a send the broker refuses is tried again, backing off from 0.5 s to 5 s, for up to ``hold_s``
+    seconds since the outage began, then raises :class:`BrokerUnreachable`. ``on_wait(note)`` hears
+    the outage begin and go on (a sentence for the "Waiting on" panel) and end (``None``). Several
+    threads may send at once (a run verifies each domain on a thread of its own); the outage is
+    one for all."""
 
-    def __init__(self, send: Callable[[str, tuple], Any], *, hold_s: float,
-                 on_wait: Callable[[str | None], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
-        self.send, self.hold_s, self.on_wait = send, hold_s, on_wait
-        self.clock, self.sleep = clock, sleep
-        self.since: float | None = None
-        """When the current outage began (by ``clock``), None while the broker answers."""
-        self.outages = 0
-        self._lock = threading.Lock()
+    service = "broker"
+    retried = "sends are retried"
+    unreachable_error = BrokerUnreachable
+
+    def __init__(self, send: Callable[[str, tuple], Any], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.send = send
+
+    def is_outage(self, exc: BaseException) -> bool:
+        return unreachable(exc)
 
     def __call__(self, name: str, args: tuple) -> Any:
-        delay = 0.5
-        while True:
-            try:
-                result = self.send(name, args)
-            except (*SEND_ERRORS, RuntimeError) as exc:
-                if not unreachable(exc):
-                    raise
-                waited = self._failed(exc)
-                if waited >= self.hold_s:
-                    raise BrokerUnreachable(waited, self.hold_s, exc) from exc
-                self.sleep(min(delay, self.hold_s - waited))
-                delay = min(delay * 2, 5.0)
-                continue
-            self._answered()
-            return result
-
-    def _failed(self, exc: BaseException) -> float:
-        with self._lock:
-            now = self.clock()
-            if self.since is None:
-                self.since = now
-                self.outages += 1
-                log.warning("the broker refused a send (%s); holding the run for up to %g s", exc, self.hold_s)
-            waited = now - self.since
-        if self.on_wait is not None:
-            self.on_wait(f"the broker is unreachable ({str(exc).strip()[:200]}): sends are retried; "
-                         f"{waited:.0f} s of at most {self.hold_s:g} s")
-        return waited
-
-    def _answered(self) -> None:
-        with self._lock:
-            if self.since is None:
-                return
-            log.warning("the broker answers again after %.1f s", self.clock() - self.since)
-            self.since = None
-        if self.on_wait is not None:
-            self.on_wait(None)
+        return self.call(self.send, name, args)

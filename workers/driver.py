@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.db import close_old_connections
 
 from controlplane import dispatch
@@ -42,10 +44,10 @@ from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import MetricPoint, Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains, run_quarantined_domains, run_weights
-from controlplane.scheduling.selectors import QueueService, queue_service
+from controlplane.scheduling.selectors import QueueService, queue_service, worker_stale_s
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
-from workers import broker
+from workers import broker, outage
 from workers import lanes as lanes_
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
@@ -266,6 +268,9 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
     # A broker outage holds the run (sends retried with backoff, the panel says so) for up to the
     # run's collective timeout; a longer one pauses it (BrokerUnreachable, below).
     send = broker.HeldSend(send, hold_s=run.collective_timeout_s, on_wait=inflight.block)
+    # So does a database outage: the step loop's reads and writes of the run's rows are retried
+    # the same way (each is safe to run again); a longer one pauses it (DatabaseUnreachable, below).
+    db = outage.HeldDatabase(hold_s=run.collective_timeout_s, on_wait=inflight.block)
     versions = {pin.slug: pin.version for pin in pins}
     queues = QueueWatch()
     needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs
@@ -303,7 +308,7 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
 
     def checkpoint() -> None:
         if saved["step"] != job.step_count:
-            _checkpoint(job, run)
+            _checkpoint(job, run, db)
             saved["step"] = job.step_count
     try:
         register_data_domains(pins)
@@ -352,34 +357,37 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
             periodic_eval(job, run, 0)  # the base model's point of the eval curves
         started = time.monotonic()
         while job.step_count < run.budget_steps:
-            run = runs.run_heartbeat(run_id=run.id, worker=worker)
+            run = db(runs.run_heartbeat, run_id=run.id, worker=worker)
             if run.state == RunState.CANCELLED:
-                runs.run_finish(run=run, worker=worker, state=RunState.CANCELLED)
+                db(runs.run_finish, run=run, worker=worker, state=RunState.CANCELLED)
                 return "cancelled"
             if run.state == RunState.PAUSED or run.preempt_requested:
                 checkpoint()
-                runs.run_park(run=run, worker=worker)
+                db(runs.run_park, run=run, worker=worker)
                 return "preempted" if run.preempt_requested else "paused"
-            weights, caps = _apply_weights(job, run, weights, live, quarantine.quarantined)
-            missing = queues.unserved(needs, [d for d, w in weights.items() if w > 0 and d not in quarantine.quarantined])
+            weights, caps = db(_apply_weights, job, run, weights, live, quarantine.quarantined)
+            missing = db(queues.unserved, needs, [d for d, w in weights.items() if w > 0 and d not in quarantine.quarantined])
+            if missing and db.ended_within(worker_stale_s()):
+                # The workers' heartbeats stopped with the database: they look silent until their next beat.
+                missing = []
             if missing:
                 checkpoint()
                 _pause_unserved(run, worker, queues.service, missing)
                 return f"paused (no live worker on queue {', '.join(missing)})"
             inflight.set_phase("step")
-            _inflight(run.id, worker, inflight)
+            db(_inflight, run.id, worker, inflight)
             wall0, cpu0 = time.monotonic(), time.process_time()
             metrics = job.step()
             used = step_usage(job.last_generated, job.last_trained, wall_s=time.monotonic() - wall0,
                               cpu_s=time.process_time() - cpu0, gpus=run.gpus)
             latencies = step_latencies(job.last_generated)
             metrics.update(latency_metrics(latencies))
-            _observe_lanes(run, lanes, {d: v for d, v in latencies.items() if d in sandboxed}, job.step_count)
+            db(_observe_lanes, run, lanes, {d: v for d, v in latencies.items() if d in sandboxed}, job.step_count)
             metrics.update({f"verify/{d}/long_lane": float(lane(d) is not None) for d in sandboxed})
             unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
                                  and (NO_WORKER in t.verification.details or LOST in t.verification.details))
             for slug, bad, seen in quarantine.observe(without_unanswered(metrics, unanswered), list(weights)):
-                runs.run_event_record(run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
+                db(runs.run_event_record, run=run, kind="quarantine", data={"domain": slug, "infra": bad, "samples": seen, "step": job.step_count},
                                         message=f"domain {slug} quarantined: {bad:.0f} of its last {seen:.0f} verifications "
                                                 f"were infrastructure errors; its samples stop, the run goes on")
                 _apply_quarantine(job, weights, caps, quarantine.quarantined)
@@ -389,14 +397,13 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
             tokens = int(sum(s.get("tokens", 0) for s in collected.get("samples", [])))
             counts, examples = watch.tampering_counts(job.last_generated)
             metrics.update(watch.tampering_metrics(counts))
-            runs.run_record_step(run=run, worker=worker, step=step, metrics=metrics,
-                                    samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens,
-                                    usage=used)
-            watch.run_watch_tampering(run=run, step=step, counts=counts, examples=examples)
+            db(runs.run_record_step, run=run, worker=worker, step=step, metrics=metrics,
+               samples=collected.get("samples", []), verifier_versions=versions, tokens=tokens, usage=used)
+            db(watch.run_watch_tampering, run=run, step=step, counts=counts, examples=examples)
             if eval_every and step % eval_every == 0:
-                periodic_eval(job, run, step)
-                watch.run_watch_heldout(run=run, step=step)
-            _alerts(run, step)
+                db(periodic_eval, job, run, step)
+                db(watch.run_watch_heldout, run=run, step=step)
+            db(_alerts, run, step)
             if step % every == 0:
                 checkpoint()
             if stuck := silent.observe(job.last_generated):
@@ -408,19 +415,24 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
             if run.budget_tokens and run.tokens_used >= run.budget_tokens:
                 break
         checkpoint()  # the last step's, unless the loop just saved it
-        runs.run_finish(run=run, worker=worker, state=RunState.COMPLETED)
+        db(runs.run_finish, run=run, worker=worker, state=RunState.COMPLETED)
         return "completed"
     except runs.LeaseLost as exc:
         log.warning("run %s: %s; stopping", run_id, exc)
         return "lease lost"
-    except (broker.BrokerUnreachable, CheckpointWriteError) as exc:  # outside the run: it pauses
+    except (outage.Unreachable, CheckpointWriteError) as exc:  # outside the run: it pauses
         log.error("run %s: %s", run_id, exc)
-        unreachable = isinstance(exc, broker.BrokerUnreachable)
+        unreachable = isinstance(exc, outage.Unreachable)
+        if isinstance(exc, outage.DatabaseUnreachable):
+            # Its pause is a row too: wait for the database (the lease lapses meanwhile, so a
+            # scheduler that sees it first resumes the run from its checkpoint instead).
+            log.error("run %s: waiting for the database to record the pause", run_id)
+            db.wait_until_back()
         try:
-            (_pause_broker if unreachable else _pause_storage)(run, worker, exc)
+            (_pause_outside if unreachable else _pause_storage)(run, worker, exc)
         except runs.LeaseLost:
-            pass
-        return "paused (broker unreachable)" if unreachable else "paused (storage error)"
+            return "lease lost"
+        return f"paused ({exc.service} unreachable)" if unreachable else "paused (storage error)"
     except Exception as exc:  # noqa: BLE001 - the run fails with the reason; the worker lives on
         lost = ranks.lost_rank(wait_s=4 * ranks.heartbeat_interval()) if ranks.leading() and ranks.is_collective_error(exc) else None
         if lost is not None:  # a rank died under a collective: the run pauses, it does not fail
@@ -525,9 +537,13 @@ def _observe_lanes(run: Run, lanes, latencies: dict[str, list[float]], step: int
 
 def _alerts(run: Run, step: int) -> None:
     """Evaluate the run's alert rules on what its steps wrote (controlplane/alerts): a rule whose
-    condition holds at this step fires now. A fault here is logged; it never stops the run."""
+    condition holds at this step fires now. A fault here is logged; it never stops the run. A
+    database outage is not such a fault: it is raised, for the driver's hold to retry the step's
+    alerts once the database is back."""
     try:
         alerts.alerts_after_step(run=run, step=step)
+    except (DatabaseOperationalError, DatabaseInterfaceError):
+        raise
     except Exception:  # noqa: BLE001 - alerting is a side channel of the run, not part of it
         log.exception("run %s: alert evaluation at step %s failed", run.id, step)
 
@@ -594,11 +610,12 @@ def latency_metrics(latencies: dict[str, list[float]]) -> dict[str, float]:
     return out
 
 
-def _checkpoint(job, run: Run) -> None:
+def _checkpoint(job, run: Run, db: outage.Hold) -> None:
     """Save the job's checkpoint, then record it: a checkpoint row only ever names a complete
-    directory (a write the storage refuses raises CheckpointWriteError and records nothing)."""
+    directory (a write the storage refuses raises CheckpointWriteError and records nothing). The
+    record goes through ``db`` (a database outage holds it, the directory is not written again)."""
     path = job.save_checkpoint(checkpoint_root(run.id) / f"step-{job.step_count}")
-    runs.run_record_checkpoint(run=run, step=job.step_count, path=str(path))
+    db(runs.run_record_checkpoint, run=run, step=job.step_count, path=str(path))
 
 
 def _pause_storage(run: Run, worker: str, exc) -> None:
@@ -630,14 +647,15 @@ def _pause_lost_rank(run: Run, worker: str, lost, how: str) -> str:
     return f"paused ({lost.describe()})"
 
 
-def _pause_broker(run: Run, worker: str, exc) -> None:
-    """The broker stayed unreachable for longer than the run holds: the run pauses, naming it, and
-    resumes from its last checkpoint when started again (its step in progress is done again)."""
+def _pause_outside(run: Run, worker: str, exc: outage.Unreachable) -> None:
+    """A service the run needs (the broker, the database) stayed unreachable for longer than the
+    run holds: the run pauses, naming it, and resumes from its last checkpoint when started again
+    (its step in progress is done again)."""
     run = Run.objects.get(pk=run.pk)
     intact = runs.latest_checkpoint(run)
     where = (f"it resumes from its last checkpoint, step {intact.step}," if intact is not None
              else "it restarts from step 0 (no checkpoint yet)")
-    runs.run_pause_system(run=run, worker=worker, cause="broker",
+    runs.run_pause_system(run=run, worker=worker, cause=exc.service,
                           message=f"paused at step {run.current_step}: {exc}; {where} when started again",
                           data={"waited_s": round(exc.waited_s, 1), "hold_s": exc.hold_s, "error": str(exc.cause)[:500]})
 
