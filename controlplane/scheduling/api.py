@@ -10,7 +10,7 @@ from ninja import Router, Schema
 from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, body_doc, json_object
 from controlplane.scheduling import services
-from controlplane.scheduling.selectors import scheduler_status
+from controlplane.scheduling.selectors import gpu_quota_note, scheduler_status
 from controlplane.scheduling.models import TeamQuota
 
 router = Router(tags=["accounts"])
@@ -22,11 +22,14 @@ class QuotaOut(Schema):
     max_concurrent_runs: int
     ceilings: dict[str, float]
     """Trainer setting path or size -> the most this team's runs may use (below the global bounds)."""
+    warnings: list[dict[str, str]] = []
+    """What of the quota cannot be used as set (``max_gpus`` with no GPU pool, or more than the pools hold)."""
 
 
 def _quota_out(quota: TeamQuota) -> dict:
+    note = gpu_quota_note(quota.max_gpus)
     return {"team": quota.team.slug, "max_gpus": quota.max_gpus, "max_concurrent_runs": quota.max_concurrent_runs,
-            "ceilings": dict(quota.ceilings)}
+            "ceilings": dict(quota.ceilings), "warnings": [{"path": "max_gpus", "message": note}] if note else []}
 
 
 @router.get("/teams/{slug}/quota", response={200: QuotaOut, **ERRORS})

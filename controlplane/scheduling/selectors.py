@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.scheduling.models import SchedulerTick, WorkerHeartbeat
+from controlplane.scheduling.models import PoolKind, ResourcePool, SchedulerTick, WorkerHeartbeat
 
 
 def worker_stale_s() -> float:
@@ -152,3 +152,24 @@ def lanes_view(*, now: datetime | None = None) -> list[dict]:
     live = list(WorkerHeartbeat.objects.filter(last_seen__gte=cutoff).values_list("worker", "queues"))
     return [{"queue": q, "what": what, "workers": sorted(w for w, queues in live if q in (queues or [])),
              "backlog": queue_backlog(q)} for q, what in LANE_QUEUES]
+
+
+def gpu_quota_note(max_gpus: int, *, gpu_slots: int | None = None) -> str:
+    """Why a team's quota of ``max_gpus`` cannot all be used ("" when it can): no GPU pool to draw
+    from, or pools that hold fewer GPUs than it (``gpu_slots``: their capacity, read when None).
+
+    >>> gpu_quota_note(4, gpu_slots=0)
+    'no GPU pool exists (kind train_gpu): a quota of 4 GPUs has nothing to draw from until a platform admin adds one'
+    >>> gpu_quota_note(4, gpu_slots=2), gpu_quota_note(2, gpu_slots=2), gpu_quota_note(0, gpu_slots=0)
+    ('the GPU pools hold 2 GPUs: at most 2 of this quota of 4 can be used at once', '', '')
+    """
+    if max_gpus <= 0:
+        return ""
+    if gpu_slots is None:
+        gpu_slots = sum(ResourcePool.objects.filter(kind=PoolKind.TRAIN_GPU).values_list("capacity", flat=True))
+    if gpu_slots <= 0:
+        return (f"no GPU pool exists (kind train_gpu): a quota of {max_gpus} GPUs has nothing to draw from until a "
+                "platform admin adds one")
+    if gpu_slots < max_gpus:
+        return f"the GPU pools hold {gpu_slots} GPUs: at most {gpu_slots} of this quota of {max_gpus} can be used at once"
+    return ""

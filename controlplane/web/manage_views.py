@@ -25,6 +25,7 @@ from controlplane.registry import selectors as registry_selectors
 from controlplane.registry import services as registry_services
 from controlplane.scheduling import services as scheduling_services
 from controlplane.scheduling.models import PoolKind, ResourcePool, TeamQuota
+from controlplane.scheduling.selectors import gpu_quota_note
 
 MAX_CEILING_LINES = 200
 
@@ -94,6 +95,7 @@ def _int_field(data, name: str, errors: list[FieldError]) -> int | None:
 
 def _team_rows(teams: list[Team]) -> list[dict]:
     quotas = {q.team_id: q for q in TeamQuota.objects.filter(team__in=teams)}
+    gpu_slots = sum(ResourcePool.objects.filter(kind=PoolKind.TRAIN_GPU).values_list("capacity", flat=True))
     members: dict[int, list[Membership]] = {}
     for m in Membership.objects.filter(team__in=teams).select_related("user").order_by("user__username"):
         members.setdefault(m.team_id, []).append(m)
@@ -101,6 +103,7 @@ def _team_rows(teams: list[Team]) -> list[dict]:
     for team in teams:
         quota = quotas.get(team.id) or TeamQuota(team=team)
         rows.append({"team": team, "quota": quota, "ceilings": ceilings_text(quota.ceilings),
+                     "gpu_note": gpu_quota_note(quota.max_gpus, gpu_slots=gpu_slots),
                      "members": members.get(team.id, []), "errors": {}, "values": {}})
     return rows
 
@@ -191,12 +194,14 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
         if errors:  # with every other problem of the form, not one at a time
             raise InvalidInput(errors + schema_errors(changes, scheduling_services.TEAM_QUOTA_SCHEMA, "quota")
                                if changes else errors)
-        scheduling_services.team_quota_set(actor=actor, team=team, changes=changes)
+        quota = scheduling_services.team_quota_set(actor=actor, team=team, changes=changes)
     except InvalidInput as exc:
         return _render(request, actor, status=422, team_errors={slug: ("quota", _by_field(exc, "quota"), values)})
     except ServiceError as exc:
         return _refused(request, exc)
     messages.success(request, f"Quota of {slug} saved.")
+    if note := gpu_quota_note(quota.max_gpus):
+        messages.warning(request, f"Quota of {slug}: {note}.")
     return HttpResponseRedirect(reverse("manage") + f"#team-{slug}")
 
 

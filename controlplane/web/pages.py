@@ -176,8 +176,8 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
     now = timezone.now()
     workers = list(WorkerHeartbeat.objects.filter(last_seen__gte=now - timedelta(minutes=5)).order_by("worker"))
     # Which run holds each GPU the workers report (another team's run only as that).
-    held = {(r.placement["worker"], d): (f"run #{r.id}" if r.team_id in actor.roles else "another team's run")
-            for r in running if r.gpus > 0 and (r.placement or {}).get("worker") for d in r.placement.get("devices", [])}
+    held = {(node["worker"], d): (f"run #{r.id}" if r.team_id in actor.roles else "another team's run")
+            for r in running if r.gpus > 0 for node in r.nodes for d in node["devices"]}
     for w in workers:
         w.device_rows = [{**d, "held_by": held.get((w.worker, d.get("index")), "")}
                          for d in (w.meta or {}).get("devices") or [] if isinstance(d, dict)]

@@ -79,6 +79,32 @@ def test_quota_errors_all_at_once_beside_their_fields(world):
     assert AuditLog.objects.filter(action="quota.set", team=world.other).count() == 1
 
 
+def test_a_gpu_quota_with_no_gpu_pool_to_draw_from_is_saved_with_a_warning(world):
+    """A quota of 4 GPUs where no train_gpu pool exists is saved (a pool may come later), and the
+    page, the API and the CLI say it cannot be used; with a pool of 2 they say how much can."""
+    import io
+
+    from django.core.management import call_command
+
+    c = client_for(world.staff)
+    r = c.post("/manage/teams/globex/quota/", {"max_gpus": "4", "max_concurrent_runs": "3", "ceilings": ""}, follow=True)
+    page = r.content.decode()
+    assert TeamQuota.objects.get(team=world.other).max_gpus == 4
+    assert "Quota of globex: no GPU pool exists (kind train_gpu): a quota of 4 GPUs has nothing to draw from" in page
+    assert 'data-testid="quota-gpu-warning"' in page and 'class="flash warn"' in page
+    api = c.get("/api/teams/globex/quota").json()
+    assert api["warnings"] == [{"path": "max_gpus", "message": "no GPU pool exists (kind train_gpu): a quota of 4 GPUs "
+                                "has nothing to draw from until a platform admin adds one"}]
+    ResourcePool.objects.create(name="gpus", kind="train_gpu", capacity=2)
+    assert "at most 2 of this quota of 4 can be used at once" in c.get("/manage/").content.decode()
+    out = io.StringIO()
+    call_command("temper", "--user", world.staff.username, "quota", "show", "globex", stdout=out)
+    assert "warning: the GPU pools hold 2 GPUs" in out.getvalue()
+    ResourcePool.objects.filter(name="gpus").update(capacity=8)
+    assert 'data-testid="quota-gpu-warning"' not in c.get("/manage/").content.decode()
+    assert c.get("/api/teams/globex/quota").json()["warnings"] == []
+
+
 @pytest.mark.parametrize("text, message", [("a", "expected 'path = number'"), ("a = nan", "not a finite number"),
                                            ("a = 1\na = 2", "set twice"), ("= 3", "expected")])
 def test_parse_ceilings_names_the_line(text, message):

@@ -46,7 +46,9 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
     ``die_after`` (the leader SIGKILLs itself after that step, before its checkpoint),
     ``mark`` (a file the leader writes after ``mark_after`` steps), ``lost`` (a file the leader's
     watchdog writes when a rank is lost: the time and the rank, host and stage; then it ends),
-    ``steps`` (instead of ``STEPS``), ``verify_s`` (seconds each verification call takes).
+    ``steps`` (instead of ``STEPS``), ``verify_s`` (seconds each verification call takes),
+    ``verify`` ``"domain"`` (the domains' own verifiers instead of :func:`alternate`),
+    ``reward_key`` (a metric recorded at every step, e.g. ``reward/builtin-addition``).
 
     ``led``: rank 0 leads and the others follow (trainer/ranks.py: the rollout is split over the
     ranks, each sampling its share); else every rank runs the whole job on the same samples, so
@@ -68,21 +70,28 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
             follow()
             continue
         verify = alternate
+        if case.get("verify") == "domain":
+            from trainer import catalogue
+            from trainer.job import verify_inline
+
+            verify = verify_inline({slug: catalogue.get(slug) for slug in case["config"]["domains"]})
         if case.get("verify_s"):  # verification that takes a while (remote workers, sandboxes)
-            def verify(items, wait=case["verify_s"]):
+            def verify(items, wait=case["verify_s"], inner=verify):
                 time.sleep(wait)
-                return alternate(items)
+                return inner(items)
         job = Job.resume(case["resume"], verify_batch=verify) if case.get("resume") else \
             Job(case["config"], verify_batch=verify)
         if case.get("lost"):
             ranks.on_rank_lost(lambda lost, path=case["lost"]: _report_lost(path, lost))
-        lrs, losses, step_s = [], [], []
+        lrs, losses, step_s, rewards = [], [], [], []
         try:
             while job.step_count < case.get("steps", STEPS):
                 metrics = job.step()
                 lrs.append(metrics.get("optim/lr"))
                 losses.append(metrics.get("loss/policy"))
                 step_s.append(metrics.get("stage/step_s"))
+                if case.get("reward_key"):
+                    rewards.append(metrics.get(case["reward_key"]))
                 if case.get("mark") and job.step_count == case["mark_after"]:
                     with open(case["mark"], "w") as f:
                         json.dump({"pids": ranks_pids()}, f)
@@ -90,10 +99,11 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
                     os.kill(os.getpid(), signal.SIGKILL)
                 if case.get("every"):
                     job.save_checkpoint(os.path.join(case["every"], f"step-{job.step_count}"))
-            job.save_checkpoint(case["final"])
+            if case.get("final"):
+                job.save_checkpoint(case["final"])
         finally:
             job.close()
-        results.append({"lrs": lrs, "losses": losses, "step_s": step_s})
+        results.append({"lrs": lrs, "losses": losses, "step_s": step_s, "rewards": rewards})
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)

@@ -2,6 +2,7 @@
 suite and the demo run. Safe to run again."""
 from __future__ import annotations
 
+import io
 import secrets
 from pathlib import Path
 
@@ -100,12 +101,9 @@ class Command(BaseCommand):
         call_command("domains", "sync", stdout=self.stdout)
         if not opts["no_run"] and not Run.objects.filter(team=team).exists():
             run = self._demo_run(user, team)
-            self.stdout.write(f"demo run {run.id} queued: the tiny model trains on addition, reversal and parity; "
-                              f"its checkpoints are evaluated on the suite {DEMO_SUITE['slug']} "
-                              f"(compare them at /registry/compare/?run={run.id})")
+            self.stdout.write(demo_run_message(run))
             judged = self._judged_run(user, team, run.base_model)
-            self.stdout.write(f"judged run {judged.id} queued: the MiniLM similarity judge scores its answers on "
-                              f"{JUDGED_DOMAIN}; sample them for review at /review/ once it has trained")
+            self.stdout.write(judged_run_message(judged, team))
         self.stdout.write(self.style.SUCCESS(f"demo admin: username {username}  password {password}"))
 
     def _judged_run(self, user, team, base_model: str) -> Run:
@@ -122,10 +120,39 @@ class Command(BaseCommand):
         return demo_run(user=user, team=team, model_dir=model_dir)
 
 
+def _names(slugs) -> str:
+    """Domains as a sentence names them.
+
+    >>> _names(["builtin-addition", "builtin-reversal", "builtin-sorting"])
+    'addition, reversal and sorting'
+    """
+    names = [slug.removeprefix("builtin-") for slug in slugs]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def demo_run_message(run: Run) -> str:
+    """What the demo run does, from its own settings."""
+    domains = [rd.domain.slug for rd in run.run_domains.select_related("domain").order_by("id")] or list(DEMO_DOMAINS)
+    return (f"demo run {run.id} queued: the tiny model is made a weak base by SFT, then trains {run.budget_steps} GRPO "
+            f"steps on {_names(domains)}, each domain moving up a level as it passes; its checkpoints are evaluated "
+            f"on the suite {DEMO_SUITE['slug']} (compare them at /registry/compare/?run={run.id})")
+
+
+def judged_run_message(run: Run, team: Team) -> str:
+    """What the judged run does and, in the order a reviewer takes them, the review steps after it."""
+    judge = f"{team.slug}-similarity"
+    return (f"judged run {run.id} queued: {run.budget_steps} steps on {JUDGED_DOMAIN}, whose answers the judge {judge} "
+            f"scores. Once it has completed (/runs/{run.id}/): 1. sample a review queue at /review/ (domain "
+            f"{JUDGED_DOMAIN}, judge {judge}; or `manage.py review queues create {team.slug} domain={JUDGED_DOMAIN} "
+            f"judge={judge} name=first strategy=stratified size=40`), 2. label its items (keys p or 1 pass, f or 0 fail, u undoes), "
+            f"3. read the judge's agreement and calibration on the queue's page")
+
+
 def judged_run(*, user, team: Team, base_model: str, stdout=None) -> Run:
-    """The review demo's judge and domain (``review demo setup``), then a short run on the domain
-    from ``base_model`` (the demo's tiny model, SFT'd on the domain's references first)."""
-    call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=stdout)
+    """The review demo's judge and domain (``review demo setup``, its own instructions left out:
+    the demo starts the run they ask for), then a short run on the domain from ``base_model`` (the
+    demo's tiny model, SFT'd on the domain's references first)."""
+    call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=io.StringIO())
     actor = Principal.for_user(user)
     run = run_create(actor=actor, data={
         "team": team.slug, "name": "demo: judged capitals (for review)", "base_model": base_model,

@@ -25,6 +25,7 @@ from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
 from controlplane.runs.ceilings import team_ceilings
 from controlplane.scheduling.models import TeamQuota
+from controlplane.scheduling.selectors import gpu_quota_note
 from controlplane.scheduling.services import team_quota_set
 
 
@@ -245,5 +246,7 @@ class Command(ServiceCommand):
 
     def _quota_out(self, q):
         self.out(f"{q.team.slug}: {q.max_gpus} GPUs, {q.max_concurrent_runs} concurrent runs")
+        if note := gpu_quota_note(q.max_gpus):
+            self.out(f"warning: {note}")
         if q.ceilings:
             self.out(table(sorted(q.ceilings.items()), ["ceiling", "at most"]))
