@@ -26,6 +26,9 @@ class AuditSummaryOut(Schema):
 
     version: int
     state: str
+    tone: str
+    """The badge's colour: ok (nothing fails), warn (gold answers failing, or a re-audit open),
+    unsafe, overridden, failed, waiting (pending or running), none."""
     label: str
     blocks: bool
     overridden: bool

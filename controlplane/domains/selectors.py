@@ -106,11 +106,34 @@ class AuditSummary:
         return (self.false_negatives_gold or 0) > 0
 
     @property
+    def tone(self) -> str:
+        """The badge's colour, by what the audit found: ``ok`` (green) only when nothing fails and no
+        re-audit is open; ``warn`` for failing golds (a too-strict verifier) or an open re-audit;
+        ``unsafe``, ``overridden`` and ``failed`` their own; ``waiting`` for pending and running;
+        ``none`` never audited.
+
+        >>> AuditSummary(version=1, state="clean", false_negatives_gold=0).tone
+        'ok'
+        >>> AuditSummary(version=1, state="clean", false_negatives_gold=12).tone, AuditSummary(version=1, state="pending").tone
+        ('warn', 'waiting')
+        """
+        if self.state == "clean":
+            return "warn" if self.warning or self.rerun_open else "ok"
+        return {"pending": "waiting", "running": "waiting"}.get(self.state, self.state)
+
+    @property
     def label(self) -> str:
+        """The badge's words.
+
+        >>> AuditSummary(version=1, state="clean", false_positives=0, false_negatives_gold=12).label
+        'no false positives · 12 gold failing'
+        >>> AuditSummary(version=1, state="clean", false_positives=0, false_negatives_gold=0).label
+        'audited clean'
+        """
         fp = self.false_positives or 0
         text = {
             "none": "not audited", "pending": "audit pending", "running": "audit running", "failed": "audit failed",
-            "clean": "audited clean",
+            "clean": "no false positives" if self.warning else "audited clean",
             "unsafe": f"{fp} false positive{'s' if fp != 1 else ''}",
             "overridden": f"overridden ({fp} false positive{'s' if fp != 1 else ''})",
         }[self.state]
@@ -121,7 +144,8 @@ class AuditSummary:
         return text
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "blocks": self.blocks, "warning": self.warning, "rerun_open": self.rerun_open, "label": self.label}
+        return {**asdict(self), "blocks": self.blocks, "warning": self.warning, "rerun_open": self.rerun_open,
+                "tone": self.tone, "label": self.label}
 
     @classmethod
     def build(cls, *, version: int, latest: dict | None, decisive: dict | None, overridden: bool) -> "AuditSummary":

@@ -501,3 +501,19 @@ def test_run_form_marks_unsafe_and_pending_domains(world):
     assert audits["addition"]["blocks"] and audits["addition"]["classes"] == ["hedge"] and audits["addition"]["version"] == 1
     assert audits["parity"]["state"] == "pending" and not audits["parity"]["blocks"]
     assert audits["acme-private"]["state"] == "none"
+
+
+def test_a_badge_is_green_only_when_nothing_fails(world):
+    """An audit with no false positive but 12 gold answers failing is not "audited clean" in
+    green: its badge has its own colour and words, on the domains page, the domain's page and the
+    API; a clean audit is green; a pending one is neither."""
+    c = client_for(world.users["viewer"])
+    audited(world.domain, report(gold_failing=12))
+    audited(world.domain2, report())
+    listing, detail = c.get("/domains/").content.decode(), c.get("/domains/addition/").content.decode()
+    api = c.get("/api/domains/addition").json()["audit"]
+    assert api["state"] == "clean" and api["tone"] == "warn" and api["label"] == "no false positives · 12 gold failing"
+    assert 'class="badge audit-warn" data-tone="warn" data-testid="audit-addition">no false positives · 12 gold failing' in listing
+    assert 'class="badge audit-ok" data-tone="ok" data-testid="audit-parity">audited clean' in listing
+    assert 'data-tone="warn"' in detail and "audit-ok" not in detail
+    assert c.get("/api/domains/acme-private").json()["audit"]["tone"] == "none"

@@ -36,12 +36,12 @@
   // A version whose audit found false positives (not overridden) cannot be pinned: the server
   // refuses it with the error at `domains.<slug>`; the form says so as soon as it is picked.
   const bySlug = new Map(data.domains.map((d) => [d.slug, d]));
-  const MARKED = new Set(["unsafe", "pending", "running", "failed", "overridden"]);
+  const MARKED = new Set(["unsafe", "waiting", "failed", "overridden", "warn"]);
 
   function auditBadge(d) {
     const a = d.audit;
-    if (!a || !MARKED.has(a.state)) return null;
-    return el("span", { class: `badge audit-${a.state}`, "data-testid": `audit-${d.slug}`, title: auditNote(d), text: a.label });
+    if (!a || !MARKED.has(a.tone)) return null;
+    return el("span", { class: `badge audit-${a.tone}`, "data-testid": `audit-${d.slug}`, title: auditNote(d), text: a.label });
   }
 
   function auditNote(d) {
@@ -55,6 +55,7 @@
     if (a.state === "pending" || a.state === "running") return `v${a.version}: verifier audit ${a.state} (does not block)`;
     if (a.state === "failed") return `v${a.version}: the verifier audit failed to run (does not block)`;
     if (a.state === "overridden") return `v${a.version}: audit overridden by an admin (${n} false positive${n === 1 ? "" : "s"})`;
+    if (a.warning) return `v${a.version}: ${a.false_negatives_gold} gold answer(s) fail its verifier (too strict; does not block)`;
     return "";
   }
 
