@@ -28,6 +28,7 @@ from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
 from controlplane.registry import selectors as registry_selectors
 from controlplane.runs import selectors as run_selectors
+from controlplane.runs import usage
 from controlplane.runs.models import RunState
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
@@ -120,6 +121,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     eval_source = registry_selectors.eval_source(run)
     suite_domains = [i["domain"] for i in eval_source["items"]] if eval_source and eval_source["kind"] == "suite" else []
     return render(request, "runs/detail.html", {
+        "usage": usage.run_usage(run),  # the card is whole on first render, running or finished
         "eval_source": eval_source,
         "warnings": run_selectors.run_warnings(run=run),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,

@@ -142,9 +142,13 @@ def test_a_running_runs_projection(world):
     assert 'data-testid="usage-projection"' in card and "90 steps" in card
     page = client_for(world.users["viewer"]).get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="usage"' in page and 'data-live="1"' in page
+    # Filled on the first render: the totals of the ten steps, not an empty card waiting for a refresh.
+    assert '<td data-field="generated_tokens">5000</td>' in page and 'data-testid="usage-projection"' in page
 
     Run.objects.filter(pk=run.pk).update(state="completed")
     assert client_for(world.users["viewer"]).get(f"/api/runs/{run.id}/usage").json()["projection"] is None
+    finished = client_for(world.users["viewer"]).get(f"/runs/{run.id}/").content.decode()
+    assert '<td data-field="generated_tokens">5000</td>' in finished and 'data-live="1"' not in finished
 
 
 def test_another_teams_run_usage_is_not_found(world):
