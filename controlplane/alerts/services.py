@@ -355,17 +355,25 @@ def _metric(rule: AlertRule, run: Run, key: str, step: int) -> list[AlertFiring]
 def _by_level(run: Run, new: list[tuple[int, float, str]], *, since: int) -> list[list[float] | None]:
     """A domain metric's new values split where the domain's curriculum level changed (a None
     between the runs of values): a harder level lowers the reward by design, so a drop rule starts
-    its EMA and best afresh there instead of calling it a collapse."""
+    its EMA and best afresh there instead of calling it a collapse.
+
+    The split is at the first step whose batch was sampled at the new level. The level is recorded
+    on the step at whose end the sampler moved it, so the next batch sampled is the first at the
+    new level: the step after, or ``rollout.staleness`` steps later still when batches are
+    generated ahead (the batch trained at step S+1 was sampled while step S ran)."""
     domain = new[-1][2]
-    levels = dict(MetricPoint.objects.filter(run=run, key=f"sampler/level/{domain}", step__gte=since,
-                                             step__lte=new[-1][0]).values_list("step", "value")) if domain else {}
+    if not domain:
+        return [[v for _, v, _ in new]]
+    lag = 1 + max(run.staleness or 0, 0)
+    levels = list(MetricPoint.objects.filter(run=run, key=f"sampler/level/{domain}", step__gte=since - lag,
+                                             step__lte=new[-1][0]).order_by("step").values_list("step", "value"))
+    starts = {step_ + lag for (_, before), (step_, level) in zip(levels, levels[1:]) if level != before}
     out: list[list[float] | None] = [[]]
-    previous = levels.get(since)
     for step_, value, _ in new:
-        level = levels.get(step_)
-        if level is not None and previous is not None and level != previous:
+        if step_ in starts and out[-1]:
             out += [None, []]
-        previous = level if level is not None else previous
+        elif step_ in starts:  # the first new value of this call starts the new level: still a new baseline
+            out = [None, []]
         out[-1].append(value)
     return out
 

@@ -129,27 +129,53 @@ def test_a_firing_stays_quiet_until_resolved_then_fires_again(quiet, sent):
     assert firings[0].resolved_step is not None and 10 < firings[0].resolved_step <= 18 and firings[1].resolved_at is None
 
 
-def test_a_curriculum_level_up_is_a_new_baseline_not_a_collapse(quiet, sent):
-    """A domain moved to a harder level earns less by design: the drop rule starts afresh there,
-    and still fires on a collapse within the level."""
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_curriculum_level_up_is_a_new_baseline_not_a_collapse(quiet, sent, staleness):
+    """A domain moved to a harder level earns less by design: the drop rule starts afresh at the
+    first step sampled at the new level, and still fires on a collapse within the level. The
+    demo's own pattern: the level is recorded on the step at whose end it changed (step 6 here),
+    and the reward falls from the first batch sampled after it (step 7, or 8 when batches are
+    generated one step ahead)."""
     run = running(quiet.team)
+    Run.objects.filter(pk=run.pk).update(staleness=staleness)
+    run.refresh_from_db()
     rule(quiet.team, metric="reward/*")
     key, level_key = "reward/builtin-parity", "sampler/level/builtin-parity"
-    # level 0 solved, then level 1 at a third of it (no alert), then a collapse within level 1
-    series = [(0, 0.9)] * 6 + [(1, 0.3)] * 6 + [(1, 0.7)] * 6 + [(1, 0.05)] * 6
+    first_new = 7 + staleness
+    levels = [0] * 5 + [1] * 19
+    rewards = [0.9] * (first_new - 1) + [0.3] * 6 + [0.7] * 6 + [0.05] * (25 - first_new - 12)
     fired = []
-    for n, (level, v) in enumerate(series, start=1):
+    for n, (level, v) in enumerate(zip(levels, rewards), start=1):
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
                                          MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
         if services.alerts_after_step(run=run, step=n):
             fired.append(n)
-    assert len(fired) == 1 and fired[0] > 18, fired
+    assert len(fired) == 1 and fired[0] > first_new + 11, fired  # the collapse within level 1, nothing at the level-up
     # The same series without the level change is a collapse at the level-up.
-    other = running(quiet.team, name="no-curriculum")
-    fired = [n for n, (_, v) in enumerate(series, start=1)
+    other = running(quiet.team, name=f"no-curriculum-{staleness}")
+    fired = [n for n, v in enumerate(rewards, start=1)
              if MetricPoint.objects.create(run=other, step=n, key=key, domain="builtin-parity", value=v)
              and services.alerts_after_step(run=other, step=n)]
-    assert fired and fired[0] <= 12
+    assert fired and fired[0] <= first_new + 5
+
+
+def test_a_drop_before_the_first_step_at_a_new_level_is_a_collapse(quiet, sent):
+    """The split is no licence to drop: rewards that fall while the batches are still sampled at
+    the old level fire the rule, even with a level change recorded soon after."""
+    run = running(quiet.team)
+    rule(quiet.team, metric="reward/*")
+    key, level_key = "reward/builtin-parity", "sampler/level/builtin-parity"
+    # The level is recorded changed at step 8 (its batches from step 9 at the new level), while the
+    # reward already fell at step 7: a drop within level 0 as the rule sees it, which it reports.
+    levels = [0] * 7 + [1] * 10
+    rewards = [0.9] * 6 + [0.2] * 11
+    fired = []
+    for n, (level, v) in enumerate(zip(levels, rewards), start=1):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
+                                         MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
+        if services.alerts_after_step(run=run, step=n):
+            fired.append(n)
+    assert fired and fired[0] <= 9, fired
 
 
 def test_above_below_and_globs_watch_each_matching_key(quiet, sent):
