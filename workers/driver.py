@@ -356,6 +356,7 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
         if eval_every and ckpt is None:
             periodic_eval(job, run, 0)  # the base model's point of the eval curves
         started = time.monotonic()
+        levels = dict(job.sampler.levels)
         while job.step_count < run.budget_steps:
             run = db(runs.run_heartbeat, run_id=run.id, worker=worker)
             if run.state == RunState.CANCELLED:
@@ -383,6 +384,11 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
             latencies = step_latencies(job.last_generated)
             metrics.update(latency_metrics(latencies))
             db(_observe_lanes, run, lanes, {d: v for d, v in latencies.items() if d in sandboxed}, job.step_count)
+            for slug, before, after in level_changes(levels, job.sampler.levels):
+                db(runs.run_event_record, run=run, kind="level", message=level_message(slug, before, after, job.step_count, run.staleness),
+                   data={"domain": slug, "from": before, "to": after, "recorded_step": job.step_count,
+                         "step": job.step_count + 1 + run.staleness})
+            levels = dict(job.sampler.levels)
             metrics.update({f"verify/{d}/long_lane": float(lane(d) is not None) for d in sandboxed})
             unanswered = Counter(t.task.domain for t in job.last_generated if t.verification is not None
                                  and (NO_WORKER in t.verification.details or LOST in t.verification.details))
@@ -533,6 +539,27 @@ def _observe_lanes(run: Run, lanes, latencies: dict[str, list[float]], step: int
         runs.run_event_record(run=run, kind="lane", data={"domain": slug, "from": before, "to": after, "step": step, "p95_s": p95},
                               message=f"domain {slug} moves to the {after} verification lane: its p95 is {p95:.2f} s "
                                       f"(long from {lanes.long_s:g} s)")
+
+
+def level_changes(before: dict[str, int], after: dict[str, int]) -> list[tuple[str, int, int]]:
+    """Each domain whose curriculum level moved at this step: (slug, from, to).
+
+    >>> level_changes({"a": 0, "b": 1}, {"a": 1, "b": 1, "c": 0})
+    [('a', 0, 1)]
+    """
+    return [(slug, before.get(slug, 0), level) for slug, level in after.items() if level != before.get(slug, 0)]
+
+
+def level_message(slug: str, before: int, after: int, step: int, staleness: int) -> str:
+    """The ``level`` event's words: what moved, and from which step its batches are sampled at it.
+
+    >>> level_message("builtin-sorting", 0, 1, 40, 0)
+    'builtin-sorting moved up to curriculum level 1 after step 40 (it passed level 0): its batches from step 41 are harder, so its reward drops there by design'
+    """
+    way = "up" if after > before else "down"
+    return (f"{slug} moved {way} to curriculum level {after} after step {step} (it passed level {before}): its batches "
+            f"from step {step + 1 + staleness} are {'harder' if after > before else 'easier'}, so its reward "
+            f"{'drops' if after > before else 'rises'} there by design")
 
 
 def _alerts(run: Run, step: int) -> None:

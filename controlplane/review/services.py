@@ -480,6 +480,8 @@ def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
 
     rows = [t for t in Trajectory.objects.filter(run__team=team, domain=domain.slug, judge_version=config.pk)
             .exclude(outcome__in=INFRA_OUTCOMES).order_by("id")[:MAX_POPULATION] if _judged(t) is not None]
+    if not rows:
+        raise InvalidInput.one("domain", _nothing_to_sample(team, domain, judge, config))
     details = [_judged(t) for t in rows]
     references = [str(d.get("judge_reference", "") or "") for d in details]
     scores = np.asarray([float(d["judge_score"]) for d in details])
@@ -510,6 +512,9 @@ def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
         threshold = float(data.get("threshold", 0.5))
         draws = sampling.sample_poisson(sampling.low_confidence_weights(sampling.confidence_of(scores, threshold)), size, rng) if rows else []
 
+    if not len(draws):
+        raise InvalidInput.one("strategy", f"{strategy} sampling drew no item from the {len(rows)} judged trajectories "
+                                           f"of {domain.slug} (size {size}); try another strategy or a larger size")
     queue = ReviewQueue(
         team=team, domain=domain, judge_config=config, name=data["name"], strategy=strategy,
         params={"size": size, "seed": seed, "compare_to": compare_to, "added_per_class": added,
@@ -531,6 +536,25 @@ def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
     audit_record(actor=actor, obj=queue, action="review_queue.create", team=team,
                  after={"domain": domain.slug, "judge": str(config), "strategy": strategy, "items": len(draws), "population": len(rows)})
     return queue
+
+
+def _nothing_to_sample(team: Team, domain: Domain, judge: Judge, config) -> str:
+    """Why a queue of ``domain`` judged by ``config`` would be empty, and what to do instead."""
+    of_team = Trajectory.objects.filter(run__team=team, domain=domain.slug)
+    if not of_team.exists():
+        return (f"nothing to sample: no run of team {team.slug} has trajectories of {domain.slug} yet (a queue samples "
+                f"the judged answers of the team's runs; start a run on {domain.slug} and let it train)")
+    versions = sorted(set(judge.versions.filter(pk__in=of_team.exclude(judge_version__isnull=True)
+                                                .values("judge_version")).values_list("version", flat=True)))
+    if versions and config.version not in versions:
+        return (f"nothing to sample: {domain.slug}'s trajectories were judged by version(s) "
+                f"{', '.join(f'v{v}' for v in versions)} of {judge.slug}, none by v{config.version} (set version)")
+    judged = of_team.filter(judge_version=config.pk)
+    if judged.exists():
+        return (f"nothing to sample: every one of the {judged.count()} trajectories of {domain.slug} judged by "
+                f"{judge.slug} v{config.version} was an infrastructure error, with no judge score")
+    return (f"nothing to sample: {of_team.count()} trajectories of {domain.slug}, none judged by {judge.slug} (its "
+            f"verifier does not use this judge, or its runs did not get to judging yet)")
 
 
 def _open_items(queue: ReviewQueue, now):

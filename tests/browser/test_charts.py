@@ -26,7 +26,8 @@ def _run_with_curves(world):
                         started_at=t0)
     d = world.domain.slug
     values = {f"reward/{d}": lambda s: s / STEPS, f"pass_rate/{d}": lambda s: s / (2 * STEPS),
-              "perf/tokens_per_s": lambda s: 2000.0 + s, "perf/completions_per_s": lambda s: 40.0 + s / 10}
+              "perf/tokens_per_s": lambda s: 2000.0 + s, "perf/completions_per_s": lambda s: 40.0 + s / 10,
+              f"sampler/level/{d}": lambda s: 0.0 if s < 24 else 1.0}
     points = [MetricPoint(run=run, step=s, domain=d if "/" + d in key else "", key=key, value=f(s),
                           time=t0 + timedelta(seconds=6 * s))
               for key, f in values.items() for s in range(STEPS)]
@@ -35,6 +36,10 @@ def _run_with_curves(world):
     for kind, step in (("checkpoint", 20), ("paused", 30), ("weights_applied", 35), ("alert", 40)):
         RunEvent.objects.create(run=run, kind=kind, message=f"{kind} at step {step}", data={"step": step},
                                 at=t0 + timedelta(seconds=6 * step))
+    # The curriculum moved the domain up after step 24: its batches from step 25 are at level 1.
+    RunEvent.objects.create(run=run, kind="level", message=f"{d} moved up to curriculum level 1 after step 24",
+                            data={"domain": d, "from": 0, "to": 1, "recorded_step": 24, "step": 25},
+                            at=t0 + timedelta(seconds=6 * 24))
     return run
 
 
@@ -53,7 +58,15 @@ def test_charts_zoom_together_mark_events_switch_axes_and_export(server, browser
     # Events are lines on every chart, at their steps.
     page.wait_for_function("() => (document.getElementById('chart-pass').layout.shapes || []).length >= 4")
     shapes = _chart(page, "chart-reward", "c.layout.shapes.map((s) => [s.name, s.x0])")
-    assert {("checkpoint", 20), ("paused", 30), ("weights_applied", 35), ("alert", 40)} <= {tuple(s) for s in shapes}
+    assert {("checkpoint", 20), ("paused", 30), ("weights_applied", 35), ("alert", 40), ("level", 25)} <= {tuple(s) for s in shapes}
+    # Labels say what happened in words (a level change names its domain and level), at staggered heights.
+    labels = dict(_chart(page, "chart-reward", "c.layout.shapes.map((s) => [s.name, s.label.text])"))
+    assert labels["level"] == f"{world.domain.slug} L1" and labels["weights_applied"] == "weights applied"
+    assert len(set(_chart(page, "chart-reward", "c.layout.shapes.map((s) => s.y1)"))) > 1
+    # The per-domain level chart: a step line from level 0 to 1 at step 24.
+    page.wait_for_function("() => Number(document.getElementById('chart-level').dataset.points || 0) > 0")
+    level = _chart(page, "chart-level", "c.data.filter((t) => t.showlegend !== false).map((t) => [t.line.shape, t.y[0], t.y[t.y.length - 1]])")
+    assert level == [["hv", 0, 1]]
     page.uncheck("[data-testid=show-events]")
     page.wait_for_function("() => document.getElementById('chart-reward').layout.shapes.length === 0")
     page.check("[data-testid=show-events]")

@@ -387,3 +387,22 @@ def test_a_label_being_saved_in_the_queue_does_not_hide_its_other_items(transact
     finally:
         other.rollback()
         other.close()
+
+
+def test_a_queue_with_nothing_to_sample_is_refused_saying_why(judged):
+    """No empty queue: a domain the team never ran, and a judge version that judged nothing, are
+    each refused with the reason and nothing is saved."""
+    from controlplane.review.models import ReviewQueue
+
+    admin = client_for(judged.users["admin"])
+    factories.domain("capitals-2", kind="text", team_=judged.team)
+    r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals-2", "judge": "sim", "name": "none", "size": 5})
+    assert r.status_code == 422
+    error = r.json()["errors"][0]
+    assert error["path"] == "domain" and "no run of team acme has trajectories of capitals-2 yet" in error["message"]
+    v2 = post(admin, "/api/judges/sim/versions", {"rubric": "Be strict.", "note": "stricter"})
+    assert v2.status_code == 201, v2.content
+    r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "v2", "size": 5,
+                                           "version": v2.json()["version"]})
+    assert r.status_code == 422 and "judged by version(s) v1 of sim, none by v2" in r.json()["errors"][0]["message"]
+    assert not ReviewQueue.objects.exists()

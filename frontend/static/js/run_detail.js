@@ -99,6 +99,7 @@
     "chart-stages": { keys: () => RUN_KEYS.stages, label: (k) => k.split("/").pop() },
     "chart-policy": { keys: () => RUN_KEYS.policy, label: (k) => k },
     "chart-length": { keys: () => RUN_KEYS.length, label: (k) => k, y2: ["response/length"], y2title: "response/length" },
+    "chart-level": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `sampler/level/${d}`), label: (k) => k.slice(14), ytitle: "curriculum level", step: true },
   };
 
   let chartsOfKey = null; // key -> chart ids, rebuilt when the visible keys change
@@ -156,6 +157,11 @@
         out.push({ x, y: s.last, customdata: s.step, meta: key, type: "scatter", mode: "lines", name: name + " (raw)", showlegend: false,
           line: { width: 1, color }, opacity: 0.25, yaxis, legendgroup: key, hovertemplate: `${name} raw: %{y}<br>step %{customdata}<extra></extra>` });
       }
+      if (spec.step) { // a level holds until it changes: steps, not a smoothed line
+        out.push({ x, y: s.last, customdata: s.step, type: "scatter", mode: "lines", name, line: { width: 2, color, shape: "hv" },
+          hovertemplate: `${name}: level %{y}<br>step %{customdata}<extra></extra>` });
+        return;
+      }
       if (spec.markers) { // evaluations are few and already averaged over a held-out set: no smoothing
         out.push({ x, y: s.last, customdata: s.step, type: "scatter", mode: "lines+markers", name, line: { width: 2, color },
           hovertemplate: `${name} held-out: %{y:.4g}<br>step %{customdata}<extra></extra>` });
@@ -185,7 +191,7 @@
   // Where an event goes on the x-axis: its step where it names one (checkpoints, alerts, weights),
   // else the step (or time) the run was at when it happened.
   const MARK_COLORS = { paused: "#f08c00", resumed: "#2f9e44", preempted: "#f08c00", weights: "#7048e8", weights_applied: "#7048e8",
-                        checkpoint: "#868e96", alert: "#c0392b", state: "#495057" };
+                        checkpoint: "#868e96", alert: "#c0392b", state: "#495057", level: "#1c7ed6" };
   function markX(m) {
     if (xAxis === "step") return m.step !== null ? m.step : stepAt(m.at, [...store.keys()].filter((k) => k.startsWith("reward/")));
     if (xAxis === "time") return m.at;
@@ -196,7 +202,9 @@
     let kind = e.kind;
     if (kind === "state") { if (d.to === "paused") kind = "paused"; else if (d.to === "running" && d.from === "paused") kind = "resumed"; else return null; }
     if (!(kind in MARK_COLORS) || kind === "state") return null;
-    return { kind, at: Date.parse(e.at), step: Number.isFinite(d.step) ? d.step : null, text: e.message || kind };
+    // A curriculum level change is named by its domain and level ("sorting L1"), not its kind alone.
+    const label = kind === "level" ? `${String(d.domain || "").replace(/^builtin-/, "")} L${d.to}` : kind.replace(/_/g, " ");
+    return { kind, label, at: Date.parse(e.at), step: Number.isFinite(d.step) ? d.step : null, text: e.message || kind };
   }
 
   const markedStep = (() => { const v = Number(new URLSearchParams(location.search).get("step")); return Number.isFinite(v) && v > 0 ? v : null; })();
@@ -216,13 +224,15 @@
     if (zoom[id]) l.xaxis.range = zoom[id].range;
     l.shapes = [];
     if (showEvents) {
-      for (const m of marks) {
+      // Labels take turns at three heights, so marks a few steps apart stay readable.
+      marks.forEach((m, i) => {
         const x = markX(m);
-        if (x === null || x === undefined) continue;
-        l.shapes.push({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, name: m.kind,
+        if (x === null || x === undefined) return;
+        l.shapes.push({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: [1, 0.86, 0.72][i % 3], name: m.kind,
                         line: { dash: "dot", width: 1, color: MARK_COLORS[m.kind] },
-                        label: { text: m.kind, textposition: "end", font: { size: 9, color: MARK_COLORS[m.kind] } } });
-      }
+                        label: { text: m.label, textposition: "end", textangle: 0, xanchor: "left",
+                                 font: { size: 11, color: MARK_COLORS[m.kind] } } });
+      });
     }
     if (markedStep !== null && xAxis === "step") { // an alert's link (?step=N): the step it fired at
       l.shapes.push({ type: "line", x0: markedStep, x1: markedStep, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", width: 1.5, color: "#c0392b" } });
