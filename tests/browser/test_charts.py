@@ -127,6 +127,10 @@ def test_the_trajectory_explorer_filters_compares_and_shares(server, browser, wo
     page.goto(f"/runs/{run.id}/?t.step=20")  # a shared view opens on load
     page.wait_for_selector("[data-testid=trajectory]")
     assert page.locator("[data-testid=trajectory]").count() == 3
+    # It opens in view: its title and first row inside the window, not below the charts.
+    top = page.evaluate("() => document.getElementById('traj-title').getBoundingClientRect().top")
+    row = page.evaluate("() => document.querySelector('[data-testid=trajectory]').getBoundingClientRect().bottom")
+    assert 0 <= top < row <= page.viewport_size["height"], (top, row)
     first = page.locator("[data-testid=trajectory]").first
     assert first.locator("[data-testid=traj-expected]").inner_text() == "0"
     assert first.locator("[data-testid=traj-verifier]").get_attribute("open") is None  # collapsed
@@ -149,6 +153,14 @@ def test_the_trajectory_explorer_filters_compares_and_shares(server, browser, wo
     page.wait_for_selector("[data-testid=trajectory]")
     assert page.locator("[data-testid=trajectory]").count() == 1
     assert "trajectory" in page.inner_text("#traj-title")
+    # A view taller than the window opens at its top (its title and filters), not scrolled to its end.
+    Trajectory.objects.bulk_create([Trajectory(run=run, step=40, domain=d, task_id=f"u{i}", prompt="p", completion="c\n" * 6,
+                                               reward=0.0, outcome="fail") for i in range(40)])
+    page.goto(f"/runs/{run.id}/?t.step=40")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=trajectory]').length === 40")
+    assert page.evaluate("() => document.getElementById('trajectories').getBoundingClientRect().height") > page.viewport_size["height"]
+    top = page.evaluate("() => document.getElementById('traj-title').getBoundingClientRect().top")
+    assert 0 <= top < page.viewport_size["height"] / 2, top
 
 
 def test_ticked_runs_open_overlaid_with_their_settings(server, browser, world):

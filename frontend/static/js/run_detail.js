@@ -219,15 +219,17 @@
       uirevision: xAxis + id + logY,
     };
     if (spec.ytitle) l.yaxis.title = { text: spec.ytitle };
+    if (spec.step && !logY) l.yaxis.dtick = 1; // levels are whole numbers
     if (spec.y2) l.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2title }, type: logY ? "log" : "linear",
                               ...(logY ? {} : { rangemode: "tozero" }) };
     if (zoom[id]) l.xaxis.range = zoom[id].range;
     l.shapes = [];
     if (showEvents) {
-      // Labels take turns at three heights, so marks a few steps apart stay readable.
-      marks.forEach((m, i) => {
-        const x = markX(m);
-        if (x === null || x === undefined) return;
+      // Labels take turns at three heights in the order of their places, so marks a few steps
+      // apart stay readable.
+      const placed = marks.map((m) => [markX(m), m]).filter(([x]) => x !== null && x !== undefined)
+        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      placed.forEach(([x, m], i) => {
         l.shapes.push({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: [1, 0.86, 0.72][i % 3], name: m.kind,
                         line: { dash: "dot", width: 1, color: MARK_COLORS[m.kind] },
                         label: { text: m.label, textposition: "end", textangle: 0, xanchor: "left",
@@ -398,6 +400,7 @@
     history.replaceState(null, "", trajUrl(trajFilter));
     const box = document.getElementById("trajectories");
     box.hidden = false;
+    box.scrollIntoView({ block: "start" }); // its title and filters in view at once, before the rows load
     const title = document.getElementById("traj-title");
     title.textContent = `${describe(trajFilter)} · loading…`;
     let page_;
@@ -436,7 +439,7 @@
           link));
     }));
     if (!items.length) box.querySelector("tbody").append(el("tr", {}, el("td", { colspan: 7, text: "No sampled trajectory matches." })));
-    box.scrollIntoView({ block: "nearest" });
+    box.scrollIntoView({ block: "start" }); // again: the charts above may have grown while the rows loaded
   }
 
   trajForm.addEventListener("submit", (e) => { e.preventDefault(); showTrajectories(readTrajForm()); });
@@ -587,7 +590,7 @@
     redrawAll(["chart-outcomes"]);
   });
 
-  const PER_DOMAIN = ["chart-reward", "chart-pass", "chart-eval"];
+  const PER_DOMAIN = ["chart-reward", "chart-pass", "chart-eval", "chart-level"];
   async function showDomains() {
     await fetchMissing(PER_DOMAIN.flatMap((id) => CHARTS[id].keys()));
     redrawAll(PER_DOMAIN);
@@ -671,6 +674,7 @@
       fetchSeries(CHARTS["chart-pass"].keys()).then(show(["chart-pass"])),
       fetchSeries(CHARTS["chart-eval"].keys()).then(show(["chart-eval"])),
       outcomeDomain ? fetchSeries(CHARTS["chart-outcomes"].keys()).then(show(["chart-outcomes"])) : null,
+      fetchSeries(CHARTS["chart-level"].keys()).then(show(["chart-level"])),
       fetchSeries(Object.values(RUN_KEYS).flat()),
     ]);
     redrawAll(Object.keys(CHARTS));
