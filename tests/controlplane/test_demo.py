@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -44,8 +46,10 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
         else:
             raise AssertionError("demo exited: " + "".join(lines)[-3000:])
         url, user, password = match.groups()
+        logs = sorted((tmp_path / "var" / "logs").glob("*.log"))
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        opener.jar = jar
         page = opener.open(url + "login/", timeout=10).read().decode()  # the banner comes once it serves
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
         form = urllib.parse.urlencode({"username": user, "password": password, "csrfmiddlewaretoken": csrf, "next": "/"}).encode()
@@ -64,6 +68,59 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
         assert [(j["slug"], j["active_version"]) for j in judges] == [("demo-similarity", 1)]
         review = opener.open(url + "review/", timeout=10).read().decode()
         assert 'data-testid="queue-create"' in review and "capitals-judged" in review  # the admin can sample a queue
+
+        # Unattended, as a newcomer leaves it: run 1 trains, the judged run completes (its judge
+        # batches are served beside the two drivers), and its answers can be sampled and labelled.
+        def run_named(prefix):
+            return next(r for r in api(opener, url, "GET", "api/runs")["items"] if r["name"].startswith(prefix))
+
+        def judged_done():
+            judged = run_named("demo: judged")
+            assert judged["state"] not in ("failed", "paused", "cancelled"), judged
+            return judged if judged["state"] == "completed" else None
+
+        judged = wait(judged_done, 900, "the judged run to complete without help", logs)
+        assert judged["current_step"] == 20
+        assert run_named("demo: tiny model")["current_step"] >= 5, "run 1 trains"
+        queue = api(opener, url, "POST", "api/review/queues", {"team": "demo", "domain": "capitals-judged",
+                                                               "judge": "demo-similarity", "name": "first",
+                                                               "strategy": "stratified", "size": 12})
+        assert queue["population"] > 0 and queue["progress"]["items"] > 0
+        labelled = 0
+        while (nxt := api(opener, url, "POST", f"api/review/queues/{queue['id']}/next", {}))["item"] is not None:
+            api(opener, url, "POST", f"api/review/items/{nxt['item']['id']}/label", {"value": labelled % 2})
+            labelled += 1
+        after = api(opener, url, "GET", f"api/review/queues/{queue['id']}")
+        assert labelled == queue["progress"]["items"] and after["progress"]["complete"] == labelled
+        # Nothing in the demo's logs went wrong on the way.
+        tracebacks = {log.name: log.read_text(errors="replace").count("Traceback") for log in logs}
+        assert not any(tracebacks.values()), tracebacks
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(timeout=60)
+
+
+def api(opener, url: str, method: str, path: str, body: dict | None = None) -> dict:
+    """A call of the demo's API with the session's cookie (and its CSRF token for a write)."""
+    headers = {"Content-Type": "application/json", "Referer": url}
+    for cookie in opener.jar:
+        if cookie.name == "csrftoken":
+            headers["X-CSRFToken"] = cookie.value
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
+    try:
+        return json.loads(opener.open(request, timeout=30).read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:2000]!r}") from None
+
+
+def wait(predicate, timeout: float, what: str, logs):
+    """Poll what the demo makes true (a run completing); the logs' ends if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(2)
+    ends = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}" for log in logs if log.exists())
+    raise AssertionError(f"{what}: not within {timeout:.0f} s\n{ends}")

@@ -1,7 +1,7 @@
 """``python manage.py demo``: the whole embedded-default stack in one terminal.
 
 Migrates, prepares the demo (admin, team, domains), then runs the web server (uvicorn: one
-process, or ``--web-processes N`` on one port), a Celery worker on a run's queues, one on the
+process, or ``--web-processes N`` on one port), a Celery worker driving runs, one for their verifications, judging and evaluations, one on the
 scheduler's, one for verifier audits, and Celery beat as child processes (each started again, with backoff, if it
 exits: controlplane/web/supervisor.py), prints the URL and the credentials, and stops them all on
 Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
@@ -24,12 +24,19 @@ from controlplane.web.supervisor import Supervisor
 from controlplane.web.serving import PROCESSES_ENV, web_command, web_processes
 
 
+DRIVE_QUEUES = ("rollout", "train")
+"""The queues of run drivers: a task there holds its process for the whole run."""
+
+
 def demo_processes(*, python: str, var_dir, host: str, port: int, web_processes: int = 1,
                    workers: bool = True) -> dict[str, tuple[list[str], str]]:
     """The demo's processes: name -> (command, log file name).
 
-    ``worker`` serves a run's queues with two processes (a run's driver, and its verifications or
-    evaluations); ``control`` serves the scheduler's queue alone (scheduling ticks, the worker
+    ``worker`` drives runs (the rollout and train queues) with two processes: the demo's two runs
+    each hold one for as long as they train; ``verify`` serves what the drivers send (verifications,
+    judging, evaluations of checkpoints) with processes of its own, so a driver never waits for a
+    process that another driver holds (with one worker for both, the judged run's judge batches
+    waited for ever behind the two drivers); ``control`` serves the scheduler's queue alone (scheduling ticks, the worker
     sweep, pings: each well under a second), so a run started while both training processes are
     busy is still admitted at once; ``notify`` sends alert deliveries on threads; ``audit`` runs verifier audits at a lower CPU priority; beat
     asks for a tick every TEMPER_SCHEDULE_PERIOD_S."""
@@ -41,8 +48,10 @@ def demo_processes(*, python: str, var_dir, host: str, port: int, web_processes:
     if not workers:
         return procs
     celery = [python, "-m", "celery", "-A", "workers.celery"]
-    run_queues = ",".join(q for q in settings.CELERY_QUEUES_RUN if q != "control")
-    procs["worker"] = ([*celery, "worker", "-Q", run_queues, "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
+    drive_queues = [q for q in settings.CELERY_QUEUES_RUN if q in DRIVE_QUEUES]
+    work_queues = [q for q in settings.CELERY_QUEUES_RUN if q not in DRIVE_QUEUES and q != "control"]
+    procs["worker"] = ([*celery, "worker", "-Q", ",".join(drive_queues), "-c", "2", "-n", "demo@%h", "-l", "info"], "worker.log")
+    procs["verify"] = ([*celery, "worker", "-Q", ",".join(work_queues), "-c", "2", "-n", "verify@%h", "-l", "info"], "verify.log")
     procs["control"] = ([*celery, "worker", "-Q", "control", "-c", "1", "-n", "control@%h", "-l", "info"], "control.log")
     # Alert deliveries wait on other hosts (5 s a try at most): threads of their own, so a slow
     # receiver never holds the scheduler's process.
