@@ -333,6 +333,9 @@ def drive(run_id: int, worker: str | None = None, send=None, abort: Callable[[st
                         f"{slug} at step {v['step']} ({v['pass_rate']:.2f})" for slug, v in left.items())
                 runs.run_event_record(run=run, kind="sft", message=message,
                                       data={"steps": len(losses), "left": left} if left else None)
+                # The policy RL starts from, kept as step 0: the registry's default baseline and the
+                # held-out curve's first point (not the random init), and where a restart resumes.
+                checkpoint()
         if ranks.leading():
             def rank_lost(lost) -> None:  # on the watchdog's thread; this one waits in a collective
                 reason = _pause_lost_rank(run, worker, lost, "no heartbeat")

@@ -34,7 +34,7 @@ from controlplane.registry.selectors import promotion_gate, run_eval_suite, vers
 from controlplane.runs import series
 from controlplane.runs.services import metric_domain
 from controlplane.runs.models import TERMINAL_STATES, Checkpoint, MetricPoint, Run
-from trainer.config import MAX_SEED
+from trainer.config import MAX_SEED, whole_number_at
 from trainer.evaluation import summary_metrics
 from trainer.rollout import ENGINES
 
@@ -453,7 +453,8 @@ def eval_record(*, eval_run: EvalRun, results: list[dict]) -> EvalRun:
     if version.run_id is not None:
         targets = [(version.run, version.step)]
     elif version.is_base:  # step 0 of the runs that train from it (later ones: at their first checkpoint)
-        targets = [(run, 0) for run in Run.objects.filter(team_id=version.team_id, base_model=version.base_model)]
+        targets = [(run, 0) for run in Run.objects.filter(team_id=version.team_id, base_model=version.base_model)
+                   if not starts_after_sft(run)]
     else:
         targets = []
     for run, step in targets:
@@ -477,9 +478,18 @@ def _record_run_curve(*, run: Run, step: int, eval_run: EvalRun) -> None:
         watch.run_watch_heldout(run=run, step=step)
 
 
+def starts_after_sft(run: Run) -> bool:
+    """Whether the run's RL starts from its own SFT stage's policy (``sft.steps`` above 0): its step
+    0 is that policy's checkpoint (saved by the driver after the stage), not its base model."""
+    return (whole_number_at(run.config, "sft.steps") or 0) > 0
+
+
 def _record_base_curve(run: Run, base: ModelVersion) -> None:
     """Step 0 of a run's held-out curve: its base model's evaluation on the run's suite, where it
-    completed before the run existed (a base model evaluated for an earlier run)."""
+    completed before the run existed (a base model evaluated for an earlier run). A run with an
+    SFT stage takes its step 0 from its own step-0 checkpoint instead."""
+    if starts_after_sft(run):
+        return
     sv = run_eval_suite(run)
     ev = EvalRun.objects.filter(version=base, suite_version__suite_id=sv.suite_id, state=EvalState.COMPLETED) \
         .order_by("-finished_at", "-id").first() if sv is not None else None

@@ -89,22 +89,33 @@ def _interval_style(lo, hi, mean) -> dict:
 
 @login_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    """``?v=ID&v=ID...`` (several versions), ``?run=ID`` (its base model and last checkpoint) or
-    ``?run=ID&from=first`` (its first and last checkpoint); ``&baseline=ID`` picks what the others
+    """``?v=ID&v=ID...`` (several versions), ``?run=ID`` (the policy it started RL from and its last
+    checkpoint: its step-0 checkpoint after an SFT stage, else its base model), ``&from=base`` (its
+    base model, say a random init, instead) or ``&from=first`` (its first checkpoint); ``&baseline=ID`` picks what the others
     are measured against (default: a base model among them, else the earliest; never the order
     they were ticked in)."""
     actor = Principal.for_user(request.user)
     refs = list(dict.fromkeys(r for r in request.GET.getlist("v") if r))
     suite = request.GET.get("suite", "")
     run_id = request.GET.get("run", "")
+    start_note = ""
     if not refs and is_row_id(run_id):
         ordered = list(ModelVersion.objects.filter(run_id=int(run_id), team_id__in=actor.team_ids).order_by("step"))
-        if ordered and request.GET.get("from") != "first":  # the run's base model against its last checkpoint
-            base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()
-            ordered = ([base] if base else []) + ordered
+        start = request.GET.get("from", "")
+        if ordered and start not in ("first", "start"):
+            started_after_sft = ordered[0].step == 0 and start != "base"
+            if started_after_sft:  # the policy RL started from: the run's SFT stage's, its step 0
+                start_note = (f"Baseline: the run's starting policy after its SFT stage ({ordered[0].name}, step 0), "
+                              "not the base model it was trained from")
+            else:  # no SFT stage: the run starts from its base model
+                base = ModelVersion.objects.filter(team_id=ordered[0].team_id, kind="base", base_model=ordered[0].base_model).first()
+                ordered = ([base] if base else []) + [v for v in ordered if v.step > 0 or start != "base"]
+                start_note = f"Baseline: the base model ({base.name})" if base else ""
+        elif ordered:
+            start_note = f"Baseline: the run's first checkpoint ({ordered[0].name}, step {ordered[0].step})"
         refs = [str(v.pk) for v in (ordered[:1] + ordered[-1:])] if len(ordered) > 1 else []
-    context = {"refs": refs, "suite": suite, "result": None, "error": "", "baseline": "",
-               "suites": selectors.suite_list(actor=actor)}
+    context = {"refs": refs, "suite": suite, "result": None, "error": "", "baseline": "", "start_note": start_note,
+               "run_id": run_id if is_row_id(run_id) else "", "suites": selectors.suite_list(actor=actor)}
     if len(refs) < 2:
         context["error"] = "Choose at least two versions to compare."
         return render(request, "registry/compare.html", context)

@@ -36,7 +36,7 @@ def test_base_vs_last_checkpoint_shows_the_improvement(settings, tmp_path, monke
                 "checkpoint": {"every_steps": 1}}))
     run.transition("queued"); run.transition("running"); run.save()
     assert drive(run.id, worker="w1", send=lambda *a: None) == "completed"
-    assert len(queued) == 3  # base, step 1, step 2
+    assert len(queued) == 4  # base, step 0 (the policy after the SFT stage), step 1, step 2
     for eval_id in queued:
         assert run_eval(eval_id, worker="test") == "completed", EvalRun.objects.get(pk=eval_id).error
     base = ModelVersion.objects.get(kind="base")
@@ -46,3 +46,20 @@ def test_base_vs_last_checkpoint_shows_the_improvement(settings, tmp_path, monke
     print({d: (c[0]["mean"], c[1]["mean"], c[1]["delta_lo"], c[1]["delta_hi"]) for d, c in rows.items()})
     assert rows["builtin-reversal"][1]["improvement"]
     assert rows["builtin-addition"][1]["mean"] > rows["builtin-addition"][0]["mean"]
+    # The run's held-out curve starts at its policy after SFT (step 0), not at the random init.
+    start = ModelVersion.objects.get(run=run, step=0)
+    from controlplane.runs.models import MetricPoint
+
+    base_eval = EvalRun.objects.get(version=base).results.get(domain="builtin-reversal").mean_reward
+    start_eval = EvalRun.objects.get(version=start).results.get(domain="builtin-reversal").mean_reward
+    point = MetricPoint.objects.get(run=run, step=0, key="eval/reward/builtin-reversal").value
+    assert point == pytest.approx(start_eval) and start_eval != base_eval
+    # The comparison page defaults to that start, names it, and keeps the base model one click away.
+    from django.test import Client
+
+    client = Client()
+    client.force_login(actor.user)
+    page = client.get(f"/registry/compare/?run={run.id}").content.decode()
+    assert "starting policy after its SFT stage" in page and f"baseline <strong>{start.name}</strong>" in page
+    page = client.get(f"/registry/compare/?run={run.id}&from=base").content.decode()
+    assert f"baseline <strong>{base.name}</strong>" in page
