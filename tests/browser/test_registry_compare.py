@@ -84,7 +84,8 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     assert set(sft.data["left"]) == set(DEMO_DOMAINS) and sft.data["steps"] < DEMO_CONFIG["sft"]["steps"], sft.message
     assert all(v["pass_rate"] >= DEMO_CONFIG["sft"]["until_pass_rate"] for v in sft.data["left"].values())
     versions = list(ModelVersion.objects.filter(run=run).order_by("step"))
-    assert [v.step for v in versions] == list(range(every, STEPS + 1, every))
+    # Step 0 is the policy after the SFT stage (the run's starting point), then every checkpoint.
+    assert [v.step for v in versions] == [0, *range(every, STEPS + 1, every)]
     first, last = versions[0], versions[-1]
     base = ModelVersion.objects.get(team=team, kind="base")
     # Every version, the base model's too, was queued for the suite as it was registered.
