@@ -5,6 +5,8 @@ embeddings, vocab 151,936: about 494M parameters; its tokenizer is Temper's one-
 tokenizer padded to that vocabulary), then runs Temper's trainer on it (``trainer.job.Job``: vLLM
 generation, in-process verification, the GRPO update, the weight sync to vLLM after every update)
 for ``--steps`` steps on ``builtin-addition`` with long completions (a random model rarely stops).
+The reward is synthetic (every other completion of a group passes) so that every group has an
+advantage and every step updates on the whole batch: this measures the machine, not learning.
 With ``--ranks N`` it starts itself under torchrun, one rank per GPU: rank 0 leads, the others
 follow (trainer/ranks.py), and the update runs under DeepSpeed ZeRO-``--zero``.
 
@@ -57,6 +59,13 @@ def build_model(path: str, cuda: bool) -> int:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return sum(p.numel() for p in model.parameters())
+
+
+def alternate(items):
+    """Every other completion passes: each group's rewards differ, so the whole batch trains."""
+    from trainer.outcomes import Verification
+
+    return [Verification.passed() if i % 2 else Verification.failed() for i, _ in enumerate(items)]
 
 
 def run_config(path: str, args, cuda: bool, world: int) -> dict:
@@ -120,7 +129,7 @@ def main() -> int:
         if rank > 0:
             follow()
             return 0
-    job = Job(run_config(args.model, args, cuda, world))
+    job = Job(run_config(args.model, args, cuda, world), verify_batch=alternate)
     rows = []
     began = time.perf_counter()
     try:
@@ -131,6 +140,13 @@ def main() -> int:
                   f"sync {m.get('stage/sync_s', 0):.2f} s, mismatch/kl {m.get('mismatch/kl', float('nan')):.2e}", flush=True)
     finally:
         job.close()
+        if world > 1:  # the followers stop and the group closes, as a run's ranks do
+            import torch.distributed as dist
+
+            from trainer import ranks
+
+            ranks.teardown()
+            dist.destroy_process_group()
     after = rows[1:] or rows
 
     def median(key: str) -> float | None:
@@ -138,7 +154,10 @@ def main() -> int:
         return statistics.median(values) if values else None
 
     # The leader's metrics are the whole step's: every rank's generation, the whole batch's update.
-    train_tps = statistics.median([r["perf/train_tokens"] / r["stage/update_s"] for r in after if r.get("stage/update_s")])
+    trained = [r["perf/train_tokens"] / r["stage/update_s"] for r in after if r.get("perf/train_tokens") and r.get("stage/update_s")]
+    if not trained:
+        raise SystemExit("no step updated the policy (every group's rewards were equal)")
+    train_tps = statistics.median(trained)
     peak = peak_flops(torch.cuda.get_device_name(0)) if cuda else None
     kl = [r["mismatch/kl"] for r in after if isinstance(r.get("mismatch/kl"), (int, float))]
     print(json.dumps({
