@@ -28,6 +28,38 @@ from trainer.outcomes import OUTCOME_VALUES
 
 OUTCOME_ORDER = list(OUTCOME_VALUES)
 DOMAIN_KINDS = [(k.value, k.label) for k in DomainKind]
+
+DOMAIN_COLUMNS = ("kind", "family", "owner", "version", "priority", "sandboxes", "max_share")
+"""The domains page's optional columns: each is shown only where its values differ among the rows."""
+
+
+def _domain_value(d, column: str):
+    return {"kind": d.kind, "family": d.family, "owner": d.team_id, "version": d.version, "priority": d.priority,
+            "sandboxes": d.max_concurrent_sandboxes, "max_share": d.max_share}[column]
+
+
+def domain_value_text(d, column: str) -> str:
+    """A column's value as the page writes it."""
+    if column == "owner":
+        return f"team {d.team.slug}" if d.team_id else "catalogue"
+    if column == "version":
+        return f"v{d.version}"
+    return str(_domain_value(d, column) or "none")
+
+
+def varying_domain_columns(domains) -> list[str]:
+    """The optional columns whose values are not the same in every row (all of them for one row
+    or none, so a lone domain still shows what it is).
+
+    >>> from types import SimpleNamespace as D
+    >>> rows = [D(kind="math", family="", team_id=None, version=1, priority=50, max_concurrent_sandboxes=4, max_share=1.0),
+    ...         D(kind="code", family="", team_id=None, version=2, priority=50, max_concurrent_sandboxes=4, max_share=1.0)]
+    >>> varying_domain_columns(rows)
+    ['kind', 'version']
+    """
+    if len(domains) < 2:
+        return list(DOMAIN_COLUMNS)
+    return [c for c in DOMAIN_COLUMNS if len({_domain_value(d, c) for d in domains}) > 1]
 FORM_FIRST = ("algorithm", "rollout")
 """Trainer config sections the run form shows first (and open); the others follow in the order the
 trainer declares them."""

@@ -15,6 +15,7 @@ from django.contrib.staticfiles import finders
 from django.templatetags.static import static
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -141,14 +142,41 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     })
 
 
+DOMAINS_PER_PAGE = 50
+
+AUDIT_TONES = [("ok", "audited clean"), ("warn", "gold failing or re-audit open"), ("unsafe", "false positives"),
+               ("overridden", "overridden"), ("failed", "audit failed"), ("waiting", "audit pending or running"),
+               ("none", "not audited")]
+
+
 @login_required
 def domains_page(request: HttpRequest) -> HttpResponse:
+    """The catalogue as a team reads it: search, filters (kind, family, owner, audit state), pages
+    of 50, and only the columns whose values differ among the rows shown."""
     actor = Principal.for_user(request.user)
-    q = request.GET.get("q", "")
-    kind = request.GET.get("kind", "")
-    domains = domain_selectors.with_audit_summary(domain_list(actor=actor, search=q, kind=kind))[:500]
-    rows = [(d, domain_selectors.domain_audit_summary(d)) for d in domains]
-    return render(request, "domains.html", {"rows": rows, "q": q, "kind": kind, "kinds": pages.DOMAIN_KINDS})
+    f = {k: request.GET.get(k, "")[:200] for k in ("q", "kind", "family", "owner", "audit")}
+    visible = domain_list(actor=actor)
+    families = sorted(set(visible.exclude(family="").values_list("family", flat=True)))
+    owners = sorted(set(visible.filter(team__isnull=False).values_list("team__slug", flat=True)))
+    qs = domain_list(actor=actor, search=f["q"], kind=f["kind"]).select_related("team")
+    if f["family"]:
+        qs = qs.filter(family=f["family"])
+    if f["owner"] == "catalogue":
+        qs = qs.filter(team__isnull=True)
+    elif f["owner"]:
+        qs = qs.filter(team__slug=f["owner"])
+    rows = [(d, domain_selectors.domain_audit_summary(d)) for d in domain_selectors.with_audit_summary(qs)]
+    if f["audit"]:
+        rows = [(d, a) for d, a in rows if a.tone == f["audit"]]
+    columns = pages.varying_domain_columns([d for d, _ in rows])
+    same = [(c.replace("_", " "), pages.domain_value_text(rows[0][0], c)) for c in pages.DOMAIN_COLUMNS
+            if c not in columns] if rows else []
+    page = Paginator(rows, DOMAINS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "domains.html", {
+        **f, "page": page, "rows": page.object_list, "total": len(rows), "columns": columns, "same": same,
+        "kinds": pages.DOMAIN_KINDS, "families": families, "owners": owners, "audit_tones": AUDIT_TONES,
+        "query": urlencode({k: v for k, v in f.items() if v}),
+    })
 
 
 @login_required

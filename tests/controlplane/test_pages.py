@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.staticfiles import finders
+from django.test import Client
 
 from controlplane.runs.models import MetricPoint, RunEvent
 from controlplane.web import vendor
@@ -321,3 +322,31 @@ def test_the_run_forms_own_fields_render_the_trainers_default_and_bounds(client,
     steps = config_setting("limits.max_steps")
     tag = re.search(r'<input[^>]*name="budget.steps"[^>]*>', body).group(0)
     assert f'value="{steps.default}"' in tag and f'max="{steps.bounds["le"]}"' in tag
+
+
+def test_the_domains_page_searches_filters_pages_and_leaves_out_columns_that_never_change(world):
+    """150 domains are pages of 50; family, owner and audit filters narrow them; a column whose
+    value is the same in every row shown is left out and said once instead."""
+    from controlplane.domains.models import Domain
+
+    for i in range(150):
+        factories.domain(f"gen-{i:03d}", family="gen" if i % 3 else "other")
+    c = Client()
+    c.force_login(world.users["viewer"])
+    first = c.get("/domains/").content.decode()
+    total = Domain.objects.filter(team__isnull=True).count() + 1  # the catalogue's and acme's own (not globex's)
+    assert f"{total} match, 1–50 shown" in first and first.count('data-testid="domain-row"') == 50
+    assert 'data-testid="domains-next"' in first and "globex-private" not in first
+    last = c.get("/domains/?page=4").content.decode()
+    assert last.count('data-testid="domain-row"') == total - 150
+    other = c.get("/domains/?family=other").content.decode()
+    assert other.count('data-testid="domain-row"') == 50 and "<th>Family</th>" not in other
+    assert "The same in every row, so not a column: " in other and "family <b>other</b>" in other
+    mine = c.get("/domains/?owner=acme").content.decode()
+    assert mine.count('data-testid="domain-row"') == 1 and 'data-slug="acme-private"' in mine
+    found = c.get("/domains/?q=gen-14&family=gen").content.decode()
+    assert [s for s in ("gen-140", "gen-141", "gen-142", "gen-143", "gen-144") if f'data-slug="{s}"' in found] == \
+        ["gen-140", "gen-142", "gen-143"]  # 141 and 144 are family "other"
+    assert 'href="?q=gen-14&amp;family=gen' not in found  # one page: no pager
+    none = c.get("/domains/?audit=unsafe").content.decode()
+    assert "No domains match." in none
