@@ -186,3 +186,51 @@ def test_viewer_sees_no_controls_and_a_forged_post_is_refused(server, browser):
     page.goto("/")
     assert page.locator("[data-testid=new-run]").count() == 0
     screenshot(page, "06-viewer-runs")
+
+
+def test_the_form_shows_one_engines_fields_takes_pasted_json_and_picks_whole_families(server, browser):
+    """The torch engine's form has no vLLM-only fields (and sends none); the run as JSON can be
+    read, edited and applied, validated at once with the server's errors beside their fields; a
+    family is picked whole with one box."""
+    call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, "builtin-reversal", "builtin-sorting", verbosity=0)
+    team = factories.team("acme")
+    alice = factories.member(team, "member", "alice")
+    alice.set_password(PASSWORD)
+    alice.save()
+    page = server.page(browser, "form")
+    server.login(page, "alice", PASSWORD)
+    page.goto("/runs/new/")
+    for vllm_only in ("gpu_memory_utilization", "prefix_caching", "tensor_parallel_size"):
+        assert not page.is_visible(f"[data-testid=cfg-rollout-{vllm_only}]"), vllm_only
+    assert page.is_visible("[data-testid=cfg-rollout-batch_size]")
+    page.select_option("[data-testid=cfg-rollout-engine]", "vllm")
+    assert page.is_visible("[data-testid=cfg-rollout-gpu_memory_utilization]")
+    assert not page.is_visible("[data-testid=cfg-rollout-batch_size]")
+    page.fill("[data-testid=cfg-rollout-gpu_memory_utilization]", "0.5")
+    page.select_option("[data-testid=cfg-rollout-engine]", "torch")
+    assert "gpu_memory_utilization" not in page.evaluate("() => JSON.stringify(window.TemperRunForm.body().config)")
+
+    # One box picks every built-in domain of the family.
+    page.fill("[data-testid=domain-search]", "builtin-")
+    family = page.evaluate("() => document.querySelector('[data-testid^=family-]').dataset.testid.slice(7)")
+    page.check(f"[data-testid=pick-family-{family}]")
+    picked = page.evaluate("() => [...window.TemperRunForm.mix.keys()]")
+    assert len(picked) >= 2 and all(s.startswith("builtin-") for s in picked), picked
+
+    # The run as JSON: edited with a bad value and applied, its error is beside its field at once.
+    page.fill("[data-testid=run-name]", "json run")
+    page.click("[data-testid=json-show]")
+    body = page.input_value("[data-testid=json-text]")
+    assert '"name": "json run"' in body and '"domains"' in body
+    edited = body.replace('"config": {}', '"config": {"rollout": {"n": 0, "engine": "vllm", "gpu_memory_utilization": 0.4}}')
+    assert edited != body
+    page.fill("[data-testid=json-text]", edited)
+    page.click("[data-testid=json-apply]")
+    page.wait_for_selector("[data-testid=cfg-rollout-n].invalid")
+    assert "config.rollout.n" in page.inner_text("[data-testid=form-errors]")
+    assert page.input_value("[data-testid=cfg-rollout-gpu_memory_utilization]") == "0.4"
+    assert page.is_visible("[data-testid=cfg-rollout-gpu_memory_utilization]")  # the pasted engine's fields
+    page.fill("[data-testid=json-text]", "{not json")
+    page.click("[data-testid=json-apply]")
+    assert "not JSON" in page.inner_text("[data-testid=json-error]")
+    assert not Run.objects.exists()

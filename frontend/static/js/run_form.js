@@ -21,15 +21,39 @@
     const kind = kindSelect.value;
     const shown = data.domains.filter((d) => (!kind || d.kind === kind) &&
       (!q || d.slug.includes(q) || d.title.toLowerCase().includes(q) || d.family.toLowerCase().includes(q)));
-    list.replaceChildren(...shown.slice(0, 400).map((d) => {
-      const box = el("input", { type: "checkbox", value: d.slug, "data-testid": `pick-${d.slug}` });
-      box.checked = mix.has(d.slug);
-      box.addEventListener("change", () => { box.checked ? mix.set(d.slug, 1) : mix.delete(d.slug); renderMix(); });
-      return el("label", { class: "domain-item" }, box, " ", el("b", { text: d.slug }), " ",
-        el("span", { class: "muted", text: `${d.kind}${d.family ? " · " + d.family : ""}${d.team ? " · team " + d.team : ""}` }),
-        auditBadge(d));
-    }));
-    document.getElementById("domain-count").textContent = `${shown.length} shown`;
+    // Grouped by family, each with a box that picks (or drops) every domain of it shown.
+    const families = new Map();
+    for (const d of shown.slice(0, 400)) {
+      const f = d.family || "(no family)";
+      if (!families.has(f)) families.set(f, []);
+      families.get(f).push(d);
+    }
+    const groups = [...families.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([family, members]) => {
+      const all = el("input", { type: "checkbox", "data-testid": `pick-family-${family}`, "aria-label": `all of ${family}` });
+      all.checked = members.every((d) => mix.has(d.slug));
+      all.indeterminate = !all.checked && members.some((d) => mix.has(d.slug));
+      all.addEventListener("change", () => {
+        for (const d of members) { if (all.checked) { if (!mix.has(d.slug)) mix.set(d.slug, 1); } else mix.delete(d.slug); }
+        renderList(); renderMix();
+      });
+      return el("details", { class: "domain-family", open: shown.length <= 40 || members.some((d) => mix.has(d.slug)) || undefined,
+                             "data-testid": `family-${family}` },
+        el("summary", {}, all, " ", el("b", { text: family }), " ", el("span", { class: "muted", text: `${members.length}` })),
+        ...members.map((d) => {
+          const box = el("input", { type: "checkbox", value: d.slug, "data-testid": `pick-${d.slug}` });
+          box.checked = mix.has(d.slug);
+          box.addEventListener("change", () => {
+            box.checked ? mix.set(d.slug, 1) : mix.delete(d.slug);
+            all.checked = members.every((m) => mix.has(m.slug));
+            all.indeterminate = !all.checked && members.some((m) => mix.has(m.slug));
+            renderMix();
+          });
+          return el("label", { class: "domain-item" }, box, " ", el("b", { text: d.slug }), " ",
+            el("span", { class: "muted", text: `${d.kind}${d.team ? " · team " + d.team : ""}` }), auditBadge(d));
+        }));
+    });
+    list.replaceChildren(...groups);
+    document.getElementById("domain-count").textContent = `${shown.length} shown in ${families.size} famil${families.size === 1 ? "y" : "ies"}`;
   }
 
   // ------------------------------------------------------------------ verifier audits
@@ -139,6 +163,24 @@
   }
   if (topLevel.length) sections.append(sectionBlock("", "general", "settings of the whole job", topLevel));
 
+  // Settings of one rollout engine only (their help says which): shown, and sent, with that engine.
+  function engineOf(input) {
+    const help = input.closest("label")?.querySelector("small")?.textContent || "";
+    if (/^vLLM:/.test(help)) return "vllm";
+    if (/by the torch engine/.test(help)) return "torch";
+    return "";
+  }
+  const engineSelect = sections.querySelector("[data-path='config.rollout.engine']");
+  function showEngineFields() {
+    const engine = engineSelect ? readValue(engineSelect) : "";
+    sections.querySelectorAll("[data-path^='config.rollout.']").forEach((input) => {
+      const only = engineOf(input);
+      const label = input.closest("label");
+      if (label && only) { label.hidden = only !== engine; label.dataset.engine = only; }
+    });
+  }
+  if (engineSelect) engineSelect.addEventListener("change", showEngineFields);
+
   function readValue(input) {
     const kind = input.dataset.kind;
     if (kind === "boolean") return input.checked;
@@ -158,6 +200,7 @@
     const config = {};
     sections.querySelectorAll("[data-path^='config.']").forEach((input) => {
       if (!input.dataset.kind) return;
+      if (input.closest("label")?.hidden) return; // another engine's setting: not this run's
       const value = readValue(input);
       if (JSON.stringify(value) === input.dataset.default) return; // unchanged: the default applies
       const parts = input.dataset.path.split(".").slice(1);
@@ -305,10 +348,50 @@
     }
   }
 
+  // ------------------------------------------------------------------ the whole run as JSON
+  // The request body as text: copy it, or paste or edit one and apply it to the form, which
+  // validates it at once with the server's errors beside their fields (the same as Validate).
+  const jsonBox = document.getElementById("run-json");
+  document.getElementById("json-show").addEventListener("click", () => {
+    jsonBox.hidden = false;
+    document.getElementById("json-text").value = JSON.stringify(body(), null, 2);
+    document.getElementById("json-error").textContent = "";
+  });
+  document.getElementById("json-hide").addEventListener("click", () => { jsonBox.hidden = true; });
+  document.getElementById("json-apply").addEventListener("click", async () => {
+    const errorSlot = document.getElementById("json-error");
+    let parsed;
+    try { parsed = JSON.parse(document.getElementById("json-text").value); }
+    catch (e) { errorSlot.textContent = `not JSON: ${e.message}`; return; }
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) { errorSlot.textContent = "not JSON: expected an object"; return; }
+    errorSlot.textContent = "";
+    applyBody(parsed);
+    document.getElementById("validate").click();
+  });
+
+  function applyBody(b) {
+    const set = (name, v) => { const i = form.querySelector(`[name="${name}"]`); if (i) i.value = v ?? ""; };
+    set("name", b.name); set("base_model", b.base_model); set("priority", b.priority ?? 50); set("gpus", b.gpus ?? 0);
+    if (b.staleness !== undefined) set("staleness", b.staleness);
+    const budget = b.budget || {};
+    set("budget.steps", budget.steps); set("budget.tokens", budget.tokens); set("budget.wall_s", budget.wall_s);
+    mix.clear();
+    for (const d of Array.isArray(b.domains) ? b.domains : []) if (d && d.slug) mix.set(d.slug, Number(d.weight ?? 1));
+    sections.querySelectorAll("[data-path^='config.']").forEach((input) => { // back to the defaults, then the body's
+      if (!input.dataset.kind) return;
+      const d = JSON.parse(input.dataset.default);
+      if (input.dataset.kind === "boolean") input.checked = !!d; else input.value = d ?? "";
+    });
+    prefillConfig(b.config && typeof b.config === "object" ? b.config : {}, "config");
+    showEngineFields();
+    renderList(); renderMix(); markChanged();
+  }
+
   if (data.clone) prefill(data.clone);
   else if (data.models.length) form.querySelector('[name="base_model"]').value = data.models[0].path;
+  showEngineFields();
   renderList();
   renderMix();
   markChanged();
-  window.TemperRunForm = { body, mix, fmt };
+  window.TemperRunForm = { body, mix, fmt, applyBody };
 })();
