@@ -50,6 +50,7 @@ def home(request: HttpRequest) -> HttpResponse:
         sort = "-created"
     runs = pages.runs_for_list(run_selectors.run_list(actor=actor, team=team.slug if team else "", tag=tag,
                                                       state=state if state in RunState.values else ""), q=q, sort=sort)
+    pages.attach_sparks(runs)
     domains = domain_list(actor=actor)
     kinds = dict(domains.values_list("kind").annotate(n=Count("id")).order_by("kind"))
     return render(request, "home.html", {

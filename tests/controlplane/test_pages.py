@@ -350,3 +350,25 @@ def test_the_domains_page_searches_filters_pages_and_leaves_out_columns_that_nev
     assert 'href="?q=gen-14&amp;family=gen' not in found  # one page: no pager
     none = c.get("/domains/?audit=unsafe").content.decode()
     assert "No domains match." in none
+
+
+def test_the_runs_list_draws_each_domains_reward_the_step_time_and_the_time_left(world):
+    """Per-domain reward sparklines from the last steps, seconds a step, and for a running run the
+    steps left at its median step time; a run with no steps shows dashes."""
+    run = factories.run(world.team, domains=[world.domain, world.domain2], state="running", budget_steps=100, current_step=10)
+    idle = factories.run(world.team, state="draft")
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, step=s, domain=d.slug, key=f"reward/{d.slug}", value=v)
+         for s in range(1, 11) for d, v in ((world.domain, s / 10), (world.domain2, 0.5))]
+        + [MetricPoint(run=run, step=s, key="stage/step_s", value=3.0) for s in range(1, 11)]
+        + [MetricPoint(run=run, step=s, key="reward/mean", value=0.4) for s in range(1, 11)])
+    c = Client()
+    c.force_login(world.users["viewer"])
+    page = c.get("/").content.decode()
+    row = page[page.index(f'data-run="{run.id}"'):page.index(f'data-run="{idle.id}"') if page.index(f'data-run="{idle.id}"') > page.index(f'data-run="{run.id}"') else None]
+    assert f'data-domain="{world.domain.slug}"' in row and f'data-domain="{world.domain2.slug}"' in row
+    assert 'data-domain="mean"' not in row
+    assert 'points="0.0,13.6' in row and "60.0,1.0" in row  # 0.1 .. 1.0 on a 0..1 scale
+    assert "3.0 s" in row and "4.5 min" in row  # 90 steps left at 3 s
+    idle_row = page[page.index(f'data-run="{idle.id}"'):]
+    assert '<td data-testid="run-eta"><span class="muted">–</span>' in idle_row
