@@ -111,3 +111,31 @@ def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(ser
     admin_page.wait_for_function("() => document.querySelector('[data-testid=promote-status]').textContent.startsWith('Promoted')")
     screenshot(admin_page, "11-review-promoted")
     assert api.get("/api/judges/sim").json()["active_calibrated"] is True
+
+
+def test_a_burst_of_keyboard_labels_and_two_undos_leave_every_counter_and_label_right(server, browser, judged_queue):
+    """20 labels as fast as the page takes keys (answers overtaking each other), then two undo
+    presses at once: the two latest labels are taken back, and the stored labels, "you have
+    labelled", the items complete, the agreement's count and the history all say 18."""
+    truth, api = judged_queue
+    created = api.post("/api/review/queues", data={"team": "acme", "domain": "capitals", "judge": "sim", "name": "burst",
+                                                   "strategy": "uniform", "size": 30}, content_type="application/json")
+    assert created.status_code == 201, created.content
+    queue_id = created.json()["id"]
+    page = server.page(browser, "review-burst")
+    server.login(page, "rita", PASSWORD)
+    page.goto(f"/review/queues/{queue_id}/")
+    page.wait_for_selector("[data-testid=item]:not([hidden])")
+    for i in range(20):  # no wait for any answer: the next key as soon as the next item is on the screen
+        page.wait_for_function(f"() => window.TemperReview.shows.length >= {i}")
+        page.keyboard.press("p" if i % 2 else "f")
+    page.keyboard.press("u")
+    page.keyboard.press("u")
+    rita = Label.objects.filter(item__queue_id=queue_id, reviewer__username="rita")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=history-row]').length === 18"
+                           " && document.querySelector('[data-testid=progress-mine]').textContent === '18'"
+                           " && document.querySelector('[data-testid=stat-n]').textContent === '18'", timeout=30_000)
+    assert rita.count() == 18
+    assert page.text_content("[data-testid=progress-complete]") == "18"
+    shown = [int(x) for x in page.eval_on_selector_all("[data-testid=history-row]", "rows => rows.map((r) => r.dataset.item)")]
+    assert set(shown) == set(rita.values_list("item_id", flat=True))  # the history is exactly what is stored

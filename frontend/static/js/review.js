@@ -117,6 +117,13 @@
     const pending = new Set(); // items whose labels are on their way
     let history = initial.history || [];
     const timing = (window.TemperReview = { shows: [] });  // ms from a label to the next item shown
+    // Labels go out faster than their answers come back, and the answers may come back in any
+    // order: each request is numbered when sent, history keeps the order labels were given, and
+    // the counters and statistics are read afresh from the server once nothing is in flight (an
+    // answer that overtook a later one would otherwise leave its older counts on the screen).
+    let sent = 0;
+    let undosWanted = 0;     // undo presses that came while labels were on their way
+    timing.settled = 0;      // times the counters were read afresh after a burst
 
     function setProgress(p) {
       if (!p) return;
@@ -221,8 +228,9 @@
     }
 
     async function undoLatest() {
+      if (pending.size) { undosWanted += 1; return; }  // after the labels on their way: then the latest is known
       const latest = history[0];
-      if (!latest || pending.size) return;
+      if (!latest) return;
       showMessage("");
       try {
         const data = await api("POST", "/api/review/items/" + latest.item + "/undo");
@@ -232,6 +240,7 @@
         $("reveal").hidden = true;
         if (current) { upcoming = current; prefetching = null; }  // still reserved: it comes next again
         showItem(data.item);
+        if (undosWanted === 0) await refreshCounts();  // the statistics without the label taken back
       } catch (e) {
         showMessage(e.message);
       }
@@ -241,6 +250,7 @@
       if (!current || pending.has(current.id)) return;
       const done = current;
       const started = performance.now();
+      const seq = ++sent;
       pending.add(done.id);
       showMessage("");
       // The next item first (fetched ahead; waited for only if its fetch is still in flight).
@@ -252,14 +262,13 @@
       }
       try {
         const data = await api("POST", "/api/review/items/" + done.id + path, body);
-        reveal(data);
-        renderStats(data.stats);
-        setProgress(data.progress);
-        history = [{ item: data.item, task_id: done.task_id, value: data.value, skipped: data.skipped,
-                     skip_reason: body.reason || "", judge_raw: data.judge_raw, judge_score: data.judge_score,
-                     agrees: data.agrees }, ...history].slice(0, 20);
+        if (seq === sent) reveal(data);  // the answer to the latest label only
+        history = [...history, { seq, item: data.item, task_id: done.task_id, value: data.value, skipped: data.skipped,
+                                 skip_reason: body.reason || "", judge_raw: data.judge_raw, judge_score: data.judge_score,
+                                 agrees: data.agrees }]
+          .sort((a, b) => (b.seq ?? 0) - (a.seq ?? 0)).slice(0, 20);
         renderHistory();
-        refreshPromote();
+        if (pending.size === 1) { renderStats(data.stats); setProgress(data.progress); }  // the last answer of a burst
       } catch (e) {
         showMessage("item " + done.id + ": " + e.message);
         if (e.status !== 409 && e.status !== 404 && current !== done) {
@@ -271,8 +280,33 @@
       } finally {
         pending.delete(done.id);
       }
+      if (pending.size === 0) await settle();
       if (current === done && pending.size === 0 && !upcoming) {
         await next();  // nothing was fetched ahead (the queue's end, or the fetch failed)
+      }
+    }
+
+    // Once no label is on its way: the counters and statistics as the server has them now, then
+    // the undo presses that waited for them.
+    async function settle() {
+      await refreshCounts();
+      while (undosWanted > 0 && pending.size === 0) {
+        undosWanted -= 1;
+        await undoLatest();
+      }
+    }
+
+    async function refreshCounts() {
+      try {
+        const [queue, stats] = await Promise.all([
+          api("GET", "/api/review/queues/" + queueId), api("GET", "/api/review/queues/" + queueId + "/stats")]);
+        if (pending.size) return;  // a label went out meanwhile: its own settle follows
+        setProgress(queue.progress);
+        renderStats(stats);
+        refreshPromote();
+        timing.settled += 1;
+      } catch (e) {
+        showMessage(e.message);
       }
     }
 
