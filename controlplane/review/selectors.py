@@ -58,10 +58,12 @@ def consensus(values: list[float], fmt: str) -> float:
 
 
 def _rows(items: Iterable[ReviewItem], judge_raw: dict[int, float], fmt: str) -> dict[str, Any]:
-    """Arrays for the statistics from items with prefetched ``done`` labels."""
+    """Arrays for the statistics from items with prefetched ``done`` labels, in the items' id
+    order: the bootstrap resamples by position, so the same items read in another order (a queue's
+    page and its judge version's calibration) would give another interval for the same data."""
     judge, human, propensity, per_item = [], [], [], []
     reviewers: dict[int, int] = {}
-    for item in items:
+    for item in sorted(items, key=lambda i: i.pk):
         labels = [lab for lab in item.done if not lab.skipped]
         if not labels or item.pk not in judge_raw:
             continue

@@ -406,3 +406,19 @@ def test_a_queue_with_nothing_to_sample_is_refused_saying_why(judged):
                                            "version": v2.json()["version"]})
     assert r.status_code == 422 and "judged by version(s) v1 of sim, none by v2" in r.json()["errors"][0]["message"]
     assert not ReviewQueue.objects.exists()
+
+
+def test_a_queue_and_its_judge_versions_calibration_give_one_interval_for_the_same_labels(judged):
+    """The calibration text's lower bound is the interval the queue's table shows: with one queue
+    and no shadow scores both read the same labelled items, whatever order the database returns."""
+    from controlplane.review import selectors
+    from controlplane.review.models import ReviewQueue
+
+    admin = client_for(judged.users["admin"])
+    queue = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "one",
+                                               "strategy": "uniform", "size": 30}).json()
+    label_all(admin, queue["id"], judged.truth, limit=24)
+    table = selectors.queue_report(ReviewQueue.objects.get(pk=queue["id"]))["metrics"]["kappa"]["ci"]
+    check = admin.get(f"/api/judges/sim/versions/1/calibration").json()
+    assert check["kappa_lower"] == pytest.approx(table[0]) and check["n"] == 24
+    assert f"{table[0]:.3f}" in check["reason"]
