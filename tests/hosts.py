@@ -130,6 +130,24 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
+def relay_services(directory: Path, db: dict, redis_url: str) -> tuple[Relays, dict[int, Path], dict[str, str]]:
+    """The machine's side of the hosts' way to PostgreSQL (``db``: Django's settings of it) and
+    Redis: a Unix socket each under ``directory`` relayed to the real service. Returns the relays
+    (keep them alive), each host's loopback port -> socket (``host_command``'s ``relays``) and the
+    ``DATABASE_URL`` and ``REDIS_URL`` a host's processes use (its own loopback)."""
+    from urllib.parse import urlparse
+
+    pg_port, redis = int(db["PORT"] or 5432), urlparse(redis_url)
+    sockets = Path(directory) / "s"
+    sockets.mkdir(parents=True, exist_ok=True)
+    relay = Relays()
+    relay.unix_to_tcp(str(sockets / "pg"), db["HOST"] or "127.0.0.1", pg_port)
+    relay.unix_to_tcp(str(sockets / "redis"), redis.hostname or "127.0.0.1", redis.port or 6379)
+    env = {"DATABASE_URL": f"postgresql://{db['USER']}@127.0.0.1:{pg_port}/{db['NAME']}",
+           "REDIS_URL": f"redis://127.0.0.1:{redis.port or 6379}{redis.path or ''}"}
+    return relay, {pg_port: sockets / "pg", redis.port or 6379: sockets / "redis"}, env
+
+
 def host_command(name: str, cmd: list[str], *, private: list[Path], relays: dict[int, Path],
                  network: Network | None = None) -> list[str]:
     """The command line that runs ``cmd`` as simulated host ``name`` (on ``network`` when given:

@@ -129,6 +129,17 @@ def test_a_firing_stays_quiet_until_resolved_then_fires_again(quiet, sent):
     assert firings[0].resolved_step is not None and 10 < firings[0].resolved_step <= 18 and firings[1].resolved_at is None
 
 
+def record_levels(run, key: str, level_key: str, levels: list[int], rewards: list[float]) -> list[int]:
+    """Record a domain's reward and curriculum level step by step; the steps an alert fired at."""
+    fired = []
+    for n, (level, v) in enumerate(zip(levels, rewards), start=1):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
+                                         MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
+        if services.alerts_after_step(run=run, step=n):
+            fired.append(n)
+    return fired
+
+
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_a_curriculum_level_up_is_a_new_baseline_not_a_collapse(quiet, sent, staleness):
     """A domain moved to a harder level earns less by design: the drop rule starts afresh at the
@@ -144,12 +155,7 @@ def test_a_curriculum_level_up_is_a_new_baseline_not_a_collapse(quiet, sent, sta
     first_new = 7 + staleness
     levels = [0] * 5 + [1] * 19
     rewards = [0.9] * (first_new - 1) + [0.3] * 6 + [0.7] * 6 + [0.05] * (25 - first_new - 12)
-    fired = []
-    for n, (level, v) in enumerate(zip(levels, rewards), start=1):
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
-                                         MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
-        if services.alerts_after_step(run=run, step=n):
-            fired.append(n)
+    fired = record_levels(run, key, level_key, levels, rewards)
     assert len(fired) == 1 and fired[0] > first_new + 11, fired  # the collapse within level 1, nothing at the level-up
     # The same series without the level change is a collapse at the level-up.
     other = running(quiet.team, name=f"no-curriculum-{staleness}")
@@ -169,12 +175,7 @@ def test_a_drop_before_the_first_step_at_a_new_level_is_a_collapse(quiet, sent):
     # reward already fell at step 7: a drop within level 0 as the rule sees it, which it reports.
     levels = [0] * 7 + [1] * 10
     rewards = [0.9] * 6 + [0.2] * 11
-    fired = []
-    for n, (level, v) in enumerate(zip(levels, rewards), start=1):
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=n, key=key, domain="builtin-parity", value=v),
-                                         MetricPoint(run=run, step=n, key=level_key, domain="builtin-parity", value=level)])
-        if services.alerts_after_step(run=run, step=n):
-            fired.append(n)
+    fired = record_levels(run, key, level_key, levels, rewards)
     assert fired and fired[0] <= 9, fired
 
 

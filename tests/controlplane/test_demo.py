@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.web.management.commands.demo_setup import DEMO_DOMAINS
+from tests.services import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
             assert judged["state"] not in ("failed", "paused", "cancelled"), judged
             return judged if judged["state"] == "completed" else None
 
-        judged = wait(judged_done, 900, "the judged run to complete without help", logs)
+        judged = wait_for(judged_done, 900, "the judged run to complete without help", logs=logs)
         assert judged["current_step"] == 20
         assert run_named("demo: tiny model")["current_step"] >= 5, "run 1 trains"
         queue = api(opener, url, "POST", "api/review/queues", {"team": "demo", "domain": "capitals-judged",
@@ -112,15 +112,3 @@ def api(opener, url: str, method: str, path: str, body: dict | None = None) -> d
         return json.loads(opener.open(request, timeout=30).read())
     except urllib.error.HTTPError as exc:
         raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:2000]!r}") from None
-
-
-def wait(predicate, timeout: float, what: str, logs):
-    """Poll what the demo makes true (a run completing); the logs' ends if it never does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(2)
-    ends = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}" for log in logs if log.exists())
-    raise AssertionError(f"{what}: not within {timeout:.0f} s\n{ends}")

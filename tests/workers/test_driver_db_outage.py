@@ -24,21 +24,11 @@ from tests import factories
 from tests.faults import CuttableProxy
 from tests.services import require_postgres, wait_for
 from tests.workers.test_driver import _no_send, _running_run, steps_of
+from tests.workers.test_driver_broker_outage import Clock
 from workers.outage import DatabaseUnreachable, HeldDatabase
 
 HOLD_S = 10
 STEPS = 8
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.now += s
 
 
 def test_a_refused_read_is_retried_with_backoff_and_a_long_outage_raises():

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -23,7 +22,7 @@ from controlplane.scheduling.models import ResourcePool
 from controlplane.scheduling.selectors import train_workers
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import Network, Relays, can_simulate_hosts, host_command
+from tests.hosts import Network, can_simulate_hosts, host_command, relay_services
 from tests.services import require, require_postgres, require_redis, start_celery_process, wait_for, worker_env
 
 STEPS = 4
@@ -66,18 +65,11 @@ def test_a_run_of_two_hosts_ends_as_the_same_run_on_one_host(transactional_db, t
     why = can_simulate_hosts()
     require(not why, why)
     db = connection.settings_dict
-    pg_port, redis = int(db["PORT"] or 5432), urlparse(redis_url)
-    sockets = tmp_path / "s"
-    sockets.mkdir()
-    relay = Relays()
-    relay.unix_to_tcp(str(sockets / "pg"), db["HOST"] or "127.0.0.1", pg_port)
-    relay.unix_to_tcp(str(sockets / "redis"), redis.hostname or "127.0.0.1", redis.port or 6379)
+    relay, relays, host_urls = relay_services(tmp_path, db, redis_url)  # noqa: F841 (kept alive)
     store = tmp_path / "store"
     settings.TEMPER_STORE = str(store)
     env = worker_env(db, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_STORE=str(store))
-    env["DATABASE_URL"] = f"postgresql://{db['USER']}@127.0.0.1:{pg_port}/{db['NAME']}"
-    env["REDIS_URL"] = f"redis://127.0.0.1:{redis.port or 6379}{redis.path or ''}"
-    relays = {pg_port: sockets / "pg", redis.port or 6379: sockets / "redis"}
+    env.update(host_urls)  # the hosts reach both through their own loopback
     _, actor = factories.synced_team(["builtin-addition"], "member")
     ResourcePool.objects.create(name="cpu", kind="cpu", capacity=2)
     model = str(weak_base(tmp_path))

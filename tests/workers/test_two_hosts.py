@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from urllib.parse import urlparse
 
 import pytest
 from django.db import connection
@@ -17,7 +16,7 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import Relays, can_simulate_hosts, host_command
+from tests.hosts import can_simulate_hosts, host_command, relay_services
 from tests.services import require, require_postgres, require_redis, start_celery_process, wait_for, worker_env
 
 LEASE_S = 6
@@ -40,20 +39,14 @@ def test_a_run_checkpointed_on_one_host_resumes_on_another_from_the_shared_store
     from trainer.models.tiny import build_tiny
 
     db = connection.settings_dict
-    pg_port, redis = int(db["PORT"] or 5432), urlparse(redis_url)
-    sockets = tmp_path / "s"
-    sockets.mkdir()
-    relay = Relays()  # the machine's side: each host's loopback port -> a socket here -> the real service
-    relay.unix_to_tcp(str(sockets / "pg"), db["HOST"] or "127.0.0.1", pg_port)
-    relay.unix_to_tcp(str(sockets / "redis"), redis.hostname or "127.0.0.1", redis.port or 6379)
+    # the machine's side: each host's loopback port -> a socket here -> the real service
+    relay, relays, host_urls = relay_services(tmp_path, db, redis_url)  # noqa: F841 (kept alive)
     store = tmp_path / "store"
     settings.TEMPER_STORE = str(store)
     settings.TEMPER_DRIVER_LEASE_S = LEASE_S
     env = worker_env(db, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_STORE=str(store),
                      TEMPER_DRIVER_LEASE_S=str(LEASE_S))
-    env["DATABASE_URL"] = f"postgresql://{db['USER']}@127.0.0.1:{pg_port}/{db['NAME']}"
-    env["REDIS_URL"] = f"redis://127.0.0.1:{redis.port or 6379}{redis.path or ''}"
-    relays = {pg_port: sockets / "pg", redis.port or 6379: sockets / "redis"}
+    env.update(host_urls)  # the hosts reach both through their own loopback
     _, actor = factories.synced_team(["builtin-addition"], "member")
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(
