@@ -91,7 +91,7 @@ def test_a_gpu_quota_with_no_gpu_pool_to_draw_from_is_saved_with_a_warning(world
     page = r.content.decode()
     assert TeamQuota.objects.get(team=world.other).max_gpus == 4
     assert "Quota of globex: no GPU pool exists (kind train_gpu): a quota of 4 GPUs has nothing to draw from" in page
-    assert 'data-testid="quota-gpu-warning"' in page and 'class="flash warn"' in page
+    assert 'data-testid="quota-gpu-warning"' in page and 'class="flash warn" data-testid="manage-warning"' in page
     api = c.get("/api/teams/globex/quota").json()
     assert api["warnings"] == [{"path": "max_gpus", "message": "no GPU pool exists (kind train_gpu): a quota of 4 GPUs "
                                 "has nothing to draw from until a platform admin adds one"}]

@@ -64,7 +64,9 @@ def test_a_team_admin_may_not_set_gpus_nor_another_teams_ceilings(world):
 def test_a_platform_admin_sets_any_teams_ceilings(world):
     r = _put_quota(_client(world.staff), {"max_gpus": 2, "ceilings": {"rollout.n": 4}}, team="globex")
     assert r.status_code == 200 and r.json() == {"team": "globex", "max_gpus": 2, "max_concurrent_runs": 2,
-                                                  "ceilings": {"rollout.n": 4}}
+                                                  "ceilings": {"rollout.n": 4}, "warnings": [
+        {"path": "max_gpus", "message": "no GPU pool exists (kind train_gpu): a quota of 2 GPUs has nothing to draw "
+                                        "from until a platform admin adds one"}]}
     assert _put_quota(_client(world.staff), {"ceilings": {}}, team="globex").json()["ceilings"] == {}
 
 
