@@ -163,6 +163,18 @@ def host_command(name: str, cmd: list[str], *, private: list[Path], relays: dict
     return ["ip", "netns", "exec", network.namespace(name), "unshare", "--mount", "--uts", "--fork", "--", *args, "--", *cmd]
 
 
+def start_host_worker(name: str, directory: Path, env: dict, relays: dict[int, Path], *, queues: str, worker: str,
+                      network: Network | None = None):
+    """A Celery worker (``worker``, serving ``queues``) as simulated host ``name``, its private
+    ``TEMPER_VAR_DIR`` under ``directory`` and its log in ``directory/<name>.log``; returned once ready."""
+    from tests.services import start_celery_process  # lazy: tests.services sets Django up; `python -m tests.hosts` does not
+
+    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queues, "-c", "2",
+           "-n", f"{worker}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
+    return start_celery_process(host_command(name, cmd, private=[Path(directory) / "var"], relays=relays, network=network),
+                                env, name, log_path=Path(directory) / f"{name}.log")
+
+
 def can_simulate_hosts() -> str:
     """Why hosts cannot be simulated here ("" when they can)."""
     if os.geteuid() != 0:

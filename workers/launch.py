@@ -75,7 +75,7 @@ def drive_on_devices(run_id: int, worker: str) -> str:
     master = f"{address}:{free_port(address)}"
     for node_rank, node in enumerate(nodes[1:], start=1):
         dispatch.send(JOIN_TASK, run_id, node_rank, master, queue=direct_queue(node["worker"]))
-    return drive_launched(run_id, worker, ranks=run.ranks // len(nodes), env=env, nodes=len(nodes), master=master)
+    return drive_launched(run_id, worker, ranks=run.ranks_per_host, env=env, nodes=len(nodes), master=master)
 
 
 JOIN_TASK = "temper.train.join_run"
@@ -91,9 +91,9 @@ def join_node(run_id: int, worker: str, node_rank: int, master: str) -> str:
     nodes = run.nodes if run is not None else []
     if not 0 < node_rank < len(nodes) or nodes[node_rank]["worker"] != worker:
         return f"not node {node_rank} of run {run_id} on {worker} (placement: {run.placement if run else 'none'})"
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(int(d)) for d in nodes[node_rank]["devices"]),
+    env = {"CUDA_VISIBLE_DEVICES": visible_devices(nodes[node_rank]),
            DEVICES_PER_RANK: str(run.devices_per_rank)}
-    reason = drive_launched(run_id, worker, ranks=run.ranks // len(nodes), env=env, nodes=len(nodes),
+    reason = drive_launched(run_id, worker, ranks=run.ranks_per_host, env=env, nodes=len(nodes),
                             node_rank=node_rank, master=master)
     return f"node {node_rank} of run {run_id}: {reason}"
 

@@ -134,6 +134,11 @@ class Run(models.Model):
         return self._setting("parallel.hosts")
 
     @property
+    def ranks_per_host(self) -> int:
+        """Ranks on each of its hosts (the hosts divide the ranks: checked when it was submitted)."""
+        return max(self.ranks // self.hosts, 1)
+
+    @property
     def nodes(self) -> list[dict]:
         """Where its ranks run, one entry per host in node-rank order: ``{"worker", "devices"}``
         from its placement (the scheduler's), the first being the driver's. A run placed on one

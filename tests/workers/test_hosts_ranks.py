@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,14 @@ from controlplane.scheduling.models import ResourcePool
 from controlplane.scheduling.selectors import train_workers
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import Network, can_simulate_hosts, host_command, relay_services
-from tests.services import require, require_postgres, require_redis, start_celery_process, wait_for, worker_env
+from tests.hosts import Network, can_simulate_hosts, relay_services, start_host_worker
+from tests.services import require, require_postgres, require_redis, wait_for, worker_env
 
 STEPS = 4
 
 
 def start_host(name: str, tmp_path: Path, env: dict, relays: dict, network: Network):
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "control,rollout,train", "-c", "2",
-           "-n", f"train-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
-    return start_celery_process(host_command(name, cmd, private=[tmp_path / "var"], relays=relays, network=network),
-                                env, name, log_path=tmp_path / f"{name}.log")
+    return start_host_worker(name, tmp_path, env, relays, queues="control,rollout,train", worker="train", network=network)
 
 
 def weak_base(tmp_path: Path) -> Path:

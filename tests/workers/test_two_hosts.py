@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import pytest
 from django.db import connection
@@ -16,18 +15,15 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import can_simulate_hosts, host_command, relay_services
-from tests.services import require, require_postgres, require_redis, start_celery_process, wait_for, worker_env
+from tests.hosts import can_simulate_hosts, relay_services, start_host_worker
+from tests.services import require, require_postgres, require_redis, wait_for, worker_env
 
 LEASE_S = 6
 STEPS = 30
 
 
 def start_host(name: str, tmp_path, env: dict, relays: dict):
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", "control,rollout", "-c", "2",
-           "-n", f"rollout-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "info"]
-    return start_celery_process(host_command(name, cmd, private=[tmp_path / "var"], relays=relays), env, name,
-                                log_path=tmp_path / f"{name}.log")
+    return start_host_worker(name, tmp_path, env, relays, queues="control,rollout", worker="rollout")
 
 
 @pytest.mark.slow
