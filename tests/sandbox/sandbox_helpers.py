@@ -73,6 +73,11 @@ def counts(pool) -> tuple[int, int]:
 SMALL = Limits(cpu_s=2, wall_s=4, memory_mb=256, pids=48, output_bytes=256 << 10, tmpfs_mb=32)
 """Limits used by the hostile suite: small enough to hit quickly."""
 
+CPU_BOUND = Limits(cpu_s=1, wall_s=120, memory_mb=128, pids=32)
+"""Limits for a job that must end on its CPU limit: the wall limit is far above it because a
+loaded CI machine once gave a busy loop only 0.7 s of CPU in 10 s of wall time. A busy loop still
+ends after about 1 s of CPU; only a starved one waits longer."""
+
 
 def _live_agents() -> set[int]:
     """Pids of the agents (container pid 1, warm bwrap sandbox pid 1 and its bwrap) of this

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_helpers import bwrap_ready, own_pool, require
+from sandbox_helpers import CPU_BOUND, bwrap_ready, own_pool, require
 from workers.sandbox import Limits, PoolConfig, cgroups
 from workers.sandbox.bwrap_backend import BwrapBackend
 from workers.sandbox.bwrap_pool import WarmBwrapBackend
@@ -17,7 +17,8 @@ def no_cgroups(monkeypatch):
 
 
 LIMITS = Limits(cpu_s=1, wall_s=10, memory_mb=128, pids=32)
-"""Wall time well above CPU time: a loaded machine may need seconds to give 1 s of CPU."""
+"""For jobs that end before either time limit, or on the wall limit; a busy loop runs under
+CPU_BOUND instead, whose wall limit a loaded machine cannot reach first."""
 
 
 @pytest.fixture(params=[BwrapBackend, WarmBwrapBackend], ids=["cold", "warm"])
@@ -25,17 +26,17 @@ def runner(request, no_cgroups):
     """Runs one job through a cold or a warm bwrap pool, both without cgroups."""
     config = PoolConfig(warm_per_domain=1)
     with own_pool(request.param(config), config, idle_s=30) as pool:
-        yield lambda files, command: pool.execute(files, command, LIMITS, domain="fallback")
+        yield lambda files, command, limits=LIMITS: pool.execute(files, command, limits, domain="fallback")
 
 
-@pytest.mark.parametrize("program, status", [
-    ("print('fine')", "ok"),
-    ("x = bytearray(300 << 20)", "memory_limit"),
-    ("while True:\n    pass", "timeout_cpu"),
-    ("import time\ntime.sleep(1000)", "timeout_wall"),
+@pytest.mark.parametrize("program, limits, status", [
+    ("print('fine')", LIMITS, "ok"),
+    ("x = bytearray(300 << 20)", LIMITS, "memory_limit"),
+    ("while True:\n    pass", CPU_BOUND, "timeout_cpu"),
+    ("import time\ntime.sleep(1000)", LIMITS, "timeout_wall"),
 ])
-def test_rlimits_alone(runner, program, status):
-    v = runner({"a.py": program}, ["python3", "a.py"])
+def test_rlimits_alone(runner, program, limits, status):
+    v = runner({"a.py": program}, ["python3", "a.py"], limits)
     assert v.status == status, v
 
 

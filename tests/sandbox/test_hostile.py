@@ -16,7 +16,7 @@ import pytest
 from workers.sandbox import Limits, execute, python_test_job
 from workers.sandbox.testjob import SPEC_FILE
 
-from sandbox_helpers import SMALL, wait_no_sandbox_processes
+from sandbox_helpers import CPU_BOUND, SMALL, wait_no_sandbox_processes
 
 FAILED = {"runtime_error", "timeout_cpu", "timeout_wall", "memory_limit"}
 
@@ -121,7 +121,7 @@ def test_invalid_utf8_output(clean):
 
 
 def test_busy_loop(clean):
-    v = run(clean, "while True:\n    pass\n", Limits(cpu_s=1, wall_s=10))
+    v = run(clean, "while True:\n    pass\n", CPU_BOUND)
     assert v.status == "timeout_cpu", v
     healthy(clean)
 

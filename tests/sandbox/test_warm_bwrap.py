@@ -11,7 +11,7 @@ import secrets
 
 import pytest
 
-from sandbox_helpers import SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, own_pool, require, wait_no_sandbox_processes
+from sandbox_helpers import CPU_BOUND, SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, own_pool, require, wait_no_sandbox_processes
 from workers.sandbox import Limits, PoolConfig, cgroups
 from workers.sandbox.bwrap_pool import WarmBwrapBackend
 
@@ -202,7 +202,7 @@ def test_root_dev_and_etc_are_read_only(pool):
 
 
 @pytest.mark.parametrize("program, limits, status", [
-    ("while True:\n    pass\n", Limits(cpu_s=1, wall_s=10), "timeout_cpu"),
+    ("while True:\n    pass\n", CPU_BOUND, "timeout_cpu"),
     ("import time\ntime.sleep(100)\n", Limits(cpu_s=5, wall_s=1), "timeout_wall"),
     ("x = bytearray(400 << 20)\n", Limits(cpu_s=5, wall_s=10, memory_mb=128), "memory_limit"),
     ("print('y' * (1 << 20))\n", Limits(output_bytes=4096), "output_limit"),
