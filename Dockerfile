@@ -1,8 +1,8 @@
 # Temper's image for the production topology (docker-compose.yml): web, workers and beat.
 # Builds with the classic builder (`docker build`, Docker 20.10+) as well as with BuildKit.
 #
-#   docker build -t temper:latest .                                   # CPU hosts (requirements.txt)
-#   docker build -t temper:gpu --build-arg REQUIREMENTS=requirements/gpu.txt \
+#   docker build -t temper:latest .                                   # CPU hosts (requirements/lock/runtime.txt)
+#   docker build -t temper:gpu --build-arg REQUIREMENTS=requirements/lock/gpu.txt \
 #       --build-arg RUNTIME_PACKAGES="gcc libc6-dev python3-dev" .    # CUDA hosts (compose profile gpu)
 #
 # Two stages: `builder` has the compilers and installs the Python packages into /opt/venv;
@@ -14,17 +14,19 @@
 #   BASE_IMAGE        Debian bookworm (or a derivative with python3 3.11). A CUDA base is not
 #                     needed for GPUs: PyPI's torch and vllm wheels carry their CUDA libraries,
 #                     and the NVIDIA container runtime brings the driver.
-#   REQUIREMENTS      the pip requirements file: requirements.txt (CPU) or requirements/gpu.txt.
+#   REQUIREMENTS      the lock file to install (requirements/lock.py): requirements/lock/runtime.txt
+#                     (CPU) or requirements/lock/gpu.txt. Every package at its locked version and
+#                     every file checked against its locked sha256 (pip --require-hashes).
 #   RUNTIME_PACKAGES  extra Debian packages of the final stage. The GPU build needs a C compiler
 #                     and Python's headers at run time: Triton (torch.compile, vLLM) compiles its
 #                     launcher on first use.
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX, PIP_TRUSTED_HOST
 #                     pip's own settings, for a build behind a mirror or from a wheelhouse; unset
-#                     by default (PyPI, and PyTorch's CPU index named in requirements.txt).
+#                     by default (PyPI, and PyTorch's CPU index named in the CPU lock files).
 ARG BASE_IMAGE=debian:bookworm-slim
 
 FROM ${BASE_IMAGE} AS builder
-ARG REQUIREMENTS=requirements.txt
+ARG REQUIREMENTS=requirements/lock/runtime.txt
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
@@ -39,15 +41,16 @@ ENV PATH=/opt/venv/bin:$PATH
 COPY requirements.txt /src/requirements.txt
 COPY requirements /src/requirements
 WORKDIR /src
-# vLLM (requirements/gpu.txt) pulls in the `ninja` build tool, whose Python package has the import
-# name of django-ninja and overwrites it: reinstall django-ninja when that happened. The GPU build
-# adds DeepSpeed (requirements/deepspeed.txt: built against the torch just installed).
-RUN pip install -r "$REQUIREMENTS" \
- && pip install --no-deps -r requirements/nodeps.txt \
- && if [ "$REQUIREMENTS" = requirements/gpu.txt ]; then \
-      DS_BUILD_OPS=0 pip install --no-build-isolation -r requirements/deepspeed.txt; fi \
+# Everything from the lock files, without resolving anything (--no-deps: the lock is the whole set).
+# vLLM and DeepSpeed (GPU lock) pull in the `ninja` build tool, whose Python package has the import
+# name of django-ninja and overwrites it: django-ninja is installed again from its locked entry. The
+# GPU build adds DeepSpeed (requirements/lock/deepspeed.txt: built against the torch just installed).
+RUN pip install --no-deps --require-hashes -r "$REQUIREMENTS" -r requirements/lock/nodeps.txt \
+ && if [ "$REQUIREMENTS" = requirements/lock/gpu.txt ]; then \
+      DS_BUILD_OPS=0 pip install --no-deps --require-hashes --no-build-isolation -r requirements/lock/deepspeed.txt; fi \
  && if pip show -q ninja 2>/dev/null; then \
-      pip install --no-deps --force-reinstall "$(pip freeze | grep -i '^django-ninja==')"; fi \
+      python requirements/lock.py pick "$REQUIREMENTS" django-ninja > /tmp/django-ninja.lock \
+      && pip install --no-deps --require-hashes --force-reinstall -r /tmp/django-ninja.lock; fi \
  && find /opt/venv -depth -name __pycache__ -type d -exec rm -rf {} +
 # The packages sandboxed programs may import (requirements/sandbox.txt: the CAD domains' numpy and
 # manifold3d), for the sandbox's interpreter (this python3), copied to /usr/local/lib/temper-sandbox

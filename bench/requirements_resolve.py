@@ -5,8 +5,9 @@
 Makes a fresh virtual environment and asks its pip for a dry-run install report
 (``pip install --dry-run --ignore-installed --report``) with ``--isolated`` (no pip.conf, no
 ``PIP_*`` variables: this machine's local mirrors and wheel directories are not seen), PyPI as the
-only index given on the command line, and whatever index the file names itself (requirements.txt
-names PyTorch's CPU index for torch's ``+cpu`` build). Where that index cannot be reached (the build
+only index given on the command line, plus PyTorch's CPU index for torch's ``+cpu`` build (the CPU
+lock files name it; requirements.txt, an input, leaves it to them). A lock file
+(``--requirements requirements/lock/runtime.txt``) is checked as installs read it, hashes included. Where that index cannot be reached (the build
 machines reach PyPI only), ``--find-links DIR`` stands in for it: give a directory holding only the
 torch wheel, and the report says which packages came from it. Nothing is installed.
 
@@ -44,7 +45,8 @@ def main() -> None:
         subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
         cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
                "--report", str(report), "--index-url", args.index_url, "--retries", "0", "--timeout", "30",
-               "--progress-bar", "off", "-r", str(ROOT / args.requirements)]
+               "--progress-bar", "off", "--extra-index-url", "https://download.pytorch.org/whl/cpu",
+               "-r", str(ROOT / args.requirements)]
         if Path("/etc/ssl/certs/ca-certificates.crt").exists():  # --isolated drops pip.conf's cert too
             cmd += ["--cert", "/etc/ssl/certs/ca-certificates.crt"]
         if args.find_links:

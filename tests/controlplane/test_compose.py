@@ -95,7 +95,7 @@ def test_gpu_profile_requests_nvidia_gpus():
     for svc in gpu.values():
         devices = svc["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
-        assert svc["build"]["args"]["REQUIREMENTS"] == "requirements/gpu.txt"
+        assert svc["build"]["args"]["REQUIREMENTS"] == "requirements/lock/gpu.txt"
     tool = shutil.which("docker-compose")
     require(tool is not None, "Debian's docker-compose 1.29 to validate the gpu profile")
     env = {**os.environ, "SECRET_KEY": "validate-only"}

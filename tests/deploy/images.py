@@ -15,7 +15,6 @@ import functools
 import hashlib
 import http.server
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -122,20 +121,6 @@ PYTHON = os.environ.get("TEMPER_DEPLOY_PYTHON", "/usr/bin/python3")
 """The interpreter whose pip builds the wheelhouse: this machine's Debian python3 by default."""
 
 
-def _requirement_files(requirements: Path, seen: frozenset = frozenset()) -> list[Path]:
-    """``requirements`` and every file it includes (``-r``, ``-c``, nested), each relative to the
-    file that names it, as pip reads them."""
-    requirements = requirements.resolve()
-    if requirements in seen:
-        return []
-    files = [requirements]
-    for line in requirements.read_text().splitlines():
-        included = re.match(r"(?:--requirement|--constraint|-r|-c)(?:\s*=\s*|\s+)?([^\s#]+)", line.strip())
-        if included:
-            files += _requirement_files(requirements.parent / included[1], seen | {requirements})
-    return files
-
-
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     """``cmd``'s exit status and output; a missing program reads as exit status 127, never raises."""
     try:
@@ -208,36 +193,42 @@ def pip_command(python: str = PYTHON) -> list[str]:
     return [str(venv_python), "-m", "pip"]
 
 
-def wheelhouse(requirements: Path, no_deps: tuple[Path, ...] = ()) -> Path:
-    """Wheels of every package ``requirements`` resolves to for the image's Python, Debian
-    bookworm's python3 (a pip of this machine's /usr/bin/python3, so environment markers such as
-    ``python_full_version < "3.11.3"`` resolve as in the image, with this machine's pip
-    configuration: the local wheel directory, the mirrors, PyPI), cached by the content of the
-    file and of every file it includes (``-r requirements/common.txt``)."""
-    h = hashlib.sha256(_probe(PYTHON).encode())
-    for path in [*_requirement_files(requirements), *no_deps]:
-        h.update(os.path.relpath(path, requirements.parent.resolve()).encode() + b"\0" + path.read_bytes())
+BUILD_BACKENDS = ("setuptools", "wheel")
+"""What pip builds the locks' source-only packages with (cellpylib, pycosat, zss: setup.py, no
+pyproject.toml) inside the image build, where the wheelhouse is the only index."""
+
+
+def wheelhouse(locked: tuple[Path, ...], unlocked: tuple[Path, ...] = ()) -> Path:
+    """The exact files the lock files ``locked`` name (``pip download --no-deps --require-hashes``:
+    wheels, and the source archives of the packages that publish only those, each matching its
+    locked sha256, so the image's hash-checked install accepts them), the build backends of those
+    source archives, and the binary wheels of ``unlocked`` (requirements/sandbox.txt, pinned, no
+    hashes). A pip of the image's Python, Debian bookworm's python3 (this machine's /usr/bin/python3,
+    so wheels are chosen as in the image), with this machine's pip configuration (the local wheel
+    directory, the mirrors, PyPI); cached by the content of the files."""
+    h = hashlib.sha256(_probe(PYTHON).encode() + repr(BUILD_BACKENDS).encode())
+    for path in (*locked, *unlocked):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     out = CACHE / f"wheels-{h.hexdigest()[:12]}"
     if (out / ".done").exists():
         return out
     pip = pip_command()
     out.mkdir(parents=True, exist_ok=True)
-    # requirements.txt names PyTorch's CPU index; where that host does not resolve, no retry
-    # (pip's default of five costs 7.5 s a project, and each retry a warning), as the Makefile does
+    # the CPU locks name PyTorch's CPU index; where that host does not resolve, no retry (pip's
+    # default of five costs 7.5 s a project, and each retry a warning), as the Makefile does
     try:
         socket.getaddrinfo("download.pytorch.org", 443)
         retries = "5"
     except OSError:
         retries = "0"
-    done = _run([*pip, "wheel", "-q", "--retries", retries, "-r", str(requirements), "-w", str(out)],
-                cwd=requirements.parent)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip wheel failed:\n{done.stderr[-3000:]}")
-    for extra in no_deps:  # files the image installs with --no-deps (requirements/nodeps.txt, sandbox.txt)
-        done = _run([*pip, "wheel", "-q", "--no-deps", "--retries", retries, "-r", str(extra), "-w", str(out)],
-                    cwd=requirements.parent)
+    files = [arg for path in locked for arg in ("-r", str(path))]
+    steps = [(["--no-deps", "--require-hashes", *files], "the lock files"),
+             (list(BUILD_BACKENDS), "the build backends")]
+    steps += [(["--no-deps", "--only-binary=:all:", "-r", str(path)], path.name) for path in unlocked]
+    for args, what in steps:
+        done = _run([*pip, "download", "-q", "--retries", retries, "-d", str(out), *args], cwd=ROOT)
         if done.returncode != 0:
-            raise RuntimeError(f"pip wheel --no-deps -r {extra.name} failed:\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"pip download of {what} failed:\n{done.stderr[-3000:]}")
     (out / ".done").write_text("ok\n")
     return out
 

@@ -133,8 +133,8 @@ def stack(tmp_path_factory):
     require(shutil.which("debootstrap") is not None, "debootstrap (apt-get install debootstrap) for the base images")
 
     bases = {image.name: images.build_base(image) for image in (images.DEBIAN, images.POSTGRES, images.REDIS)}
-    wheels = images.wheelhouse(ROOT / "requirements.txt", no_deps=(ROOT / "requirements" / "nodeps.txt",
-                                                                  ROOT / "requirements" / "sandbox.txt"))
+    lock = ROOT / "requirements" / "lock"
+    wheels = images.wheelhouse((lock / "runtime.txt", lock / "nodeps.txt"), unlocked=(ROOT / "requirements" / "sandbox.txt",))
     project = f"tempertest{os.getpid()}"
     port = _free_port()
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project, "SECRET_KEY": secrets.token_urlsafe(50),
