@@ -5,18 +5,20 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import yaml
 from django.core.management.base import CommandError
+
+from controlplane.common import yaml_text
 
 
 def read_data_file(path: str):
-    """The data in a JSON (``.json``) or YAML file; CommandError when it is missing or unreadable."""
+    """The data in a JSON (``.json``) or YAML file (JSON's values only: controlplane.common.yaml_text);
+    CommandError when it is missing or unreadable."""
     p = Path(path)
     if not p.is_file():
         raise CommandError(f"{path}: no such file")
     try:
-        return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    except (ValueError, yaml.YAMLError) as exc:
+        return json.loads(p.read_text()) if p.suffix == ".json" else yaml_text.loads(p.read_text())
+    except ValueError as exc:  # YamlTextError is one
         raise CommandError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
 
 

@@ -10,7 +10,9 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 from ninja.responses import NinjaJSONEncoder
 
+from controlplane.common import yaml_text
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
+from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
@@ -147,6 +149,50 @@ def run_validate(request: HttpRequest):
     plan = services.run_validate(actor=request.auth, data=json_body(request))
     as_dict = plan.as_dict()
     return {"valid": True, "team": as_dict["team"], "domains": as_dict["domains"]}
+
+
+YAML_PARSE_IN = {
+    "type": "object", "required": ["text"], "additionalProperties": False,
+    "properties": {"text": {"type": "string", "maxLength": yaml_text.MAX_TEXT,
+                            "description": "A run body as YAML (JSON's values only: no aliases, tags or non-finite numbers)."}},
+}
+YAML_DUMP_IN = {
+    "type": "object", "required": ["body"], "additionalProperties": False,
+    "properties": {"body": {"type": "object", "description": "A run body, as POST /api/runs takes it."}},
+}
+
+
+class YamlParseOut(Schema):
+    body: dict[str, Any]
+
+
+class YamlDumpOut(Schema):
+    text: str
+
+
+@router.post("/runs/yaml/parse", response={200: YamlParseOut, **ERRORS}, openapi_extra=body_doc(YAML_PARSE_IN))
+def run_yaml_parse(request: HttpRequest):
+    """A run body written as YAML, read into the JSON the other run endpoints take (the run form's
+    YAML view); what is not JSON-like YAML is refused at ``text`` with its line and column. Nothing
+    is validated as a run here: /api/runs/validate does that."""
+    data = json_object(request)
+    validate(data, YAML_PARSE_IN)
+    try:
+        body = yaml_text.loads(data["text"])
+    except yaml_text.YamlTextError as exc:
+        raise InvalidInput.one("text", f"not YAML this page can read: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidInput.one("text", "must be a mapping (name: ..., domains: ..., config: ...), not "
+                               + ("empty" if body is None else f"a {type(body).__name__}"))
+    return {"body": body}
+
+
+@router.post("/runs/yaml/dump", response={200: YamlDumpOut, **ERRORS}, openapi_extra=body_doc(YAML_DUMP_IN))
+def run_yaml_dump(request: HttpRequest):
+    """A run body as block YAML, keys in their order (the run form's YAML view)."""
+    data = json_object(request)
+    validate(data, YAML_DUMP_IN)
+    return {"text": yaml_text.dumps(data["body"])}
 
 
 @router.post("/runs", response={201: RunDetailOut, **ERRORS}, openapi_extra=RUN_BODY)

@@ -60,6 +60,8 @@ ENDPOINTS = [
     Endpoint("run-cancel", "post", lambda w, t, r, d: f"/api/runs/{r.id}/cancel", RUNNERS, state="queued"),
     Endpoint("run-priority", "post", lambda w, t, r, d: f"/api/runs/{r.id}/priority", ADMIN, body=lambda w, t: {"priority": 80}),
     Endpoint("run-weights", "post", lambda w, t, r, d: f"/api/runs/{r.id}/weights", RUNNERS, body=lambda w, t: {"weights": {"addition": 2.0}}),
+    Endpoint("run-yaml-parse", "post", lambda w, t, r, d: "/api/runs/yaml/parse", ALL, body=lambda w, t: {"text": "name: x\n"}, other=200),
+    Endpoint("run-yaml-dump", "post", lambda w, t, r, d: "/api/runs/yaml/dump", ALL, body=lambda w, t: {"body": {"name": "x"}}, other=200),
     Endpoint("run-metrics", "get", lambda w, t, r, d: f"/api/runs/{r.id}/metrics?after=0", ALL),
     Endpoint("run-trajectories", "get", lambda w, t, r, d: f"/api/runs/{r.id}/trajectories", ALL),
     Endpoint("run-events", "get", lambda w, t, r, d: f"/api/runs/{r.id}/events", ALL),

@@ -242,7 +242,7 @@
     const box = document.getElementById("form-errors");
     const errors = err.errors && err.errors.length ? err.errors : [{ path: "", message: err.detail || "request failed" }];
     for (const e of errors) {
-      const input = e.path ? form.querySelector(`[data-path="${CSS.escape(e.path)}"]`) : null;
+      const input = e.path ? form.querySelector(`:is(input, select, textarea)[data-path="${CSS.escape(e.path)}"]`) : null;
       let slot = e.path ? form.querySelector(`[data-path-error="${CSS.escape(e.path)}"]`) : null;
       if (input) input.classList.add("invalid");
       if (!slot && input) slot = input.closest("label")?.querySelector(".field-error");
@@ -341,30 +341,75 @@
     for (const [name, v] of Object.entries(values)) {
       const path = `${prefix}.${name}`;
       if (v && typeof v === "object" && !Array.isArray(v)) { prefillConfig(v, path); continue; }
-      const input = form.querySelector(`[data-path="${CSS.escape(path)}"]`);
+      // the setting's own input: an error listed for the same path carries data-path too
+      const input = sections.querySelector(`[data-path="${CSS.escape(path)}"][data-kind]`);
       if (!input) continue; // e.g. a setting the run now owns: its own field carries it
       if (input.dataset.kind === "boolean") input.checked = !!v; else input.value = v;
       input.dataset.cloned = JSON.stringify(readValue(input));
     }
   }
 
-  // ------------------------------------------------------------------ the whole run as JSON
-  // The request body as text: copy it, or paste or edit one and apply it to the form, which
-  // validates it at once with the server's errors beside their fields (the same as Validate).
+  // ------------------------------------------------------------------ the whole run as text
+  // The request body as JSON or YAML: copy it, or paste or edit one and apply it to the form,
+  // which validates it at once with the server's errors beside their fields (the same as
+  // Validate). YAML is read and written by the server (POST /api/runs/yaml/parse and /dump), with
+  // JSON's values only; a text that does not parse says where, and the form keeps its values.
   const jsonBox = document.getElementById("run-json");
-  document.getElementById("json-show").addEventListener("click", () => {
-    jsonBox.hidden = false;
-    document.getElementById("json-text").value = JSON.stringify(body(), null, 2);
-    document.getElementById("json-error").textContent = "";
-  });
-  document.getElementById("json-hide").addEventListener("click", () => { jsonBox.hidden = true; });
-  document.getElementById("json-apply").addEventListener("click", async () => {
-    const errorSlot = document.getElementById("json-error");
+  const textBox = document.getElementById("json-text");
+  const textFormat = document.getElementById("text-format");
+  const textError = document.getElementById("json-error");
+  let shownFormat = "json";
+
+  async function showText() { // the form's body in the chosen format
+    textError.textContent = "";
+    if (textFormat.value === "yaml") {
+      try { textBox.value = (await api("POST", "/api/runs/yaml/dump", { body: body() })).text; }
+      catch (err) { textFormat.value = shownFormat; textError.textContent = `YAML: ${err.detail}`; return; }
+    } else {
+      textBox.value = JSON.stringify(body(), null, 2);
+    }
+    shownFormat = textFormat.value;
+  }
+
+  async function parseText() { // the text's body, or null with the reason shown
+    const text = textBox.value;
+    if (shownFormat === "yaml") {
+      try { return (await api("POST", "/api/runs/yaml/parse", { text })).body; }
+      catch (err) {
+        const where = (err.errors || []).map((e) => e.message).join("; ");
+        textError.textContent = where || `not YAML: ${err.detail}`;
+        return null;
+      }
+    }
     let parsed;
-    try { parsed = JSON.parse(document.getElementById("json-text").value); }
-    catch (e) { errorSlot.textContent = `not JSON: ${e.message}`; return; }
-    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) { errorSlot.textContent = "not JSON: expected an object"; return; }
-    errorSlot.textContent = "";
+    try { parsed = JSON.parse(text); }
+    catch (e) { textError.textContent = `not JSON: ${e.message}`; return null; }
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) { textError.textContent = "not JSON: expected an object"; return null; }
+    return parsed;
+  }
+
+  document.getElementById("json-show").addEventListener("click", () => { jsonBox.hidden = false; showText(); });
+  document.getElementById("json-hide").addEventListener("click", () => { jsonBox.hidden = true; });
+  textFormat.addEventListener("change", async () => {
+    // switching keeps what was typed: the text is read in its old format, then written in the new
+    const from = shownFormat, to = textFormat.value;
+    textFormat.value = from;
+    const parsed = await parseText();
+    if (parsed === null) return;
+    textError.textContent = "";
+    if (to === "yaml") {
+      try { textBox.value = (await api("POST", "/api/runs/yaml/dump", { body: parsed })).text; }
+      catch (err) { textError.textContent = `YAML: ${err.detail}`; return; }
+    } else {
+      textBox.value = JSON.stringify(parsed, null, 2);
+    }
+    textFormat.value = to;
+    shownFormat = to;
+  });
+  document.getElementById("json-apply").addEventListener("click", async () => {
+    const parsed = await parseText();
+    if (parsed === null) return;
+    textError.textContent = "";
     applyBody(parsed);
     document.getElementById("validate").click();
   });
