@@ -11,6 +11,8 @@ their group's baseline, and are masked out of the loss.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -137,3 +139,36 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     """Entropy (B, T) of the tempered next-token distribution."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, V)
     return -(logp.exp() * logp).sum(-1)
+
+
+IS_LOG_CLAMP = 20.0
+"""Log importance weights are clamped to +-20 for the health statistics only (exp(20) is 4.9e8):
+a weight that large is already an alarm, and an unclamped one overflows to inf."""
+
+
+def importance_sums(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(sum of w, sum of w^2) over the masked tokens, where w = exp(trainer_logp - engine_logp) is
+    each token's importance weight of the trainer's policy against the engine that sampled it."""
+    w = torch.exp((trainer_logp - engine_logp).clamp(-IS_LOG_CLAMP, IS_LOG_CLAMP)) * mask
+    return float(w.sum()), float((w * w).sum())
+
+
+def importance_health(w_sum: float, w_sq: float, tokens: float) -> dict[str, float]:
+    """The rollout importance weights' health, from :func:`importance_sums` over ``tokens`` tokens:
+    their mean and spread (1 and 0 when the engine samples exactly the trainer's policy) and the
+    normalised effective sample size (sum w)^2 / (n sum w^2), 1 when every weight is equal and
+    towards 1/n when one token carries the batch. verl documents a healthy mean of 0.5 to 2.0 and an
+    ESS above 0.3 (its rollout_is metrics). Empty when there were no tokens.
+
+    >>> importance_health(4.0, 4.0, 4)
+    {'health/is_weight_mean': 1.0, 'health/is_weight_std': 0.0, 'health/ess': 1.0}
+    >>> h = importance_health(4.0, 16.0, 4)  # one weight of 4, three of 0
+    >>> h["health/is_weight_mean"], round(h["health/is_weight_std"], 4), h["health/ess"]
+    (1.0, 1.7321, 0.25)
+    """
+    if tokens <= 0:
+        return {}
+    mean = w_sum / tokens
+    spread = math.sqrt(max(w_sq / tokens - mean * mean, 0.0))
+    ess = (w_sum * w_sum) / (tokens * w_sq) if w_sq > 0 else 0.0
+    return {"health/is_weight_mean": mean, "health/is_weight_std": spread, "health/ess": ess}

@@ -29,7 +29,8 @@ import torch
 from tqdm.auto import tqdm
 
 from trainer import catalogue, ranks
-from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, group_advantages, token_entropy,
+from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, group_advantages, importance_health,
+                                importance_sums, token_entropy,
                                 token_logprobs, zero_variance_groups)
 from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
@@ -143,7 +144,7 @@ def chunks(items: list, size: int) -> Iterable[list]:
         yield items[start:start + size]
 
 
-RANK_SUMS = ("loss", "tokens", "clipped", "kl", "entropy", "mm_abs", "mm_kl", "mm_tokens")
+RANK_SUMS = ("loss", "tokens", "clipped", "kl", "entropy", "mm_abs", "mm_kl", "mm_tokens", "is_sum", "is_sq")
 """The update's per-rank sums that are summed over the ranks before they become metrics."""
 
 
@@ -477,6 +478,9 @@ class Job:
                         totals["mm_abs"] += float(delta.abs().sum())
                         totals["mm_kl"] += float(((torch.exp(delta) - 1 - delta) * m).sum())
                         totals["mm_tokens"] += float(m.sum())
+                        w_sum, w_sq = importance_sums(logp.detach(), batch["old_logp"], m)
+                        totals["is_sum"] += w_sum
+                        totals["is_sq"] += w_sq
             if reduce_grads:
                 all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
             totals["grad_norm"] += self.backend.step()
@@ -492,6 +496,7 @@ class Job:
             "policy/grad_norm": totals["grad_norm"] / n_updates,
             "mismatch/logprob_abs": totals["mm_abs"] / max(totals["mm_tokens"], 1.0),
             "mismatch/kl": totals["mm_kl"] / max(totals["mm_tokens"], 1.0),
+            **importance_health(totals["is_sum"], totals["is_sq"], totals["mm_tokens"]),
             "perf/train_tokens": float(sum(len(trajs[i].prompt_ids) + len(trajs[i].response_ids)
                                            for i in valid_idx)),
         })
@@ -510,9 +515,12 @@ class Job:
             sums["abs"] += float(delta.abs().sum())
             sums["kl"] += float(((torch.exp(delta) - 1 - delta) * m).sum())
             sums["tokens"] += float(m.sum())
+            w_sum, w_sq = importance_sums(logp, batch["old_logp"], m)
+            sums["is_sum"] += w_sum
+            sums["is_sq"] += w_sq
         tok = max(sums["tokens"], 1.0)
         return {"policy/entropy": sums["entropy"] / tok, "mismatch/logprob_abs": sums["abs"] / tok,
-                "mismatch/kl": sums["kl"] / tok}
+                "mismatch/kl": sums["kl"] / tok, **importance_health(sums["is_sum"], sums["is_sq"], sums["tokens"])}
 
     def _samples(self, trajs: list[Trajectory], adv: torch.Tensor) -> list[dict]:
         """Up to ``samples_per_step`` trajectories, spread over groups, as plain dicts."""

@@ -28,6 +28,8 @@ class RuleOut(Schema):
     events: list[str]
     channels: list[dict[str, Any]]
     """Webhook secrets are never returned: ``secret_set`` says one is stored."""
+    advice: str = ""
+    """Sent with every firing: what the threshold is, where it comes from and what to try."""
     enabled: bool
     updated_at: datetime
 

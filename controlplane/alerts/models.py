@@ -38,6 +38,8 @@ class AlertRule(models.Model):
     window = models.IntegerField(default=1, help_text="Steps: the EMA's span (drop) or the mean's window (above, below).")
     events = models.JSONField(default=list, blank=True, help_text="Run event kinds (condition event).")
     channels = models.JSONField(default=list, blank=True, help_text="Where a firing goes: webhook, slack, email, in_app.")
+    advice = models.CharField(max_length=2000, blank=True,
+                              help_text="What the threshold is, where it comes from and what to try: sent with every firing.")
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -97,6 +97,8 @@ RULE_FIELDS = {
                  "items": {"type": "object", "required": ["type"],
                            "properties": {"type": {"enum": sorted(_CHANNEL)}},
                            "allOf": [{"if": {"properties": {"type": {"const": k}}}, "then": v} for k, v in _CHANNEL.items()]}},
+    "advice": {"type": "string", "maxLength": 2000,
+               "description": "What the threshold is, where it comes from and what to try: sent with every firing"},
     "enabled": {"type": "boolean"},
 }
 RULE_CREATE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "condition", "channels"],
@@ -230,7 +232,7 @@ def rule_out(rule: AlertRule, *, reveal: bool = False) -> dict:
     channels = [_channel_out(c, reveal) for c in rule.channels]
     return {"id": rule.id, "team": rule.team.slug if rule.team_id else None, "name": rule.name, "condition": rule.condition,
             "metric": rule.metric, "threshold": rule.threshold, "window": rule.window, "events": list(rule.events),
-            "channels": channels, "enabled": rule.enabled, "updated_at": rule.updated_at}
+            "channels": channels, "advice": rule.advice, "enabled": rule.enabled, "updated_at": rule.updated_at}
 
 
 @transaction.atomic
@@ -286,7 +288,9 @@ def rule_delete(*, actor: Principal, rule: AlertRule) -> None:
 
 def rules_for(run: Run) -> list[AlertRule]:
     """The enabled rules that watch ``run``: its team's and the defaults."""
-    return list(AlertRule.objects.filter(Q(team_id=run.team_id) | Q(team__isnull=True), enabled=True).order_by("id"))
+    rules = list(AlertRule.objects.filter(Q(team_id=run.team_id) | Q(team__isnull=True)).order_by("id"))
+    own = {r.name for r in rules if r.team_id is not None}
+    return [r for r in rules if r.enabled and (r.team_id is not None or r.name not in own)]
 
 
 def chart_path(run: Run, step: int, key: str = "") -> str:
@@ -381,9 +385,10 @@ def _by_level(run: Run, new: list[tuple[int, float, str]], *, since: int) -> lis
 def _metric_message(rule: AlertRule, run: Run, key: str, value: float | None, state: MetricState) -> str:
     if rule.condition == Condition.DROP:
         return (f"{rule.name}: {key} of run {run.name} fell to {value:.4g} (EMA over {rule.window} steps), "
-                f"{state.best - state.ema:.4g} below its best {state.best:.4g}")
+                f"{state.best - state.ema:.4g} below its best {state.best:.4g}" + (f". {rule.advice}" if rule.advice else ""))
     word = "above" if rule.condition == Condition.ABOVE else "below"
-    return f"{rule.name}: {key} of run {run.name} is {value:.4g} over the last {rule.window} step(s), {word} {rule.threshold:g}"
+    return (f"{rule.name}: {key} of run {run.name} is {value:.4g} over the last {rule.window} step(s), {word} {rule.threshold:g}"
+            + (f". {rule.advice}" if rule.advice else ""))
 
 
 def _events(rule: AlertRule, run: Run) -> list[AlertFiring]:

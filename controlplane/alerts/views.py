@@ -34,9 +34,15 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
     rules = list(selectors.rule_list(actor=actor, team_id=team.id if team else None)) if team else \
         list(selectors.rule_list(actor=actor).filter(team__isnull=True))
     rows = []
+    own = {rule.name for rule in rules if rule.team_id is not None}  # a team rule of a default's name replaces it
     for rule in rules:
         editable = services.editable(actor, rule.team_id)
-        rows.append({"rule": rule, "out": services.rule_out(rule, reveal=editable), "editable": editable,
+        out = services.rule_out(rule, reveal=editable)
+        # what a team's own copy of a default starts from: its condition and advice, in-app only
+        copy = json.dumps({k: out[k] for k in ("name", "condition", "metric", "threshold", "window", "events", "advice", "enabled")}
+                          | {"channels": [{"type": "in_app"}]}) if rule.team_id is None else ""
+        rows.append({"rule": rule, "out": out, "editable": editable, "copy": copy,
+                     "replaced": rule.team_id is None and rule.name in own,
                      "deliveries": _shown(selectors.delivery_list(actor=actor, rule=rule)[:5], editable)})
     firings = list(selectors.firing_list(actor=actor).filter(run__team=team)[:50]) if team else []
     return render(request, "alerts/index.html", {

@@ -56,3 +56,32 @@ def test_member_creates_a_rule_tests_it_and_follows_a_firing_to_the_chart(server
     page.click("[data-testid=notifications] a >> text=nightly")
     page.wait_for_url(lambda url: f"/runs/{run.id}/?step=4&metric=reward/builtin-addition" in url)
     page.wait_for_selector("#charts")
+
+
+def test_a_team_adjusts_a_default_health_rule_for_its_own_runs(server, browser):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    AlertRule.objects.filter(team__isnull=True).delete()  # the defaults as the migrations leave them
+    import_module("controlplane.alerts.migrations.0002_default_rules").create(apps, None)
+    import_module("controlplane.alerts.migrations.0003_rl_health_rules").forward(apps, None)
+    default = AlertRule.objects.get(team=None, name="Truncated completions")
+    team = factories.team("acme")
+    browser_user(team, "admin", "ada")
+    page = server.page(browser, "alerts-adjust")
+    server.login(page, "ada", PASSWORD)
+    page.goto("/alerts/")
+    page.click(f"[data-testid=rule-copy-{default.id}]")
+    form = "[data-testid=rule-create] form"
+    assert page.input_value(f"{form} input[name=name]") == "Truncated completions"
+    assert page.input_value(f"{form} textarea[name=advice]") == default.advice
+    page.fill(f"{form} input[name=threshold]", "0.2")
+    page.click(f"{form} [data-testid=rule-save]")
+    page.wait_for_url("**/alerts/rules/*/")
+    own = AlertRule.objects.get(team=team, name="Truncated completions")
+    assert (own.threshold, own.metric, own.window, own.advice) == (0.2, default.metric, default.window, default.advice)
+    page.goto("/alerts/")
+    assert "replaced for acme" in page.inner_text(f"[data-testid=rule-replaced-{default.id}]")
+    run = factories.run(team, state="running", budget_steps=50)
+    assert [r.id for r in alerts.rules_for(run) if r.name == "Truncated completions"] == [own.id]

@@ -430,6 +430,63 @@ def test_default_rules_watch_every_run(world, sent):
     assert Notification.objects.filter(firing__run=run).count() == 4
 
 
+def _defaults_as_migrated():
+    """The default rules as migrations 0002 and 0003 leave them (a transactional test before may
+    have flushed the rows the migrations made)."""
+    from django.apps import apps
+
+    AlertRule.objects.filter(team__isnull=True).delete()
+    import_module("controlplane.alerts.migrations.0002_default_rules").create(apps, None)
+    import_module("controlplane.alerts.migrations.0003_rl_health_rules").forward(apps, None)
+
+
+HEALTHY = {"policy/kl": 0.01, "policy/entropy": 0.6, "mismatch/kl": 0.0, "health/is_weight_mean": 1.0,
+           "health/ess": 0.99, "response/truncated_frac": 0.02}
+"""One step of a healthy run (about what the demo's runs record)."""
+
+
+@pytest.mark.parametrize("rule_name, key, bad", [
+    ("KL spike", "policy/kl", 0.8),
+    ("Entropy collapse", "policy/entropy", 0.01),
+    ("Logprob mismatch", "mismatch/kl", 0.2),
+    ("Importance weights high", "health/is_weight_mean", 3.0),
+    ("Importance weights low", "health/is_weight_mean", 0.3),
+    ("Effective sample size low", "health/ess", 0.1),
+    ("Truncated completions", "response/truncated_frac", 0.3),
+])
+def test_rl_health_rules_are_on_by_default_fire_on_a_crossing_and_say_what_to_try(world, sent, rule_name, key, bad):
+    _defaults_as_migrated()
+    health = AlertRule.objects.get(team=None, name=rule_name)
+    assert health.enabled and health.advice and "Try:" in health.advice
+    run = running(world.team)
+    for n in range(1, 11):  # healthy: nothing fires
+        assert not step(run, n, HEALTHY)
+    fired = []
+    for n in range(11, 21):
+        fired += step(run, n, HEALTHY | {key: bad})
+    assert [f.rule.name for f in fired] == [rule_name], [f.message for f in fired]
+    series = [HEALTHY[key]] * 10 + [bad] * 10  # the first step whose window's mean is beyond the bound
+    beyond = (lambda m: m > health.threshold) if health.condition == "above" else (lambda m: m < health.threshold)
+    expected = next(n for n in range(health.window, 21) if beyond(sum(series[n - health.window:n]) / health.window))
+    assert fired[0].step == expected > 10 and health.advice in fired[0].message
+    assert AlertFiring.objects.filter(run=run).count() == 1  # once, until it resolves
+
+
+def test_a_team_rule_of_a_defaults_name_replaces_it_for_that_teams_runs_only(world, sent):
+    _defaults_as_migrated()
+    AlertRule.objects.create(team=world.team, name="Truncated completions", condition="above", metric="response/truncated_frac",
+                             threshold=0.5, window=5, channels=[{"type": "in_app"}])
+    AlertRule.objects.create(team=world.team, name="Entropy collapse", condition="below", metric="policy/entropy",
+                             threshold=0.05, window=5, channels=[{"type": "in_app"}], enabled=False)
+    ours, theirs = running(world.team, "ours"), running(world.other, "theirs")
+    fired = {ours.id: [], theirs.id: []}
+    for n in range(1, 11):
+        for run in (ours, theirs):
+            fired[run.id] += [f.rule.name for f in step(run, n, HEALTHY | {"response/truncated_frac": 0.3, "policy/entropy": 0.0})]
+    assert sorted(fired[theirs.id]) == ["Entropy collapse", "Truncated completions"]
+    assert fired[ours.id] == []  # its own bound (0.5) is not crossed, and it switched entropy off
+
+
 def test_notification_ids_are_bounded_row_ids(quiet):
     viewer = client_for(quiet.users["viewer"])
     for ids in ([123456789012345678901234567890], [0], ["1"], list(range(1, 1002))):

@@ -92,12 +92,24 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
             labelled += 1
         after = api(opener, url, "GET", f"api/review/queues/{queue['id']}")
         assert labelled == queue["progress"]["items"] and after["progress"]["complete"] == labelled
+        # RL health is watched by default, and the demo's honest runs stay healthy: their
+        # importance weights are recorded and no health rule fired on either run.
+        tiny = run_named("demo: tiny model")
+        ess = api(opener, url, "GET", f"api/runs/{tiny['id']}/metrics?after=0&key=health/ess")["items"]
+        assert ess and all(p["key"] == "health/ess" and p["value"] > 0.9 for p in ess), ess
+        fired = {f["rule_name"] for f in api(opener, url, "GET", "api/alerts/firings?limit=1000")["items"]}
+        assert not fired & HEALTH_RULES, fired
         # Nothing in the demo's logs went wrong on the way.
         tracebacks = {log.name: log.read_text(errors="replace").count("Traceback") for log in logs}
         assert not any(tracebacks.values()), tracebacks
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(timeout=60)
+
+
+HEALTH_RULES = {"KL spike", "Entropy collapse", "Logprob mismatch", "Importance weights high", "Importance weights low",
+                "Effective sample size low", "Truncated completions"}
+"""The RL health rules every run is watched by (controlplane/alerts/migrations/0003_rl_health_rules.py)."""
 
 
 def api(opener, url: str, method: str, path: str, body: dict | None = None) -> dict:

@@ -1,6 +1,8 @@
 """Advantages against hand-computed examples; clip-higher; masking; aggregation."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -143,3 +145,22 @@ def test_balanced_domains_get_the_same_share_of_the_gradient_whatever_their_leng
     # An invalid sample weighs nothing, and a domain left with none is not counted.
     w = domain_balance_weights(domains, sizes, torch.tensor([True, True, False, False]))
     assert w.tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_importance_health_sees_a_policy_that_drifted_from_the_engine():
+    """Weights from logprobs: equal policies give mean 1 and ESS 1; a trainer that puts far more
+    mass on a few sampled tokens than the engine did gives a spread-out batch whose ESS falls."""
+    from trainer.algorithms import importance_health, importance_sums
+
+    engine = torch.log(torch.full((2, 4), 0.25))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    same = importance_health(*importance_sums(engine, engine, mask), float(mask.sum()))
+    assert same == {"health/is_weight_mean": 1.0, "health/is_weight_std": 0.0, "health/ess": 1.0}
+    trainer = engine.clone()
+    trainer[0, 0] = torch.log(torch.tensor(0.99))  # one token: w = 3.96
+    trainer[0, 1:] = torch.log(torch.tensor(0.01))  # the rest: w = 0.04
+    trainer[1, :] = torch.log(torch.tensor(0.01))
+    drift = importance_health(*importance_sums(trainer, engine, mask), float(mask.sum()))
+    assert drift["health/ess"] < 0.3 and drift["health/is_weight_std"] > 1.0
+    huge = importance_health(*importance_sums(engine + 1e4, engine, mask), float(mask.sum()))
+    assert all(math.isfinite(v) for v in huge.values()) and huge["health/is_weight_mean"] > 1e8

@@ -40,6 +40,9 @@ def test_step_reports_metrics_and_samples(base_config):
     counts = sum(v for k, v in metrics.items() if k.startswith("outcome/builtin-addition/"))
     assert counts == 16
     assert metrics["mismatch/logprob_abs"] < 1e-3  # same weights generated and recomputed
+    # on-policy: every importance weight is 1, so the batch is worth all its tokens
+    assert abs(metrics["health/is_weight_mean"] - 1.0) < 1e-3 and metrics["health/is_weight_std"] < 1e-2
+    assert metrics["health/ess"] > 0.999
     sample = seen[0][2][0]
     assert {"prompt", "completion", "reward", "outcome", "domain", "details"} <= set(sample)
     assert sample["domain"] == "builtin-addition" and sample["outcome"] in ("pass", "fail")
@@ -50,7 +53,7 @@ def test_a_batch_without_signal_takes_no_step_but_reports(base_config):
     before = [p.detach().clone() for p in job.model.parameters()]
     metrics = job.step()
     assert metrics["batch/skipped_update"] == 1.0 and metrics["policy/entropy"] > 0
-    assert metrics["mismatch/logprob_abs"] < 1e-3
+    assert metrics["mismatch/logprob_abs"] < 1e-3 and metrics["health/ess"] > 0.999
     assert all(torch.equal(a, b) for a, b in zip(before, job.model.parameters()))
 
 

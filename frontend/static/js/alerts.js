@@ -13,6 +13,7 @@
     form.threshold.value = rule.threshold;
     form.window.value = rule.window;
     form.events.value = (rule.events || []).join(", ");
+    form.advice.value = rule.advice || "";
     form.enabled.checked = rule.enabled;
     const by = (t) => rule.channels.filter((c) => c.type === t);
     form.in_app.checked = by("in_app").length > 0;
@@ -32,7 +33,7 @@
     if (form.slack_url.value.trim()) channels.push({ type: "slack", url: form.slack_url.value.trim() });
     if (form.email_to.value.trim()) channels.push({ type: "email", to: list(form.email_to.value) });
     const out = { name: form.name.value, condition: form.condition.value, threshold: Number(form.threshold.value),
-                  window: Number(form.window.value), channels, enabled: form.enabled.checked };
+                  window: Number(form.window.value), channels, advice: form.advice.value.trim(), enabled: form.enabled.checked };
     if (form.metric.value.trim() || ["drop", "above", "below"].includes(out.condition)) out.metric = form.metric.value.trim();
     if (form.events.value.trim() || out.condition === "event") out.events = list(form.events.value);
     return out;
@@ -84,6 +85,18 @@
       } catch (err) {
         result.textContent = err.detail;
       }
+    });
+  }
+
+  // A default rule adjusted for the team: the create form filled with its values (same name, so
+  // once saved it replaces the default for the team's runs), to change and save.
+  const createForm = document.querySelector("[data-testid=rule-create] form.alert-form");
+  for (const button of document.querySelectorAll("[data-copy-rule]")) {
+    button.addEventListener("click", () => {
+      if (!createForm) return;
+      fill(createForm, JSON.parse(button.dataset.copyRule));
+      createForm.scrollIntoView({ block: "center" });
+      createForm.threshold.focus();
     });
   }
 
