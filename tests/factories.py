@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from controlplane.accounts.models import ApiToken, Membership, Team, token_digest
 from controlplane.accounts.principal import Principal
-from controlplane.domains.models import Domain, DomainVersion
+from controlplane.domains.models import AUDIT_COUNTS, AUDIT_OPEN, AuditStatus, Domain, DomainVersion, VerifierAudit
 from controlplane.runs.models import Run, RunDomain
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
@@ -41,13 +41,39 @@ def actor(u) -> Principal:
     return Principal.for_user(u)
 
 
-def domain(slug: str | None = None, *, team_: Team | None = None, **fields) -> Domain:
+def domain(slug: str | None = None, *, team_: Team | None = None, audited: bool = True, **fields) -> Domain:
+    """A domain with version 1; ``audited``: its verifier audit done and clean (audits gate every
+    use of a version: without one a run on it waits)."""
     slug = slug or f"dom-{next(_seq)}"
     data = {"title": slug, "kind": "math", "family": "test", "task_source": {"family": "test"}, "verifier": EXACT}
     data.update(fields)
     d = Domain.objects.create(slug=slug, team=team_, **data)
-    DomainVersion.objects.create(domain=d, version=1, snapshot=d.snapshot())
+    v = DomainVersion.objects.create(domain=d, version=1, snapshot=d.snapshot())
+    if audited:
+        audits_passed([v])
     return d
+
+
+def audits_passed(versions=None) -> int:
+    """Test setup standing in for the audit worker: each of ``versions`` (by default every version
+    with no finished audit) gets a finished audit that found nothing, its open audit when it has
+    one (as the worker would record it), else a new one. Tests of the audit itself run the real
+    auditor (tests/controlplane/test_verifier_audit.py); this is for tests about something else.
+    Returns how many audits it finished."""
+    if versions is None:
+        versions = DomainVersion.objects.all()
+    done = 0
+    for v in versions:
+        if v.audits.filter(status=AuditStatus.DONE).exists():
+            continue
+        audit = v.audits.filter(status__in=AUDIT_OPEN).first() or VerifierAudit(domain_version=v, note="test setup")
+        for name in AUDIT_COUNTS:
+            setattr(audit, name, 0)
+        audit.wall_s, audit.auditor_version, audit.note = 0.0, "test-setup", audit.note or "test setup"
+        audit.terminate(AuditStatus.DONE)
+        audit.save()
+        done += 1
+    return done
 
 
 def run(team_: Team, *, by=None, domains: list[Domain] | None = None, state: str = "draft", **fields) -> Run:
@@ -91,6 +117,7 @@ def synced_team(domains: list[str], role: str = "admin") -> tuple[Team, Principa
     """``domains`` synced from the trainer's catalogue, and team ``acme`` with a member of
     ``role``; returns the team and that member as an actor."""
     call_command("domains", "sync", "--no-progress", "--only", *domains, verbosity=0)
+    audits_passed(DomainVersion.objects.filter(domain__slug__in=domains))
     team_ = team("acme")
     return team_, actor(member(team_, role))
 

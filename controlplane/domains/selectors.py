@@ -5,10 +5,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from django.db.models import Exists, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, found
-from controlplane.domains.models import AuditStatus, Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
+from controlplane.domains.models import AUDIT_OPEN, AuditStatus, Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
 
 
 def domain_list(*, actor: Principal, search: str = "", kind: str = "") -> QuerySet[Domain]:
@@ -232,17 +233,74 @@ def audit_decisive(*, version: DomainVersion) -> VerifierAudit | None:
             .select_related("override", "requested_by").order_by("-created_at", "-id").first())
 
 
-def audit_blockers(*, versions: Iterable[DomainVersion]) -> dict[int, str]:
-    """Versions runs may not pin, by version id, with the reason: the latest finished audit found
-    false positives and no admin overrode it. A pending, running or failed audit does not block."""
+@dataclass(frozen=True)
+class AuditGate:
+    """Whether runs may use a domain version now: ``ok``, ``wait`` (its audit is not finished: the
+    run waits in the queue and starts when it passes) or ``refuse`` (it found false positives or
+    failed, and no admin overrode it), with the reason in words."""
+
+    verdict: str
+    reason: str = ""
+
+
+def _ago(when, now) -> str:
+    seconds = max((now - when).total_seconds(), 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def audit_gates(*, versions: Iterable[DomainVersion], now=None) -> dict[int, AuditGate]:
+    """Each version's gate, by version id: audits gate every use of a version.
+
+    * ``ok``: the latest finished audit is clean, or an admin overrode it, or, before any audit
+      finished, an admin overrode the open one (audited: ``verifier_audit_override``);
+    * ``refuse``: the latest finished audit found false positives, or the only finished audits
+      failed (the audit crashed or timed out), not overridden;
+    * ``wait``: no audit has finished (or the one that found false positives is being re-run):
+      the reason names the audit and how long it has been queued or running.
+    A newer audit waiting behind a clean one does not hold runs back."""
     versions = list(versions)
+    now = now or timezone.now()
     summaries = audit_summaries(versions=versions)
-    out = {}
+    latest_ids = {s.audit_id for s in summaries.values() if s.audit_id and s.state in (*AUDIT_OPEN, AuditStatus.FAILED)}
+    early = set(VerifierAuditOverride.objects.filter(audit_id__in=latest_ids).values_list("audit_id", flat=True)) if latest_ids else set()
+    open_audits = {a.domain_version_id: a for a in VerifierAudit.objects.filter(domain_version__in=versions, status__in=AUDIT_OPEN)
+                   .order_by("domain_version_id", "-created_at", "-id")}
+    out: dict[int, AuditGate] = {}
     for v in versions:
         s = summaries[v.id]
-        if s.blocks:
+        name = f"{v.domain.slug} v{v.version}"
+        opened = open_audits.get(v.id)
+        waiting = ""
+        if opened is not None:
+            waiting = (f"running for {_ago(opened.started_at, now)}"
+                       + (f", {opened.progress_done} of {opened.progress_total} tasks" if opened.progress_total else "")
+                       if opened.started_at else f"queued {_ago(opened.created_at, now)} ago")
+        if s.state in ("clean", "overridden") or (s.audit_id in early and s.state != "unsafe"):
+            out[v.id] = AuditGate("ok")
+        elif s.state == "unsafe" and opened is not None:
+            out[v.id] = AuditGate("wait", f"waiting on the re-audit of {name} ({waiting}): its last audit found "
+                                          f"{s.false_positives} false positive{'s' if s.false_positives != 1 else ''}")
+        elif s.state == "unsafe":
             classes = f" in {', '.join(s.classes)}" if s.classes else ""
-            out[v.id] = (f"{v.domain.slug} v{v.version}: its verifier audit found {s.false_positives} false "
-                         f"positive{'s' if s.false_positives != 1 else ''}{classes}; a run may use this version only "
-                         f"after an admin overrides the audit (or a fixed verifier passes a new one)")
+            out[v.id] = AuditGate("refuse", f"{name}: its verifier audit found {s.false_positives} false "
+                                            f"positive{'s' if s.false_positives != 1 else ''}{classes}; a run may use this version only "
+                                            f"after an admin overrides the audit (or a fixed verifier passes a new one)")
+        elif s.state == "failed":
+            out[v.id] = AuditGate("refuse", f"{name}: its verifier audit failed, so nothing shows its verifier holds; "
+                                            f"re-run the audit (the domain page, or `manage.py domains audit {v.domain.slug}`), "
+                                            f"or an admin overrides it")
+        elif opened is not None:
+            out[v.id] = AuditGate("wait", f"waiting on the verifier audit of {name}, {waiting}")
+        else:
+            out[v.id] = AuditGate("wait", f"{name} has no verifier audit: one is requested when a run is queued on it")
     return out
+
+
+def audit_blockers(*, versions: Iterable[DomainVersion]) -> dict[int, str]:
+    """Versions runs may not pin, by version id, with the reason (the ``refuse`` gates): the latest
+    finished audit found false positives, or the audits failed, and no admin overrode it."""
+    return {vid: gate.reason for vid, gate in audit_gates(versions=versions).items() if gate.verdict == "refuse"}

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.accounts.models import Team
-from controlplane.accounts.principal import Principal
+from controlplane.accounts.principal import SYSTEM, Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.body import line_loads
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
@@ -271,23 +271,47 @@ def verifier_audit_record(*, audit: VerifierAudit, report: dict | None = None, e
         audit.terminate(AuditStatus.DONE)
     audit.full_clean()
     audit.save()
+    early = VerifierAuditOverride.objects.filter(audit=audit).select_related("audit__domain_version__domain").first()
+    if early is not None and audit.is_unsafe:
+        # An override given while the audit was open let runs use the version before a result; it
+        # never covers the false positives found since: those need an admin's override of their own.
+        domain = early.audit.domain_version.domain
+        audit_record(actor=SYSTEM, obj=domain, action="domain.audit.override_lapsed",
+                     before={"version": early.audit.domain_version.version, "audit": audit.pk, "reason": early.reason,
+                             "admin": early.admin_name},
+                     after={"false_positives": audit.false_positives, "classes": audit.false_positive_classes}, team=domain.team)
+        early.delete()
+    dispatch.send_on_commit(SCHEDULE_TICK)  # runs waiting on this audit start (or learn why not) now
     return audit
+
+
+SCHEDULE_TICK = "temper.control.schedule_tick"
+
+
+def audit_ensure(*, versions: list[DomainVersion], requested_by=None, note: str = "") -> list[VerifierAudit]:
+    """Request an audit of each of ``versions`` that has never had one (a run is about to wait on
+    it: audits gate every use). Versions with an audit, finished or not, are left alone."""
+    have = set(VerifierAudit.objects.filter(domain_version__in=versions).values_list("domain_version_id", flat=True))
+    return [_audit_create(version=v, requested_by=requested_by, note=note) for v in versions if v.id not in have]
 
 
 @transaction.atomic
 def verifier_audit_override(*, actor: Principal, version: DomainVersion, reason: str) -> VerifierAuditOverride:
-    """Let runs pin ``version`` although its latest finished audit found false positives: team
-    admins for their team's domains, platform admins for the catalogue; audited, with the reason.
-    The override covers that audit only; a later audit with false positives blocks again."""
+    """Let runs use ``version`` although its audit does not clear it: the latest finished audit
+    found false positives, or (before any audit finished) its audit is still waiting, running or
+    failed. Team admins for their team's domains, platform admins for the catalogue; audited, with
+    the reason. The override covers that audit only: a later audit with false positives blocks again."""
     domain = version.domain
     _require_edit(actor, domain.team_id)
     if not isinstance(reason, str) or not reason.strip():
-        raise InvalidInput.one("reason", "required: say why this version may be used although its audit found false positives")
+        raise InvalidInput.one("reason", "required: say why this version may be used although its audit does not clear it")
     audit = (VerifierAudit.objects.select_for_update().filter(domain_version=version, status=AuditStatus.DONE)
              .order_by("-created_at", "-id").first())
-    if audit is None:
-        raise Conflict(f"{version} has no finished verifier audit to override")
-    if not audit.is_unsafe:
+    if audit is None:  # before any audit finished: the newest one, waiting, running or failed
+        audit = VerifierAudit.objects.select_for_update().filter(domain_version=version).order_by("-created_at", "-id").first()
+        if audit is None:
+            raise Conflict(f"{version} has no verifier audit to override: request one first")
+    elif not audit.is_unsafe:
         raise Conflict(f"the latest audit of {version} found no false positives: there is nothing to override")
     if VerifierAuditOverride.objects.filter(audit=audit).exists():
         raise Conflict(f"audit {audit.pk} of {version} is overridden already")
@@ -295,7 +319,7 @@ def verifier_audit_override(*, actor: Principal, version: DomainVersion, reason:
     override.full_clean()
     override.save()
     audit_record(actor=actor, obj=domain, action="domain.audit.override",
-                 before={"version": version.version, "audit": audit.pk, "false_positives": audit.false_positives,
-                         "classes": audit.false_positive_classes},
+                 before={"version": version.version, "audit": audit.pk, "status": audit.status,
+                         "false_positives": audit.false_positives, "classes": audit.false_positive_classes},
                  after={"reason": override.reason}, team=domain.team)
     return override

@@ -31,6 +31,7 @@ from controlplane.common.errors import FieldError, InvalidInput, found
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
+from controlplane.domains.services import audit_ensure
 from controlplane.runs import series
 from controlplane.runs.models import (Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, RunTag, Trajectory,
                                       UsageRecord)
@@ -152,8 +153,9 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
 
 
 def _unsafe_pins(versions) -> list[FieldError]:
-    """A run may not pin a domain version whose verifier audit found false positives, unless an
-    admin overrode that audit (the rule and its wording live in the domains app)."""
+    """A run may not pin a domain version whose verifier audit found false positives or failed,
+    unless an admin overrode that audit (the rule and its wording live in the domains app:
+    ``audit_gates``)."""
     versions = list(versions.select_related("domain"))
     blocked = audit_blockers(versions=versions)
     return [FieldError(f"domains.{v.domain.slug}", blocked[v.id]) for v in versions if v.id in blocked]
@@ -212,14 +214,23 @@ def _control(actor: Principal, run: Run, to: str, kind: str, message: str) -> Ru
 
 @transaction.atomic
 def run_start(*, actor: Principal, run: Run) -> Run:
-    """Queue a draft run; the scheduler admits it when its team quota and a slot allow. Refused
-    while a pinned domain version's verifier audit shows false positives (not overridden)."""
+    """Queue a draft run; the scheduler admits it when its team quota and a slot allow and every
+    pinned domain version's verifier audit has cleared it (until then it waits, with the reason).
+    Refused while a pinned version's audit found false positives or failed (not overridden); a
+    version never audited gets its audit requested now."""
     actor.require(run.team_id, "run.control", "run")
     if run.state == RunState.DRAFT:
-        errors = _unsafe_pins(DomainVersion.objects.filter(pk__in=run.run_domains.values("domain_version_id")))
-        if errors:
-            raise InvalidInput(errors)
+        _check_pins(actor, run)
     return _control(actor, run, RunState.QUEUED, "queued", f"queued by {actor.name}")
+
+
+def _check_pins(actor: Principal, run: Run) -> None:
+    """Refuse the run's unsafe or failed pins; request the audits its never-audited pins lack."""
+    versions = DomainVersion.objects.filter(pk__in=run.run_domains.values("domain_version_id"))
+    errors = _unsafe_pins(versions)
+    if errors:
+        raise InvalidInput(errors)
+    audit_ensure(versions=list(versions), requested_by=actor.user, note=f"run {run.pk} is queued on it")
 
 
 @transaction.atomic
@@ -230,7 +241,11 @@ def run_pause(*, actor: Principal, run: Run) -> Run:
 
 @transaction.atomic
 def run_resume(*, actor: Principal, run: Run) -> Run:
-    """Put a paused run back in the queue; it resumes from its last checkpoint when admitted."""
+    """Put a paused run back in the queue; it resumes from its last checkpoint when admitted (its
+    pins are checked as at the start)."""
+    actor.require(run.team_id, "run.control", "run")
+    if run.state == RunState.PAUSED:
+        _check_pins(actor, run)
     return _control(actor, run, RunState.QUEUED, "resumed", f"resumed by {actor.name}")
 
 

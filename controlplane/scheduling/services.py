@@ -15,9 +15,10 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
+from controlplane.domains.selectors import audit_gates
 from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
-from controlplane.runs.models import Run, RunEvent, RunState
+from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Quota, RunView, schedule
 from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_workers
@@ -203,8 +204,9 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
                     .order_by("run_id", "at").values_list("run_id", "at"))
     started = {r.id: admitted.get(r.id) or r.started_at for r in runs}
     workers = train_workers(now=now)
+    held = _audit_holds([r for r in runs if r.state == RunState.QUEUED], now)
     decision = schedule(
-        queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED],
+        queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED and r.id not in held],
         running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],
         capacity=_capacity(), quotas=quotas, now=now.timestamp(), min_run_s=min_run_s() if min_run is None else min_run,
         hosts={w: d for w, d in workers.items() if d}, workers=workers,
@@ -234,6 +236,17 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         if run.scheduler_note != note:
             run.scheduler_note = note
             run.save(update_fields=["scheduler_note", "updated_at"])
+    for position, (run_id, (verdict, reason, blocking, pins)) in enumerate(sorted(held.items()), start=len(decision.pending) + 1):
+        run = by_id[run_id]
+        before = run.scheduler_note or {}
+        note = {"position": position, "binding": "audit", "reason": reason, "used": pins - blocking, "limit": pins,
+                "verdict": verdict}
+        if before != note:
+            run.scheduler_note = note
+            run.save(update_fields=["scheduler_note", "updated_at"])
+        if before.get("binding") != "audit" or before.get("verdict") != verdict:  # once per wait, not per tick
+            RunEvent.objects.create(run=run, kind="audit_blocked" if verdict == "refuse" else "audit_wait",
+                                    message=reason[:4000], data={"verdict": verdict})
     cutoff = now - timedelta(seconds=lease_s())
     for run in runs:
         if run.state != RunState.RUNNING or run.id in decision.admit:
@@ -249,6 +262,28 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     if not SchedulerTick.objects.filter(pk=1).update(**tick):
         SchedulerTick.objects.create(pk=1, **tick)
     return decision
+
+
+def _audit_holds(queued: list[Run], now) -> dict[int, tuple[str, str, int, int]]:
+    """Queued runs that may not start yet because a pinned domain version's verifier audit has not
+    cleared it (``domains.selectors.audit_gates``): run id -> (``wait`` or ``refuse``, the reasons,
+    how many of its pins hold it, how many pins it has). A refused run stays queued with the reason
+    until an admin overrides the audit or a new audit passes; it then starts like any other."""
+    if not queued:
+        return {}
+    pins = list(RunDomain.objects.filter(run__in=queued).select_related("domain_version__domain").order_by("run_id", "id"))
+    gates = audit_gates(versions={p.domain_version_id: p.domain_version for p in pins}.values(), now=now)
+    out: dict[int, tuple[str, str, int, int]] = {}
+    counts: dict[int, int] = {}
+    for p in pins:
+        counts[p.run_id] = counts.get(p.run_id, 0) + 1
+        gate = gates[p.domain_version_id]
+        if gate.verdict == "ok":
+            continue
+        verdict, reason, blocking, _ = out.get(p.run_id, ("wait", "", 0, 0))
+        verdict = "refuse" if "refuse" in (verdict, gate.verdict) else "wait"
+        out[p.run_id] = (verdict, f"{reason}; {gate.reason}" if reason else gate.reason, blocking + 1, 0)
+    return {rid: (v, r, b, counts[rid]) for rid, (v, r, b, _) in out.items()}
 
 
 DRIVE_TASK = "temper.rollout.drive_run"

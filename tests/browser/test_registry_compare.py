@@ -71,6 +71,7 @@ def test_first_and_last_checkpoint_of_the_demo_run_show_the_improvement_with_int
     worker_log = lambda: (server.var_dir.parent / "worker.log").read_text()[-4000:]  # noqa: E731
     model = build_tiny(server.var_dir / "models" / "tiny-demo")  # the demo's model, built the demo's way
     call_command("domains", "sync", "--no-progress", "--only", *DEMO_DOMAINS, verbosity=0)
+    factories.audits_passed()  # the audit worker's part: audits gate every use of a version
     team = factories.team("demo")
     alice = browser_user(team, "member", "alice")
     run = demo_run(user=alice, team=team, model_dir=model, steps=STEPS)

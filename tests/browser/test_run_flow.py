@@ -55,6 +55,7 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
 
     model = build_tiny(server.var_dir / "models" / "tiny-browser", layers=2)
     call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
+    factories.audits_passed()  # the audit worker's part: audits gate every use of a version
     team = factories.team("acme")
     alice = factories.member(team, "member", "alice")
     alice.set_password(PASSWORD)
