@@ -54,6 +54,7 @@ def _code_domain(actor, slug: str, title: str) -> None:
     lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
     domain_upload_jsonl(actor=actor, team=Team.objects.get(slug="acme"), jsonl=lines, data={
         "slug": slug, "title": title, "kind": "code", "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
+    factories.audits_passed()  # the audit worker's part: audits gate every use of a version
 
 
 class _Replies:

@@ -13,6 +13,9 @@ from django.core.management.base import BaseCommand
 
 from controlplane.accounts.models import Membership, Role, Team
 from controlplane.accounts.principal import Principal
+from controlplane.domains.models import Domain
+from controlplane.domains.selectors import audit_gates
+from controlplane.domains.services import verifier_audit_override
 from controlplane.registry.services import suite_save
 from controlplane.runs.models import Run
 from controlplane.runs.services import run_create, run_start
@@ -45,6 +48,8 @@ DEMO_DOMAINS = {"builtin-addition": 2.0, "builtin-reversal": 1.0, "builtin-sorti
 the tiny model never generalises to (docs/trainer.md), so it cannot show held-out learning."""
 
 JUDGED_DOMAIN = "capitals-judged"
+JUDGED_OVERRIDE = ("the demo's judged domain: its similarity judge is what reviewers calibrate on this run's answers "
+                   "(the review queue), so the run starts before the verifier audit is in")
 JUDGED_CONFIG = {
     # An answer is a sentence ("The capital of Argentina is Buenos Aires.": 41 characters).
     "rollout": {"prompts_per_step": 8, "n": 4, "max_new_tokens": 48, "temperature": 1.0},
@@ -142,7 +147,8 @@ def judged_run_message(run: Run, team: Team) -> str:
     """What the judged run does and, in the order a reviewer takes them, the review steps after it."""
     judge = f"{team.slug}-similarity"
     return (f"judged run {run.id} queued: {run.budget_steps} steps on {JUDGED_DOMAIN}, whose answers the judge {judge} "
-            f"scores. Once it has completed (/runs/{run.id}/): 1. sample a review queue at /review/ (domain "
+            f"scores (the demo admin let it start before the domain's verifier audit is in: a judge is what reviewers "
+            f"calibrate). Once it has completed (/runs/{run.id}/): 1. sample a review queue at /review/ (domain "
             f"{JUDGED_DOMAIN}, judge {judge}; or `manage.py review queues create {team.slug} domain={JUDGED_DOMAIN} "
             f"judge={judge} name=first strategy=stratified size=40`), 2. label its items (keys p or 1 pass, f or 0 fail, u undoes), "
             f"3. read the judge's agreement and calibration on the queue's page")
@@ -154,6 +160,14 @@ def judged_run(*, user, team: Team, base_model: str, stdout=None) -> Run:
     demo's tiny model, SFT'd on the domain's references first)."""
     call_command("review", "--user", user.username, "demo", "setup", team.slug, "--slug", JUDGED_DOMAIN, stdout=io.StringIO())
     actor = Principal.for_user(user)
+    # Audits gate every use of a version, and a judge's scores are what this run exists to have
+    # reviewed: the demo admin lets it start before its audit is in (audited, with this reason).
+    # The audit goes on; if it finds false positives the override lapses and a new run on the
+    # domain waits for an admin's decision on what it found.
+    domain = Domain.objects.get(slug=JUDGED_DOMAIN)
+    version = domain.versions.get(version=domain.version)
+    if audit_gates(versions=[version])[version.id].verdict != "ok":
+        verifier_audit_override(actor=actor, version=version, reason=JUDGED_OVERRIDE)
     run = run_create(actor=actor, data={
         "team": team.slug, "name": "demo: judged capitals (for review)", "base_model": base_model,
         "domains": [{"slug": JUDGED_DOMAIN, "weight": 1.0}], "budget": {"steps": 20}, "priority": 40,
