@@ -126,7 +126,8 @@ def header(lock: LockSet) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _resolves(host: str) -> bool:
+def resolves(host: str) -> bool:
+    """Whether ``host`` has an address here (a build machine may reach PyPI and nothing else)."""
     try:
         socket.getaddrinfo(host, 443)
         return True
@@ -144,7 +145,7 @@ def _uv() -> str:
 def _torch_source(lock: LockSet) -> list[str]:
     if lock.torch != "cpu":
         return []
-    if _resolves("download.pytorch.org"):
+    if resolves("download.pytorch.org"):
         return ["--torch-backend", "cpu"]
     links = [d for d in os.environ.get("PIP_FIND_LINKS", "").split() if d]
     if not links:

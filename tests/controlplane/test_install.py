@@ -1,25 +1,21 @@
-"""The installs a new user runs: `make` asks pip for no retries of an index whose host does not
-resolve, and pip then says nothing about it (one retry printed a warning for every project: 249
-for the dev set)."""
+"""The installs a new user runs: every one reads a lock file with hashes (requirements/lock/, made
+by `make lock`) that pins each input at a version it accepts; `make` asks pip for no retries of an
+index whose host does not resolve, and pip then says nothing about it (one retry printed a warning
+for every project: 249 for the dev set)."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _resolves(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, 443)
-        return True
-    except OSError:
-        return False
+sys.path.insert(0, str(ROOT / "requirements"))
+import lock  # noqa: E402 - requirements/lock.py, a script beside the files it locks
 
 
 def test_make_installs_with_no_retries_where_the_torch_index_does_not_resolve(tmp_path):
@@ -31,7 +27,7 @@ def test_make_installs_with_no_retries_where_the_torch_index_does_not_resolve(tm
     assert dry.returncode == 0, dry.stderr
     installs = [line for line in dry.stdout.splitlines() if " install " in line and "-r requirements" in line]
     assert installs, dry.stdout
-    expected = "--retries 5" if _resolves("download.pytorch.org") else "--retries 0"
+    expected = "--retries 5" if lock.resolves("download.pytorch.org") else "--retries 0"
     assert all(expected in line for line in installs), installs
 
 
@@ -47,11 +43,6 @@ def test_pip_says_nothing_of_an_unresolvable_index_with_no_retries(tmp_path):
 
 # --- the lock files (requirements/lock/, `make lock`) -----------------------------------------
 
-sys.path.insert(0, str(ROOT / "requirements"))
-import lock  # noqa: E402 - requirements/lock.py, a script beside the files it locks
-
-from packaging.requirements import Requirement  # noqa: E402
-from packaging.utils import canonicalize_name  # noqa: E402
 
 
 def _inputs(path: Path, seen: frozenset = frozenset()) -> list[Requirement]:

@@ -29,17 +29,15 @@ ADVICE = {
         "staleness."),
 }
 
+IS_ADVICE = ("The mean importance weight of the trained policy against the sampling engine is {} (verl's "
+             "rollout_is metrics document a healthy mean of 0.5 to 2.0). Try: lower staleness, sync weights every "
+             "step, and check that the engine samples at the trainer's temperature.")
+
 NEW = [
     {"name": "Importance weights high", "condition": "above", "metric": "health/is_weight_mean", "threshold": 2.0,
-     "window": 3, "advice": (
-         "The mean importance weight of the trained policy against the sampling engine is above 2.0 "
-         "(verl's rollout_is metrics document a healthy mean of 0.5 to 2.0). Try: lower staleness, sync "
-         "weights every step, and check that the engine samples at the trainer's temperature.")},
+     "window": 3, "advice": IS_ADVICE.format("above 2.0")},
     {"name": "Importance weights low", "condition": "below", "metric": "health/is_weight_mean", "threshold": 0.5,
-     "window": 3, "advice": (
-         "The mean importance weight of the trained policy against the sampling engine is below 0.5 "
-         "(verl's rollout_is metrics document a healthy mean of 0.5 to 2.0). Try: lower staleness, sync "
-         "weights every step, and check that the engine samples at the trainer's temperature.")},
+     "window": 3, "advice": IS_ADVICE.format("below 0.5")},
     {"name": "Effective sample size low", "condition": "below", "metric": "health/ess", "threshold": 0.3,
      "window": 3, "advice": (
          "The normalised effective sample size of the importance weights is below 0.3 (verl documents "
