@@ -16,6 +16,7 @@ from controlplane.accounts.services import audit_record
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains.selectors import audit_gates
+from controlplane.domains.services import audit_ensure
 from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
@@ -272,7 +273,11 @@ def _audit_holds(queued: list[Run], now) -> dict[int, tuple[str, str, int, int]]
     if not queued:
         return {}
     pins = list(RunDomain.objects.filter(run__in=queued).select_related("domain_version__domain").order_by("run_id", "id"))
-    gates = audit_gates(versions={p.domain_version_id: p.domain_version for p in pins}.values(), now=now)
+    versions = {p.domain_version_id: p.domain_version for p in pins}
+    gates = audit_gates(versions=versions.values(), now=now)
+    # A run queued before its version had any audit (queued before audits gated runs) would wait
+    # on nothing: its audit is requested here, as run_start does.
+    audit_ensure(versions=[v for vid, v in versions.items() if gates[vid].verdict == "wait"], note="a queued run waits on it")
     out: dict[int, tuple[str, str, int, int]] = {}
     counts: dict[int, int] = {}
     for p in pins:

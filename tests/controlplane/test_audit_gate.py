@@ -155,3 +155,17 @@ def test_finishing_an_audit_asks_the_scheduler_for_a_tick(gate, sent, django_cap
         domain_services.verifier_audit_record(audit=gate.audit, report=report(domain="fresh"))
     assert ("temper.control.schedule_tick", ()) in sent
     assert DomainVersion.objects.get(pk=gate.version.pk)
+
+
+def test_a_run_queued_before_its_version_had_an_audit_gets_one_requested_by_the_scheduler(gate, sent,
+                                                                                         django_capture_on_commit_callbacks):
+    never = factories.domain("older", audited=False)
+    run = factories.run(gate.team, domains=[never], state="queued")  # queued before audits gated runs
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_tick()
+    audit = VerifierAudit.objects.get(domain_version__domain=never)
+    assert audit.status == AuditStatus.PENDING and (domain_services.AUDIT_TASK, (audit.pk,)) in sent
+    state, note = _state(run)
+    assert state == RunState.QUEUED and note["binding"] == "audit"
+    schedule_tick()
+    assert _state(run)[1]["reason"].startswith("waiting on the verifier audit of older v1, queued ")
