@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, found
+from controlplane.common.words import duration
 from controlplane.domains.models import AUDIT_OPEN, AuditStatus, Domain, DomainVersion, VerifierAudit, VerifierAuditOverride
 
 
@@ -244,12 +245,7 @@ class AuditGate:
 
 
 def _ago(when, now) -> str:
-    seconds = max((now - when).total_seconds(), 0.0)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return duration(max((now - when).total_seconds(), 0.0))
 
 
 def audit_gates(*, versions: Iterable[DomainVersion], now=None) -> dict[int, AuditGate]:
