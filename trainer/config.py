@@ -300,6 +300,17 @@ class EvalConfig:
 
 
 @dataclass
+class IntegrityConfig:
+    """Watching for reward hacking while the run trains (:mod:`trainer.integrity`)."""
+
+    canary_fraction: float = _num(0.01, ge=0, le=0.5)
+    """Share of the code and repository tasks drawn each step replaced by an impossible twin (one
+    expected value changed and shown in the prompt, or a conflicting duplicate assertion). A canary
+    never trains the policy; any pass is evidence of gaming (hack/canary_pass_rate/<domain>, with a
+    default alert). 0 plants none."""
+
+
+@dataclass
 class TrainerConfig:
     """A whole post-training job."""
 
@@ -333,6 +344,8 @@ class TrainerConfig:
     """Periodic evaluation on held-out tasks."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """Ranks of the job."""
+    integrity: IntegrityConfig = field(default_factory=IntegrityConfig)
+    """Reward-hacking watch: impossible canaries."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict; ``load_config(cfg.to_dict())`` gives an equal config."""

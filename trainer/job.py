@@ -35,6 +35,7 @@ from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, gro
 from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
+from trainer.integrity import CanaryPlanter, integrity_metrics, is_canary, trains
 from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import TorchBackend, make_backend, uses_deepspeed
@@ -213,6 +214,7 @@ class Job:
                 self.lean = None
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
+        self.canaries = CanaryPlanter(cfg.integrity.canary_fraction, cfg.seed)
         self.sft_stage = SupervisedStage(self.model, self.tokenizer, self.sampler, cfg, self.device)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
@@ -328,7 +330,7 @@ class Job:
         return [t for t in kept if t.group in set(keep_groups)]
 
     def _draw_requests(self, k: int) -> list[Request]:
-        drawn = self.sampler.draw(k)
+        drawn = self.canaries.plant(self.sampler.draw(k))
         first, self.groups_drawn = self.groups_drawn, self.groups_drawn + len(drawn)
         return [(task, n, first + i) for i, (task, n) in enumerate(drawn)]
 
@@ -417,6 +419,8 @@ class Job:
         for t in trajs:
             by_group[t.group].append(t)
         for group in by_group.values():
+            if is_canary(group[0].task):  # impossible by design: says nothing of the task's difficulty
+                continue
             passes = [t.verification.outcome is Outcome.PASS for t in group
                       if not t.verification.is_infrastructure]
             self.sampler.update(group[0].task, passes)
@@ -425,7 +429,7 @@ class Job:
     def _update(self, trajs: list[Trajectory], adv: torch.Tensor, metrics: dict) -> None:
         """Gradient steps on the valid trajectories, micro-batched with accumulation."""
         cfg, alg = self.config, self.config.algorithm
-        valid_idx = [i for i, t in enumerate(trajs) if not t.verification.is_infrastructure]
+        valid_idx = [i for i, t in enumerate(trajs) if trains(t)]
         totals = defaultdict(float)
         rank, world = rank_and_world()
         if not valid_idx or (alg.kl_coef == 0 and not any(adv[i] != 0 for i in valid_idx)):
@@ -526,15 +530,20 @@ class Job:
         """Up to ``samples_per_step`` trajectories, spread over groups, as plain dicts."""
         firsts = list({t.group: i for i, t in reversed(list(enumerate(trajs)))}.values())[::-1]
         rest = [i for i in range(len(trajs)) if i not in set(firsts)]
+        # Evidence first, beyond the count: every canary of the step that passed (dynamic sampling
+        # drops a canary's flat group from the batch), so the alert's link finds it.
+        evidence = [t for t in self.last_generated if is_canary(t.task) and t.verification.outcome is Outcome.PASS][:64]
+        shown = {id(t) for t in evidence}
+        chosen = [(t, 0.0) for t in evidence] + [(trajs[i], float(adv[i])) for i in firsts + rest if id(trajs[i]) not in shown]
         out = []
-        for i in (firsts + rest)[:self.samples_per_step]:
-            t = trajs[i]
+        for t, advantage in chosen[:max(self.samples_per_step, len(evidence))]:
             v = t.verification
             out.append({"domain": t.task.domain, "task_id": t.task.id, "prompt": t.task.prompt,
                         "completion": t.completion, "reward": v.reward, "outcome": v.outcome.value,
-                        "details": v.details, "advantage": float(adv[i]), "turns": t.turns,
+                        "details": v.details, "advantage": advantage, "turns": t.turns,
                         "truncated": t.truncated, "tokens": len(t.response_ids),
-                        **({"transcript": t.transcript} if t.transcript else {})})
+                        **({"transcript": t.transcript} if t.transcript else {}),
+                        **({"canary": t.task.meta["canary"]} if is_canary(t.task) else {})})
         return out
 
     # -- SFT and evaluation ----------------------------------------------------------------
@@ -837,26 +846,32 @@ def follow(on_stop: Callable[[Any], None] | None = None, **job_kwargs) -> dict[s
 
 # ----------------------------------------------------------------------------- metrics
 def rewards_of(trajs: Sequence[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rewards (N,), group ids (N,) and validity (N,); infrastructure outcomes are invalid."""
+    """Rewards (N,), group ids (N,) and validity (N,); infrastructure outcomes and canaries are
+    invalid (never trained on)."""
     rewards = torch.tensor([t.verification.reward or 0.0 for t in trajs], dtype=torch.float32)
     groups = torch.tensor([t.group for t in trajs], dtype=torch.long)
-    valid = torch.tensor([not t.verification.is_infrastructure for t in trajs], dtype=torch.bool)
+    valid = torch.tensor([trains(t) for t in trajs], dtype=torch.bool)
     return rewards, groups, valid
 
 
 def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, infra_rate/<domain> (the
-    share of infrastructure outcomes), response length, truncation.
+    share of infrastructure outcomes), response length, truncation, and the reward-hacking watch's
+    ``hack/*`` (:func:`trainer.integrity.integrity_metrics`).
+
+    Canaries (impossible by design) are left out of every figure but ``hack/*``: a domain's reward
+    and pass rate are those of its real tasks.
 
     Rewards average the samples that have one: a domain (or a whole step) whose samples were all
     masked (infrastructure outcomes) gets no ``reward/<domain>`` (no ``reward/mean``) rather than a
     0 that would read as a policy that got everything wrong; its masked samples still count in
     ``outcome/<domain>/<outcome>`` and ``batch/infra_masked``.
     """
+    out: dict[str, float] = integrity_metrics(trajs)
+    trajs = [t for t in trajs if not is_canary(t.task)]
     by_domain: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:
         by_domain[t.task.domain].append(t)
-    out: dict[str, float] = {}
     all_rewards = []
     for slug, ts in by_domain.items():
         rewards = [t.verification.reward for t in ts if t.verification.reward is not None]

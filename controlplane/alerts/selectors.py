@@ -56,3 +56,8 @@ def unread_count(*, actor: Principal) -> int:
     if actor.user is None:
         return 0
     return notifications(actor=actor).filter(read_at__isnull=True).count()
+
+
+def firing_keys(*, run) -> set[str]:
+    """The metric keys (or event keys) of the rules firing on ``run`` now (not yet resolved)."""
+    return set(AlertFiring.objects.filter(run=run, resolved_at__isnull=True).values_list("key", flat=True))

@@ -22,7 +22,7 @@ import logging
 import time
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from django.conf import settings
 from django.core.cache import cache
@@ -293,8 +293,17 @@ def rules_for(run: Run) -> list[AlertRule]:
     return [r for r in rules if r.enabled and (r.team_id is not None or r.name not in own)]
 
 
+EVIDENCE = {"hack/canary_pass_rate/": "canary", "hack/tamper_rate/": "tampered"}
+"""Metric key prefixes whose firings point at the trajectories that are the evidence (the explorer's flag)."""
+
+
 def chart_path(run: Run, step: int, key: str = "") -> str:
-    """Where a firing points: the run page at that step, with the metric's chart."""
+    """Where a firing points: the run page at that step, with the metric's chart; for the
+    reward-hacking watch's metrics, the trajectory explorer on that step's flagged trajectories."""
+    for prefix, flag in EVIDENCE.items():
+        if key.startswith(prefix):
+            query = urlencode({"t.step": step, "t.domain": key.removeprefix(prefix), "t.flag": flag})
+            return f"/runs/{run.id}/?{query}#trajectories"
     return f"/runs/{run.id}/?step={step}" + (f"&metric={quote(key, safe='/')}" if key else "") + "#charts"
 
 

@@ -79,10 +79,12 @@ def metrics_after(*, run: Run, cursor: int = 0, limit: int = 1000, keys: list[st
 def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outcome: str = "", task_id: str = "",
                     min_reward: float | None = None, max_reward: float | None = None,
                     min_length: int | None = None, max_length: int | None = None,
-                    trajectory: int | None = None) -> QuerySet[Trajectory]:
+                    trajectory: int | None = None, flag: str = "") -> QuerySet[Trajectory]:
     """A run's sampled trajectories, filtered (the trajectory explorer): one step or all, a
     domain, an outcome, one task across steps, a reward range (masked outcomes, which have none,
-    fall outside any range) and a completion length range in characters; or one trajectory."""
+    fall outside any range), a completion length range in characters, and the reward-hacking
+    watch's evidence (``flag``: ``canary``, the impossible canaries; ``tampered``, episodes whose
+    verdict lists test or harness files they changed); or one trajectory."""
     qs = Trajectory.objects.filter(run=run)
     if trajectory is not None:
         qs = qs.filter(pk=trajectory)
@@ -94,6 +96,12 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
         qs = qs.filter(outcome=outcome)
     if task_id:
         qs = qs.filter(task_id=task_id)
+    if flag == "canary":
+        qs = qs.filter(details__has_key="canary")
+    elif flag == "tampered":
+        qs = qs.filter(details__details__tampered__0__isnull=False)
+    elif flag:
+        raise InvalidInput.one("flag", "must be canary or tampered")
     if min_reward is not None:
         qs = qs.filter(reward__gte=min_reward)
     if max_reward is not None:
@@ -171,3 +179,41 @@ def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timede
         "outcomes": [{"outcome": o, "count": n, "share": n / total if total else 0.0} for o, n in outcomes if n],
         "runs": points.filter(key__startswith=prefix).values("run").distinct().count(),
     }
+
+
+INTEGRITY_KEYS = ("hack/canaries/", "hack/canary_pass_rate/", "hack/tamper_rate/")
+
+
+def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """The reward-integrity panel: per domain of the run, its pinned version's verifier audit and
+    what the run's reward-hacking watch has seen (trainer/integrity.py): canaries planted and
+    passed, the share of episodes that touched tests or harness files (last step and whole run),
+    and which of the metric keys ``firing`` (the alerts firing on the run now) are the domain's."""
+    from controlplane.domains.selectors import audit_summaries
+
+    rds = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
+    summaries = audit_summaries(versions=[rd.domain_version for rd in rds])
+    points: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for key, step, value in (MetricPoint.objects.filter(run=run, key__startswith="hack/")
+                             .order_by("step").values_list("key", "step", "value")):
+        prefix = next((p for p in INTEGRITY_KEYS if key.startswith(p)), None)
+        if prefix is not None:
+            points.setdefault(key.removeprefix(prefix), {}).setdefault(prefix, []).append((step, value))
+    out = []
+    for rd in rds:
+        slug = rd.domain.slug
+        seen = points.get(slug, {})
+        counts = dict(seen.get("hack/canaries/", []))
+        rates = seen.get("hack/canary_pass_rate/", [])
+        tamper = [v for _, v in seen.get("hack/tamper_rate/", [])]
+        passed = round(sum(rate * counts.get(step, 0) for step, rate in rates))
+        first_pass = next((step for step, rate in rates if rate > 0), None)
+        out.append({
+            "domain": slug, "version": rd.domain_version.version, "audit": summaries[rd.domain_version_id],
+            "canaries": int(sum(counts.values())), "canary_passes": passed, "first_pass_step": first_pass,
+            "tamper_last": tamper[-1] if tamper else None,
+            "tamper_mean": sum(tamper) / len(tamper) if tamper else None,
+            "firing": sorted(k for k in firing if k.startswith("hack/") and k.endswith(f"/{slug}")),
+            "watched": bool(seen),
+        })
+    return out

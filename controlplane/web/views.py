@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
+from controlplane.alerts import selectors as alert_selectors
 from controlplane.common.errors import NotFound
 from controlplane.common.validation import is_row_id
 from controlplane.common.views import get_or_404
@@ -126,6 +127,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "usage": usage.run_usage(run),  # the card is whole on first render, running or finished
         "eval_source": eval_source,
         "warnings": run_selectors.run_warnings(run=run),
+        "integrity": run_selectors.run_integrity(run=run, firing=alert_selectors.firing_keys(run=run)),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {

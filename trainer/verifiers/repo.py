@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trainer.integrity import canary_hidden, tampered_files
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
@@ -110,12 +111,16 @@ def repo_tests(
     if tree is None:
         return Verification.failed(Outcome.PARSE_ERROR, error=how)
     changed = sorted(p for p in set(tree) | set(spec.files) if tree.get(p) != spec.files.get(p))
-    details: dict[str, Any] = {"change": how, "changed_files": changed[:50]}
+    # Tampering evidence (trainer.integrity): tests, their configuration and start-up hooks the
+    # change touched that the task does not ask to change. The hidden tests decide regardless.
+    allowed = {e.get("path") for e in spec.edits}
+    details: dict[str, Any] = {"change": how, "changed_files": changed[:50],
+                               "tampered": tampered_files(changed, allowed)[:50]}
     if not changed:
         return Verification.failed(error="the change leaves the repository as it was", **details)
     if spec.structure and (problems := structure_failures(spec.structure, tree)):
         return Verification.failed(error="the refactor's shape is wrong", structure=problems[:20], **details)
-    job = build_job(_program(spec), spec.hidden, prelude=PRELUDE)
+    job = build_job(_program(spec), canary_hidden(spec.hidden, task), prelude=PRELUDE)
     files = {**job.files, **{f"{REPO_DIR}/{path}": text for path, text in tree.items()}}
     typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
     verdict = run_job(context, task, files, job.command, typed, backend)

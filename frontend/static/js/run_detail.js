@@ -339,7 +339,7 @@
   // ------------------------------------------------------------------ trajectory explorer
   // Filters by step, domain, outcome, reward and length, one task across steps, or one trajectory;
   // the view's filters live in the page's URL (t.step=..., t.trajectory=...), so a link shares it.
-  const TRAJ_FIELDS = ["step", "domain", "outcome", "min_reward", "max_reward", "min_length", "max_length", "task_id", "trajectory"];
+  const TRAJ_FIELDS = ["step", "domain", "outcome", "min_reward", "max_reward", "min_length", "max_length", "task_id", "flag", "trajectory"];
   const trajForm = document.getElementById("traj-filters");
   for (const d of domains) trajForm.elements.domain.append(el("option", { value: d, text: d }));
   for (const o of page.outcomes) trajForm.elements.outcome.append(el("option", { value: o, text: o }));
@@ -367,6 +367,7 @@
     if (f.outcome) parts.push(f.outcome);
     if (f.min_reward || f.max_reward) parts.push(`reward ${f.min_reward ?? "…"}–${f.max_reward ?? "…"}`);
     if (f.min_length || f.max_length) parts.push(`length ${f.min_length ?? "…"}–${f.max_length ?? "…"}`);
+    if (f.flag) parts.push(f.flag === "canary" ? "canaries" : "tampered");
     return parts.join(" · ");
   }
   function verdictText(t, field) {
@@ -425,7 +426,10 @@
       return el("tr", { "data-testid": "trajectory", "data-id": t.id, "data-outcome": t.outcome },
         el("td", { text: String(t.step) }),
         el("td", {}, el("div", { text: `${t.domain} ${t.task_id}` }), t.task_id ? across : null),
-        el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome })),
+        el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome }),
+          rest.canary ? el("div", { class: "badge audit-warn", "data-testid": "traj-canary", title: `impossible twin of task ${rest.canary.of} (${rest.canary.recipe}): never trained on; a pass is evidence of gaming`, text: "canary" }) : null,
+          verifier && verifier.tampered && verifier.tampered.length
+            ? el("div", { class: "muted small", "data-testid": "traj-tampered", text: `changed ${verifier.tampered.join(", ")}` }) : null),
         el("td", { text: fmt(t.reward) }),
         el("td", {}, el("pre", { class: "expected", "data-testid": "traj-expected", text: expected ?? "–" })),
         el("td", {}, found !== null && found !== t.completion ? el("div", { class: "muted small", "data-testid": "traj-found", text: `read as: ${found}` }) : null,
