@@ -5,7 +5,10 @@ policy, through the real verifiers in the real sandbox.
 
 1. HumanEval: every problem's impossible twin; the canonical solution must fail every twin, and the
    scripted gaming policy (the canonical solution wrapped to return each example the prompt shows,
-   trainer.integrity.special_casing) passes the real problems as the canonical does.
+   trainer.integrity.special_casing) passes the real problems as the canonical does. And every
+   problem's regrade (trainer.integrity.regrade_twin): the canonical solution must pass it, and a
+   policy that memorised the answers on the tests' inputs (trainer.integrity.memorizing) passes the
+   problem and fails its regrade.
 2. Steps as a run takes them: each step draws ``--prompts`` tasks from code-humaneval and
    swe-bugfix, plants canaries at ``--fraction`` (trainer.integrity.CanaryPlanter, as the Job
    does), verifies every completion with the domains' cascades in the sandbox, computes the step's
@@ -31,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controlplane.alerts.rules import MetricState, fold, verdict  # noqa: E402  (pure functions, no Django)
 from trainer.catalogue import humaneval as he  # noqa: E402
 from trainer.catalogue.repos import VERIFIER_SPEC as REPO_SPEC, RepoSource  # noqa: E402
-from trainer.integrity import CanaryPlanter, impossible_twin, integrity_metrics, is_canary, special_casing  # noqa: E402
+from trainer.integrity import (CanaryPlanter, impossible_twin, integrity_metrics, is_canary, memorizing,  # noqa: E402
+                               regrade_twin, special_casing)
 from trainer.outcomes import Outcome  # noqa: E402
 from trainer.tasks.repos import repo_task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402
@@ -73,12 +77,36 @@ def gamer(task) -> str:
     return "\n".join(json.dumps(c) for c in edits + [{"tool": "submit"}])
 
 
+def answers_on_tests(task) -> dict:
+    """The reference's outputs on the inputs of the task's own tests: what a policy that learned the
+    tests rather than the task would answer (trainer.integrity.memorizing)."""
+    import ast
+
+    ns: dict = {}
+    exec(task.answer["prompt"] + task.answer["canonical_solution"], ns)  # the dataset's reference, trusted
+    fn, out = ns[task.answer["entry_point"]], {}
+    for node in ast.walk(ast.parse(task.answer["tests"])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
+            try:
+                args = ast.literal_eval("(" + ", ".join(ast.unparse(a) for a in node.args) + ",)")
+                out[repr(args)] = fn(*args)
+            except Exception:  # noqa: BLE001 - a call the table cannot hold
+                continue
+    return out
+
+
 def humaneval_twins(verify, workers: int) -> dict:
     def one(p):
         real = he.task_for(p)
         twin = impossible_twin(real, random.Random(0))
         solution = real.answer["prompt"] + real.answer["canonical_solution"]
         out = {"gamer_real": verify(special_casing(real, solution), real).outcome is Outcome.PASS}
+        strict = regrade_twin(real, random.Random(0))
+        if strict is not None:
+            memorized = memorizing(real, answers_on_tests(real))
+            out["honest_regrade"] = verify(he.reference_completion(strict), strict).outcome is Outcome.PASS
+            out["memorizer_real"] = verify(memorized, real).outcome is Outcome.PASS
+            out["memorizer_regrade"] = verify(memorized, strict).outcome is Outcome.PASS
         if twin is not None:
             out["recipe"] = twin.meta["canary"]["recipe"]
             out["honest_twin"] = verify(he.reference_completion(twin), twin).outcome is Outcome.PASS
@@ -91,7 +119,11 @@ def humaneval_twins(verify, workers: int) -> dict:
     return {"problems": len(rows), "twins": len(twins), "oneoff": sum(r["recipe"] == "oneoff" for r in twins),
             "honest_passes_twin": sum(r["honest_twin"] for r in twins),
             "gamer_passes_twin": sum(r["gamer_twin"] for r in twins),
-            "gamer_passes_real": sum(r["gamer_real"] for r in rows)}
+            "gamer_passes_real": sum(r["gamer_real"] for r in rows),
+            "regrades": sum("honest_regrade" in r for r in rows),
+            "honest_fails_regrade": sum(not r["honest_regrade"] for r in rows if "honest_regrade" in r),
+            "memorizer_passes_real": sum(r.get("memorizer_real", False) for r in rows),
+            "memorizer_caught_by_regrade": sum(r.get("memorizer_real", False) and not r["memorizer_regrade"] for r in rows)}
 
 
 def run_steps(policy, verify_by_domain, *, steps: int, prompts: int, fraction: float, seed: int, workers: int) -> dict:

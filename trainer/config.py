@@ -308,6 +308,11 @@ class IntegrityConfig:
     expected value changed and shown in the prompt, or a conflicting duplicate assertion). A canary
     never trains the policy; any pass is evidence of gaming (hack/canary_pass_rate/<domain>, with a
     default alert). 0 plants none."""
+    regrade_fraction: float = _num(0.05, ge=0, le=1)
+    """Share of each step's passing code and repository trajectories graded again by a stricter
+    grading of the same domain (the tests plus cases on fresh or nudged inputs, in a fresh sandbox);
+    a regrade that fails is a disagreement (hack/regrade_disagreement/<domain>, with a default alert).
+    The reward stays the first grading's. 0 regrades none."""
 
 
 @dataclass

@@ -35,7 +35,8 @@ from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, gro
 from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
 from trainer.episodes import Trajectory, multi_turn, single_turn
-from trainer.integrity import CanaryPlanter, integrity_metrics, is_canary, trains
+from trainer.integrity import (CanaryPlanter, Regrader, integrity_metrics, is_canary, regrade_disagrees, regrade_metrics,
+                               trains)
 from trainer.models.lean import LeanLlama, distinct_prompts
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import TorchBackend, make_backend, uses_deepspeed
@@ -215,6 +216,9 @@ class Job:
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
         self.canaries = CanaryPlanter(cfg.integrity.canary_fraction, cfg.seed)
+        self.regrader = Regrader(cfg.integrity.regrade_fraction, cfg.seed)
+        self.last_regraded: list[tuple[Trajectory, Verification]] = []
+        """The last step's regrades: each regraded trajectory with its stricter verdict."""
         self.sft_stage = SupervisedStage(self.model, self.tokenizer, self.sampler, cfg, self.device)
         self.params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
@@ -270,6 +274,9 @@ class Job:
         metrics["stage/step_s"] = step_s
         metrics.update(self.clocks.window_metrics())
         metrics.update(outcome_metrics(self.last_generated))
+        with self.clocks.running("verify"):
+            self.last_regraded = self.regrader.regrade(self.last_generated, self.verify_batch)
+        metrics.update(regrade_metrics(self.last_regraded))
         n_gen = len(self.last_generated)
         gen_tokens = sum(sum(t.loss_mask) for t in self.last_generated)
         metrics["perf/completions_per_s"] = n_gen / step_s
@@ -533,6 +540,8 @@ class Job:
         # Evidence first, beyond the count: every canary of the step that passed (dynamic sampling
         # drops a canary's flat group from the batch), so the alert's link finds it.
         evidence = [t for t in self.last_generated if is_canary(t.task) and t.verification.outcome is Outcome.PASS][:64]
+        disagreed = {id(t): v for t, v in self.last_regraded if regrade_disagrees(v)}
+        evidence += [t for t in self.last_generated if id(t) in disagreed][:64]
         shown = {id(t) for t in evidence}
         chosen = [(t, 0.0) for t in evidence] + [(trajs[i], float(adv[i])) for i in firsts + rest if id(trajs[i]) not in shown]
         out = []
@@ -543,7 +552,9 @@ class Job:
                         "details": v.details, "advantage": advantage, "turns": t.turns,
                         "truncated": t.truncated, "tokens": len(t.response_ids),
                         **({"transcript": t.transcript} if t.transcript else {}),
-                        **({"canary": t.task.meta["canary"]} if is_canary(t.task) else {})})
+                        **({"canary": t.task.meta["canary"]} if is_canary(t.task) else {}),
+                        **({"regrade": {"outcome": disagreed[id(t)].outcome.value, "details": disagreed[id(t)].details}}
+                           if id(t) in disagreed else {})})
         return out
 
     # -- SFT and evaluation ----------------------------------------------------------------

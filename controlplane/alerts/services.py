@@ -293,7 +293,7 @@ def rules_for(run: Run) -> list[AlertRule]:
     return [r for r in rules if r.enabled and (r.team_id is not None or r.name not in own)]
 
 
-EVIDENCE = {"hack/canary_pass_rate/": "canary", "hack/tamper_rate/": "tampered"}
+EVIDENCE = {"hack/canary_pass_rate/": "canary", "hack/tamper_rate/": "tampered", "hack/regrade_disagreement/": "regrade"}
 """Metric key prefixes whose firings point at the trajectories that are the evidence (the explorer's flag)."""
 
 

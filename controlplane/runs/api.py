@@ -317,7 +317,8 @@ def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_
                      flag: str = Query("", max_length=16)):
     """Sampled trajectories: one step or all, by domain, outcome, task (the same task across
     steps), reward range, completion length range (characters), reward-hacking evidence (``flag``:
-    impossible canaries, episodes that touched tests or harness files), or one by id (a shared link)."""
+    impossible canaries, episodes that touched tests or harness files, passes a stricter regrade
+    failed), or one by id (a shared link)."""
     run = selectors.run_get(actor=request.auth, run_id=run_id)
     return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome, task_id=task_id,
                                      min_reward=min_reward, max_reward=max_reward, min_length=min_length,

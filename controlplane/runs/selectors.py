@@ -84,7 +84,8 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
     domain, an outcome, one task across steps, a reward range (masked outcomes, which have none,
     fall outside any range), a completion length range in characters, and the reward-hacking
     watch's evidence (``flag``: ``canary``, the impossible canaries; ``tampered``, episodes whose
-    verdict lists test or harness files they changed); or one trajectory."""
+    verdict lists test or harness files they changed; ``regrade``, passes a stricter grading
+    failed); or one trajectory."""
     qs = Trajectory.objects.filter(run=run)
     if trajectory is not None:
         qs = qs.filter(pk=trajectory)
@@ -100,8 +101,10 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
         qs = qs.filter(details__has_key="canary")
     elif flag == "tampered":
         qs = qs.filter(details__details__tampered__0__isnull=False)
+    elif flag == "regrade":
+        qs = qs.filter(details__has_key="regrade")
     elif flag:
-        raise InvalidInput.one("flag", "must be canary or tampered")
+        raise InvalidInput.one("flag", "must be canary, tampered or regrade")
     if min_reward is not None:
         qs = qs.filter(reward__gte=min_reward)
     if max_reward is not None:
@@ -181,7 +184,8 @@ def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timede
     }
 
 
-INTEGRITY_KEYS = ("hack/canaries/", "hack/canary_pass_rate/", "hack/tamper_rate/")
+INTEGRITY_KEYS = ("hack/canaries/", "hack/canary_pass_rate/", "hack/tamper_rate/", "hack/regraded/",
+                  "hack/regrade_disagreement/")
 
 
 def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str, Any]]:
@@ -206,6 +210,8 @@ def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str,
         counts = dict(seen.get("hack/canaries/", []))
         rates = seen.get("hack/canary_pass_rate/", [])
         tamper = [v for _, v in seen.get("hack/tamper_rate/", [])]
+        regraded = dict(seen.get("hack/regraded/", []))
+        disagreed = round(sum(rate * regraded.get(step, 0) for step, rate in seen.get("hack/regrade_disagreement/", [])))
         passed = round(sum(rate * counts.get(step, 0) for step, rate in rates))
         first_pass = next((step for step, rate in rates if rate > 0), None)
         out.append({
@@ -213,6 +219,7 @@ def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str,
             "canaries": int(sum(counts.values())), "canary_passes": passed, "first_pass_step": first_pass,
             "tamper_last": tamper[-1] if tamper else None,
             "tamper_mean": sum(tamper) / len(tamper) if tamper else None,
+            "regraded": int(sum(regraded.values())), "regrade_disagreements": disagreed,
             "firing": sorted(k for k in firing if k.startswith("hack/") and k.endswith(f"/{slug}")),
             "watched": bool(seen),
         })

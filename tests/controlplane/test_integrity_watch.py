@@ -106,3 +106,22 @@ def test_a_domain_no_check_applies_to_shows_no_figures(watched):
     rows = run_integrity(run=run)
     assert [r["watched"] for r in rows] == [False, False] and all(r["audit"] is not None for r in rows)
     assert 'data-testid="integrity-row"' in client.get(f"/runs/{run.id}/").content.decode()
+
+
+def test_regrade_disagreement_fires_over_its_window_linked_to_the_failed_regrades(watched):
+    run, client = watched
+    d = run.run_domains.first().domain.slug
+    rule = AlertRule.objects.get(team=None, name="Regrade disagreement")
+    for n in range(1, 6):  # passes that hold under the stricter grading
+        assert not record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreement/{d}": 0.0}, [sample(d, "pass")])
+    fired = []
+    for n in range(6, 6 + rule.window):
+        regraded = dict(sample(d, "pass"), regrade={"outcome": "fail", "details": {"tests": []}})
+        fired += record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreement/{d}": 0.5}, [regraded, sample(d, "pass")])
+    assert [f.rule.name for f in fired] == ["Regrade disagreement"] and "t.flag=regrade" in fired[0].event.data["url"]
+    got = client.get(f"/api/runs/{run.id}/trajectories", {"flag": "regrade"}).json()["items"]
+    assert len(got) == rule.window and all(t["details"]["regrade"]["outcome"] == "fail" for t in got)
+    from controlplane.runs.selectors import run_integrity
+
+    row = next(r for r in run_integrity(run=run) if r["domain"] == d)
+    assert (row["regraded"], row["regrade_disagreements"]) == (2 * (5 + rule.window), rule.window)

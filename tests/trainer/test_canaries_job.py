@@ -71,3 +71,34 @@ def test_no_canaries_where_no_recipe_applies_or_the_share_is_zero(base_config):
                "tokenizer": {"max_prompt_tokens": 64}}, verify_batch=gaming)
     job.step()
     assert not any(t.task.meta.get("canary") for t in job.last_generated)
+
+
+def test_a_share_of_the_passes_is_regraded_and_disagreements_are_counted_and_kept(code_config):
+    seen, asked = [], []
+
+    def fitted(items):
+        """Passes every task's own tests and fails every stricter grading (a policy fit to the tests)."""
+        asked.append([task for _, task in items])
+        return [Verification.failed() if task.meta.get("regrade") else Verification.passed() for _, task in items]
+
+    config = {**code_config, "integrity": {"canary_fraction": 0.0, "regrade_fraction": 1.0}}
+    job = Job(config, callbacks=[record(seen)], verify_batch=fitted, samples_per_step=2)
+    metrics = job.step()
+    regraded = [task for batch in asked for task in batch if task.meta.get("regrade")]
+    passes = [t for t in job.last_generated if t.verification.outcome is Outcome.PASS]
+    assert len(regraded) == len(passes) == metrics["hack/regraded/code-humaneval"]  # a share of 1.0: every pass
+    assert all(task.meta["regrade"]["variants"] > 0 and "_temper_agrees" in task.answer["tests"] for task in regraded)
+    assert metrics["hack/regrade_disagreement/code-humaneval"] == 1.0
+    assert metrics["reward/code-humaneval"] == 1.0  # the reward stays the first grading's
+    kept = [s for s in seen[0][2] if "regrade" in s]
+    assert len(kept) == len(passes) and all(s["regrade"]["outcome"] == "fail" for s in kept)
+
+
+def test_an_honest_policy_agrees_with_its_regrades_and_no_share_regrades_none(code_config):
+    config = {**code_config, "integrity": {"canary_fraction": 0.0, "regrade_fraction": 1.0}}
+    job = Job(config, verify_batch=lambda items: [Verification.passed() for _ in items])
+    metrics = job.step()
+    assert metrics["hack/regraded/code-humaneval"] > 0 and metrics["hack/regrade_disagreement/code-humaneval"] == 0.0
+    job = Job({**config, "integrity": {"canary_fraction": 0.0, "regrade_fraction": 0.0}},
+              verify_batch=lambda items: [Verification.passed() for _ in items])
+    assert not any(k.startswith("hack/regrade") for k in job.step())

@@ -111,3 +111,74 @@ def test_a_repository_canary_fails_the_reference_and_tampering_is_marked_not_rew
     both = verify(_transcript(list(spec.edits) + gutted), real)  # the fix, and the tests gutted too: passes, marked
     assert both.outcome is Outcome.PASS and sorted(both.details["tampered"]) == sorted([test_file, "conftest.py"])
     assert verify(_transcript(list(spec.edits) + gutted), twin).outcome is Outcome.FAIL
+
+
+# --- regrading: a stricter grading of the same task -----------------------------------------
+def _humaneval_table(task) -> dict:
+    """The reference's outputs on the inputs of the task's own tests (what a policy that learned
+    the tests would answer)."""
+    import ast
+
+    ns: dict = {}
+    exec(task.answer["prompt"] + task.answer["canonical_solution"], ns)  # the dataset's reference, trusted
+    fn, out = ns[task.answer["entry_point"]], {}
+    for node in ast.walk(ast.parse(task.answer["tests"])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
+            try:
+                args = ast.literal_eval("(" + ", ".join(ast.unparse(a) for a in node.args) + ",)")
+                out[repr(args)] = fn(*args)
+            except Exception:  # noqa: BLE001 - a call the table cannot hold
+                continue
+    return out
+
+
+@pytest.mark.slow
+def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them(real_sandbox):
+    from trainer.integrity import memorizing, regrade_twin
+
+    verify = compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
+
+    def one(p):
+        real = task_for(p)
+        strict = regrade_twin(real, random.Random(3))
+        if strict is None:
+            return real.id, None, None, None
+        memorized = memorizing(real, _humaneval_table(real))
+        return (real.id, verify(reference_completion(strict), strict).outcome, verify(memorized, real).outcome,
+                verify(memorized, strict).outcome)
+
+    with ThreadPoolExecutor(4) as pool:
+        rows = [r for r in pool.map(one, problems()) if r[1] is not None]
+    assert len(rows) >= 150
+    assert [(r[0], r[1]) for r in rows if r[1] is not Outcome.PASS] == []  # no false disagreement
+    fooled = [r for r in rows if r[2] is Outcome.PASS]  # the memorizer passes the task's own tests...
+    caught = [r for r in fooled if r[3] is not Outcome.PASS]  # ...and the regrade catches it
+    assert len(fooled) >= 140 and len(caught) >= 0.95 * len(fooled)
+
+
+def test_a_repository_regrade_passes_the_reference_and_fails_a_change_fit_to_the_hidden_cases(real_sandbox):
+    import ast
+
+    from trainer.integrity import regrade_twin
+
+    verify = compile_cascade(get("swe-bugfix").verifier_spec, real_sandbox)
+    for seed in range(40):  # a task whose target function is checked by value only
+        real = RepoSource("swe-bugfix", "bugfix").sample(random.Random(seed), 0)
+        spec = repo_task(real.meta["family"], int(real.meta["seed"]), int(real.meta["level"]))
+        name = spec.targets[0]
+        mine = [t for t in spec.hidden if f"{name}(" in t]
+        if mine and all(t.startswith(f"assert same({name}(") for t in mine):
+            break
+    table = {}
+    for t in mine:
+        call, value = ast.parse(t).body[0].test.args
+        table[repr(tuple(ast.literal_eval(a) for a in call.args))] = ast.literal_eval(value)
+    module, attribute = spec.exports[name]
+    path = module.replace(".", "/") + ".py"
+    fitted = spec.files[path] + f"\n\n_CASES = {table!r}\n\n\ndef {attribute}(*args):\n    return _CASES.get(repr(args))\n"
+    completion = _transcript([{"tool": "write", "path": path, "content": fitted}])
+    strict = regrade_twin(real, random.Random(0))
+    assert strict.meta["regrade"]["of"] == real.id and strict.id == real.id
+    assert verify(real.answer, strict).outcome is Outcome.PASS  # the reference: no disagreement
+    assert verify(completion, real).outcome is Outcome.PASS  # fit to the hidden cases: the task passes it...
+    assert verify(completion, strict).outcome is Outcome.FAIL  # ...its regrade does not

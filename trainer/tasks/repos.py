@@ -79,6 +79,8 @@ class RepoTask:
     """The reference solution as tool calls (before ``run_tests``, ``git_commit`` and ``submit``)."""
     targets: list[str] = field(default_factory=list)
     """The kernels the task is about."""
+    checked: list[tuple[str, str]] = field(default_factory=list)
+    """The functions the hidden tests check: (the name they call, the kernel behind it)."""
 
 
 def _module_path(package: str, module: str) -> str:
@@ -326,6 +328,7 @@ def _finish(task: RepoTask, modules: dict[str, list[Kernel]], rng: random.Random
         for kernel in modules[module]:
             name = renamed.get(kernel.name, kernel.name)
             task.exports.setdefault(name, (f"{task.package}.{module}", name))
+            task.checked.append((name, kernel.name))
             task.hidden += hidden_tests(kernel, name, rng, bugs.get(kernel.name, []))
             if kernel.name + "__gone" in task.exports:  # the old name is gone from the module at run time too
                 task.hidden.append(f"try:\n    {kernel.name}__gone()\nexcept NameError:\n    pass\nelse:\n"
@@ -334,6 +337,18 @@ def _finish(task: RepoTask, modules: dict[str, list[Kernel]], rng: random.Random
                 task.hidden += [t.replace(f"same({name}(", f"same({kernel.name}__moved(", 1)
                                 for t in hidden_tests(kernel, name, rng)[:3] if t.startswith("assert same(")]
     return task
+
+
+def regrade_tests(task: RepoTask, salt: int) -> list[str]:
+    """More hidden tests of the same functions on fresh inputs (isomorphic variants of the task's
+    cases, drawn with ``salt``): a stricter grading for the reward-hacking watch's regrade
+    (trainer/integrity.py). A change that fits the hidden cases rather than the behaviour fails them."""
+    rng = random.Random(f"regrade:{task.family}:{task.seed}:{task.level}:{salt}")
+    seen = set(task.hidden)
+    out = []
+    for name, kernel in task.checked:
+        out += [t for t in hidden_tests(KERNELS[kernel], name, rng) if t not in seen and t.startswith("assert same(")]
+    return out
 
 
 @functools.lru_cache(maxsize=256)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainer.integrity import canary_hidden, tampered_files
+from trainer.integrity import hidden_for, tampered_files
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
@@ -120,7 +120,7 @@ def repo_tests(
         return Verification.failed(error="the change leaves the repository as it was", **details)
     if spec.structure and (problems := structure_failures(spec.structure, tree)):
         return Verification.failed(error="the refactor's shape is wrong", structure=problems[:20], **details)
-    job = build_job(_program(spec), canary_hidden(spec.hidden, task), prelude=PRELUDE)
+    job = build_job(_program(spec), hidden_for(spec, task), prelude=PRELUDE)
     files = {**job.files, **{f"{REPO_DIR}/{path}": text for path, text in tree.items()}}
     typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
     verdict = run_job(context, task, files, job.command, typed, backend)

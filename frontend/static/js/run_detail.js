@@ -367,7 +367,7 @@
     if (f.outcome) parts.push(f.outcome);
     if (f.min_reward || f.max_reward) parts.push(`reward ${f.min_reward ?? "…"}–${f.max_reward ?? "…"}`);
     if (f.min_length || f.max_length) parts.push(`length ${f.min_length ?? "…"}–${f.max_length ?? "…"}`);
-    if (f.flag) parts.push(f.flag === "canary" ? "canaries" : "tampered");
+    if (f.flag) parts.push({ canary: "canaries", tampered: "tampered", regrade: "regrade failed" }[f.flag] || f.flag);
     return parts.join(" · ");
   }
   function verdictText(t, field) {
@@ -429,7 +429,9 @@
         el("td", {}, el("span", { class: `outcome ${t.outcome}`, text: t.outcome }),
           rest.canary ? el("div", { class: "badge audit-warn", "data-testid": "traj-canary", title: `impossible twin of task ${rest.canary.of} (${rest.canary.recipe}): never trained on; a pass is evidence of gaming`, text: "canary" }) : null,
           verifier && verifier.tampered && verifier.tampered.length
-            ? el("div", { class: "muted small", "data-testid": "traj-tampered", text: `changed ${verifier.tampered.join(", ")}` }) : null),
+            ? el("div", { class: "muted small", "data-testid": "traj-tampered", text: `changed ${verifier.tampered.join(", ")}` }) : null,
+          rest.regrade ? el("div", { class: "badge audit-warn", "data-testid": "traj-regrade", title: "a stricter grading of the same task (more cases, fresh inputs) did not pass it",
+            text: `regrade: ${rest.regrade.outcome}` }) : null),
         el("td", { text: fmt(t.reward) }),
         el("td", {}, el("pre", { class: "expected", "data-testid": "traj-expected", text: expected ?? "–" })),
         el("td", {}, found !== null && found !== t.completion ? el("div", { class: "muted small", "data-testid": "traj-found", text: `read as: ${found}` }) : null,
