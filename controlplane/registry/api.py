@@ -96,6 +96,8 @@ class EvalOut(Schema):
     engine: str
     state: str
     error: str
+    held: str = ""
+    """Why a queued evaluation waits: the verifier audits of the suite's domain versions have not cleared them."""
     created_at: datetime
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None

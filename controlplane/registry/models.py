@@ -164,6 +164,9 @@ class EvalRun(models.Model):
     state = models.CharField(max_length=16, choices=EvalState.choices, default=EvalState.QUEUED, db_index=True)
     worker = models.CharField(max_length=200, blank=True)
     error = models.TextField(blank=True)
+    held = models.CharField(max_length=2000, blank=True, help_text=(
+        "Why a queued evaluation is not sent to the eval queue yet: the verifier audits of the suite's domain "
+        "versions have not cleared them (audits gate every use). Empty once it is sent."))
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

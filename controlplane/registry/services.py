@@ -26,7 +26,9 @@ from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidI
 from controlplane.common.model_refs import BASE_PREFIX, REGISTRY_PREFIX, storage_dirs
 from controlplane.common.storage import store_dir
 from controlplane.common.validation import SLUG_SCHEMA, validate
-from controlplane.domains.models import Domain
+from controlplane.domains.models import Domain, DomainVersion
+from controlplane.domains.selectors import audit_gates
+from controlplane.domains.services import audit_ensure
 from controlplane.live.services import wake_on_commit
 from controlplane.registry.models import (ALIASES, Alias, AliasMove, BaseModel, EvalResult, EvalRun, EvalState, EvalSuite,
                                           EvalSuiteVersion, ModelVersion)
@@ -416,25 +418,74 @@ def eval_start(*, actor: Principal, version: ModelVersion, suite_version: EvalSu
         raise InvalidInput(errors)
     if suite_version.suite.team_id not in (None, version.team_id):
         raise NotFound("suite not found")
-    return _eval_create(version=version, suite_version=suite_version, engine=engine, created_by=actor.user, enqueue=enqueue)
+    verdict, reasons = suite_audit_gate(suite_version)
+    if verdict == "refuse":
+        raise InvalidInput([FieldError(f"suite.items[{i}].domain", reason) for i, reason in reasons])
+    return _eval_create(version=version, suite_version=suite_version, engine=engine, created_by=actor.user, enqueue=enqueue,
+                        gate=(verdict, reasons))
+
+
+def suite_audit_gate(suite_version: EvalSuiteVersion, now=None) -> tuple[str, list[tuple[int, str]]]:
+    """Whether an evaluation on ``suite_version`` may run now: audits gate every use of a domain
+    version, evaluations as runs (``domains.selectors.audit_gates``). ``(ok|wait|refuse, [(item
+    index, reason)])``; the audit of a version that never had one is requested."""
+    items = suite_version.items
+    pins = {(dv.domain.slug, dv.version): dv for dv in DomainVersion.objects.filter(
+        domain__slug__in=[i["domain"] for i in items]).select_related("domain")}
+    pinned = [(i, pins[key]) for i, item in enumerate(items) if (key := (item["domain"], item["domain_version"])) in pins]
+    gates = audit_gates(versions=[v for _, v in pinned], now=now)
+    audit_ensure(versions=list({v.id: v for _, v in pinned if gates[v.id].verdict == "wait"}.values()),
+                 note="an evaluation waits on it")
+    verdict, reasons = "ok", []
+    for i, v in pinned:
+        gate = gates[v.id]
+        if gate.verdict != "ok":
+            reasons.append((i, gate.reason))
+            verdict = "refuse" if "refuse" in (verdict, gate.verdict) else "wait"
+    return verdict, reasons
+
+
+def _held_text(reasons: list[tuple[int, str]]) -> str:
+    return "; ".join(dict.fromkeys(reason for _, reason in reasons))[:2000]
 
 
 def _eval_create(*, version: ModelVersion, suite_version: EvalSuiteVersion, engine: str = "torch", created_by=None,
-                 enqueue: bool = True) -> EvalRun:
-    ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=created_by)
+                 enqueue: bool = True, gate: tuple[str, list] | None = None) -> EvalRun:
+    """An evaluation, sent to the eval queue, or held (``held`` says why) while the audits of the
+    suite's domain versions have not cleared them: :func:`eval_holds_release` sends it once they do."""
+    verdict, reasons = gate or suite_audit_gate(suite_version)
+    ev = EvalRun(version=version, suite_version=suite_version, engine=engine, created_by=created_by,
+                 held=_held_text(reasons) if verdict != "ok" else "")
     ev.full_clean()
     ev.save()
-    if enqueue:
+    if enqueue and not ev.held:
         dispatch.send_on_commit("temper.eval.run", ev.pk)
     return ev
+
+
+@transaction.atomic
+def eval_holds_release(*, now=None) -> int:
+    """The scheduler tick's part for evaluations: each held evaluation whose suite's audits now clear
+    it is sent to the eval queue; the others' reasons are brought up to date. How many were sent."""
+    sent = 0
+    for ev in EvalRun.objects.select_for_update().filter(state=EvalState.QUEUED).exclude(held="").select_related("suite_version"):
+        verdict, reasons = suite_audit_gate(ev.suite_version, now=now)
+        held = _held_text(reasons) if verdict != "ok" else ""
+        if held != ev.held:
+            ev.held = held
+            ev.save(update_fields=["held"])
+        if not held:
+            dispatch.send_on_commit("temper.eval.run", ev.pk)
+            sent += 1
+    return sent
 
 
 @transaction.atomic
 def eval_claim(*, eval_run_id: int, worker: str) -> EvalRun | None:
     """Mark an evaluation running (again, when a worker died with it); None when it is done."""
     ev = EvalRun.objects.select_for_update().filter(pk=eval_run_id).first()
-    if ev is None or ev.state in (EvalState.COMPLETED, EvalState.FAILED):
-        return None
+    if ev is None or ev.state in (EvalState.COMPLETED, EvalState.FAILED) or ev.held:
+        return None  # finished, or held until the audits clear it (the scheduler tick sends it then)
     ev.results.all().delete()
     ev.state, ev.worker, ev.started_at, ev.error = EvalState.RUNNING, worker, timezone.now(), ""
     ev.save()

@@ -17,6 +17,7 @@ from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains.selectors import audit_gates
 from controlplane.domains.services import audit_ensure
+from controlplane.registry.services import eval_holds_release
 from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
@@ -206,6 +207,7 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     started = {r.id: admitted.get(r.id) or r.started_at for r in runs}
     workers = train_workers(now=now)
     held = _audit_holds([r for r in runs if r.state == RunState.QUEUED], now)
+    eval_holds_release(now=now)  # evaluations wait on the same audits
     decision = schedule(
         queued=[_view(r, None) for r in runs if r.state == RunState.QUEUED and r.id not in held],
         running=[_view(r, started[r.id]) for r in runs if r.state == RunState.RUNNING],

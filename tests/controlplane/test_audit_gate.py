@@ -169,3 +169,57 @@ def test_a_run_queued_before_its_version_had_an_audit_gets_one_requested_by_the_
     assert state == RunState.QUEUED and note["binding"] == "audit"
     schedule_tick()
     assert _state(run)[1]["reason"].startswith("waiting on the verifier audit of older v1, queued ")
+
+
+# --- evaluations: the same gate ------------------------------------------------------------
+def _suite_and_version(w, slugs=("fresh", "addition")):
+    from controlplane.registry import services as registry
+
+    admin = factories.actor(w.users["admin"])
+    version = registry.version_register_base(team=w.team, base_model="/models/tiny")
+    suite = registry.suite_save(actor=admin, data={"slug": "gated", "team": w.team.slug,
+                                                   "items": [{"domain": s, "tasks": 4} for s in slugs]})
+    return admin, version, suite
+
+
+def test_an_evaluation_waits_on_an_unfinished_audit_and_is_sent_when_it_passes(gate, sent, django_capture_on_commit_callbacks):
+    from controlplane.registry import services as registry
+    from controlplane.registry.models import EvalState
+
+    admin, version, suite = _suite_and_version(gate)
+    held = registry.eval_start(actor=admin, version=version, suite_version=suite)
+    assert held.state == EvalState.QUEUED and held.held.startswith("waiting on the verifier audit of fresh v1")
+    assert ("temper.eval.run", (held.pk,)) not in sent
+    assert registry.eval_claim(eval_run_id=held.pk, worker="w") is None  # a worker sent it anyway: not run
+    clear = registry.eval_start(actor=admin, version=version,
+                                suite_version=_suite_and_version(gate, ("addition",))[2])
+    assert clear.held == ""
+    schedule_tick()
+    held.refresh_from_db()
+    assert held.held and ("temper.eval.run", (held.pk,)) not in sent
+    domain_services.verifier_audit_record(audit=gate.audit, report=report(domain="fresh"))
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_tick()
+    held.refresh_from_db()
+    assert held.held == "" and ("temper.eval.run", (held.pk,)) in sent
+    assert registry.eval_claim(eval_run_id=held.pk, worker="w").state == EvalState.RUNNING
+
+
+def test_an_evaluation_on_a_refused_version_is_refused_naming_the_item(gate, sent, django_capture_on_commit_callbacks):
+    from controlplane.registry import services as registry
+    from controlplane.registry.models import EvalRun
+
+    admin, version, suite = _suite_and_version(gate)
+    domain_services.verifier_audit_record(audit=gate.audit, report=report(domain="fresh", false_positives={"hedge": 2}))
+    with pytest.raises(InvalidInput) as refused:
+        registry.eval_start(actor=admin, version=version, suite_version=suite)
+    assert refused.value.errors[0].path == "suite.items[0].domain" and "found 2 false positives" in refused.value.errors[0].message
+    assert not EvalRun.objects.exists()  # nothing saved
+    # An auto-evaluation (no one to refuse to) is held with the reason until an override.
+    auto = registry._eval_create(version=version, suite_version=suite)
+    assert "false positives" in auto.held
+    domain_services.verifier_audit_override(actor=factories.actor(gate.staff), version=gate.version, reason="checked by hand")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert registry.eval_holds_release() == 1
+    auto.refresh_from_db()
+    assert auto.held == "" and ("temper.eval.run", (auto.pk,)) in sent

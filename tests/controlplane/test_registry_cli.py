@@ -32,6 +32,7 @@ def setup(settings, tmp_path):
 
     settings.VAR_DIR = tmp_path / "var"
     call_command("domains", "sync", "--no-progress", "--only", "builtin-reversal", verbosity=0)
+    factories.audits_passed()  # audits gate evaluations too (tests/controlplane/test_audit_gate.py)
     team = factories.team("acme")
     factories.member(team, "admin", "acme-admin")
     factories.member(team, "member", "acme-member")

@@ -122,10 +122,12 @@ class Command(ServiceCommand):
         sv = selectors.suite_version_get(actor=self.actor, slug=o["suite"], version=o["suite_version"])
         if o["here"]:
             ev = services.eval_start(actor=self.actor, version=v, suite_version=sv, engine=o["engine"], enqueue=False)
+            if ev.held:
+                raise CommandError(f"evaluation {ev.id} is held: {ev.held}; it runs on the eval queue once the audits clear it")
             dispatch.run_here("temper.eval.run", ev.pk)
         else:
             ev = services.eval_start(actor=self.actor, version=v, suite_version=sv, engine=o["engine"])
-            self.out(f"evaluation {ev.id} of {v.name} on {sv} queued")
+            self.out(f"evaluation {ev.id} of {v.name} on {sv} queued" + (f", held: {ev.held}" if ev.held else ""))
             while o["wait"]:
                 ev.refresh_from_db()
                 if ev.state in (EvalState.COMPLETED, EvalState.FAILED):
@@ -143,7 +145,8 @@ class Command(ServiceCommand):
 
     def do_eval_show(self, o):
         ev = selectors.eval_get(actor=self.actor, eval_id=o["eval_id"])
-        self.out(f"evaluation {ev.id}: {ev.version.name} on {ev.suite_version} ({ev.engine}): {ev.state}")
+        self.out(f"evaluation {ev.id}: {ev.version.name} on {ev.suite_version} ({ev.engine}): {ev.state}"
+                 + (f", held: {ev.held}" if ev.held else ""))
         if ev.error:
             self.out(ev.error.strip().splitlines()[-1])
         self.out(table([(r.layer, r.domain, r.tasks, " ".join(f"pass@{k}={v:.3f}" for k, v in sorted(r.pass_at.items(), key=lambda kv: int(kv[0]))),
