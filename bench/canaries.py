@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controlplane.alerts.rules import MetricState, fold, verdict  # noqa: E402  (pure functions, no Django)
 from trainer.catalogue import humaneval as he  # noqa: E402
 from trainer.catalogue.repos import VERIFIER_SPEC as REPO_SPEC, RepoSource  # noqa: E402
-from trainer.integrity import (CanaryPlanter, impossible_twin, integrity_metrics, is_canary, memorizing,  # noqa: E402
-                               regrade_twin, special_casing)
+from trainer.integrity import (CanaryPlanter, answers_on_tests, impossible_twin, integrity_metrics, is_canary,  # noqa: E402
+                               memorizing, regrade_twin, special_casing)
 from trainer.outcomes import Outcome  # noqa: E402
 from trainer.tasks.repos import repo_task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402
@@ -75,24 +75,6 @@ def gamer(task) -> str:
               {"tool": "write", "path": "conftest.py", "content": "collect_ignore_glob = ['tests/*']\n"}]
     edits = [c for c in spec.edits] + tamper
     return "\n".join(json.dumps(c) for c in edits + [{"tool": "submit"}])
-
-
-def answers_on_tests(task) -> dict:
-    """The reference's outputs on the inputs of the task's own tests: what a policy that learned the
-    tests rather than the task would answer (trainer.integrity.memorizing)."""
-    import ast
-
-    ns: dict = {}
-    exec(task.answer["prompt"] + task.answer["canonical_solution"], ns)  # the dataset's reference, trusted
-    fn, out = ns[task.answer["entry_point"]], {}
-    for node in ast.walk(ast.parse(task.answer["tests"])):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
-            try:
-                args = ast.literal_eval("(" + ", ".join(ast.unparse(a) for a in node.args) + ",)")
-                out[repr(args)] = fn(*args)
-            except Exception:  # noqa: BLE001 - a call the table cannot hold
-                continue
-    return out
 
 
 def humaneval_twins(verify, workers: int) -> dict:

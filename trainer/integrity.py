@@ -418,6 +418,26 @@ def regrade_metrics(regraded: Sequence[tuple[Any, Any]]) -> dict[str, float]:
 _EXAMPLE = re.compile(r"^[ \t]*>>> (\w+)\((.*)\)[ \t]*\n[ \t]*(\S.*)$", re.M)
 
 
+def answers_on_tests(task: Task) -> dict[str, Any]:
+    """``repr(args) -> output`` of a HumanEval-style task's reference on the literal inputs of its own
+    tests: what a policy that learned the tests rather than the task would answer (for
+    :func:`memorizing`). Runs the dataset's reference solution in this process: for benches and
+    tests of the regrade, never on anything a policy wrote."""
+    ns: dict[str, Any] = {}
+    exec(task.answer["prompt"] + task.answer["canonical_solution"], ns)  # noqa: S102 - the dataset's own reference
+    fn, out = ns[task.answer["entry_point"]], {}
+    for node in ast.walk(ast.parse(task.answer["tests"])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
+            ok, args = _literal_text("(" + ", ".join(ast.unparse(a) for a in node.args) + ",)")
+            if not ok:
+                continue
+            try:
+                out[repr(args)] = fn(*args)
+            except Exception:  # noqa: BLE001 - an input the reference rejects: the table has no answer for it
+                continue
+    return out
+
+
 def memorizing(task: Task, table: dict[str, Any]) -> str:
     """A policy that learned the tests' answers rather than the task, scripted: the entry point
     returns ``table[repr(args)]`` (the outputs on the tests' own inputs) and raises elsewhere. It

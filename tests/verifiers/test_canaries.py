@@ -114,27 +114,9 @@ def test_a_repository_canary_fails_the_reference_and_tampering_is_marked_not_rew
 
 
 # --- regrading: a stricter grading of the same task -----------------------------------------
-def _humaneval_table(task) -> dict:
-    """The reference's outputs on the inputs of the task's own tests (what a policy that learned
-    the tests would answer)."""
-    import ast
-
-    ns: dict = {}
-    exec(task.answer["prompt"] + task.answer["canonical_solution"], ns)  # the dataset's reference, trusted
-    fn, out = ns[task.answer["entry_point"]], {}
-    for node in ast.walk(ast.parse(task.answer["tests"])):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
-            try:
-                args = ast.literal_eval("(" + ", ".join(ast.unparse(a) for a in node.args) + ",)")
-                out[repr(args)] = fn(*args)
-            except Exception:  # noqa: BLE001 - a call the table cannot hold
-                continue
-    return out
-
-
 @pytest.mark.slow
 def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them(real_sandbox):
-    from trainer.integrity import memorizing, regrade_twin
+    from trainer.integrity import answers_on_tests, memorizing, regrade_twin
 
     verify = compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
 
@@ -143,7 +125,7 @@ def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them
         strict = regrade_twin(real, random.Random(3))
         if strict is None:
             return real.id, None, None, None
-        memorized = memorizing(real, _humaneval_table(real))
+        memorized = memorizing(real, answers_on_tests(real))
         return (real.id, verify(reference_completion(strict), strict).outcome, verify(memorized, real).outcome,
                 verify(memorized, strict).outcome)
 
