@@ -7,7 +7,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit"]
+PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit", "controlplane.alerts.channels"]
 MODULES = [
     "trainer.outcomes", "trainer.pyast", "trainer.pipeline", "trainer.checkpoint", "trainer.tasks.builtin", "controlplane.common.cli", "controlplane.common.validation",
     "controlplane.domains.selectors", "controlplane.domains.schemas", "controlplane.common.model_refs", "controlplane.review.services",
@@ -17,6 +17,7 @@ MODULES = [
     "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",
     "workers.devices", "trainer.parallel", "controlplane.web.manage_views", "tests.suite_env", "trainer.evaluation",
     "controlplane.scheduling.scheduler", "controlplane.scheduling.selectors", "workers.launch", "controlplane.runs.ceilings", "trainer.ranks", "trainer.algorithms", "trainer.tasks.filings", "trainer.tasks.statements",
+    "trainer.integrity",
 ]
 
 

@@ -40,6 +40,7 @@ from typing import Any, Iterable, Sequence
 
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
+from trainer.tasks.repos import regrade_tests, repo_task
 
 CANARY = "canary"
 """The key of a twin's ``meta`` that makes it a canary: ``{"recipe", "of", "test"}``."""
@@ -149,8 +150,6 @@ def _twin(task: Task, recipe: str, test: int | str, **changes: Any) -> Task:
 
 
 def _repo_twin(task: Task, rng: random.Random) -> Task | None:
-    from trainer.tasks.repos import repo_task  # lazy: generating a repository is only needed here
-
     meta = task.meta
     hidden = repo_task(str(meta["family"]), int(meta["seed"]), int(meta["level"])).hidden
     usable = [i for i, source in enumerate(hidden) if mutate_assert(source) is not None]
@@ -163,8 +162,6 @@ def hidden_for(spec: Any, task: Task) -> list[str]:
     """A repository task's hidden tests as ``task`` has them: a canary's with its conflicting
     duplicate, a regrade's with the extra cases of fresh inputs, a real task's as generated."""
     if task.meta.get(REGRADE):
-        from trainer.tasks.repos import regrade_tests  # lazy, as in _repo_twin
-
         return spec.hidden + regrade_tests(spec, int(task.meta[REGRADE]["salt"]))
     return canary_hidden(spec.hidden, task)
 

@@ -1,44 +1,40 @@
 """Alert rules (validated writes), their evaluation after each step and in the sweep, firings,
-and deliveries: signed webhooks, Slack-compatible incoming webhooks, e-mail and in-app
-notifications.
+and deliveries through the channels of controlplane/alerts/channels/ (one class per kind, one
+file each: signed webhooks, Slack-compatible incoming webhooks, e-mail and in-app notifications).
 
 Evaluation: ``alerts_after_step`` runs in the run driver right after a step's metrics are written
 (so a condition that holds at step s fires at step s); ``alerts_sweep`` runs on the ``control``
 queue every ``TEMPER_ALERT_SWEEP_S`` for what no step announces: a run that stopped stepping
 (``stalled``), events of runs that no longer step (``failed``), and deliveries due a retry.
 
-A webhook body is JSON; ``X-Temper-Signature: sha256=<hex>`` is the HMAC-SHA256 of
-``<X-Temper-Timestamp>.<body>`` under the channel's secret (the receiver checks it and refuses old
-timestamps). A delivery is tried up to ``MAX_ATTEMPTS`` times, ``BACKOFF_S`` doubling between
+A delivery is tried up to ``MAX_ATTEMPTS`` times, ``BACKOFF_S`` doubling between
 tries, each try logged (when, HTTP status or error, milliseconds).
 """
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import hmac
-import json
 import logging
 import time
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from controlplane import dispatch
-from controlplane.accounts.models import Membership, Team
+from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
 from controlplane.accounts.selectors import team_get
 from controlplane.alerts.models import (AlertFiring, AlertRule, AlertState, Condition, Delivery, DeliveryStatus,
                                         Notification)
-from controlplane.alerts import selectors, transport
+from controlplane.alerts import selectors
+from controlplane.alerts.channels import channel, list_schema
+from controlplane.alerts.channels.http import TIMEOUT_S
 from controlplane.alerts.rules import MetricState, fold, verdict
 from controlplane.common.errors import Conflict, FieldError, Forbidden, InvalidInput
 from controlplane.common.validation import validate
@@ -60,26 +56,9 @@ not make every point of a step a firing."""
 MAX_ATTEMPTS = 6
 BACKOFF_S = 5.0
 """Seconds before the second try; doubled before each next one (5, 10, 20, 40, 80)."""
-TIMEOUT_S = 5.0
-"""A receiver answers within this or the try fails."""
 METRIC_CONDITIONS = (Condition.DROP, Condition.ABOVE, Condition.BELOW)
 STALLED_KEY, EVENTS_KEY = "stalled", "events"
 
-_CHANNEL = {
-    "webhook": {"type": "object", "additionalProperties": False, "required": ["type", "url"],
-                "properties": {"type": {"const": "webhook"}, "url": {"type": "string", "minLength": 1, "maxLength": 2000},
-                               "secret": {"type": "string", "minLength": 16, "maxLength": 200,
-                                          "description": "HMAC key; omit on an update to keep the one this URL has"}}},
-    "slack": {"type": "object", "additionalProperties": False, "required": ["type", "url"],
-              "properties": {"type": {"const": "slack"}, "url": {"type": "string", "minLength": 1, "maxLength": 2000}}},
-    "email": {"type": "object", "additionalProperties": False, "required": ["type", "to"],
-              "properties": {"type": {"const": "email"},
-                             "to": {"type": "array", "minItems": 1, "maxItems": 20, "uniqueItems": True,
-                                    "items": {"type": "string", "maxLength": 254,
-                                              "pattern": r"^[^@\s]+@[^@\s]+\.[^@\s]+$"}}}},
-    "in_app": {"type": "object", "additionalProperties": False, "required": ["type"],
-               "properties": {"type": {"const": "in_app"}}},
-}
 EVENT_KINDS = ("failed", "quarantine", "reward_hacking", "tampering", "paused", "preempted", "storage_error")
 """Run event kinds a rule is offered (any kind the system records is accepted, but ``alert``)."""
 
@@ -93,10 +72,7 @@ RULE_FIELDS = {
     "window": {"type": "integer", "minimum": 1, "maximum": 1000},
     "events": {"type": "array", "maxItems": 20, "uniqueItems": True,
                "items": {"type": "string", "pattern": r"^[a-z_]{1,64}$", "not": {"const": "alert"}}},
-    "channels": {"type": "array", "minItems": 1, "maxItems": 10,
-                 "items": {"type": "object", "required": ["type"],
-                           "properties": {"type": {"enum": sorted(_CHANNEL)}},
-                           "allOf": [{"if": {"properties": {"type": {"const": k}}}, "then": v} for k, v in _CHANNEL.items()]}},
+    "channels": list_schema(),
     "advice": {"type": "string", "maxLength": 2000,
                "description": "What the threshold is, where it comes from and what to try: sent with every firing"},
     "enabled": {"type": "boolean"},
@@ -109,30 +85,6 @@ RULE_UPDATE_SCHEMA = {"type": "object", "additionalProperties": False, "minPrope
 
 
 # -- rules ------------------------------------------------------------------------------------
-
-def url_errors(url: str, path: str) -> list[FieldError]:
-    """What is wrong with a delivery URL: http or https, a DNS name or an IP literal as the host,
-    no user info; no private or loopback address unless ``TEMPER_ALERT_ALLOW_PRIVATE`` (checked
-    again, against what the name resolves to, at each delivery: controlplane/alerts/transport.py)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError as exc:
-        return [FieldError(path, f"not a URL: {exc}")]
-    if parts.scheme not in ("http", "https") or not host:
-        return [FieldError(path, "must be an http:// or https:// URL with a host")]
-    if parts.username or parts.password:
-        return [FieldError(path, "must not carry a user or password (put a token in the path, or use the secret)")]
-    if problem := transport.host_error(host):
-        return [FieldError(path, problem)]
-    literal = transport.ip_literal(host)
-    local = host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost")
-    if not settings.TEMPER_ALERT_ALLOW_PRIVATE and (local or (literal is not None and not transport.public_ip(literal))):
-        return [FieldError(path, f"{host} is a private or loopback address; deliveries go to public hosts "
-                                 f"(TEMPER_ALERT_ALLOW_PRIVATE=1 allows private ones)")]
-    return []
-
 
 def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list[FieldError]:
     merged = {"condition": old.condition if old else "", "metric": old.metric if old else "",
@@ -149,39 +101,23 @@ def _rule_errors(data: dict, old: AlertRule | None, team_id: int | None) -> list
         errors.append(FieldError("threshold", "a stalled rule's threshold is minutes without a step, 1 to 10080"))
     seen: set[tuple[str, str]] = set()
     for i, ch in enumerate(data.get("channels") or []):
-        target = (ch["type"], ch.get("url", "") or ",".join(sorted(a.lower() for a in ch.get("to", []))))
+        kind = channel(ch["type"])
+        target = (ch["type"], kind.key(ch))
         if target in seen:
             errors.append(FieldError(f"channels[{i}]", f"a second {ch['type']} channel to the same place"))
         seen.add(target)
-        if ch["type"] in ("webhook", "slack"):
-            errors += url_errors(ch["url"], f"channels[{i}].url")
-        if ch["type"] == "email":
-            errors += email_errors(ch["to"], team_id, f"channels[{i}].to")
+        errors += kind.errors(ch, f"channels[{i}]", team_id)
     return errors
 
 
-def email_errors(addresses: list[str], team_id: int | None, path: str) -> list[FieldError]:
-    """Alerts e-mail the members of the rule's team (their account's address) or addresses in
-    ``TEMPER_ALERT_EMAIL_DOMAINS``: a rule is no relay for mail to anyone."""
-    members = {e.lower() for e in Membership.objects.filter(team_id=team_id).values_list("user__email", flat=True) if e} \
-        if team_id is not None else set()
-    domains = {d.lower().lstrip("@") for d in settings.TEMPER_ALERT_EMAIL_DOMAINS}
-    return [FieldError(f"{path}[{i}]", f"{a} is not the address of a member of the team nor in TEMPER_ALERT_EMAIL_DOMAINS")
-            for i, a in enumerate(addresses) if a.lower() not in members and a.lower().rsplit("@", 1)[-1] not in domains]
-
-
 def _with_secrets(channels: list[dict], old: AlertRule | None) -> tuple[list[dict], list[FieldError]]:
-    """Webhook channels without a secret keep the one their URL had; a new URL needs one."""
-    known = {c["url"]: c.get("secret") for c in (old.channels if old else []) if c.get("type") == "webhook"}
+    """The entries to store: each channel keeps what its kind keeps from the rule's old entries
+    (a webhook without a secret keeps the one its URL had; a new URL needs one)."""
     out, errors = [], []
     for i, ch in enumerate(channels):
-        ch = dict(ch)
-        if ch["type"] == "webhook" and not ch.get("secret"):
-            if not known.get(ch["url"]):
-                errors.append(FieldError(f"channels[{i}].secret", "a new webhook needs a secret of 16 to 200 characters "
-                                                                  "(its deliveries are signed with it)"))
-            ch["secret"] = known.get(ch["url"], "")
-        out.append(ch)
+        kept, problems = channel(ch["type"]).kept(dict(ch), old.channels if old else [], f"channels[{i}]")
+        out.append(kept)
+        errors += problems
     return out, errors
 
 
@@ -198,7 +134,7 @@ def editable(actor: Principal, team_id: int | None) -> bool:
     return actor.platform_admin if team_id is None else actor.can(team_id, "run.control")
 
 
-def shown_target(channel: str, target: str, *, reveal: bool) -> str:
+def shown_target(kind: str, target: str, *, reveal: bool) -> str:
     """A delivery's target as someone who may not edit the rule sees it: a webhook or Slack URL
     is a credential (its path often is the token), addresses are people's.
 
@@ -207,29 +143,13 @@ def shown_target(channel: str, target: str, *, reveal: bool) -> str:
     >>> shown_target("email", "a@x.test, b@x.test", reveal=False)
     '2 address(es)'
     """
-    if reveal or channel == "in_app":
-        return target
-    if channel == "email":
-        return f"{len([a for a in target.split(',') if a.strip()])} address(es)"
-    parts = urlsplit(target)
-    return f"{parts.scheme}://{parts.hostname}/…"
-
-
-def _channel_out(c: dict, reveal: bool) -> dict:
-    out = {k: v for k, v in c.items() if k != "secret"}
-    if c["type"] == "webhook":
-        out["secret_set"] = bool(c.get("secret"))
-    if not reveal and c["type"] in ("webhook", "slack"):
-        out["url"] = shown_target(c["type"], c["url"], reveal=False)
-    if not reveal and c["type"] == "email":
-        out = {"type": "email", "recipients": len(c["to"])}
-    return out
+    return channel(kind).shown(target, reveal)
 
 
 def rule_out(rule: AlertRule, *, reveal: bool = False) -> dict:
     """A rule as the API and the pages show it: webhook secrets never leave the server; the
     URLs and addresses only to those who edit the rule (``reveal``)."""
-    channels = [_channel_out(c, reveal) for c in rule.channels]
+    channels = [channel(c["type"]).out(c, reveal) for c in rule.channels]
     return {"id": rule.id, "team": rule.team.slug if rule.team_id else None, "name": rule.name, "condition": rule.condition,
             "metric": rule.metric, "threshold": rule.threshold, "window": rule.window, "events": list(rule.events),
             "channels": channels, "advice": rule.advice, "enabled": rule.enabled, "updated_at": rule.updated_at}
@@ -443,20 +363,16 @@ def _fire(rule: AlertRule, run: Run, key: str, step: int, value: float | None, m
         event.save(update_fields=["data"])
     payload = _payload("alert.fired", rule, run, key=key, step=step, value=value, message=message, url=absolute(path),
                        firing=firing.id)
-    for slot, channel in enumerate(rule.channels):
-        if channel["type"] == "in_app":
-            users = Membership.objects.filter(team_id=run.team_id).values_list("user_id", flat=True)
-            Notification.objects.bulk_create([Notification(user_id=u, firing=firing, message=message, url=path) for u in users])
+    for slot, entry in enumerate(rule.channels):
+        kind = channel(entry["type"])
+        if not kind.delivered:
+            kind.notify(firing=firing, run=run, message=message, path=path)
             continue
-        delivery = Delivery.objects.create(rule=rule, firing=firing, channel=channel["type"], target=_target(channel),
+        delivery = Delivery.objects.create(rule=rule, firing=firing, channel=kind.kind, target=kind.target(entry),
                                            payload=payload | {"slot": slot})
         dispatch.send_on_commit("temper.notify.deliver", delivery.id)
     log.info("alert %s fired for run %s at step %s: %s", rule.id, run.id, step, message)
     return firing
-
-
-def _target(channel: dict) -> str:
-    return ", ".join(channel["to"]) if channel["type"] == "email" else channel["url"]
 
 
 def _payload(kind: str, rule: AlertRule, run: Run | None, **fields: Any) -> dict:
@@ -513,54 +429,6 @@ def _stalled(rule: AlertRule, runs, now) -> int:
 
 # -- delivery ---------------------------------------------------------------------------------
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The signature header's value for ``body`` sent at ``timestamp``.
-
-    >>> sign("0123456789abcdef", 1700000000, b'{}')
-    'sha256=e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e'
-    """
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
-
-
-def slack_escape(text: str) -> str:
-    """Text as Slack shows it literally: a run's name cannot ping a channel or forge a link.
-
-    >>> slack_escape("run <!channel> & <http://x|y>")
-    'run &lt;!channel&gt; &amp; &lt;http://x|y&gt;'
-    """
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    headers = {"Content-Type": "application/json", "User-Agent": "Temper-Alerts/1", **headers}
-    return transport.post(url, body, headers, deadline_s=TIMEOUT_S, allow_private=settings.TEMPER_ALERT_ALLOW_PRIVATE)
-
-
-def _send(delivery: Delivery, channel: dict) -> int | None:
-    payload = {k: v for k, v in delivery.payload.items() if k != "slot"} | {"id": delivery.id}
-    if delivery.channel == "webhook":
-        body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        ts = int(time.time())
-        return _post(channel["url"], body, {"X-Temper-Delivery": str(delivery.id), "X-Temper-Timestamp": str(ts),
-                                            "X-Temper-Signature": sign(channel["secret"], ts, body)})
-    text = payload.get("message", "")
-    if delivery.channel == "slack":
-        link = payload.get("url")
-        body = json.dumps({"text": f"[Temper] {slack_escape(text)}" + (f" <{link}|chart>" if link else "")}).encode()
-        return _post(channel["url"], body, {})
-    if delivery.channel == "email":
-        run = payload.get("run") or {}
-        subject = f"[Temper] {payload['rule']['name']}" + (f": run {run.get('name')}" if run else "")
-        # Addresses are checked again: a member who left the team gets no more of its alerts.
-        to = [a for a in channel["to"] if not email_errors([a], delivery.rule.team_id, "")]
-        if not to:
-            raise transport.Refused("none of the rule's addresses belongs to a member of its team any more")
-        send_mail(" ".join(subject.split())[:200], f"{text}\n\n{payload.get('url', '')}\n", settings.DEFAULT_FROM_EMAIL, to)
-        return None
-    raise ValueError(f"unknown channel {delivery.channel!r}")
-
-
 def deliver(delivery_id: int) -> Delivery | None:
     """Try one delivery once, if it is due and nobody else is trying it (the claim is one UPDATE);
     None when it was not ours to try."""
@@ -572,14 +440,15 @@ def deliver(delivery_id: int) -> Delivery | None:
     delivery = Delivery.objects.select_related("rule").get(id=delivery_id)
     slot = delivery.payload.get("slot", -1)
     channels = delivery.rule.channels
-    channel = channels[slot] if 0 <= slot < len(channels) else None
+    entry = channels[slot] if 0 <= slot < len(channels) else None
     t0 = time.monotonic()
     code, error = None, ""
-    if channel is None or channel["type"] != delivery.channel or _target(channel) != delivery.target:
+    if entry is None or entry["type"] != delivery.channel or channel(entry["type"]).target(entry) != delivery.target:
         error = "the rule's channel was changed or removed since this alert fired"
     else:
         try:
-            code = _send(delivery, channel)
+            payload = {k: v for k, v in delivery.payload.items() if k != "slot"} | {"id": delivery.id}
+            code = channel(delivery.channel).send(delivery, entry, payload)
             if code is not None and not 200 <= code < 300:
                 error = f"the receiver answered HTTP {code}"
         except Exception as exc:  # noqa: BLE001 - a receiver's failure is the delivery's outcome, logged
@@ -590,7 +459,7 @@ def deliver(delivery_id: int) -> Delivery | None:
     delivery.last_code, delivery.last_error = code, error
     if not error:
         delivery.status, delivery.sent_at = DeliveryStatus.SENT, timezone.now()
-    elif channel is None or delivery.attempts >= MAX_ATTEMPTS or delivery.firing_id is None:
+    elif entry is None or delivery.attempts >= MAX_ATTEMPTS or delivery.firing_id is None:
         delivery.status = DeliveryStatus.FAILED  # a test delivery is tried once: its answer is the point
     else:
         wait = BACKOFF_S * 2 ** (delivery.attempts - 1)
@@ -622,12 +491,12 @@ def rule_test_delivery(*, actor: Principal, rule: AlertRule) -> list[Delivery]:
     message = f"Test of alert rule {rule.name!r}: this is what a firing sends."
     with transaction.atomic():
         ids = []
-        for slot, channel in enumerate(rule.channels):
-            if channel["type"] == "in_app":
-                if actor.user is not None:
-                    Notification.objects.create(user=actor.user, message=message, url="/alerts/")
+        for slot, entry in enumerate(rule.channels):
+            kind = channel(entry["type"])
+            if not kind.delivered:
+                kind.notify_test(user=actor.user, message=message)
                 continue
-            ids.append(Delivery.objects.create(rule=rule, channel=channel["type"], target=_target(channel),
+            ids.append(Delivery.objects.create(rule=rule, channel=kind.kind, target=kind.target(entry),
                                                payload=_payload("alert.test", rule, None, message=message,
                                                                 url=absolute("/alerts/"), slot=slot)).id)
     started, out = time.monotonic(), []

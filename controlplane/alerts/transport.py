@@ -1,6 +1,6 @@
 """Alert deliveries over HTTP, to public hosts only, within a deadline.
 
-The host is checked twice: when a rule is saved (``url_errors``: an http(s) URL whose host is a
+The host is checked twice: when a rule is saved (``channels.http.url_errors``: an http(s) URL whose host is a
 plain DNS name or an IP literal, no user info, no private address) and when a delivery is sent:
 the name is resolved once, every address it resolves to must be public, and the connection goes
 to the address that was checked (pinned; TLS still verifies the certificate of the name), so a

@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, found
 from controlplane.domains.models import Domain
+from controlplane.domains.selectors import audit_summaries
 from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, RunTag, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -193,8 +194,6 @@ def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str,
     what the run's reward-hacking watch has seen (trainer/integrity.py): canaries planted and
     passed, the share of episodes that touched tests or harness files (last step and whole run),
     and which of the metric keys ``firing`` (the alerts firing on the run now) are the domain's."""
-    from controlplane.domains.selectors import audit_summaries
-
     rds = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
     summaries = audit_summaries(versions=[rd.domain_version for rd in rds])
     points: dict[str, dict[str, list[tuple[int, float]]]] = {}

@@ -560,7 +560,9 @@ def test_hosts_are_plain_names_and_checked_addresses_are_the_ones_connected_to(q
             return real(host, *args, **kw)
 
         monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-        monkeypatch.setattr(services, "TIMEOUT_S", 1.0)
+        from controlplane.alerts.channels import http
+
+        monkeypatch.setattr(http, "TIMEOUT_S", 1.0)  # the deadline of a channel's POST
         run = running(quiet.team)
         r = rule(quiet.team, channels=[{"type": "slack", "url": f"http://rebind.attacker.test:{port}/hook"}])
         d = Delivery.objects.create(rule=r, firing=AlertFiring.objects.create(rule=r, run=run, key=KEY, step=1, message="m"),
@@ -574,7 +576,9 @@ def test_a_receiver_that_trickles_is_cut_off_at_the_deadline(quiet, monkeypatch)
     import threading
     import time as time_
 
-    monkeypatch.setattr(services, "TIMEOUT_S", 0.5)
+    from controlplane.alerts.channels import http
+
+    monkeypatch.setattr(http, "TIMEOUT_S", 0.5)  # the deadline of a channel's POST
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)

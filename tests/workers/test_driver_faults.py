@@ -223,7 +223,7 @@ def test_outcome_metrics_of_an_all_masked_batch_have_no_reward():
     from trainer.outcomes import Outcome, Verification
 
     def traj(domain, verification):
-        return SimpleNamespace(task=SimpleNamespace(domain=domain), verification=verification, loss_mask=[1, 1], truncated=False)
+        return SimpleNamespace(task=SimpleNamespace(domain=domain, meta={}), verification=verification, loss_mask=[1, 1], truncated=False)
 
     masked = [traj("code", Verification(Outcome.SANDBOX_ERROR)) for _ in range(3)]
     metrics = outcome_metrics(masked)
