@@ -8,6 +8,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import found
+from controlplane.domains.schemas import judge_stage_refs
 from controlplane.review import stats
 from controlplane.review.models import Judge, JudgeConfig, Label, ReviewItem, ReviewQueue, ShadowScore
 
@@ -237,6 +238,21 @@ def judges_visible(*, team_id: int | None, names: list[str]) -> set[str]:
 def judges_of_other_teams(*, team_id: int | None, names: list[str]) -> set[str]:
     """Which of ``names`` are judges a domain of team ``team_id`` may not name (another team's)."""
     return set(Judge.objects.filter(slug__in=names).exclude(pk__in=judges_of(team_id).values("pk")).values_list("slug", flat=True))
+
+
+def run_foreign_judges(*, domains, pins) -> tuple[str, list[tuple[str, str]]] | None:
+    """A run's admission check (controlplane.runs.preflight): a pinned domain version whose judge
+    stage names another team's judge (saved before domains were held to their team's judges)
+    would be verified by that team's judge, which is resolved by name on the judge queue. Each
+    such stage is refused in the words the API uses for a judge that is not found."""
+    teams = {rd.domain.slug: rd.domain.team_id for rd in domains}
+    fields = []
+    for pin in pins:
+        refs = judge_stage_refs(pin.verifier)
+        foreign = judges_of_other_teams(team_id=teams[pin.slug], names=[name for _, name in refs]) if refs else set()
+        fields += [(f"domains.{pin.slug}.{path}", f"judge {name!r} not found (a judge stage names a judge of the domain's team)")
+                   for path, name in refs if name in foreign]
+    return ("a domain names another team's judge", fields) if fields else None
 
 
 def run_judge_warnings(run) -> list[str]:

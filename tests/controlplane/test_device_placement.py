@@ -198,7 +198,7 @@ def test_a_runs_ranks_follow_its_gpus_and_engine_size(gpu_team):
 
 
 def test_the_driver_refuses_devices_that_do_not_fit_the_runs_settings(gpu_team):
-    from workers.driver import placement_errors
+    from controlplane.runs.preflight import placement_errors
 
     tp = {"rollout": {"engine": "vllm", "tensor_parallel_size": 2}}
     run = factories.run(gpu_team, gpus=4, config=tp, placement={"worker": "w", "devices": [0, 1, 2, 3]})

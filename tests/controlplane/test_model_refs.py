@@ -224,12 +224,13 @@ def test_the_worker_refuses_a_run_row_written_around_the_api(world, host):
 
 
 def test_the_worker_gives_the_trainer_the_checked_directories(world, host):
-    from workers.driver import confined_model_paths, trainer_config, with_model_paths
+    from controlplane.runs.preflight import confined_model_paths, trainer_config, with_model_paths
 
     (host.root / "link").symlink_to(host.base, target_is_directory=True)
     run = factories.run(world.team, state="running", base_model=str(host.root / "link"),
                         config={"tokenizer": {"path": str(host.root / "link")}})
-    paths = confined_model_paths(run, "test-worker")
+    paths, refused = confined_model_paths(run)
+    assert refused == []
     cfg = with_model_paths(trainer_config(run, [], {}), paths)
     real = str(host.base.resolve())
     assert (cfg["model"]["path"], cfg["tokenizer"]["path"]) == (real, real)

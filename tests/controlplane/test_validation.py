@@ -281,7 +281,7 @@ class RolloutWithTopK(RolloutConfig):
 def test_a_setting_added_to_the_trainer_reaches_the_form_the_api_and_the_trainer(world, monkeypatch):
     """The one edit of docs/controlplane.md ("Adding a run setting"), made here: a field with its
     bounds and docstring in a trainer dataclass, and nothing else."""
-    from workers.driver import trainer_config
+    from controlplane.runs.preflight import trainer_config
 
     monkeypatch.setattr(trainer_config_module, "RolloutConfig", RolloutWithTopK)
     client = Client()

@@ -346,7 +346,7 @@ def test_trainer_config_gives_the_trainer_the_runs_own_values(settings, tmp_path
     defaults fill what its config leaves out and never override what it sets."""
     from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, load_config
     from trainer.config_schema import config_setting
-    from workers.driver import checkpoint_root, trainer_config
+    from controlplane.runs.preflight import checkpoint_root, trainer_config
 
     settings.VAR_DIR = tmp_path
     team = factories.team("acme")

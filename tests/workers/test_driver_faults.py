@@ -31,7 +31,8 @@ from controlplane.scheduling.services import schedule_tick
 from tests import factories
 from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
 from tests.workers.steps import after_each_step
-from workers.driver import checkpoint_root, drive
+from controlplane.runs.preflight import checkpoint_root
+from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,7 +196,7 @@ def test_batches_no_worker_answers_are_masked_then_pause_the_run_but_never_quara
     such step quarantined the run's only domain and failed the run); after SilentQueues.STEPS
     such steps in a row the run pauses naming the queue (masked steps would go on for ever), at a
     checkpoint, waiting for a user's resume."""
-    from workers.driver import SilentQueues
+    from workers.observers import SilentQueues
 
     settings.TEMPER_VERIFY_DEADLINE_S = 0.05
     _code_domain(setup.actor, "remote-code")

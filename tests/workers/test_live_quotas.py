@@ -8,7 +8,7 @@ from controlplane.domains.pins import PinnedDomain, domain_quotas
 from controlplane.domains.services import domain_update
 from controlplane.runs.models import RunEvent
 from tests import factories
-from workers.driver import LiveQuotas, _apply_weights
+from workers.observers import LiveQuotas, _apply_weights
 
 pytestmark = pytest.mark.django_db
 
