@@ -31,6 +31,7 @@ TASK_QUEUES = {
     "temper.eval.run": "eval",
     "temper.judge.batch": "judge",
     "temper.judge.shadow": "judge",
+    "temper.review.sample": "judge",
 }
 
 

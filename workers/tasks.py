@@ -7,6 +7,7 @@ from psycopg.errors import DeadlockDetected
 
 from controlplane.alerts import services as alerts
 from controlplane.domains.pins import domain_quotas, pinned_domain
+from controlplane.review.queues import queue_sample
 from controlplane.runs.models import Run
 from controlplane.scheduling import services as scheduling
 from workers import verify
@@ -141,3 +142,10 @@ def judge_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
 def judge_shadow(config_id: int) -> dict:
     """Shadow re-scoring of a judge version (idempotent: items already scored are skipped)."""
     return shadow_run(config_id)
+
+
+@shared_task(name="temper.review.sample", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)
+def review_sample(queue_id: int) -> str:
+    """Draw a review queue's items (controlplane/review/queues.py; a queue no longer sampling is left
+    as it is, so a redelivered message does nothing twice)."""
+    return queue_sample(queue_id)

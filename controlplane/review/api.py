@@ -11,7 +11,7 @@ from ninja.pagination import paginate
 from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, VERSION, BodyIn, body_doc, json_object
 from controlplane.common.errors import InvalidInput
-from controlplane.review import selectors, services
+from controlplane.review import queues, selectors, services
 from controlplane.review.models import Reservation
 
 router = Router(tags=["review"])
@@ -92,6 +92,9 @@ class QueueOut(Schema):
     blind: bool
     reservation_s: int
     population: int
+    state: str
+    sampling: dict[str, Any]
+    error: str
     created_at: datetime
 
 
@@ -236,17 +239,20 @@ def queue_list(request: HttpRequest, domain: str = "", judge: str = ""):
     return selectors.queue_list(actor=request.auth, domain=domain, judge=judge)
 
 
-@router.post("/review/queues", response={201: QueueDetailOut, **ERRORS}, openapi_extra=QUEUE_DOC)
+@router.post("/review/queues", response={202: QueueDetailOut, **ERRORS}, openapi_extra=QUEUE_DOC)
 def queue_create(request: HttpRequest):
-    """Sample judged trajectories of a domain and judge version into a review queue."""
+    """Create a review queue of judged trajectories of a domain and judge version: answered at
+    once (202, state ``sampling``); a worker draws its items, its ``sampling`` saying how far it
+    got, and turns it ``ready`` (or ``failed``, with ``error`` naming the field)."""
     data = json_object(request)
     team_slug = data.pop("team", None)
     if not isinstance(team_slug, str) or not team_slug:
         raise InvalidInput.one("team", "required")
     team = team_get(actor=request.auth, slug=team_slug)
-    queue = services.queue_create(actor=request.auth, team=team, data=data)
+    queue = queues.queue_create(actor=request.auth, team=team, data=data)
+    queue.refresh_from_db()  # as it stands now: sampling, unless a worker was quicker
     queue.progress = selectors.queue_progress(queue)
-    return Status(201, queue)
+    return Status(202, queue)
 
 
 @router.get("/review/queues/{queue_id}", response={200: QueueDetailOut, **ERRORS})

@@ -28,6 +28,12 @@ class Strategy(models.TextChoices):
     LOW_CONFIDENCE = "low_confidence", "Low confidence"
 
 
+class QueueState(models.TextChoices):
+    SAMPLING = "sampling", "Sampling"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
 class Judge(models.Model):
     """A named judge (what verifier stages refer to). Its versions are :class:`JudgeConfig` rows;
     ``active`` is the version runs use, ``previous`` the one a rollback returns to."""
@@ -129,6 +135,11 @@ class ReviewQueue(models.Model):
     blind = models.BooleanField(default=True, help_text="Hide the judge's score until the reviewer submits.")
     reservation_s = models.IntegerField(default=600)
     population = models.IntegerField(default=0, help_text="How many judged items the sample was drawn from.")
+    state = models.CharField(max_length=10, choices=QueueState.choices, default=QueueState.READY,
+                             help_text="sampling: a worker is drawing its items (temper.review.sample); ready: reviewers "
+                                       "may label; failed: the sample could not be drawn (error says why).")
+    sampling = models.JSONField(default=dict, blank=True, help_text="The worker's progress: {stage, done, total}.")
+    error = models.TextField(blank=True, help_text="Why sampling failed: the field and what to change.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -141,6 +152,7 @@ class ReviewQueue(models.Model):
             models.CheckConstraint(condition=Q(reviewers_per_item__gte=1) & Q(reviewers_per_item__lte=10), name="reviewqueue_reviewers_1_10"),
             models.CheckConstraint(condition=Q(reservation_s__gte=10), name="reviewqueue_reservation_gte_10"),
             models.CheckConstraint(condition=Q(population__gte=0), name="reviewqueue_population_gte_0"),
+            models.CheckConstraint(condition=Q(state__in=[s.value for s in QueueState]), name="reviewqueue_state_valid"),
         ]
 
     def __str__(self) -> str:

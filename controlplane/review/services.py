@@ -6,11 +6,9 @@ calibrate, promote and roll back versions and create review queues. Reviewers (a
 from __future__ import annotations
 
 import math
-import time
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
@@ -24,17 +22,10 @@ from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
 from controlplane.common.model_refs import ModelRefused, resolve_model
 from controlplane.common.validation import SLUG_SCHEMA, validate
-from controlplane.domains.models import Domain
-from controlplane.review import sampling
 from controlplane.review.selectors import config_report
 from controlplane.review.models import (
-    CONFIG_FIELDS, Judge, JudgeConfig, Label, Reservation, ReviewItem, ReviewQueue, ShadowScore, Strategy,
+    CONFIG_FIELDS, Judge, JudgeConfig, Label, QueueState, Reservation, ReviewItem, ReviewQueue, ShadowScore, Strategy,
 )
-from controlplane.runs.models import Trajectory
-from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
-from trainer.tasks.base import Task
-from trainer.verifiers import compile_cascade, validate_cascade
-from trainer.verifiers.isolation import ProcessPool
 from trainer.verifiers.judge import JudgeError, JudgeLimiter, JudgeRequest, JudgeSpec, local_limit
 from trainer.verifiers.judges import build_judge
 
@@ -103,7 +94,6 @@ QUEUE_SCHEMA = {
         },
     },
 }
-MAX_POPULATION = 20000
 INFRA_OUTCOMES = ("sandbox_error", "judge_error")
 
 
@@ -394,169 +384,7 @@ def shadow_record(*, config: JudgeConfig, item: ReviewItem, verification: dict) 
 
 
 # ----------------------------------------------------------------------------- queues
-def _judged(trajectory: Trajectory) -> dict | None:
-    details = (trajectory.details or {}).get("details") or {}
-    if "judge_score" not in details:
-        return None
-    return details
-
-
-def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[str]) -> list[float | None]:
-    """Another judge version's scores (0-1) on the population, computed here."""
-    judge = judge_build(config)
-    out: list[float | None] = []
-    for t, ref in zip(rows, references):
-        try:
-            out.append(float(judge(JudgeRequest(t.prompt, t.completion, ref or None)).score))
-        except Exception:  # noqa: BLE001 - an unscored item keeps the floor weight
-            out.append(None)
-    return out
-
-
-RULE_BUDGET_S = 60.0
-"""The most a rule verifier may take over a queue's whole population (it runs while the request
-that samples the queue waits); a rule that needs longer is refused, naming how far it got."""
-
-
-def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str]) -> list[float | None]:
-    """A rule cascade's scores on the population. Its stages run as a verify worker runs them: in
-    a verifier process of their own, each killed at its timeout (a regex that backtracks for
-    minutes held the web request, inline), and the whole population within :data:`RULE_BUDGET_S`."""
-    cascade = compile_cascade(spec)
-    out: list[float | None] = []
-    deadline = time.monotonic() + RULE_BUDGET_S
-    pool = ProcessPool(1)
-    try:
-        for i, (t, ref) in enumerate(zip(rows, references)):
-            if time.monotonic() > deadline:
-                raise InvalidInput.one("compare_to.rule", f"the rule took more than {RULE_BUDGET_S:g} s over {i} of {len(rows)} "
-                                                          "trajectories; a rule verifier must be cheap")
-            v = cascade(t.completion, Task(t.domain, t.task_id or str(t.pk), t.prompt, answer=ref or None), pool=pool)
-            out.append(None if v.outcome in INFRASTRUCTURE_OUTCOMES else float(v.score))
-    finally:
-        pool.close()
-    return out
-
-
-def _rule_errors(spec: Any) -> list[FieldError]:
-    errors = [FieldError(p.replace("verifier", "compare_to.rule", 1), m) for p, m in validate_cascade(spec)]
-    if not errors and any(s.get("type") in ("judge", "code_tests", "repo_tests", "cad_mesh", "environment") for s in spec["stages"]):
-        errors.append(FieldError("compare_to.rule", "a rule verifier runs cheap stages only (no judge, sandbox or environment)"))
-    return errors
-
-
-@transaction.atomic
-def queue_create(*, actor: Principal, team: Team, data: dict) -> ReviewQueue:
-    """Sample a review queue of judged trajectories of one domain and judge version."""
-    validate(data, QUEUE_SCHEMA)
-    _require_admin(actor, team.id, "team")
-    domain = Domain.objects.filter(slug=data["domain"]).filter(Q(team__isnull=True) | Q(team=team)).first()
-    judge = Judge.objects.filter(slug=data["judge"], team=team).first()
-    errors = []
-    if domain is None:
-        errors.append(FieldError("domain", f"no domain {data['domain']!r}"))
-    if judge is None:
-        errors.append(FieldError("judge", f"no judge {data['judge']!r} in team {team.slug}"))
-    if errors:
-        raise InvalidInput(errors)
-    config = judge.versions.filter(version=data["version"]).first() if "version" in data else judge.active
-    if config is None:
-        raise InvalidInput.one("version", f"judge {judge.slug!r} has no such version")
-    strategy = data.get("strategy", "uniform")
-    compare_to = data.get("compare_to") or {}
-    if strategy == "disagreement" and not compare_to:
-        raise InvalidInput.one("compare_to", "required for disagreement sampling: {\"rule\": cascade} or {\"judge_version\": N}")
-    other = None
-    if "rule" in compare_to:
-        errors = _rule_errors(compare_to["rule"])
-        if errors:
-            raise InvalidInput(errors)
-    elif "judge_version" in compare_to:
-        other = judge.versions.filter(version=compare_to["judge_version"]).first()
-        if other is None or other.pk == config.pk:
-            raise InvalidInput.one("compare_to.judge_version", "must be another version of the same judge")
-    if ReviewQueue.objects.filter(domain=domain, judge_config=config, name=data["name"]).exists():
-        raise InvalidInput.one("name", f"a queue named {data['name']!r} exists for {domain.slug} and {config}")
-
-    rows = [t for t in Trajectory.objects.filter(run__team=team, domain=domain.slug, judge_version=config.pk)
-            .exclude(outcome__in=INFRA_OUTCOMES).order_by("id")[:MAX_POPULATION] if _judged(t) is not None]
-    if not rows:
-        raise InvalidInput.one("domain", _nothing_to_sample(team, domain, judge, config))
-    details = [_judged(t) for t in rows]
-    references = [str(d.get("judge_reference", "") or "") for d in details]
-    scores = np.asarray([float(d["judge_score"]) for d in details])
-    raws = [float(d.get("judge_raw", d["judge_score"])) for d in details]
-    compare: list[float | None] = [None] * len(rows)
-    if rows and "rule" in compare_to:
-        compare = _score_with_rule(compare_to["rule"], rows, references)
-    elif rows and other is not None:
-        compare = _score_with(other, rows, references)
-
-    size = int(data.get("size", 50))
-    seed = int(data.get("seed", 0))
-    rng = np.random.default_rng(seed)
-    fmt = config.score_format
-    strata = sampling.score_strata(scores, fmt) if rows else []
-    classes = [int(v >= 0.5) for v in scores] if fmt != "ordinal" else []
-    added: dict[str, int] = {}
-    if strategy == "uniform":
-        draws = sampling.sample_uniform(len(rows), size, rng)
-        if classes:
-            draws, added = sampling.ensure_classes(draws, classes, rng)
-    elif strategy == "stratified":
-        draws = sampling.sample_stratified(strata, size, rng)
-    elif strategy == "disagreement":
-        diffs = np.asarray([abs(s - c) if c is not None else 0.0 for s, c in zip(scores, compare)])
-        draws = sampling.sample_poisson(sampling.FLOOR + diffs, size, rng) if rows else []
-    else:
-        threshold = float(data.get("threshold", 0.5))
-        draws = sampling.sample_poisson(sampling.low_confidence_weights(sampling.confidence_of(scores, threshold)), size, rng) if rows else []
-
-    if not len(draws):
-        raise InvalidInput.one("strategy", f"{strategy} sampling drew no item from the {len(rows)} judged trajectories "
-                                           f"of {domain.slug} (size {size}); try another strategy or a larger size")
-    queue = ReviewQueue(
-        team=team, domain=domain, judge_config=config, name=data["name"], strategy=strategy,
-        params={"size": size, "seed": seed, "compare_to": compare_to, "added_per_class": added,
-                **({"population_classes": {"pass": sum(classes), "fail": len(classes) - sum(classes)}} if classes else {})},
-        population=len(rows),
-        reviewers_per_item=data.get("reviewers_per_item", 1), blind=data.get("blind", True),
-        reservation_s=data.get("reservation_s", 600), created_by=actor.user,
-    )
-    queue.full_clean()
-    queue.save()
-    order = rng.permutation(len(draws)) if draws else []
-    ReviewItem.objects.bulk_create([
-        ReviewItem(queue=queue, trajectory=rows[d.index], task_id=rows[d.index].task_id, prompt=rows[d.index].prompt,
-                   completion=rows[d.index].completion, reference=references[d.index], judge_score=float(scores[d.index]),
-                   judge_raw=raws[d.index], compare_score=compare[d.index], stratum=d.stratum or strata[d.index],
-                   propensity=d.propensity, position=int(pos))
-        for d, pos in zip(draws, order)
-    ])
-    audit_record(actor=actor, obj=queue, action="review_queue.create", team=team,
-                 after={"domain": domain.slug, "judge": str(config), "strategy": strategy, "items": len(draws), "population": len(rows)})
-    return queue
-
-
-def _nothing_to_sample(team: Team, domain: Domain, judge: Judge, config) -> str:
-    """Why a queue of ``domain`` judged by ``config`` would be empty, and what to do instead."""
-    of_team = Trajectory.objects.filter(run__team=team, domain=domain.slug)
-    if not of_team.exists():
-        return (f"nothing to sample: no run of team {team.slug} has trajectories of {domain.slug} yet (a queue samples "
-                f"the judged answers of the team's runs; start a run on {domain.slug} and let it train)")
-    versions = sorted(set(judge.versions.filter(pk__in=of_team.exclude(judge_version__isnull=True)
-                                                .values("judge_version")).values_list("version", flat=True)))
-    if versions and config.version not in versions:
-        return (f"nothing to sample: {domain.slug}'s trajectories were judged by version(s) "
-                f"{', '.join(f'v{v}' for v in versions)} of {judge.slug}, none by v{config.version} (set version)")
-    judged = of_team.filter(judge_version=config.pk)
-    if judged.exists():
-        return (f"nothing to sample: every one of the {judged.count()} trajectories of {domain.slug} judged by "
-                f"{judge.slug} v{config.version} was an infrastructure error, with no judge score")
-    return (f"nothing to sample: {of_team.count()} trajectories of {domain.slug}, none judged by {judge.slug} (its "
-            f"verifier does not use this judge, or its runs did not get to judging yet)")
-
-
+# Creating and sampling a queue: controlplane/review/queues.py.
 def _open_items(queue: ReviewQueue, now):
     """Items that still need labels: fewer labels plus live reservations than the queue wants."""
     return (queue.items.annotate(
@@ -575,6 +403,9 @@ def queue_next(*, actor: Principal, queue: ReviewQueue, exclude: list[int] | tup
     """Reserve the next item for the actor (their live reservation first), other than the items
     in ``exclude``; None when done."""
     actor.require(queue.team_id, "label", "review queue")
+    if queue.state != QueueState.READY:
+        raise Conflict(f"queue {queue.name!r} is still being sampled; its items come once a worker has drawn them"
+                       if queue.state == QueueState.SAMPLING else f"queue {queue.name!r} could not be sampled: {queue.error}")
     if len(exclude) > MAX_EXCLUDED:
         raise InvalidInput.one("exclude", f"at most {MAX_EXCLUDED} items")
     now = timezone.now()

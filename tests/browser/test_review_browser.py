@@ -11,7 +11,7 @@ import re
 import pytest
 from django.test import Client
 
-from controlplane.review import services
+from controlplane.review import queues, services
 from controlplane.review.models import Label, ReviewItem, ReviewQueue
 from tests import factories
 from tests.browser.conftest import PASSWORD, browser_user, screenshot
@@ -43,6 +43,7 @@ def judged_queue(server):
 THRESHOLD = 0.3
 
 
+@pytest.mark.workers  # the judge queue's worker draws the queue the form creates
 def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(server, browser, judged_queue):
     truth, api = judged_queue
     # Before any label the server refuses to promote, whatever the page shows.
@@ -60,6 +61,9 @@ def test_reviewer_labels_with_keyboard_and_admin_promotes_once_threshold_met(ser
     admin_page.click("[data-testid=queue-create-submit]")
     admin_page.wait_for_url(re.compile(r"/review/queues/\d+/$"))
     queue_id = int(admin_page.url.rstrip("/").rsplit("/", 1)[1])
+    # The form's request returns once the queue is saved; the page shows the worker's progress and
+    # becomes the labelling page by itself when the sample is drawn.
+    admin_page.wait_for_selector("[data-testid=review-queue][data-state=ready]", timeout=120_000)
     assert ReviewQueue.objects.get(pk=queue_id).items.count() == 30
     admin_page.wait_for_selector("[data-testid=promote-status]:not(:empty)")
     assert admin_page.is_disabled("[data-testid=promote]")
@@ -120,8 +124,9 @@ def test_a_burst_of_keyboard_labels_and_two_undos_leave_every_counter_and_label_
     truth, api = judged_queue
     created = api.post("/api/review/queues", data={"team": "acme", "domain": "capitals", "judge": "sim", "name": "burst",
                                                    "strategy": "uniform", "size": 30}, content_type="application/json")
-    assert created.status_code == 201, created.content
+    assert created.status_code == 202, created.content
     queue_id = created.json()["id"]
+    assert queues.queue_sample(queue_id) == "ready"  # drawn here, as the judge queue's worker would (the test above runs one)
     page = server.page(browser, "review-burst")
     server.login(page, "rita", PASSWORD)
     page.goto(f"/review/queues/{queue_id}/")

@@ -85,7 +85,9 @@ def test_demo_serves_login_and_admin_lists_domains_and_its_suite(tmp_path):
         queue = api(opener, url, "POST", "api/review/queues", {"team": "demo", "domain": "capitals-judged",
                                                                "judge": "demo-similarity", "name": "first",
                                                                "strategy": "stratified", "size": 12})
-        assert queue["population"] > 0 and queue["progress"]["items"] > 0
+        queue = wait_for(lambda: (q := api(opener, url, "GET", f"api/review/queues/{queue['id']}"))["state"] != "sampling" and q,
+                         120, "the demo's judge worker to sample the review queue", logs=logs)
+        assert queue["state"] == "ready" and queue["population"] > 0 and queue["progress"]["items"] > 0
         labelled = 0
         while (nxt := api(opener, url, "POST", f"api/review/queues/{queue['id']}/next", {}))["item"] is not None:
             api(opener, url, "POST", f"api/review/items/{nxt['item']['id']}/label", {"value": labelled % 2})

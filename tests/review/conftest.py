@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.review import services
+from controlplane import dispatch
+from controlplane.review import queues, services
 from controlplane.runs import services as run_services
 from tests import factories
 from trainer.tasks.base import Task
@@ -20,6 +21,22 @@ OFF_TOPIC = ["I would rather talk about the weather today.", "Bananas are an exc
              "My favourite colour is a deep shade of green.", "Let me tell you a story about a dragon.",
              "The stock market closed higher on Tuesday."]
 SIM_VERIFIER = {"stages": [{"type": "judge", "params": {"judge": "sim", "threshold": 0.5}, "timeout_s": 60}]}
+
+
+@pytest.fixture(autouse=True)
+def queues_sampled_at_once(request, monkeypatch):
+    """A new review queue's sample, drawn at once in this process as the judge queue's worker
+    draws it (``temper.review.sample``), so a test reads a ready queue from the API's answer.
+    tests/review/test_judge_queue.py leaves it to a real worker."""
+    if "judge_worker" in request.fixturenames:
+        return
+    send = dispatch.send_on_commit
+
+    def sample_now(name, *args, **kwargs):
+        if name == "temper.review.sample":
+            return queues.queue_sample(*args)
+        return send(name, *args, **kwargs)
+    monkeypatch.setattr(dispatch, "send_on_commit", sample_now)
 
 
 def judged_samples(domain: str):

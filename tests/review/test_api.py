@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.accounts.models import AuditLog
-from controlplane.review.models import JudgeConfig, Label, Reservation, ReviewItem, ShadowScore
+from controlplane.review.models import JudgeConfig, Label, Reservation, ReviewItem, ReviewQueue, ShadowScore
 from controlplane.runs.models import Trajectory
 from tests import factories
 from tests.review.conftest import record_judged_run
@@ -111,8 +111,8 @@ def test_queue_strategies_store_propensities(judged):
     w = judged
     admin = client_for(w.users["admin"])
     uni = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "u", "size": 15})
-    assert uni.status_code == 201, uni.content
-    assert uni.json()["population"] == 45 and uni.json()["progress"]["items"] == 15
+    assert uni.status_code == 202, uni.content  # sampled at once here, as the judge worker does it (conftest)
+    assert uni.json()["state"] == "ready" and uni.json()["population"] == 45 and uni.json()["progress"]["items"] == 15
     assert [i.propensity for i in ReviewItem.objects.filter(queue_id=uni.json()["id"])] == pytest.approx([15 / 45] * 15)
     strat = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "s", "strategy": "stratified", "size": 10})
     items = ReviewItem.objects.filter(queue_id=strat.json()["id"])
@@ -122,11 +122,11 @@ def test_queue_strategies_store_propensities(judged):
         assert i.propensity == pytest.approx(5 / n_h)
     dis = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "d", "strategy": "disagreement",
                                              "size": 10, "compare_to": {"rule": {"stages": [{"type": "regex", "params": {"pattern": "(?i)capital"}}]}}})
-    assert dis.status_code == 201, dis.content
+    assert dis.status_code == 202, dis.content
     items = list(ReviewItem.objects.filter(queue_id=dis.json()["id"]))
     assert items and all(i.compare_score in (0.0, 1.0) and 0 < i.propensity <= 1 for i in items)
     low = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "l", "strategy": "low_confidence", "size": 10})
-    assert low.status_code == 201
+    assert low.status_code == 202 and low.json()["params"]["threshold"] == 0.5
     bad = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "x", "strategy": "disagreement",
                                              "compare_to": {"rule": {"stages": [{"type": "judge"}]}}})
     assert bad.status_code == 422 and bad.json()["errors"][0]["path"] == "compare_to.rule"
@@ -267,19 +267,28 @@ def test_a_rule_that_backtracks_is_stopped_at_its_timeout_not_run_in_the_web_pro
     """The attack: a team admin's rule regex ``(?:(?:.?)*){9}X`` ran inline in the web request for
     minutes. Its stages now run in a verifier process killed at the stage's timeout, and the
     population's total within RULE_BUDGET_S."""
-    from controlplane.review import services
+    from controlplane.review import queues
 
     admin = client_for(judged.users["admin"])
     slow = {"rule": {"stages": [{"type": "regex", "params": {"pattern": "(?:(?:.?)*){9}X"}, "timeout_s": 0.05}]}}
     r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "slow",
                                            "strategy": "disagreement", "size": 5, "compare_to": slow})
-    assert r.status_code == 201, r.content
+    assert r.status_code == 202 and r.json()["state"] == "ready", r.content
     assert all(i.compare_score == 0.0 for i in ReviewItem.objects.filter(queue_id=r.json()["id"]))  # each timed out
-    monkeypatch.setattr(services, "RULE_BUDGET_S", 0.0)
+    monkeypatch.setattr(queues, "RULE_BUDGET_S", 0.0)
     r = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "slower",
                                            "strategy": "disagreement", "size": 5, "compare_to": slow})
-    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "compare_to.rule"
-    assert re.search(r"took more than 0 s over \d+ of 45 trajectories", r.json()["errors"][0]["message"])
+    assert r.status_code == 202 and r.json()["state"] == "failed", r.content  # the worker's sample failed, saying why
+    assert re.search(r"^compare_to.rule: the rule took more than 0 s over \d+ of 45 trajectories", r.json()["error"])
+    assert not ReviewItem.objects.filter(queue_id=r.json()["id"]).exists()
+    reviewer = client_for(judged.users["reviewer"])
+    refused = post(reviewer, f"/api/review/queues/{r.json()['id']}/next")
+    assert refused.status_code == 409 and "could not be sampled: compare_to.rule" in refused.json()["detail"]
+    monkeypatch.setattr(queues, "RULE_BUDGET_S", 60.0)  # the same name again replaces the failed queue
+    again = post(admin, "/api/review/queues", {"team": "acme", "domain": "capitals", "judge": "sim", "name": "slower",
+                                               "strategy": "disagreement", "size": 5, "compare_to": slow})
+    assert again.status_code == 202 and again.json()["state"] == "ready", again.content
+    assert not ReviewQueue.objects.filter(pk=r.json()["id"]).exists()
 
 
 def test_the_next_item_is_fetched_ahead_and_the_latest_label_can_be_taken_back(judged):

@@ -59,3 +59,16 @@ def test_demo_setup_makes_a_judge_and_a_judged_domain_once(world):
 def test_cli_shadow_inline_runs_the_judge_task_in_this_process(judged):
     # v1 is the only version: no other version's labelled items to re-score, but the task runs here.
     assert "sim@v1: 0 items scored in shadow, 0 judge errors" in run("--user", "acme-admin", "judges", "shadow", "sim", "1", "--inline")
+
+
+def test_cli_queue_sampled_here_or_waiting_for_a_worker(judged):
+    """``--here`` draws the sample in the command's process (a progress bar on standard error);
+    ``--no-wait`` returns once the queue is saved, for a worker of the judge queue to draw."""
+    from controlplane.review.models import ReviewQueue
+
+    out = run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=here", "size=4", "--here")
+    assert re.search(r"queue \d+: \d+ items sampled \(uniform\) from 45 judged trajectories", out)
+    assert ReviewQueue.objects.get(name="here").state == "ready"
+    out = run("--user", "acme-admin", "queues", "create", "acme", "domain=capitals", "judge=sim", "name=later", "--no-wait")
+    assert "a worker on the judge queue draws its sample" in out
+

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from controlplane import dispatch
-from controlplane.review import services
-from controlplane.review.models import JudgeConfig, ReviewItem, ShadowScore
+from controlplane.review import queues, services
+from controlplane.review.models import JudgeConfig, ReviewItem, ReviewQueue, ShadowScore
 from tests import factories
 from tests.review.conftest import SIM_VERIFIER, judged_samples, record_judged_run
 from tests.services import celery_workers, require_postgres, wait_for
@@ -52,7 +52,11 @@ def test_judged_batches_and_shadow_scoring_run_on_the_judge_queue(judge_worker):
 
     # labelled items of v1, then v2 re-scored in shadow by the worker
     record_judged_run(team=team, domain=domain, by=admin_user)
-    queue = services.queue_create(actor=admin, team=team, data={"domain": "capitals", "judge": "sim", "name": "q", "size": 5})
+    queue = queues.queue_create(actor=admin, team=team, data={"domain": "capitals", "judge": "sim", "name": "q", "size": 5})
+    assert queue.state == "sampling" and not queue.items.exists()  # the request's part: saved, not drawn
+    wait_for(lambda: ReviewQueue.objects.get(pk=queue.pk).state != "sampling", 240, "the judge worker to sample the queue")
+    queue.refresh_from_db()
+    assert queue.state == "ready" and queue.sampling["stage"] == "done" and queue.population == 45
     c = Client()
     c.force_login(reviewer)
     for item in ReviewItem.objects.filter(queue=queue):

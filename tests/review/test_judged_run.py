@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from controlplane.review import services
+from controlplane.review import queues
 from controlplane.review.sampling import MIN_PER_CLASS
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
 from tests import factories
@@ -65,7 +65,7 @@ def test_the_demos_judged_run_records_judge_versions_and_gives_both_classes_to_r
     # uniform queue of it holds them (drawn, or a class topped up to the minimum and reweighted:
     # whether a draw of 20 from this run's answers needed that is chance, about even odds).
     assert min(passed, len(scores) - passed) >= MIN_PER_CLASS
-    queue = services.queue_create(actor=factories.actor(admin), team=team,
+    queue = queues.queue_create(actor=factories.actor(admin), team=team,
                                   data={"domain": JUDGED_DOMAIN, "judge": "demo-similarity", "name": "first", "size": 20})
     items = list(queue.items.all())
     for judged_pass in (True, False):

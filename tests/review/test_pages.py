@@ -26,7 +26,7 @@ def post(c, path, body=None):
 def make_queue(w, size=20):
     r = post(client_for(w.users["admin"]), "/api/review/queues",
              {"team": "acme", "domain": "capitals", "judge": "sim", "name": "page", "size": size, "strategy": "stratified"})
-    assert r.status_code == 201, r.content
+    assert r.status_code == 202, r.content
     return r.json()["id"]
 
 
@@ -134,3 +134,37 @@ def test_reviewer_labels_twenty_items_and_kappa_updates_then_admin_promotes(judg
     assert 'data-testid="rollback"' in html and 'data-testid="active-version">v2' in html
     reviewer_view = client_for(w.users["reviewer"]).get("/review/judges/sim/").content.decode()
     assert 'data-testid="promote-v1"' not in reviewer_view and 'id="threshold-input"' in reviewer_view
+
+
+def test_a_queue_being_sampled_shows_the_workers_progress_then_its_items(judged):
+    """The request that creates a queue returns before its sample is drawn: the queue's page shows
+    the worker's stage and count (polled by review.js) and no labeller until the queue is ready;
+    a sample that failed shows why."""
+    from controlplane.review import queues
+    from controlplane.review.models import ReviewQueue
+
+    w = judged
+    admin = factories_actor(w)
+    queue = queues.queue_create(actor=admin, team=w.team, data={"domain": "capitals", "judge": "sim", "name": "slowly", "size": 5},
+                                send=False)
+    ReviewQueue.objects.filter(pk=queue.pk).update(sampling={"stage": "scoring with the rule", "done": 12, "total": 45})
+    reviewer = client_for(w.users["reviewer"])
+    html = reviewer.get(f"/review/queues/{queue.pk}/").content.decode()
+    assert 'data-state="sampling"' in html and 'data-testid="sampling-bar"' in html
+    assert "scoring with the rule" in html and "12 of 45" in html
+    assert post(reviewer, f"/api/review/queues/{queue.pk}/next").status_code == 409  # nothing to label yet
+    assert queues.queue_sample(queue.pk) == "ready"
+    assert queues.queue_sample(queue.pk) == "ready"  # a redelivered task draws nothing twice
+    assert ReviewItem.objects.filter(queue=queue).count() == ReviewQueue.objects.get(pk=queue.pk).params["size"] + sum(
+        ReviewQueue.objects.get(pk=queue.pk).params["added_per_class"].values())
+    html = reviewer.get(f"/review/queues/{queue.pk}/").content.decode()
+    assert 'data-state="ready"' in html and 'data-testid="sampling"' not in html
+    ReviewQueue.objects.filter(pk=queue.pk).update(state="failed", error="strategy: drew no item")
+    html = reviewer.get(f"/review/queues/{queue.pk}/").content.decode()
+    assert 'data-testid="sampling-error"' in html and "strategy: drew no item" in html
+
+
+def factories_actor(w):
+    from tests import factories
+
+    return factories.actor(w.users["admin"])

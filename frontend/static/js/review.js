@@ -438,8 +438,37 @@
     }
   }
 
+  // ------------------------------------------------------------------ a queue being sampled
+  // A new queue's items are drawn by a worker: its progress is shown until it is ready (the page
+  // then loads as a labelling page) or failed (the reason is shown).
+  function samplingPage(root) {
+    const queueId = root.dataset.queueId;
+    async function poll() {
+      let queue;
+      try {
+        queue = await api("GET", "/api/review/queues/" + queueId);
+      } catch (e) {
+        showMessage(e.message);
+        setTimeout(poll, 3000);
+        return;
+      }
+      if (queue.state !== "sampling") {
+        window.location.reload();
+        return;
+      }
+      const s = queue.sampling || {};
+      $("sampling-stage").textContent = s.stage || "queued";
+      $("sampling-bar").max = s.total || 1;
+      $("sampling-bar").value = s.done || 0;
+      $("sampling-count").textContent = s.total ? s.done + " of " + s.total : "";
+      setTimeout(poll, 1000);
+    }
+    setTimeout(poll, 1000);
+  }
+
   const queueRoot = document.getElementById("review-queue");
-  if (queueRoot) queuePage(queueRoot);
+  if (queueRoot && queueRoot.dataset.state === "sampling") samplingPage(queueRoot);
+  else if (queueRoot && queueRoot.dataset.state === "ready") queuePage(queueRoot);
   const judgeRoot = document.getElementById("review-judge");
   if (judgeRoot) judgePage(judgeRoot);
 })();

@@ -6,6 +6,11 @@ validation and the audit log are the same.
 from __future__ import annotations
 
 import json
+import sys
+import time
+
+from django.core.management.base import CommandError
+from tqdm import tqdm
 
 from controlplane import dispatch
 from controlplane.accounts.cli import ServiceCommand
@@ -13,8 +18,8 @@ from controlplane.accounts.selectors import team_get
 from controlplane.common.cli import assignments, read_data_file, table
 from controlplane.domains.models import Domain
 from controlplane.domains.services import domain_upload_jsonl
-from controlplane.review import selectors, services
-from controlplane.review.models import Judge
+from controlplane.review import queues, selectors, services
+from controlplane.review.models import Judge, QueueState
 
 
 DEMO_CAPITALS = [
@@ -57,6 +62,9 @@ class Command(ServiceCommand):
         p = q.add_parser("list"); p.add_argument("--domain", default=""); p.add_argument("--judge", default="")
         p = q.add_parser("create", help="review queues create TEAM domain=capitals judge=sim name=q1 strategy=stratified size=50")
         p.add_argument("team"); p.add_argument("fields", nargs="+", metavar="FIELD=JSON")
+        p.add_argument("--here", action="store_true", help="draw the sample in this process instead of on the judge queue")
+        p.add_argument("--no-wait", action="store_true", help="return once the queue is saved; a worker draws its sample")
+        p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a worker's sample (default 600)")
         q.add_parser("stats").add_argument("queue_id", type=int)
 
 
@@ -163,17 +171,48 @@ class Command(ServiceCommand):
         rows = []
         for q in selectors.queue_list(actor=self.actor, domain=o["domain"], judge=o["judge"]):
             p = selectors.queue_progress(q)
-            rows.append((q.id, q.name, q.domain.slug, str(q.judge_config), q.strategy, q.reviewers_per_item, f"{p['complete']}/{p['items']}"))
-        self.out(table(rows, ["id", "name", "domain", "judge", "strategy", "reviewers", "complete"]))
+            state = q.state if q.state != QueueState.SAMPLING else f"sampling ({q.sampling.get('stage', 'queued')})"
+            rows.append((q.id, q.name, q.domain.slug, str(q.judge_config), q.strategy, q.reviewers_per_item,
+                         f"{p['complete']}/{p['items']}", state))
+        self.out(table(rows, ["id", "name", "domain", "judge", "strategy", "reviewers", "complete", "state"]))
 
     def do_queues_create(self, o):
         data = assignments(o["fields"], parse=lambda key: key not in ("domain", "judge", "name"))
         team = team_get(actor=self.actor, slug=o["team"])
-        q = services.queue_create(actor=self.actor, team=team, data=data)
+        q = queues.queue_create(actor=self.actor, team=team, data=data, send=not o["here"])
+        if o["no_wait"] and not o["here"]:
+            self.out(f"queue {q.id}: saved; a worker on the judge queue draws its sample (`review queues list` shows it)")
+            return
+        q = self._sampled(q, here=o["here"], timeout=o["timeout"])
+        if q.state == QueueState.FAILED:
+            raise CommandError(f"queue {q.id}: the sample could not be drawn: {q.error}")
+        if q.state != QueueState.READY:
+            raise CommandError(f"queue {q.id}: still sampling after {o['timeout']:g} s; is a worker serving the judge queue? "
+                               "(`--here` draws it in this process)")
         self.out(f"queue {q.id}: {q.items.count()} items sampled ({q.strategy}) from {q.population} judged trajectories")
         note = selectors.queue_class_note(q)
         if note:
             self.out(note)
+
+    def _sampled(self, queue, *, here: bool, timeout: float):
+        """The queue once its sample is drawn (here, or by a worker, waited for up to ``timeout``
+        seconds), with a progress bar of the worker's ``sampling`` on standard error."""
+        with tqdm(total=0, desc=f"queue {queue.id}", unit="item", file=sys.stderr) as bar:
+            def show(sampling: dict) -> None:
+                bar.set_description_str(f"queue {queue.id}: {sampling.get('stage', 'queued')}")
+                bar.total = sampling.get("total") or bar.total
+                bar.n = sampling.get("done") or 0
+                bar.refresh()
+            if here:
+                queues.queue_sample(queue.pk, progress=show)
+            else:
+                deadline = time.monotonic() + timeout
+                while queue.state == QueueState.SAMPLING and time.monotonic() < deadline:
+                    show(queue.sampling)
+                    time.sleep(0.5)  # polling the worker's progress on the queue's row
+                    queue.refresh_from_db()
+        queue.refresh_from_db()
+        return queue
 
     def do_queues_stats(self, o):
         self._print_report(selectors.queue_report(selectors.queue_get(actor=self.actor, queue_id=o["queue_id"])))
