@@ -16,7 +16,6 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from django.conf import settings
 from django.db import connection
 
 from controlplane.domains import services
@@ -40,17 +39,19 @@ def verify_path(pin: PinnedDomain) -> Callable | None:
     spec = pin.verifier
     if not verify.needs_worker(spec):
         return None
-    limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
-    threads = max(1, min(THREADS, limit or THREADS))
-
-    def verify_chunk(chunk: list[dict]) -> list[dict]:
-        try:
-            return verify.verify_items(spec, chunk, max_concurrent_sandboxes=limit)
-        finally:
-            if threading.current_thread() is not threading.main_thread():
-                connection.close()  # judges are resolved from the database on the calling thread
 
     def verify_many(items):
+        # The domain's sandbox quota as it stands at this call, with or without Redis.
+        limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes
+        threads = max(1, min(THREADS, limit or THREADS))
+
+        def verify_chunk(chunk: list[dict]) -> list[dict]:
+            try:
+                return verify.verify_items(spec, chunk, max_concurrent_sandboxes=limit)
+            finally:
+                if threading.current_thread() is not threading.main_thread():
+                    connection.close()  # judges are resolved from the database on the calling thread
+
         payload = [{"completion": completion, "task": verify.task_to_dict(task)} for completion, task in items]
         chunks = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)]
         if len(chunks) <= 1:

@@ -53,12 +53,30 @@ log = logging.getLogger(__name__)
 DEFAULT_CHECKPOINT_EVERY = RUN_DEFAULTS["checkpoint.every_steps"]
 
 
-def run_environment_context(slugs: list[str]):
-    """The context a run's environments get (the sandbox, behind each domain's sandbox quota as
-    it stands when the run starts on this worker)."""
-    limits = ({s: q.max_concurrent_sandboxes for s, q in domain_quotas(slugs=slugs).items()}
-              if settings.REDIS_URL and slugs else {})
-    return environment_context(limits)
+def run_environment_context(slugs: list[str], limits: Callable[[str], int | None] | None = None):
+    """The context a run's environments get: the sandbox, behind each domain's sandbox quota as it
+    stands now, with and without Redis (``limits``: the leader's, refreshed at every step boundary;
+    else the quotas read again at most every :data:`SANDBOX_LIMITS_EVERY_S`, as a follower rank
+    reads them)."""
+    return environment_context(limits or SandboxLimits(slugs).get)
+
+
+SANDBOX_LIMITS_EVERY_S = 5.0
+
+
+class SandboxLimits:
+    """Each domain's ``max_concurrent_sandboxes``, read again when older than
+    :data:`SANDBOX_LIMITS_EVERY_S`: an admin's change reaches the episodes of a follower rank."""
+
+    def __init__(self, slugs: list[str]) -> None:
+        self.slugs, self._lock, self._read_at, self._limits = list(slugs), threading.Lock(), -SANDBOX_LIMITS_EVERY_S, {}
+
+    def get(self, slug: str) -> int | None:
+        with self._lock:
+            if time.monotonic() - self._read_at >= SANDBOX_LIMITS_EVERY_S:
+                self._limits = {s: q.max_concurrent_sandboxes for s, q in domain_quotas(slugs=self.slugs).items()}
+                self._read_at = time.monotonic()
+            return self._limits.get(slug)
 
 
 class InFlight:
@@ -212,7 +230,7 @@ class RunDriver:
 
         run, pins = self.run, self.admitted.pins
         register_data_domains(pins)
-        env_context = run_environment_context([pin.slug for pin in pins])
+        env_context = run_environment_context([pin.slug for pin in pins], self.live.sandboxes.get)
         ckpt = runs.latest_checkpoint(run)
         if ckpt is not None:
             runs.run_rewind(run=run, to_step=ckpt.step)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import traceback
 
-from django.conf import settings
 
 from controlplane.common.model_refs import REGISTRY_PREFIX, resolve_model
 from controlplane.domains.models import DomainVersion
@@ -26,10 +25,10 @@ log = logging.getLogger(__name__)
 
 def _verifier(pin: PinnedDomain):
     """``verify_batch`` with a pinned domain's cascade, in this process (its sandboxes within the
-    domain's live quota shared with the verify workers, where Redis holds it)."""
-    limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes if settings.REDIS_URL else None
-
+    domain's quota shared with the verify workers, read at every batch: Redis or, on the embedded
+    default, the machine's lock files hold it)."""
     def verify_batch(items):
+        limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes
         payload = [{"completion": c, "task": verify.task_to_dict(t)} for c, t in items]
         return [verify.verification_from_dict(d)
                 for d in verify.verify_items(pin.verifier, payload, max_concurrent_sandboxes=limit)]

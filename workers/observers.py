@@ -397,13 +397,14 @@ class QueueWatch:
 
 class LiveQuotas:
     """A run's domains' quota and priority, re-read at every step: an admin's change reaches the
-    run within a step. ``timeouts`` and ``priorities`` are updated in place (the verify path
-    reads them at each call); ``caps`` is replaced."""
+    run within a step. ``timeouts``, ``priorities`` and ``sandboxes`` are updated in place (the
+    verify path and the environments' sandboxes read them at each call); ``caps`` is replaced."""
 
     def __init__(self, slugs: list[str]) -> None:
         self.slugs = list(slugs)
         self.timeouts: dict[str, float] = {}
         self.priorities: dict[str, int] = {}
+        self.sandboxes: dict[str, int] = {}
         self.caps: dict[str, float] = {}
         self.refresh()
 
@@ -412,6 +413,7 @@ class LiveQuotas:
         quotas = domain_quotas(slugs=self.slugs)
         self.timeouts.update({slug: q.task_timeout_s for slug, q in quotas.items()})
         self.priorities.update({slug: q.priority for slug, q in quotas.items()})
+        self.sandboxes.update({slug: q.max_concurrent_sandboxes for slug, q in quotas.items()})
         caps = {slug: q.max_share for slug, q in quotas.items()}
         changed, self.caps = caps != self.caps, caps
         return changed

@@ -2,15 +2,23 @@
 
 With Redis, each held slot is a member of a sorted set scored by the time it was taken; taking a
 slot is one atomic script that first drops members older than the lease (a worker killed while
-holding a slot frees it when the lease runs out). Without Redis (embedded default: one worker
-process group), a process-local counter does the same job.
+holding a slot frees it when the lease runs out). Without Redis (the embedded default: every
+worker process on one machine), slot i of a domain is a lock file, ``<var>/slots/<domain>/<i>.lock``,
+held by an exclusive ``flock``: the bound holds across every process and thread of the machine,
+and the kernel frees a slot when its holder dies. Either way a domain's quota means the same: at
+most ``limit`` sandboxes at once, 0 refuses every sandbox (tests/workers/test_sandbox_quotas.py runs
+the same scenarios on both).
 """
 from __future__ import annotations
 
+import fcntl
+import os
+import re
 import threading
 import time
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 from django.conf import settings
 
@@ -72,6 +80,56 @@ class LocalSlots:
         return len(self._held.get(domain, ()))
 
 
+class FileSlots:
+    """Slots as lock files under ``root``: slot i of a domain is held by an exclusive, non-blocking
+    ``flock`` on its own open file (one per holder, so threads of one process exclude each other
+    too); closing the file, or the holder's death, frees it."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    def _dir(self, domain: str) -> Path:
+        path = self.root / re.sub(r"[^A-Za-z0-9._-]", "_", domain)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def try_acquire(self, domain: str, limit: int, now: float | None = None, lease_s: float | None = None) -> str | None:
+        folder = self._dir(domain)
+        for i in range(limit):
+            fd = os.open(folder / f"{i}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            holder = f"{i}:{uuid.uuid4().hex}"
+            with self._lock:
+                self._open[holder] = fd
+            return holder
+        return None
+
+    def release(self, domain: str, holder: str) -> None:
+        with self._lock:
+            fd = self._open.pop(holder, None)
+        if fd is not None:
+            os.close(fd)  # frees the lock
+
+    def held(self, domain: str) -> int:
+        """Slots of ``domain`` held now, by any process of this machine."""
+        n = 0
+        for path in self._dir(domain).glob("*.lock"):
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                n += 1
+            finally:
+                os.close(fd)
+        return n
+
+
 @contextmanager
 def domain_slot(slots, domain: str, limit: int, wait_s: float, poll_s: float = 0.02, lease_s: float | None = None):
     """Hold one of ``limit`` slots of ``domain``; waits up to ``wait_s`` (a bounded queue), then
@@ -96,7 +154,7 @@ _default_lock = threading.Lock()
 
 
 def default_slots():
-    """Redis slots when REDIS_URL is set, else process-local ones."""
+    """Redis slots when REDIS_URL is set, else lock files of this machine (``<var>/slots``)."""
     global _default
     with _default_lock:
         if _default is None:
@@ -105,5 +163,5 @@ def default_slots():
 
                 _default = RedisSlots(redis.Redis.from_url(settings.REDIS_URL))
             else:
-                _default = LocalSlots()
+                _default = FileSlots(settings.VAR_DIR / "slots")
         return _default

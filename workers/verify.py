@@ -84,11 +84,12 @@ def verify_context(spec: dict, max_concurrent_sandboxes: int | None = None):
     return VerifyContext(execute=sandbox.execute, judges=judge.judges_for(spec).get, sandbox_slot=slot)
 
 
-def environment_context(limits: dict[str, int | None]):
+def environment_context(limit_of: Callable[[str], int | None]):
     """The VerifyContext a run's environments use during episodes (a repository's ``run_tests``):
-    the sandbox, behind each domain's sandbox quota where ``limits`` gives one."""
+    the sandbox, behind each domain's sandbox quota where ``limit_of(domain)`` (asked at every
+    sandbox, so a changed quota applies to the next one) gives one."""
     def slot(domain: str, job_limits):
-        limit = limits.get(domain)
+        limit = limit_of(domain)
         return sandbox_slot(limit)(domain, job_limits) if limit is not None else nullcontext()
 
     return VerifyContext(execute=sandbox.execute, sandbox_slot=slot)
