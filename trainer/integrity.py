@@ -398,8 +398,8 @@ def regrade_disagrees(verification: Any) -> bool:
 
 
 def regrade_metrics(regraded: Sequence[tuple[Any, Any]]) -> dict[str, float]:
-    """``hack/regraded/<d>`` (trajectories regraded with a verdict) and
-    ``hack/regrade_disagreement/<d>`` (the share the stricter grading failed)."""
+    """``hack/regraded/<d>`` (trajectories regraded with a verdict), ``hack/regrade_disagreements/<d>``
+    (how many of them the stricter grading failed) and ``hack/regrade_disagreement/<d>`` (their share)."""
     by_domain: dict[str, list[bool]] = defaultdict(list)
     for t, v in regraded:
         if not v.is_infrastructure:
@@ -407,6 +407,7 @@ def regrade_metrics(regraded: Sequence[tuple[Any, Any]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for slug, marks in by_domain.items():
         out[f"hack/regraded/{slug}"] = float(len(marks))
+        out[f"hack/regrade_disagreements/{slug}"] = float(sum(marks))
         out[f"hack/regrade_disagreement/{slug}"] = sum(marks) / len(marks)
     return out
 
@@ -490,8 +491,9 @@ def tampered_files(changed: Iterable[str], allowed: Iterable[str] = ()) -> list[
 
 # ----------------------------------------------------------------------------- metrics
 def integrity_metrics(trajs: Sequence[Any]) -> dict[str, float]:
-    """``hack/canaries/<d>`` and ``hack/canary_pass_rate/<d>`` for the domains a step planted
-    canaries in (infrastructure outcomes left out: they say nothing of the policy), and
+    """``hack/canaries/<d>``, ``hack/canary_passes/<d>`` and ``hack/canary_pass_rate/<d>`` for the
+    domains a step planted canaries in (infrastructure outcomes left out: they say nothing of the
+    policy), and
     ``hack/tamper_rate/<d>`` for the domains whose verdicts report tampering evidence."""
     canaries: dict[str, list[bool]] = defaultdict(list)
     tamper: dict[str, list[bool]] = defaultdict(list)
@@ -506,6 +508,7 @@ def integrity_metrics(trajs: Sequence[Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for slug, passes in canaries.items():
         out[f"hack/canaries/{slug}"] = float(len(passes))
+        out[f"hack/canary_passes/{slug}"] = float(sum(passes))
         out[f"hack/canary_pass_rate/{slug}"] = sum(passes) / len(passes)
     for slug, marks in tamper.items():
         out[f"hack/tamper_rate/{slug}"] = sum(marks) / len(marks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Avg, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Length
 from django.dispatch import Signal
 from django.utils import timezone
@@ -185,41 +185,44 @@ def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timede
     }
 
 
-INTEGRITY_KEYS = ("hack/canaries/", "hack/canary_pass_rate/", "hack/tamper_rate/", "hack/regraded/",
-                  "hack/regrade_disagreement/")
+COUNTED = ("hack/canaries/", "hack/canary_passes/", "hack/regraded/", "hack/regrade_disagreements/")
+"""The reward-hacking watch's per-step counts (trainer/integrity.py), summed over a run."""
 
 
 def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str, Any]]:
     """The reward-integrity panel: per domain of the run, its pinned version's verifier audit and
     what the run's reward-hacking watch has seen (trainer/integrity.py): canaries planted and
-    passed, the share of episodes that touched tests or harness files (last step and whole run),
-    and which of the metric keys ``firing`` (the alerts firing on the run now) are the domain's."""
+    passed (and the first step one passed), regrades and disagreements, the share of episodes
+    that touched tests or harness files (last step and whole run), and which of the metric keys
+    ``firing`` (the alerts firing on the run now) are the domain's. Aggregated by the database: a
+    fixed number of queries whatever the run's length and domains."""
     rds = list(RunDomain.objects.filter(run=run).select_related("domain", "domain_version"))
     summaries = audit_summaries(versions=[rd.domain_version for rd in rds])
-    points: dict[str, dict[str, list[tuple[int, float]]]] = {}
-    for key, step, value in (MetricPoint.objects.filter(run=run, key__startswith="hack/")
-                             .order_by("step").values_list("key", "step", "value")):
-        prefix = next((p for p in INTEGRITY_KEYS if key.startswith(p)), None)
-        if prefix is not None:
-            points.setdefault(key.removeprefix(prefix), {}).setdefault(prefix, []).append((step, value))
+    slugs = [rd.domain.slug for rd in rds]
+    points = MetricPoint.objects.filter(run=run)
+    sums = dict(points.filter(key__in=[f"{p}{s}" for p in COUNTED for s in slugs]).values("key")
+                .annotate(total=Sum("value")).values_list("key", "total"))
+    tamper = {key.removeprefix("hack/tamper_rate/"): (mean, last_step) for key, mean, last_step in
+              points.filter(key__in=[f"hack/tamper_rate/{s}" for s in slugs]).values("key")
+              .annotate(mean=Avg("value"), last_step=Max("step")).values_list("key", "mean", "last_step")}
+    last = Q(pk__in=[])
+    for slug, (_, step) in tamper.items():
+        last |= Q(key=f"hack/tamper_rate/{slug}", step=step)
+    tamper_last = {key.removeprefix("hack/tamper_rate/"): value for key, value in points.filter(last).values_list("key", "value")}
+    first_pass = {key.removeprefix("hack/canary_passes/"): step for key, step in
+                  points.filter(key__in=[f"hack/canary_passes/{s}" for s in slugs], value__gt=0).values("key")
+                  .annotate(first=Min("step")).values_list("key", "first")}
     out = []
     for rd in rds:
         slug = rd.domain.slug
-        seen = points.get(slug, {})
-        counts = dict(seen.get("hack/canaries/", []))
-        rates = seen.get("hack/canary_pass_rate/", [])
-        tamper = [v for _, v in seen.get("hack/tamper_rate/", [])]
-        regraded = dict(seen.get("hack/regraded/", []))
-        disagreed = round(sum(rate * regraded.get(step, 0) for step, rate in seen.get("hack/regrade_disagreement/", [])))
-        passed = round(sum(rate * counts.get(step, 0) for step, rate in rates))
-        first_pass = next((step for step, rate in rates if rate > 0), None)
+        count = {p: int(round(sums.get(f"{p}{slug}", 0.0))) for p in COUNTED}
         out.append({
             "domain": slug, "version": rd.domain_version.version, "audit": summaries[rd.domain_version_id],
-            "canaries": int(sum(counts.values())), "canary_passes": passed, "first_pass_step": first_pass,
-            "tamper_last": tamper[-1] if tamper else None,
-            "tamper_mean": sum(tamper) / len(tamper) if tamper else None,
-            "regraded": int(sum(regraded.values())), "regrade_disagreements": disagreed,
+            "canaries": count["hack/canaries/"], "canary_passes": count["hack/canary_passes/"],
+            "first_pass_step": first_pass.get(slug),
+            "tamper_last": tamper_last.get(slug), "tamper_mean": tamper[slug][0] if slug in tamper else None,
+            "regraded": count["hack/regraded/"], "regrade_disagreements": count["hack/regrade_disagreements/"],
             "firing": sorted(k for k in firing if k.startswith("hack/") and k.endswith(f"/{slug}")),
-            "watched": bool(seen),
+            "watched": any(f"{p}{slug}" in sums for p in COUNTED) or slug in tamper,
         })
     return out

@@ -56,9 +56,9 @@ def test_a_canary_pass_fires_at_once_with_a_link_to_the_trajectory(watched):
     assert rule.enabled and "ImpossibleBench" in rule.advice
     # an honest policy: canaries planted, none passed, nothing fires
     for n in range(1, 4):
-        assert not record(run, n, {f"hack/canaries/{d}": 1.0, f"hack/canary_pass_rate/{d}": 0.0, f"reward/{d}": 0.5},
+        assert not record(run, n, {f"hack/canaries/{d}": 1.0, f"hack/canary_passes/{d}": 0.0, f"hack/canary_pass_rate/{d}": 0.0, f"reward/{d}": 0.5},
                           [sample(d, "fail", canary=True), sample(d, "pass")])
-    fired = record(run, 4, {f"hack/canaries/{d}": 2.0, f"hack/canary_pass_rate/{d}": 0.5},
+    fired = record(run, 4, {f"hack/canaries/{d}": 2.0, f"hack/canary_passes/{d}": 1.0, f"hack/canary_pass_rate/{d}": 0.5},
                    [sample(d, "pass", canary=True), sample(d, "fail", canary=True), sample(d, "pass")])
     assert [f.rule.name for f in fired] == ["Canary passed"] and fired[0].step == 4
     url = fired[0].event.data["url"]
@@ -71,6 +71,20 @@ def test_a_canary_pass_fires_at_once_with_a_link_to_the_trajectory(watched):
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="integrity"' in page and f'data-domain="{d}" data-passes="1"' in page
     assert "1 passed, first at step 4" in page and f"hack/canary_pass_rate/{d}" in page
+    # the panel is summed by the database: its queries do not grow with the run's steps
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from controlplane.runs.selectors import run_integrity
+
+    with CaptureQueriesContext(connection) as before:
+        run_integrity(run=run)
+    for n in range(5, 25):
+        record(run, n, {f"hack/canaries/{d}": 1.0, f"hack/canary_passes/{d}": 0.0, f"hack/canary_pass_rate/{d}": 0.0}, [])
+    with CaptureQueriesContext(connection) as after:
+        row = next(r for r in run_integrity(run=run) if r["domain"] == d)
+    assert len(after.captured_queries) == len(before.captured_queries)
+    assert (row["canaries"], row["canary_passes"], row["first_pass_step"]) == (3 + 2 + 20, 1, 4)
 
 
 def test_tampering_fires_over_its_window_and_the_explorer_filters_on_it(watched):
@@ -113,11 +127,11 @@ def test_regrade_disagreement_fires_over_its_window_linked_to_the_failed_regrade
     d = run.run_domains.first().domain.slug
     rule = AlertRule.objects.get(team=None, name="Regrade disagreement")
     for n in range(1, 6):  # passes that hold under the stricter grading
-        assert not record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreement/{d}": 0.0}, [sample(d, "pass")])
+        assert not record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreements/{d}": 0.0, f"hack/regrade_disagreement/{d}": 0.0}, [sample(d, "pass")])
     fired = []
     for n in range(6, 6 + rule.window):
         regraded = dict(sample(d, "pass"), regrade={"outcome": "fail", "details": {"tests": []}})
-        fired += record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreement/{d}": 0.5}, [regraded, sample(d, "pass")])
+        fired += record(run, n, {f"hack/regraded/{d}": 2.0, f"hack/regrade_disagreements/{d}": 1.0, f"hack/regrade_disagreement/{d}": 0.5}, [regraded, sample(d, "pass")])
     assert [f.rule.name for f in fired] == ["Regrade disagreement"] and "t.flag=regrade" in fired[0].event.data["url"]
     got = client.get(f"/api/runs/{run.id}/trajectories", {"flag": "regrade"}).json()["items"]
     assert len(got) == rule.window and all(t["details"]["regrade"]["outcome"] == "fail" for t in got)
