@@ -21,6 +21,7 @@ import shutil
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -217,6 +218,7 @@ class Job:
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
         self.canaries = CanaryPlanter(cfg.integrity.canary_fraction, cfg.seed)
         self.regrader = Regrader(cfg.integrity.regrade_fraction, cfg.seed)
+        self._regrade_pool = ThreadPoolExecutor(1, thread_name_prefix="regrade")
         self.last_regraded: list[tuple[Trajectory, Verification]] = []
         """The last step's regrades: each regraded trajectory with its stricter verdict."""
         self.sft_stage = SupervisedStage(self.model, self.tokenizer, self.sampler, cfg, self.device)
@@ -254,6 +256,9 @@ class Job:
         self.clocks.open(t_step)
         metrics: dict[str, float] = {}
         trajs = self._collect(metrics)
+        # The share of the batch graded again (the reward-hacking watch) is verified while the
+        # update runs, off the step's critical path; its verdicts are read after the weight sync.
+        regrading = self._regrade_pool.submit(self.regrader.regrade, self.last_generated, self.verify_batch)
         rewards, groups, valid = rewards_of(trajs)
         self.last_trained = [t for t, ok in zip(trajs, valid.tolist()) if ok]
         alg = self.config.algorithm
@@ -275,7 +280,7 @@ class Job:
         metrics.update(self.clocks.window_metrics())
         metrics.update(outcome_metrics(self.last_generated))
         with self.clocks.running("verify"):
-            self.last_regraded = self.regrader.regrade(self.last_generated, self.verify_batch)
+            self.last_regraded = regrading.result()
         metrics.update(regrade_metrics(self.last_regraded))
         n_gen = len(self.last_generated)
         gen_tokens = sum(sum(t.loss_mask) for t in self.last_generated)
@@ -661,6 +666,7 @@ class Job:
             except RuntimeError:  # a rank already lost cannot be told (the watchdog names it)
                 pass
         self.pipeline.close()  # batches queued ahead are dropped
+        self._regrade_pool.shutdown(wait=True)
         if ranks.leading() and self.overlapped:
             try:  # after the rollout thread's last batch: the followers' generating threads end
                 ranks.command("stop", generation=True)

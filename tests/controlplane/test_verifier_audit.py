@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
@@ -424,7 +425,9 @@ def test_sandbox_cascades_go_through_verify_items_concurrently(monkeypatch, sett
     from controlplane.domains.pins import PinnedDomain
 
     monkeypatch.setattr(verify, "verify_items", fake_verify_items)
-    settings.REDIS_URL = ""  # no live quota to read: this test has no database (the pin below is not a row)
+    # The domain's live sandbox quota, as the database would give it (this test has no database:
+    # the pin below is not a row): enough slots for every thread.
+    monkeypatch.setattr(audit_worker, "domain_quotas", lambda slugs: {s: SimpleNamespace(max_concurrent_sandboxes=64) for s in slugs})
 
     def pin(verifier):
         return PinnedDomain(slug="d", version=1, title="d", kind="code", family="", verifier=verifier, task_source={"family": "x"})
