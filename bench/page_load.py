@@ -93,6 +93,7 @@ def make_queue(user, team, items: int):
     from controlplane.accounts.principal import Principal
     from controlplane.domains.services import domain_create
     from controlplane.review import services as review_services
+    from controlplane.review import queues as review_queues
     from controlplane.runs import services as run_services
     from controlplane.runs.models import Run, RunDomain
 
@@ -117,8 +118,10 @@ def make_queue(user, team, items: int):
                      "details": {"judge_config_id": config.pk, "judge_score": score, "judge_reference": f"City {i}"}})
     run_services.run_record_step(run=run, worker="bench-writer", step=1, metrics={}, samples=rows,
                                  verifier_versions={d.slug: d.version})
-    queue = review_services.queue_create(actor=actor, team=team, data={
+    queue = review_queues.queue_create(actor=actor, team=team, send=False, data={
         "name": "bench", "domain": d.slug, "judge": "sim", "strategy": "uniform", "size": items})
+    review_queues.queue_sample(queue.pk)  # drawn here, as the judge queue's worker would
+    queue.refresh_from_db()
     return queue
 
 

@@ -666,7 +666,7 @@ class Job:
             except RuntimeError:  # a rank already lost cannot be told (the watchdog names it)
                 pass
         self.pipeline.close()  # batches queued ahead are dropped
-        self._regrade_pool.shutdown(wait=True)
+        self._regrade_pool.shutdown(wait=False, cancel_futures=True)  # a regrade in flight ends on its own
         if ranks.leading() and self.overlapped:
             try:  # after the rollout thread's last batch: the followers' generating threads end
                 ranks.command("stop", generation=True)

@@ -28,6 +28,8 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from django.conf import settings
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.db import close_old_connections
 
 from controlplane import dispatch
@@ -74,7 +76,12 @@ class SandboxLimits:
     def get(self, slug: str) -> int | None:
         with self._lock:
             if time.monotonic() - self._read_at >= SANDBOX_LIMITS_EVERY_S:
-                self._limits = {s: q.max_concurrent_sandboxes for s, q in domain_quotas(slugs=self.slugs).items()}
+                try:
+                    self._limits = {s: q.max_concurrent_sandboxes for s, q in domain_quotas(slugs=self.slugs).items()}
+                except (DatabaseOperationalError, DatabaseInterfaceError):  # keep the last known quotas
+                    log.warning("could not read the sandbox quotas of %s; keeping the last ones", self.slugs, exc_info=True)
+                    if self._read_at < 0:
+                        raise  # none known yet: the episode's sandbox fails as infrastructure
                 self._read_at = time.monotonic()
             return self._limits.get(slug)
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import threading
 import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 
@@ -81,33 +81,78 @@ class LocalSlots:
 
 
 class FileSlots:
-    """Slots as lock files under ``root``: slot i of a domain is held by an exclusive, non-blocking
-    ``flock`` on its own open file (one per holder, so threads of one process exclude each other
-    too); closing the file, or the holder's death, frees it."""
+    """Slots as lock files under ``root``: a holder keeps an exclusive, non-blocking ``flock`` on a
+    file of its own (one open file per holder, so threads of one process exclude each other too),
+    with the time its lease ends written in it; closing the file, or the holder's death, frees it.
+    Taking one happens under the domain's guard lock: the slots held now (any file, whatever limit
+    it was taken under, so a lowered quota binds at once) are counted, a slot whose lease ran out
+    no longer counts (its holder hung: as Redis forgets it), and a free file is locked."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, lease_s: float = 600.0):
         self.root = Path(root)
+        self.lease_s = lease_s
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
 
     def _dir(self, domain: str) -> Path:
-        path = self.root / re.sub(r"[^A-Za-z0-9._-]", "_", domain)
+        """The domain's folder: its name quoted (injective; never ``.`` or ``..``)."""
+        path = self.root / quote(domain, safe="-_").replace(".", "%2E")
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def try_acquire(self, domain: str, limit: int, now: float | None = None, lease_s: float | None = None) -> str | None:
-        folder = self._dir(domain)
-        for i in range(limit):
-            fd = os.open(folder / f"{i}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    @contextmanager
+    def _guard(self, folder: Path):
+        fd = os.open(folder / ".guard", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _held(self, folder: Path, now: float) -> tuple[int, list[Path]]:
+        """Slots held with a live lease, and the files free to take."""
+        held, free = 0, []
+        for path in sorted(folder.glob("*.lock")):
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                os.close(fd)
+                try:
+                    ends = float(os.pread(fd, 32, 0).decode() or "inf")
+                except ValueError:
+                    ends = float("inf")  # being written by its holder right now
+                held += ends > now
                 continue
-            holder = f"{i}:{uuid.uuid4().hex}"
-            with self._lock:
-                self._open[holder] = fd
-            return holder
+            finally:
+                os.close(fd)
+            free.append(path)
+        return held, free
+
+    def try_acquire(self, domain: str, limit: int, now: float | None = None, lease_s: float | None = None) -> str | None:
+        folder = self._dir(domain)
+        now = time.time() if now is None else now
+        with self._guard(folder):
+            held, free = self._held(folder, now)
+            if held >= limit:
+                return None
+            taken = {p.name for p in folder.glob("*.lock")}
+            candidates = free + [folder / f"{i}.lock" for i in range(len(taken) + 1) if f"{i}.lock" not in taken]
+            for path in candidates:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, repr(now + (lease_s or self.lease_s)).encode(), 0)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                except BaseException:
+                    os.close(fd)
+                    raise
+                holder = f"{path.name}:{uuid.uuid4().hex}"
+                with self._lock:
+                    self._open[holder] = fd
+                return holder
         return None
 
     def release(self, domain: str, holder: str) -> None:
@@ -117,17 +162,10 @@ class FileSlots:
             os.close(fd)  # frees the lock
 
     def held(self, domain: str) -> int:
-        """Slots of ``domain`` held now, by any process of this machine."""
-        n = 0
-        for path in self._dir(domain).glob("*.lock"):
-            fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                n += 1
-            finally:
-                os.close(fd)
-        return n
+        """Slots of ``domain`` held now with a live lease, by any process of this machine."""
+        folder = self._dir(domain)
+        with self._guard(folder):
+            return self._held(folder, time.time())[0]
 
 
 @contextmanager

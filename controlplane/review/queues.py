@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from typing import Any, Callable
 
 import numpy as np
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
-from controlplane.common.errors import FieldError, InvalidInput
+from controlplane.common.errors import Conflict, FieldError, InvalidInput
 from controlplane.common.validation import validate
 from controlplane.domains.models import Domain
 from controlplane.review import sampling
@@ -44,6 +47,18 @@ RULE_BUDGET_S = 60.0
 """The most a rule verifier may take over a queue's whole population: a rule verifier must be
 cheap; one that needs longer fails the sample, naming how far it got."""
 
+JUDGE_BUDGET_S = 600.0
+"""The most another judge version may take scoring a queue's population (disagreement sampling);
+one that needs longer fails the sample, naming how far it got (sample a smaller population)."""
+
+SAMPLE_DEADLINE_S = 3700.0
+"""A queue still sampling after this long (the task's hard time limit) was lost with its worker or
+its message: its name may be used again, and its page says so."""
+
+MAX_SAMPLING = 2
+"""Queues a team may have sampling at once: sampling runs on the judge queue that every team's runs
+use, so one team cannot fill it."""
+
 PROGRESS_EVERY_S = 0.5
 """How often the worker writes how far scoring got."""
 
@@ -60,10 +75,16 @@ def _score_with(config: JudgeConfig, rows: list[Trajectory], references: list[st
     """Another judge version's scores (0-1) on the population."""
     judge = judge_build(config)
     out: list[float | None] = []
+    deadline = time.monotonic() + JUDGE_BUDGET_S
     for i, (t, ref) in enumerate(zip(rows, references)):
         progress(i)
+        if time.monotonic() > deadline:
+            raise InvalidInput.one("compare_to.judge_version", f"{config} took more than {JUDGE_BUDGET_S:g} s over {i} of "
+                                                               f"{len(rows)} trajectories; sample a smaller population")
         try:
             out.append(float(judge(JudgeRequest(t.prompt, t.completion, ref or None)).score))
+        except SoftTimeLimitExceeded:
+            raise
         except Exception:  # noqa: BLE001 - an unscored item keeps the floor weight
             out.append(None)
     return out
@@ -136,8 +157,12 @@ def queue_create(*, actor: Principal, team: Team, data: dict, send: bool = True)
         if other is None or other.pk == config.pk:
             raise InvalidInput.one("compare_to.judge_version", "must be another version of the same judge")
     same_name = ReviewQueue.objects.filter(domain=domain, judge_config=config, name=data["name"])
-    if same_name.exclude(state=QueueState.FAILED).exists():
+    if same_name.exclude(state=QueueState.FAILED).exclude(_lost()).exists():
         raise InvalidInput.one("name", f"a queue named {data['name']!r} exists for {domain.slug} and {config}")
+    sampling = ReviewQueue.objects.filter(team=team, state=QueueState.SAMPLING).exclude(_lost()).count()
+    if sampling >= MAX_SAMPLING:
+        raise Conflict(f"team {team.slug} has {sampling} queues being sampled (at most {MAX_SAMPLING} at once); "
+                       "create this one when they are ready")
     params = {"size": int(data.get("size", 50)), "seed": int(data.get("seed", 0)), "compare_to": compare_to}
     if strategy == "low_confidence":
         params["threshold"] = float(data.get("threshold", 0.5))
@@ -159,6 +184,16 @@ def queue_create(*, actor: Principal, team: Team, data: dict, send: bool = True)
     return queue
 
 
+def _lost() -> Q:
+    """Queues still sampling past :data:`SAMPLE_DEADLINE_S`: lost with their worker or message."""
+    return Q(state=QueueState.SAMPLING, created_at__lt=timezone.now() - timedelta(seconds=SAMPLE_DEADLINE_S))
+
+
+def queue_lost(queue: ReviewQueue) -> bool:
+    """Whether ``queue`` is still sampling past :data:`SAMPLE_DEADLINE_S` (its worker or message lost)."""
+    return queue.state == QueueState.SAMPLING and queue.created_at < timezone.now() - timedelta(seconds=SAMPLE_DEADLINE_S)
+
+
 def queue_sample(queue_id: int, progress: Callable[[dict], None] | None = None) -> str:
     """Draw a queue's items (a worker's task; safe to run twice: a queue no longer sampling is left
     as it is). ``progress`` is also given each ``sampling`` written. Returns the queue's state."""
@@ -168,11 +203,10 @@ def queue_sample(queue_id: int, progress: Callable[[dict], None] | None = None) 
     try:
         items, population, meta = _draw(queue, progress)
     except InvalidInput as exc:
-        message = "; ".join(str(e) for e in exc.errors)
-        ReviewQueue.objects.filter(pk=queue.pk, state=QueueState.SAMPLING).update(
-            state=QueueState.FAILED, error=message, sampling={**queue.sampling, "stage": "failed"})
-        log.info("review queue %s: sampling failed: %s", queue.pk, message)
-        return QueueState.FAILED
+        return _failed(queue, "; ".join(str(e) for e in exc.errors))
+    except BaseException as exc:  # the worker's time limit, a judge that cannot load, the database: never stuck sampling
+        _failed(queue, f"sampling stopped: {type(exc).__name__}: {str(exc)[:300]} (create the queue again)")
+        raise
     with transaction.atomic():
         locked = ReviewQueue.objects.select_for_update().filter(pk=queue.pk, state=QueueState.SAMPLING).first()
         if locked is None:  # sampled by another worker meanwhile, or deleted
@@ -183,6 +217,14 @@ def queue_sample(queue_id: int, progress: Callable[[dict], None] | None = None) 
         locked.sampling = {"stage": "done", "done": population, "total": population}
         locked.save(update_fields=["params", "population", "state", "sampling"])
     return QueueState.READY
+
+
+def _failed(queue: ReviewQueue, message: str) -> str:
+    """The queue could not be sampled: ``failed``, saying why (its name may be used again)."""
+    ReviewQueue.objects.filter(pk=queue.pk, state=QueueState.SAMPLING).update(
+        state=QueueState.FAILED, error=message[:2000], sampling={**queue.sampling, "stage": "failed"})
+    log.info("review queue %s: sampling failed: %s", queue.pk, message)
+    return QueueState.FAILED
 
 
 def _progress(queue: ReviewQueue, stage: str, total: int, also: Callable[[dict], None] | None) -> Callable[[int], None]:

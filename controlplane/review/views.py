@@ -15,6 +15,7 @@ from controlplane.accounts.selectors import current_team
 from controlplane.common.views import get_or_404
 from controlplane.domains.selectors import domain_list
 from controlplane.review import selectors, services
+from controlplane.review.queues import queue_lost
 from controlplane.review.models import Strategy
 
 
@@ -48,6 +49,7 @@ def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
         "queue": queue, "config": queue.judge_config, "judge": queue.judge_config.judge, "can_label": can_label,
         "progress": selectors.queue_progress(queue, request.user), "report": report,
         "is_admin": is_admin, "class_note": selectors.queue_class_note(queue),
+        "lost": queue_lost(queue),
         "initial": {"queue": queue.pk, "format": queue.judge_config.score_format, "blind": queue.blind, "stats": report,
                     "can_label": can_label, "is_admin": is_admin, "judge": queue.judge_config.judge.slug,
                     "version": queue.judge_config.version, "active": queue.judge_config.judge.active_id == queue.judge_config.pk,

@@ -185,6 +185,14 @@ def domain_stats(*, actor: Principal, domain: Domain, window: timedelta = timede
     }
 
 
+def _from_rates(points: QuerySet, rate_key: str, of_key: str) -> tuple[int, int | None]:
+    """A count summed from a per-step rate and the per-step count it is a share of (steps recorded
+    before the trainer wrote the count itself), and the first step with a non-zero rate."""
+    of = dict(points.filter(key=of_key).values_list("step", "value"))
+    rates = list(points.filter(key=rate_key).order_by("step").values_list("step", "value"))
+    return round(sum(rate * of.get(step, 0.0) for step, rate in rates)), next((step for step, rate in rates if rate > 0), None)
+
+
 COUNTED = ("hack/canaries/", "hack/canary_passes/", "hack/regraded/", "hack/regrade_disagreements/")
 """The reward-hacking watch's per-step counts (trainer/integrity.py), summed over a run."""
 
@@ -216,6 +224,12 @@ def run_integrity(*, run: Run, firing: set[str] = frozenset()) -> list[dict[str,
     for rd in rds:
         slug = rd.domain.slug
         count = {p: int(round(sums.get(f"{p}{slug}", 0.0))) for p in COUNTED}
+        for counted, rate, of in (("hack/canary_passes/", "hack/canary_pass_rate/", "hack/canaries/"),
+                                  ("hack/regrade_disagreements/", "hack/regrade_disagreement/", "hack/regraded/")):
+            if f"{counted}{slug}" not in sums and f"{of}{slug}" in sums:  # recorded before the counts were
+                count[counted], first = _from_rates(points, f"{rate}{slug}", f"{of}{slug}")
+                if counted == "hack/canary_passes/":
+                    first_pass[slug] = first
         out.append({
             "domain": slug, "version": rd.domain_version.version, "audit": summaries[rd.domain_version_id],
             "canaries": count["hack/canaries/"], "canary_passes": count["hack/canary_passes/"],

@@ -139,3 +139,18 @@ def test_regrade_disagreement_fires_over_its_window_linked_to_the_failed_regrade
 
     row = next(r for r in run_integrity(run=run) if r["domain"] == d)
     assert (row["regraded"], row["regrade_disagreements"]) == (2 * (5 + rule.window), rule.window)
+
+
+def test_a_run_recorded_before_the_counts_shows_its_canary_passes_from_the_rates(watched):
+    """Steps written by a trainer that recorded only the rates: the panel sums count x rate."""
+    run, _ = watched
+    d = run.run_domains.first().domain.slug
+    record(run, 1, {f"hack/canaries/{d}": 2.0, f"hack/canary_pass_rate/{d}": 0.0}, [])
+    record(run, 2, {f"hack/canaries/{d}": 2.0, f"hack/canary_pass_rate/{d}": 0.5,
+                    f"hack/regraded/{d}": 4.0, f"hack/regrade_disagreement/{d}": 0.25}, [])
+    from controlplane.runs.selectors import run_integrity
+
+    row = next(r for r in run_integrity(run=run) if r["domain"] == d)
+    assert (row["canaries"], row["canary_passes"], row["first_pass_step"]) == (4, 1, 2)
+    assert (row["regraded"], row["regrade_disagreements"], row["watched"]) == (4, 1, True)
+

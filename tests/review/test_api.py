@@ -431,3 +431,28 @@ def test_a_queue_and_its_judge_versions_calibration_give_one_interval_for_the_sa
     check = admin.get(f"/api/judges/sim/versions/1/calibration").json()
     assert check["kappa_lower"] == pytest.approx(table[0]) and check["n"] == 24
     assert f"{table[0]:.3f}" in check["reason"]
+
+
+def test_a_queue_is_never_stuck_sampling_and_a_team_samples_two_at_once(judged, monkeypatch):
+    """An error the sample did not plan for fails the queue (the worker's error is kept); a team has
+    at most MAX_SAMPLING queues sampling on the judge queue every team shares; a queue lost with its
+    worker (still sampling past the deadline) neither counts nor keeps its name."""
+    from controlplane.common.errors import Conflict
+    from controlplane.review import queues
+
+    actor, team = factories.actor(judged.users["admin"]), judged.team
+    body = {"domain": "capitals", "judge": "sim", "size": 5}
+    first = queues.queue_create(actor=actor, team=team, data={**body, "name": "a"}, send=False)
+    monkeypatch.setattr(queues, "_draw", lambda queue, also=None: (_ for _ in ()).throw(RuntimeError("judge weights missing")))
+    with pytest.raises(RuntimeError):
+        queues.queue_sample(first.pk)
+    first.refresh_from_db()
+    assert first.state == "failed" and first.error.startswith("sampling stopped: RuntimeError: judge weights missing")
+    a = queues.queue_create(actor=actor, team=team, data={**body, "name": "a"}, send=False)  # replaces the failed one
+    queues.queue_create(actor=actor, team=team, data={**body, "name": "b"}, send=False)
+    with pytest.raises(Conflict, match=r"has 2 queues being sampled \(at most 2 at once\)"):
+        queues.queue_create(actor=actor, team=team, data={**body, "name": "c"}, send=False)
+    ReviewQueue.objects.filter(pk=a.pk).update(created_at=timezone.now() - timedelta(seconds=queues.SAMPLE_DEADLINE_S + 1))
+    assert queues.queue_lost(ReviewQueue.objects.get(pk=a.pk))
+    again = queues.queue_create(actor=actor, team=team, data={**body, "name": "a"}, send=False)  # the lost one is replaced
+    assert not ReviewQueue.objects.filter(pk=a.pk).exists() and again.state == "sampling"
