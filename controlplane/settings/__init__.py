@@ -2,7 +2,9 @@
 
 Every variable has a default that works on a laptop with nothing installed (the "embedded
 default"): SQLite under var/, a broker that needs no server, the in-memory channel layer and a
-secret key generated into var/. Integrations live in their own modules (celery, channels, sandbox).
+secret key generated into var/. Integrations live in their own modules (celery, channels, ...);
+the sandbox runtime reads its TEMPER_SANDBOX_* variables itself (workers/sandbox never imports
+Django).
 """
 from __future__ import annotations
 
@@ -230,7 +232,6 @@ LOGGING = {
 
 from controlplane.settings.celery import *  # noqa: E402,F401,F403
 from controlplane.settings.channels import *  # noqa: E402,F401,F403
-from controlplane.settings.sandbox import *  # noqa: E402,F401,F403
 from controlplane.settings.review import *  # noqa: E402,F401,F403
 from controlplane.settings.alerts import *  # noqa: E402,F401,F403
 from controlplane.settings.security import *  # noqa: E402,F401,F403
