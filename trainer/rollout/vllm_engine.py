@@ -19,6 +19,7 @@ import functools
 import os
 import time
 
+import psutil
 import torch
 
 from trainer.config import ConfigError
@@ -78,6 +79,42 @@ def cpu_thread_binding(tp: int, cores: list[int], local_rank: int = 0, local_wor
     return "|".join(",".join(str(c) for c in cores[w * per:(w + 1) * per]) for w in mine)
 
 
+def _refresh_vllm_envs() -> None:
+    """Drop vLLM's cache of environment variables, so the next read sees ``os.environ``."""
+    import vllm.envs
+
+    if hasattr(vllm.envs, "disable_envs_cache"):
+        vllm.envs.disable_envs_cache()
+
+
+def cpu_kv_cache_bytes(fraction: float, total: int, available: int, tp: int = 1) -> int:
+    """Bytes of KV cache for each of ``tp`` CPU workers: ``fraction`` of the host's ``total``
+    memory (``rollout.gpu_memory_utilization``), never more than half of what is ``available`` now.
+
+    Left to itself, vLLM on CPU gives the cache ``fraction * total`` less the resident memory of
+    the process that hosts its engine core. Here that process is the trainer (or a test runner),
+    whose policy, optimizer and caches are not the engine's: once they pass that share, vLLM
+    refuses to start ("less than requested memory for kv (-0.0/4.71 GiB)"). An explicit size
+    depends on the host alone.
+
+    >>> GiB = 1 << 30
+    >>> [round(cpu_kv_cache_bytes(0.2, 24 * GiB, free * GiB, tp) / GiB, 3) for free, tp in [(20, 1), (6, 1), (20, 2)]]
+    [4.8, 3.0, 2.4]
+    """
+    return int(min(fraction * total, available / 2) / tp)
+
+
+def _cpu_cache_args(fraction: float, tp: int) -> dict:
+    """``LLM(...)`` arguments that size the KV cache on CPU (none elsewhere, or when the operator
+    set vLLM's own ``VLLM_CPU_KVCACHE_SPACE``)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return {}
+    memory = psutil.virtual_memory()
+    return {"kv_cache_memory_bytes": cpu_kv_cache_bytes(fraction, memory.total, memory.available, tp)}
+
+
 class VLLMEngine:
     """Rollout engine backed by ``vllm.LLM`` (create it under ``if __name__ == "__main__":``)."""
 
@@ -96,6 +133,9 @@ class VLLMEngine:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(
                 tensor_parallel_size, sorted(os.sched_getaffinity(0)), int(os.environ.get("LOCAL_RANK", "0")),
                 int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+            # An engine started earlier in this process froze vLLM's view of the environment
+            # (vllm.envs caches every variable once an engine core is up): let it see the binding.
+            _refresh_vllm_envs()
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.llm = LLM(model=path, tokenizer=path, dtype=dtype, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization,
@@ -103,6 +143,7 @@ class VLLMEngine:
                        logprobs_mode="processed_logprobs", enforce_eager=True,
                        compilation_config={"mode": 0}, enable_prefix_caching=prefix_caching,
                        tensor_parallel_size=tensor_parallel_size,
+                       **_cpu_cache_args(gpu_memory_utilization, tensor_parallel_size),
                        # On CPU, a prompt prefilled in chunks (a batch's prompts beyond the step's
                        # token budget) crashes a seeded request: vLLM rewinds its generator by an
                        # offset that CPU generators do not have. Whole prompts, then.
