@@ -6,6 +6,7 @@ cuts the broker."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from workers.celery import app
 
@@ -13,6 +14,10 @@ __all__ = ["app"]
 
 
 @app.task(name="tests.sleep", acks_late=True)
-def sleep(seconds: float) -> float:
+def sleep(seconds: float, started: str | None = None) -> float:
+    """Sleep ``seconds``; first create the file ``started`` (when given), so a test knows the
+    task is running in a pool process, not merely received by the worker."""
+    if started:
+        Path(started).touch()
     time.sleep(seconds)
     return seconds

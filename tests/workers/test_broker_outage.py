@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import connection
 from kombu import Connection
 
@@ -35,6 +36,15 @@ def _log_count(path, text: str) -> int:
     return path.read_text(errors="replace").count(text) if path.exists() else 0
 
 
+def _result(result, log, timeout: float = 60):
+    """The task's result; a timeout says what the worker logged."""
+    try:
+        return result.get(timeout=timeout)
+    except CeleryTimeout as exc:
+        tail = log.read_text(errors="replace")[-6000:] if log.exists() else "(no worker log)"
+        raise AssertionError(f"no result for task {result.id} within {timeout} s; the worker's log ends:\n{tail}") from exc
+
+
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
@@ -48,8 +58,12 @@ def test_worker_reconnects_after_the_broker_is_cut_and_serves_new_tasks(tmp_path
         direct = f"redis://127.0.0.1:{port}/0"
         client = Celery("broker-outage-test", broker=direct, backend=direct)
         try:
-            in_flight = client.send_task("tests.sleep", args=[3.0], queue="verify")
-            wait_for(lambda: _log_count(log, "Task tests.sleep[") >= 1, 60, "the worker to take the sleeping task", logs=[log])
+            started = tmp_path / "sleep-started"
+            in_flight = client.send_task("tests.sleep", args=[3.0, str(started)], queue="verify")
+            # Cut once the task runs in a pool process: a message the worker has received but not
+            # yet handed to its pool goes back to Redis's unacknowledged set when the connection
+            # drops, to be delivered again after the visibility timeout, not during this test.
+            wait_for(started.exists, 60, "the worker to start the sleeping task", logs=[log])
             proxy.cut()
             # Hold the outage until the worker has failed to reconnect twice (a few seconds).
             wait_for(lambda: _log_count(log, "Cannot connect to redis://") >= 2, 60,
@@ -58,9 +72,9 @@ def test_worker_reconnects_after_the_broker_is_cut_and_serves_new_tasks(tmp_path
             proxy.restore()
             wait_for(lambda: _log_count(log, "Connected to redis://") >= 1, 60, "the worker to reconnect", logs=[log])
             # The task that finished during the outage kept its result (stored once Redis was back).
-            assert in_flight.get(timeout=60) == 3.0
+            assert _result(in_flight, log) == 3.0
             # And the worker serves new work.
-            assert client.send_task("temper.control.ping", args=[41], queue="verify").get(timeout=60) == 42
+            assert _result(client.send_task("temper.control.ping", args=[41], queue="verify"), log) == 42
             assert worker.poll() is None
             assert "Unrecoverable error" not in log.read_text(errors="replace")
         finally:
