@@ -370,6 +370,14 @@ class RunOwned:
     or, when ``assigned``, what the control plane gives every run (its ``id``, its ``storage``)."""
     assigned: bool = False
     """No field of the API body sets it: the control plane assigns it."""
+    schema: tuple[tuple[str, Any], ...] = ()
+    """For a run field that takes its JSON Schema from the setting (a number such as
+    ``staleness``): the keys that differ from the setting's, as ``(key, value)`` pairs (a value of
+    None drops the key). Empty for one the run body describes itself (the base model, the
+    domains) and for an assigned one."""
+    scalar: bool = True
+    """The run field is the setting's own value (``staleness``), not a structure of the run body
+    (``domains``) or a reference the control plane resolves (``base_model``)."""
 
     def refusal(self) -> str:
         """Why a run's ``config`` may not set this setting (the API's error message)."""
@@ -379,17 +387,20 @@ class RunOwned:
 
 
 RUN_OWNED: tuple[RunOwned, ...] = (
-    RunOwned("name", "id", assigned=True),
-    RunOwned("model.path", "base_model"),
-    RunOwned("domains", "domains"),
+    RunOwned("name", "id", assigned=True, scalar=False),
+    RunOwned("model.path", "base_model", scalar=False),
+    RunOwned("domains", "domains", scalar=False),
     RunOwned("rollout.staleness", "staleness"),
-    RunOwned("limits.max_steps", "budget.steps"),
-    RunOwned("limits.max_wall_s", "budget.wall_s"),
-    RunOwned("checkpoint.dir", "storage", assigned=True),
+    RunOwned("limits.max_steps", "budget.steps", schema=(("minimum", 1),)),  # a run takes at least one step
+    RunOwned("limits.max_wall_s", "budget.wall_s",  # null, not 0, means no limit in a run body
+             schema=(("type", ["number", "null"]), ("minimum", None), ("exclusiveMinimum", 0), ("default", None),
+                     ("description", "Stop after this many seconds; null means no limit."))),
+    RunOwned("checkpoint.dir", "storage", assigned=True, scalar=False),
 )
 """The settings a run owns, listed once: the API refuses them in a run's ``config`` (naming the
-run field to use), the run form leaves them out, and the run driver fills each one from its
-source when it builds the run's trainer config."""
+run field to use), the run body's schema and the run form take each scalar one's field from the
+setting, and the control plane's ``RunSpec`` fills each one from its source when it builds the
+run's trainer config. A run field's null is the setting's default."""
 
 RUN_DEFAULTS: dict[str, Any] = {
     "checkpoint.every_steps": 5,

@@ -18,6 +18,7 @@ from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
 from controlplane.runs import selectors, series, services, usage
 from controlplane.runs.schemas import run_body_schema
+from controlplane.runs.spec import RunSpec
 
 router = Router(tags=["runs"])
 
@@ -48,10 +49,17 @@ class RunOut(Schema):
     finished_at: Optional[datetime] = None
     error: str
     tags: list[str] = []
+    owned_fields: dict[str, Any] = {}
+    """The run fields that fill trainer settings, as the run body has them (``staleness``,
+    ``budget.steps``): every one the trainer's run-owned list names, a new one included."""
 
     @staticmethod
     def resolve_tags(obj) -> list[str]:
         return [t.name for t in obj.tags.all()]  # prefetched by the list
+
+    @staticmethod
+    def resolve_owned_fields(obj) -> dict[str, Any]:
+        return RunSpec.from_run(obj, []).body()
 
 
 class RunDetailOut(RunOut):

@@ -14,7 +14,6 @@ imports the runs app.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from django.apps import apps
@@ -22,13 +21,10 @@ from django.db.models import Sum
 
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
-from trainer.config import (RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, ceiling_errors, has_path, load_config,
-                            put_path, whole_number_at)
+from controlplane.runs.spec import RunSpec
+from trainer import config as trainer_settings
+from trainer.config import ConfigError, TrainerConfig, ceiling_errors, load_config, whole_number_at
 from trainer.rollout import engine_problem
-
-_OWNED_FIELD = {o.path: o.source for o in RUN_OWNED if not o.assigned}
-"""A setting the run fills from its own API field (``limits.max_steps`` <- ``budget.steps``)."""
-
 
 def team_ceilings(team: Team) -> dict[str, float]:
     """The ceilings on ``team``'s runs now, read afresh (``{}`` when it has none)."""
@@ -134,26 +130,15 @@ def api_field(path: str) -> str:
     >>> api_field("rollout.n"), api_field("limits.max_steps")
     ('config.rollout.n', 'budget.steps')
     """
-    return _OWNED_FIELD.get(path, f"config.{path}")
+    owned = {o.path: o.source for o in trainer_settings.RUN_OWNED if not o.assigned}
+    return owned.get(path, f"config.{path}")
 
 
 def body_trainer_config(data: dict[str, Any]) -> dict[str, Any]:
-    """The trainer settings a run body asks for: its ``config`` section with a run's defaults
-    (``RUN_DEFAULTS``) and the settings it fills from its own fields (staleness, budget, the
-    domains and their weights). The control plane's assigned settings (name, checkpoint directory)
-    are left as the trainer's defaults: no bound concerns them."""
-    cfg = copy.deepcopy(data.get("config") or {})
-    for path, value in RUN_DEFAULTS.items():
-        if not has_path(cfg, path):
-            put_path(cfg, path, value)
-    budget = data.get("budget") or {}
-    sources = {"staleness": data.get("staleness"), "budget.steps": budget.get("steps"),
-               "budget.wall_s": budget.get("wall_s") or 0.0,
-               "domains": {d["slug"]: d["weight"] for d in data.get("domains") or []} or None}
-    for path, source in _OWNED_FIELD.items():
-        if source in sources and sources[source] is not None:
-            put_path(cfg, path, sources[source])
-    return cfg
+    """The trainer settings a run body asks for (:meth:`RunSpec.trainer_config`): the control
+    plane's assigned settings (name, checkpoint directory) keep the trainer's defaults, as no bound
+    concerns them, and the domains' weights are not capped by their quotas."""
+    return RunSpec.from_body(data).trainer_config()
 
 
 def ceiling_field_errors(cfg: TrainerConfig, *, team: Team) -> list[FieldError]:

@@ -63,6 +63,8 @@ class Run(models.Model):
     budget_steps = models.IntegerField()
     budget_tokens = models.BigIntegerField(null=True, blank=True)
     budget_seconds = models.FloatField(null=True, blank=True)
+    owned = models.JSONField(default=dict, blank=True,
+                             help_text="Run fields that fill a trainer setting and have no column of their own, by field.")
     priority = models.IntegerField(default=50)
     initial_priority = models.IntegerField(null=True, blank=True)
     """The priority the run was created with (``priority`` changes mid-run): what a clone starts

@@ -9,7 +9,6 @@ another team), so this module never imports them.
 """
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +18,12 @@ from django.dispatch import Signal
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.common.storage import store_dir
 from controlplane.domains.pins import PinnedDomain, domain_quotas
-from controlplane.domains.policy import capped_shares
 from controlplane.runs import services as runs
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains
-from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, put_path
+from controlplane.runs.spec import RunSpec
+from trainer.config import put_path
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +45,10 @@ def share_caps(slugs: list[str]) -> dict[str, float]:
 
 
 def trainer_config(run: Run, domains: list[RunDomain], caps: dict[str, float] | None = None) -> dict:
-    """The trainer config of a run: its config section, a run's defaults (``RUN_DEFAULTS``) for
-    the settings it leaves out, and every setting the run owns (``RUN_OWNED``) from its source."""
-    cfg = copy.deepcopy(run.config or {})
-    for path, value in RUN_DEFAULTS.items():
-        if not has_path(cfg, path):
-            put_path(cfg, path, value)
-    sources = {
-        "id": f"run-{run.id}",
-        "base_model": run.base_model,
-        "domains": capped_shares({rd.domain.slug: rd.weight for rd in domains},
-                                 caps if caps is not None else share_caps([rd.domain.slug for rd in domains])),
-        "staleness": run.staleness,
-        "budget.steps": run.budget_steps,
-        "budget.wall_s": run.budget_seconds or 0.0,  # the trainer's "no limit" is 0
-        "storage": str(checkpoint_root(run.id)),
-    }
-    for owned in RUN_OWNED:
-        put_path(cfg, owned.path, sources[owned.source])
-    return cfg
+    """The trainer config of a stored run (:meth:`RunSpec.trainer_config`), its domains' weights
+    capped by their ``max_share`` quotas (``caps``, read now when not given)."""
+    caps = caps if caps is not None else share_caps([rd.domain.slug for rd in domains])
+    return RunSpec.from_run(run, domains).trainer_config(run_id=run.id, storage=str(checkpoint_root(run.id)), caps=caps)
 
 
 def with_model_paths(cfg: dict, paths: dict[str, str]) -> dict:

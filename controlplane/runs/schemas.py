@@ -13,7 +13,8 @@ from typing import Any
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
-from trainer.config import RUN_DEFAULTS, RUN_OWNED, ConfigError, has_path, load_config, put_path
+from trainer import config as trainer_settings
+from trainer.config import RUN_DEFAULTS, ConfigError, has_path, load_config, put_path
 from trainer.config_schema import config_json_schema, config_setting
 
 MAX_MEMBER_PRIORITY = 50
@@ -27,18 +28,29 @@ def from_setting(path: str, **override: Any) -> dict[str, Any]:
     return {k: v for k, v in schema.items() if v is not None}
 
 
-STALENESS = from_setting("rollout.staleness")
+def owned_fields() -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each run field that fills a trainer setting, by the field's place in the
+    run body (``staleness``, ``budget.steps``): the setting's, with the run's differences
+    (``trainer.config.RUN_OWNED``, read as it is now). The run body's schema, the run form, the
+    API's output and :class:`~controlplane.runs.spec.RunSpec` are built from it, so a new run
+    field is one entry there."""
+    return {o.source: from_setting(o.path, **dict(o.schema))
+            for o in trainer_settings.RUN_OWNED if o.scalar and not o.assigned}
+
+
+OWNED_FIELDS = owned_fields()
+"""The run fields that fill trainer settings, as they are at import (:func:`owned_fields`)."""
+STALENESS = OWNED_FIELDS["staleness"]
 """The run's ``staleness`` field: the trainer's ``rollout.staleness``."""
-BUDGET_STEPS = from_setting("limits.max_steps", minimum=1)
+BUDGET_STEPS = OWNED_FIELDS["budget.steps"]
 """The run's ``budget.steps``: ``limits.max_steps``, and a run takes at least one step."""
-BUDGET_WALL_S = from_setting("limits.max_wall_s", type=["number", "null"], minimum=None, exclusiveMinimum=0,
-                             default=None, description="Stop after this many seconds; null means no limit.")
+BUDGET_WALL_S = OWNED_FIELDS["budget.wall_s"]
 """The run's ``budget.wall_s``: ``limits.max_wall_s``, where null (not 0) means no limit."""
 
 MAX_BUDGET_TOKENS = 10**15
 """The run's ``budget.tokens`` at most: far beyond any run, and inside the database's bigint."""
 
-RUN_SCHEMA = {
+_RUN_BODY = {
     "type": "object",
     "required": ["name", "base_model", "domains", "budget"],
     "additionalProperties": False,
@@ -61,15 +73,12 @@ RUN_SCHEMA = {
             },
         },
         "config": {"type": "object"},  # checked by the trainer: trainer_config_errors
-        "staleness": STALENESS,
         "budget": {
             "type": "object",
             "required": ["steps"],
             "additionalProperties": False,
             "properties": {
-                "steps": BUDGET_STEPS,
                 "tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_BUDGET_TOKENS},
-                "wall_s": BUDGET_WALL_S,
             },
         },
         "priority": {"type": "integer", "minimum": 1, "maximum": 99},
@@ -78,12 +87,34 @@ RUN_SCHEMA = {
     },
 }
 
+"""The run body's own fields; :func:`run_schema` adds those that fill trainer settings."""
+
+
+def _with_owned_fields(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each of :func:`owned_fields` at its place (``budget.steps`` in the
+    ``budget`` object, made where missing)."""
+    for source, field_schema in owned_fields().items():
+        node = schema
+        for part in source.split(".")[:-1]:
+            node = node["properties"].setdefault(part, {"type": "object", "additionalProperties": False, "properties": {}})
+        node["properties"][source.rsplit(".", 1)[-1]] = field_schema
+    return schema
+
+
+def run_schema() -> dict[str, Any]:
+    """The JSON Schema of a run body, its config section an object (checked by the trainer)."""
+    return _with_owned_fields(copy.deepcopy(_RUN_BODY))
+
+
+RUN_SCHEMA = run_schema()
+"""The run body's schema as it is at import (:func:`run_schema`)."""
+
 
 def run_config_schema() -> dict[str, Any]:
     """The JSON Schema of a run's ``config`` section: the trainer's config schema without the
     settings the run owns, with the defaults a run gets. The run form renders it."""
     schema = copy.deepcopy(config_json_schema())
-    for owned in RUN_OWNED:
+    for owned in trainer_settings.RUN_OWNED:
         *parents, leaf = owned.path.split(".")
         node = schema
         for part in parents:
@@ -100,9 +131,10 @@ def run_config_schema() -> dict[str, Any]:
 
 
 def run_body_schema() -> dict[str, Any]:
-    """The body of ``POST /api/runs`` as documented: :data:`RUN_SCHEMA` with its config section."""
+    """The body of ``POST /api/runs`` as documented: :func:`run_schema` with its config section."""
     config = {k: v for k, v in run_config_schema().items() if not k.startswith("$")}
-    return {**RUN_SCHEMA, "properties": {**RUN_SCHEMA["properties"], "config": config}}
+    body = run_schema()
+    return {**body, "properties": {**body["properties"], "config": config}}
 
 
 def _without(config: dict[str, Any], paths: list[str]) -> dict[str, Any]:
@@ -122,11 +154,11 @@ def trainer_config_errors(config: dict[str, Any], prefix: str = "config",
     the run owns is refused with the run field that sets it, every other one is checked by
     ``trainer.config.load_config``, with the numbers the run body ``run`` gives the settings it
     owns (a rule across settings, such as a verification budget needing staleness, sees them)."""
-    owned = [o for o in RUN_OWNED if has_path(config, o.path)]
+    owned = [o for o in trainer_settings.RUN_OWNED if has_path(config, o.path)]
     errors = [FieldError(f"{prefix}.{o.path}", o.refusal()) for o in owned]
     checked = _without(config, [o.path for o in owned])
-    for o in RUN_OWNED:
-        value = _field(run or {}, o.source)
+    for o in trainer_settings.RUN_OWNED:
+        value = body_field(run or {}, o.source)
         if not o.assigned and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and _mappings_on_the_way(checked, o.path):  # else load_config says the section is wrong
             put_path(checked, o.path, value)
@@ -153,11 +185,11 @@ def run_schema_errors(data: Any) -> list[FieldError]:
     """Every error of a run body's shape and of its config section, in one pass (a bad weight does
     not hide a bad setting); a run field with an error of its own is not lent to the config's
     cross-setting rules."""
-    errors = schema_errors(data, RUN_SCHEMA)
+    errors = schema_errors(data, run_schema())
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         bad = [e.path for e in errors]
         run = copy.deepcopy(data)
-        for o in RUN_OWNED:
+        for o in trainer_settings.RUN_OWNED:
             if any(p == o.source or p.startswith(o.source + ".") or p.startswith(o.source + "[") for p in bad):
                 _drop(run, o.source)
         errors += trainer_config_errors(data["config"], run=run)
@@ -173,7 +205,7 @@ def _drop(data: dict[str, Any], dotted: str) -> None:
         data.pop(leaf, None)
 
 
-def _field(data: dict[str, Any], dotted: str) -> Any:
+def body_field(data: dict[str, Any], dotted: str) -> Any:
     """The value at ``dotted`` (``budget.steps``) of a run body, or None."""
     for part in dotted.split("."):
         if not isinstance(data, dict):

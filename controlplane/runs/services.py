@@ -36,7 +36,8 @@ from controlplane.runs import series
 from controlplane.runs.models import (Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, RunTag, Trajectory,
                                       UsageRecord)
 from controlplane.runs.usage import USAGE_FIELDS
-from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, STALENESS, run_schema_errors
+from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, run_schema_errors
+from controlplane.runs.spec import RunSpec
 from controlplane.runs.ceilings import gpu_request_errors, rank_errors, run_body_ceiling_errors
 from trainer.config import MAX_DOMAIN_WEIGHT, RolloutConfig
 from trainer.outcomes import OUTCOME_VALUES
@@ -49,9 +50,14 @@ class RunPlan:
     """A validated run configuration, ready to be saved."""
 
     team: Team
-    fields: dict[str, Any]
+    spec: RunSpec
     domains: list[tuple[Domain, float]]
     cloned_from: Run | None = None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The run's model fields (the spec's)."""
+        return self.spec.columns()
 
     def as_dict(self) -> dict[str, Any]:
         total = sum(w for _, w in self.domains)
@@ -137,19 +143,7 @@ def run_validate(*, actor: Principal, data: Any) -> RunPlan:
     if errors:
         raise InvalidInput(errors)
 
-    budget = data["budget"]
-    fields = {
-        "name": data["name"].strip(),
-        "base_model": ref,
-        "config": data.get("config", {}),
-        "staleness": data.get("staleness", STALENESS["default"]),
-        "budget_steps": budget["steps"],
-        "budget_tokens": budget.get("tokens"),
-        "budget_seconds": budget.get("wall_s"),
-        "priority": priority,
-        "gpus": data.get("gpus", 0),
-    }
-    return RunPlan(team=team, fields=fields, domains=domains, cloned_from=cloned_from)
+    return RunPlan(team=team, spec=RunSpec.from_body(data), domains=domains, cloned_from=cloned_from)
 
 
 def _unsafe_pins(versions) -> list[FieldError]:

@@ -20,7 +20,9 @@ from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState, RunTag
-from controlplane.runs.schemas import BUDGET_STEPS, BUDGET_WALL_S, STALENESS, run_config_schema
+from controlplane.runs.schemas import owned_fields, run_config_schema
+from controlplane.runs.spec import RunSpec
+from trainer import config as trainer_settings
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.selectors import lanes_view, scheduler_status
 from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
@@ -65,8 +67,43 @@ def varying_domain_columns(domains) -> list[str]:
 FORM_FIRST = ("algorithm", "rollout")
 """Trainer config sections the run form shows first (and open); the others follow in the order the
 trainer declares them."""
-RUN_FIELDS = {"staleness": STALENESS, "budget_steps": BUDGET_STEPS, "budget_wall_s": BUDGET_WALL_S}
-"""The run form's own fields that fill trainer settings: their default, bounds and help."""
+
+
+def run_form_fields() -> list[dict[str, Any]]:
+    """The run form's fields that fill trainer settings, one per run field (``staleness``,
+    ``budget.steps``), from the trainer's run-owned list: each field's name, label, the setting it
+    fills, its group (``budget`` for ``budget.steps``; "" for a field of the run itself) and its
+    JSON Schema (default, bounds, help). The form renders each in its group's row.
+
+    >>> [(f["name"], f["label"], f["group"], f["kind"]) for f in run_form_fields()]
+    [('staleness', 'Staleness', '', 'integer'), ('budget.steps', 'Budget: steps', 'budget', 'integer'), ('budget.wall_s', 'Budget: wall seconds', 'budget', 'number')]
+    """
+    paths = {o.source: o.path for o in trainer_settings.RUN_OWNED}
+    out = []
+    for name, schema in owned_fields().items():
+        group, _, leaf = name.rpartition(".")
+        words = leaf.removesuffix("_s").replace("_", " ") + (" seconds" if leaf.endswith("_s") else "")
+        label = f"{group.replace('_', ' ').capitalize()}: {words}" if group else words[:1].upper() + words[1:]
+        types = set(schema["type"]) if isinstance(schema.get("type"), list) else {schema.get("type")}
+        kind = ("enum" if "enum" in schema else "boolean" if "boolean" in types
+                else "integer" if "integer" in types else "number" if "number" in types else "string")
+        out.append({"name": name, "label": label, "group": group, "setting": paths[name], "kind": kind,
+                    "testid": name.replace(".", "-").replace("_", "-"), "schema": schema,
+                    "enum_json": json.dumps(schema.get("enum", []))})
+    return out
+
+
+def run_field_values(run: Run) -> list[tuple[str, Any]]:
+    """``(label, value)`` of each run field of ``run`` that fills a trainer setting (a run page's
+    summary line); a null value reads "no limit"."""
+    values = dict(RunSpec.from_run(run, []).owned)
+    return [(f["label"].lower(), "no limit" if values.get(f["name"]) is None else values[f["name"]]) for f in run_form_fields()]
+
+
+def run_form_groups(fields: list[dict[str, Any]]) -> list[str]:
+    """The groups of :func:`run_form_fields` with a row of their own after the run's and the
+    budget's rows, in their order."""
+    return [g for g in dict.fromkeys(f["group"] for f in fields) if g not in ("", "budget")]
 
 
 RUN_SORTS: dict[str, tuple[str, list[Any]]] = {
@@ -153,11 +190,23 @@ def run_as_form_data(run: Run) -> dict[str, Any]:
         # domain's 0 among them)
         "domains": [{"slug": rd.domain.slug, "weight": rd.weight if rd.initial_weight is None else rd.initial_weight}
                     for rd in run.run_domains.select_related("domain")],
-        "config": run.config or {}, "staleness": run.staleness,
+        "config": run.config or {},
         "priority": run.priority if run.initial_priority is None else run.initial_priority, "gpus": run.gpus,
-        "budget": {"steps": run.budget_steps, "tokens": run.budget_tokens, "wall_s": run.budget_seconds},
+        **_merged({"budget": {"tokens": run.budget_tokens}}, RunSpec.from_run(run, []).body()),
         "clone_from": run.id,
     }
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra``'s values, nested objects merged.
+
+    >>> _merged({"budget": {"tokens": None}}, {"staleness": 1, "budget": {"steps": 9}})
+    {'budget': {'tokens': None, 'steps': 9}, 'staleness': 1}
+    """
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def domain_catalogue(actor: Principal) -> list[dict[str, Any]]:
@@ -321,9 +370,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def run_settings(run: Run) -> dict[str, Any]:
     """What a run was configured with, flattened for a diff: its own fields, its domains' current
     weights, and each trainer setting it set (``config.algorithm.clip_high``)."""
-    out: dict[str, Any] = {"base_model": run.base_model, "staleness": run.staleness, "priority": run.priority,
-                           "gpus": run.gpus, "budget.steps": run.budget_steps, "budget.tokens": run.budget_tokens,
-                           "budget.wall_s": run.budget_seconds}
+    out: dict[str, Any] = {"base_model": run.base_model, "priority": run.priority, "gpus": run.gpus,
+                           "budget.tokens": run.budget_tokens, **dict(RunSpec.from_run(run, []).owned)}
     for rd in run.run_domains.select_related("domain"):
         out[f"domains.{rd.domain.slug}"] = rd.weight
     out.update({f"config.{k}": v for k, v in _flatten(run.config or {}).items() if k})

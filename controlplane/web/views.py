@@ -100,7 +100,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
         "can_create": bool(team) and actor.can(team.id, "run.control"),
         "is_admin": bool(team) and actor.can(team.id, "team.admin"),
         "max_member_priority": MAX_MEMBER_PRIORITY,
-        "run_fields": pages.RUN_FIELDS,
+        "run_fields": (fields := pages.run_form_fields()),
+        "run_field_groups": pages.run_form_groups(fields),
         "form_data": {
             "team": team.slug if team else "",
             "domains": pages.domain_catalogue(actor),
@@ -129,6 +130,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "warnings": run_selectors.run_warnings(run=run),
         "integrity": run_selectors.run_integrity(run=run, firing=alert_selectors.firing_keys(run=run)),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
+        "run_fields": pages.run_field_values(run),
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,

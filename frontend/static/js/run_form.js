@@ -215,16 +215,28 @@
   function value(name) { return form.querySelector(`[name="${name}"]`).value; }
   function optionalNumber(name) { const v = value(name); return v === "" ? null : Number(v); }
 
+  // The run fields that fill trainer settings (staleness, budget.steps, ...): rendered by the
+  // server from the trainer's run-owned list, each marked data-owned and named by its place in the body.
+  const ownedInputs = () => [...form.querySelectorAll("[data-owned]")];
+  function pathValue(obj, dotted) { return dotted.split(".").reduce((node, part) => (node == null ? undefined : node[part]), obj); }
+  function putPath(obj, dotted, v) {
+    const parts = dotted.split(".");
+    let node = obj;
+    for (const part of parts.slice(0, -1)) node = (node[part] ||= {});
+    node[parts.at(-1)] = v;
+  }
+  function setInput(input, v) { if (input.type === "checkbox") input.checked = !!v; else input.value = v ?? ""; }
+
   function body() {
     const b = {
       team: data.team, name: value("name"), base_model: value("base_model"),
       domains: [...mix.entries()].map(([slug, weight]) => ({ slug, weight: Number.isNaN(weight) ? 0 : weight })),
-      config: configBody(), staleness: optionalNumber("staleness"), priority: optionalNumber("priority"),
-      gpus: optionalNumber("gpus"),
-      budget: { steps: optionalNumber("budget.steps"), tokens: optionalNumber("budget.tokens"), wall_s: optionalNumber("budget.wall_s") },
+      config: configBody(), priority: optionalNumber("priority"), gpus: optionalNumber("gpus"),
+      budget: { tokens: optionalNumber("budget.tokens") },
     };
+    for (const input of ownedInputs()) putPath(b, input.name, readValue(input));
     if (cloneFrom) b.clone_from = cloneFrom;
-    for (const k of ["staleness", "priority", "gpus"]) if (b[k] === null) delete b[k];
+    for (const k of Object.keys(b)) if (b[k] === null) delete b[k]; // a blank run field: its default
     return b;
   }
 
@@ -310,8 +322,9 @@
       const source = input.dataset.cloned ?? input.dataset.default;
       input.classList.toggle("changed-from-clone", cloneFrom !== null && now !== source);
     });
-    form.querySelectorAll("[data-cloned]:not([data-kind])").forEach((input) => {
-      input.classList.toggle("changed-from-clone", cloneFrom !== null && input.value !== input.dataset.cloned);
+    form.querySelectorAll("[data-cloned]:not([data-path^='config.'])").forEach((input) => { // the run's own fields
+      const now = input.type === "checkbox" ? String(input.checked) : input.value;
+      input.classList.toggle("changed-from-clone", cloneFrom !== null && now !== input.dataset.cloned);
     });
     sections.querySelectorAll("details.cfg-section").forEach((block) => {
       const n = block.querySelectorAll(".changed").length;
@@ -328,11 +341,11 @@
     document.getElementById("clone-from").value = String(c.clone_from);
     const set = (name, v) => {
       const i = form.querySelector(`[name="${name}"]`);
-      if (i && v !== null && v !== undefined) { i.value = v; i.dataset.cloned = String(v); }
+      if (i && v !== null && v !== undefined) { setInput(i, v); i.dataset.cloned = String(v); }
     };
     set("name", c.name); set("base_model", c.base_model); set("priority", c.priority); set("gpus", c.gpus);
-    set("staleness", c.staleness); set("budget.steps", c.budget.steps); set("budget.tokens", c.budget.tokens);
-    set("budget.wall_s", c.budget.wall_s);
+    set("budget.tokens", c.budget.tokens);
+    for (const input of ownedInputs()) set(input.name, pathValue(c, input.name));
     c.domains.forEach((d) => mix.set(d.slug, d.weight));
     prefillConfig(c.config || {}, "config");
   }
@@ -417,9 +430,11 @@
   function applyBody(b) {
     const set = (name, v) => { const i = form.querySelector(`[name="${name}"]`); if (i) i.value = v ?? ""; };
     set("name", b.name); set("base_model", b.base_model); set("priority", b.priority ?? 50); set("gpus", b.gpus ?? 0);
-    if (b.staleness !== undefined) set("staleness", b.staleness);
-    const budget = b.budget || {};
-    set("budget.steps", budget.steps); set("budget.tokens", budget.tokens); set("budget.wall_s", budget.wall_s);
+    set("budget.tokens", (b.budget || {}).tokens);
+    for (const input of ownedInputs()) { // a field of the run itself left out keeps the form's value
+      const v = pathValue(b, input.name);
+      if (v !== undefined || input.name.includes(".")) setInput(input, v);
+    }
     mix.clear();
     for (const d of Array.isArray(b.domains) ? b.domains : []) if (d && d.slug) mix.set(d.slug, Number(d.weight ?? 1));
     sections.querySelectorAll("[data-path^='config.']").forEach((input) => { // back to the defaults, then the body's
