@@ -177,43 +177,8 @@ class Job:
             # every rank at once), so the followers build the same job beside this one.
             ranks.command("init", cfg.to_dict(), weights_path)
         self.verify_batch = staged_verify(verify_batch or verify_inline(self.domains))
-        torch.manual_seed(cfg.seed)
-        self.device = resolve_device(cfg.model.device)
-        self.tokenizer = load_tokenizer(cfg.model, cfg.tokenizer)
-        self.model = load_model(weights_path or cfg.model.path, cfg.model, self.device)
-        self.reference = None
-        if cfg.algorithm.kl_coef > 0:
-            self.reference = load_model(cfg.model.reference_path or cfg.model.path, cfg.model,
-                                        self.device, trainable=False)
-        alg = cfg.algorithm
         pipeline_cls = pipeline_for(cfg.rollout.staleness)  # chosen once: in turn, or overlapped
-
-        def engine_over(model, share: bool):
-            return make_engine(cfg.rollout.engine, model, self.tokenizer, seed=cfg.seed,
-                               batch_size=cfg.rollout.batch_size, share_weights=share,
-                               lean_forward=cfg.model.lean_forward,
-                               gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-                               prefix_caching=cfg.rollout.prefix_caching,
-                               tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-                               max_model_len=cfg.tokenizer.max_prompt_tokens + cfg.rollout.max_episode_tokens)
-
-        # ZeRO-3 partitions the policy's parameters over the ranks: the engine takes its own whole
-        # copy first, and its weight syncs gather them (the backend's weights()).
-        partitioned = uses_deepspeed(cfg.optimizer) and cfg.optimizer.zero_stage == 3
-        self.engine = engine_over(self.model, share=False) if partitioned else None
-        self.backend = make_backend(self.model, cfg.optimizer,
-                                    total_steps=cfg.limits.max_steps * alg.updates_per_batch)
-        self.model = self.backend.model
-        if self.engine is None:
-            self.engine = engine_over(self.model, share=pipeline_cls.shares_weights)
-        # The lean forward (Llama-family models, parameters whole on the rank) scores each
-        # distinct prompt once per micro-batch; the reference must take the same path.
-        self.lean = LeanLlama.wrap(self.model) if cfg.model.lean_forward and not partitioned else None
-        self.reference_lean = None
-        if self.lean is not None and self.reference is not None:
-            self.reference_lean = LeanLlama.wrap(self.reference)
-            if self.reference_lean is None:
-                self.lean = None
+        self._load_policy(cfg, weights_path, shares_weights=pipeline_cls.shares_weights)
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
                                    cfg.sampler, n=cfg.rollout.n, seed=cfg.seed)
         self.canaries = CanaryPlanter(cfg.integrity.canary_fraction, cfg.seed)
@@ -240,6 +205,46 @@ class Job:
         """Every trajectory the last step generated and verified (refills and dropped groups too)."""
         self.last_trained: list[Trajectory] = []
         """The trajectories the last step's update trained on (kept groups, infrastructure outcomes masked out)."""
+
+    def _load_policy(self, cfg: TrainerConfig, weights_path: str | None, *, shares_weights: bool) -> None:
+        """The tokenizer, the policy (from ``weights_path`` when given), the frozen reference
+        (with a KL term), the optimizer backend and the rollout engine (sharing the policy's
+        weights when the pipeline allows it), and the lean forward where the model takes it."""
+        torch.manual_seed(cfg.seed)
+        self.device = resolve_device(cfg.model.device)
+        self.tokenizer = load_tokenizer(cfg.model, cfg.tokenizer)
+        self.model = load_model(weights_path or cfg.model.path, cfg.model, self.device)
+        self.reference = None
+        if cfg.algorithm.kl_coef > 0:
+            self.reference = load_model(cfg.model.reference_path or cfg.model.path, cfg.model,
+                                        self.device, trainable=False)
+
+        def engine_over(model, share: bool):
+            return make_engine(cfg.rollout.engine, model, self.tokenizer, seed=cfg.seed,
+                               batch_size=cfg.rollout.batch_size, share_weights=share,
+                               lean_forward=cfg.model.lean_forward,
+                               gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                               prefix_caching=cfg.rollout.prefix_caching,
+                               tensor_parallel_size=cfg.rollout.tensor_parallel_size,
+                               max_model_len=cfg.tokenizer.max_prompt_tokens + cfg.rollout.max_episode_tokens)
+
+        # ZeRO-3 partitions the policy's parameters over the ranks: the engine takes its own whole
+        # copy first, and its weight syncs gather them (the backend's weights()).
+        partitioned = uses_deepspeed(cfg.optimizer) and cfg.optimizer.zero_stage == 3
+        self.engine = engine_over(self.model, share=False) if partitioned else None
+        self.backend = make_backend(self.model, cfg.optimizer,
+                                    total_steps=cfg.limits.max_steps * cfg.algorithm.updates_per_batch)
+        self.model = self.backend.model
+        if self.engine is None:
+            self.engine = engine_over(self.model, share=shares_weights)
+        # The lean forward (Llama-family models, parameters whole on the rank) scores each
+        # distinct prompt once per micro-batch; the reference must take the same path.
+        self.lean = LeanLlama.wrap(self.model) if cfg.model.lean_forward and not partitioned else None
+        self.reference_lean = None
+        if self.lean is not None and self.reference is not None:
+            self.reference_lean = LeanLlama.wrap(self.reference)
+            if self.reference_lean is None:
+                self.lean = None
 
     @staticmethod
     def _resolve_domains(cfg: TrainerConfig) -> dict[str, catalogue.DomainSpec]:

@@ -64,6 +64,54 @@ class Decision:
     of several hosts also has ``nodes``: [{worker, devices}, ...], the first being ``worker``."""
 
 
+Waiting = tuple[str, str, int, int]
+"""Why a run waits: ``(binding, reason, used, limit)``, as :func:`_pending` records it."""
+
+
+@dataclass
+class _Books:
+    """What the pools and the teams hold while one tick decides: the running runs, then each run
+    it admits; the slots already coming back from runs that are checkpointing; the runs that may
+    yield theirs (lowest priority, then youngest, first) and those this tick already asked to."""
+
+    capacity: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+    team_runs: dict[str, int] = field(default_factory=dict)
+    team_gpus: dict[str, int] = field(default_factory=dict)
+    freeing: dict[str, int] = field(default_factory=dict)
+    preemptable: list[RunView] = field(default_factory=list)
+    chosen: set[int] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, running: list[RunView], capacity: dict[str, int]) -> _Books:
+        books = cls(capacity, used={pool: 0 for pool in capacity}, freeing={pool: 0 for pool in capacity})
+        for r in running:
+            books.hold(r)
+            if r.preempting:
+                books.freeing[r.pool] = books.freeing.get(r.pool, 0) + r.slots
+        books.preemptable = sorted((r for r in running if not r.preempting), key=lambda r: (r.priority, -(r.started_at or 0.0)))
+        return books
+
+    def hold(self, r: RunView) -> None:
+        """Count ``r`` as running: its slots of its pool, one of its team's runs, and (off the
+        ``cpu`` pool) its team's GPUs."""
+        self.used[r.pool] = self.used.get(r.pool, 0) + r.slots
+        self.team_runs[r.team] = self.team_runs.get(r.team, 0) + 1
+        if r.pool != "cpu":
+            self.team_gpus[r.team] = self.team_gpus.get(r.team, 0) + r.slots
+
+    def over_limits(self, run: RunView, quota: Quota) -> Waiting | None:
+        """Why ``run`` waits whatever frees up now: its team's runs or GPUs, or a pool too small."""
+        runs, gpus, cap = self.team_runs.get(run.team, 0), self.team_gpus.get(run.team, 0), self.capacity.get(run.pool, 0)
+        if runs + 1 > quota.max_concurrent_runs:
+            return "team_runs", f"team {run.team} has {runs} of {quota.max_concurrent_runs} concurrent runs", runs, quota.max_concurrent_runs
+        if run.pool != "cpu" and gpus + run.slots > quota.max_gpus:
+            return "team_gpus", f"team {run.team} uses {gpus} of {quota.max_gpus} GPUs and this run asks {run.slots}", gpus, quota.max_gpus
+        if run.slots > cap:
+            return run.pool, f"asks {run.slots} {run.pool} slots; the pool has {cap}", self.used.get(run.pool, 0), cap
+        return None
+
+
 def schedule(
     *,
     queued: list[RunView],
@@ -79,97 +127,74 @@ def schedule(
     ``workers``: every live train worker (with its devices, maybe none), for runs of several hosts."""
     decision = Decision()
     free_devices = None if hosts is None else _free_devices(hosts, running)
-    used = {pool: 0 for pool in capacity}
-    team_runs: dict[str, int] = {}
-    team_gpus: dict[str, int] = {}
-
-    def hold(r: RunView) -> None:
-        """Count ``r`` as running: its slots of its pool, one of its team's runs, and (off the
-        ``cpu`` pool) its team's GPUs."""
-        used[r.pool] = used.get(r.pool, 0) + r.slots
-        team_runs[r.team] = team_runs.get(r.team, 0) + 1
-        if r.pool != "cpu":
-            team_gpus[r.team] = team_gpus.get(r.team, 0) + r.slots
-
-    for r in running:
-        hold(r)
-    # Slots already on their way back from runs that are checkpointing.
-    freeing = {pool: 0 for pool in capacity}
-    for r in running:
-        if r.preempting:
-            freeing[r.pool] = freeing.get(r.pool, 0) + r.slots
-    preemptable = sorted(
-        (r for r in running if not r.preempting),
-        key=lambda r: (r.priority, -(r.started_at or 0.0)),
-    )
-    chosen: set[int] = set()
-
-    order = sorted(queued, key=lambda r: (-r.priority, r.queued_at, r.id))
-    for run in order:
+    books = _Books.of(running, capacity)
+    for run in sorted(queued, key=lambda r: (-r.priority, r.queued_at, r.id)):
         position = len(decision.pending) + 1  # among the runs left waiting
-        quota = quotas.get(run.team, Quota(max_gpus=0, max_concurrent_runs=0))
-        if team_runs.get(run.team, 0) + 1 > quota.max_concurrent_runs:
-            decision.pending[run.id] = _pending(position, "team_runs", f"team {run.team} has {team_runs.get(run.team, 0)} of "
-                                                f"{quota.max_concurrent_runs} concurrent runs", team_runs.get(run.team, 0), quota.max_concurrent_runs)
-            continue
-        if run.pool != "cpu" and team_gpus.get(run.team, 0) + run.slots > quota.max_gpus:
-            decision.pending[run.id] = _pending(position, "team_gpus", f"team {run.team} uses {team_gpus.get(run.team, 0)} of "
-                                                f"{quota.max_gpus} GPUs and this run asks {run.slots}", team_gpus.get(run.team, 0), quota.max_gpus)
-            continue
-        cap = capacity.get(run.pool, 0)
-        if run.slots > cap:
-            decision.pending[run.id] = _pending(position, run.pool, f"asks {run.slots} {run.pool} slots; the pool has {cap}", used.get(run.pool, 0), cap)
-            continue
-        free = cap - used.get(run.pool, 0)
-        if run.slots <= free:
-            if run.hosts > 1:
-                gpu = run.pool != "cpu"
-                pick_from = (free_devices or {}) if gpu else {w: [] for w in (workers or {})}
-                placed = _place_nodes(pick_from, run.hosts, run.slots // run.hosts if gpu else 0)
-                if placed is None:
-                    machines = len({_machine(w) for w in pick_from})
-                    decision.pending[run.id] = _pending(position, "hosts", _no_hosts(pick_from, run, gpu), machines, run.hosts)
-                    continue
-                decision.placements[run.id] = placed
-            elif run.pool != "cpu" and free_devices is not None:
-                placed = _place(free_devices, run.slots)
-                if placed is None:
-                    decision.pending[run.id] = _pending(position, "devices", _no_devices(free_devices, hosts, run.slots),
-                                                        max((len(f) for f in free_devices.values()), default=0), run.slots)
-                    continue
-                decision.placements[run.id] = placed
-            decision.admit.append(run.id)
-            hold(run)
-            continue
-        # Not enough free slots: is capacity already coming back, or can lower priority yield?
-        short = run.slots - free - freeing.get(run.pool, 0)
-        victims = []
-        if short > 0:
-            for r in preemptable:
-                if short <= 0:
-                    break
-                if (r.id in chosen or r.pool != run.pool or r.priority >= run.priority
-                        or r.started_at is None or now - r.started_at < min_run_s):
-                    continue
-                victims.append(r)
-                short -= r.slots
-        if short <= 0:
-            for r in victims:
-                chosen.add(r.id)
-                decision.preempt.append(r.id)
-                freeing[run.pool] = freeing.get(run.pool, 0) + r.slots
-            # The freed slots are reserved for this run: nothing behind it takes them this tick.
-            freeing[run.pool] = freeing.get(run.pool, 0) - (run.slots - free)
-            used[run.pool] = cap
-            who = ", ".join(_named(r, run.team) for r in victims) or "runs already checkpointing"
-            decision.pending[run.id] = _pending(position, run.pool, f"waiting for {who} to checkpoint and free {run.pool} slots",
-                                                cap - free, cap)
-        else:
-            holders = sorted((r for r in running if r.pool == run.pool), key=lambda r: -r.priority)
-            detail = ", ".join(_named(r, run.team) for r in holders[:5])
-            decision.pending[run.id] = _pending(position, run.pool, f"no free {run.pool} slot: {cap - free} of {cap} in use"
-                                                + (f" by {detail}" if detail else ""), cap - free, cap)
+        waiting = books.over_limits(run, quotas.get(run.team, Quota(max_gpus=0, max_concurrent_runs=0)))
+        free = capacity.get(run.pool, 0) - books.used.get(run.pool, 0)
+        if waiting is None and run.slots <= free:
+            placed, waiting = _placement(run, free_devices, hosts, workers)
+            if waiting is None:
+                if placed is not None:
+                    decision.placements[run.id] = placed
+                decision.admit.append(run.id)
+                books.hold(run)
+                continue
+        elif waiting is None:
+            waiting = _make_room(run, free, books, running, decision, now=now, min_run_s=min_run_s)
+        decision.pending[run.id] = _pending(position, *waiting)
     return decision
+
+
+def _placement(run: RunView, free_devices: dict[str, list[int]] | None, hosts: dict[str, tuple[int, ...]] | None,
+               workers: dict[str, tuple[int, ...]] | None) -> tuple[dict | None, Waiting | None]:
+    """Where a run that fits its pool goes, as ``(placement, None)``: its hosts (a run of several),
+    its devices (a GPU run, where they are known), or None (anywhere); or ``(None, why it waits)``."""
+    if run.hosts > 1:
+        gpu = run.pool != "cpu"
+        pick_from = (free_devices or {}) if gpu else {w: [] for w in (workers or {})}
+        placed = _place_nodes(pick_from, run.hosts, run.slots // run.hosts if gpu else 0)
+        if placed is None:
+            return None, ("hosts", _no_hosts(pick_from, run, gpu), len({_machine(w) for w in pick_from}), run.hosts)
+        return placed, None
+    if run.pool != "cpu" and free_devices is not None:
+        placed = _place(free_devices, run.slots)
+        if placed is None:
+            return None, ("devices", _no_devices(free_devices, hosts, run.slots),
+                          max((len(f) for f in free_devices.values()), default=0), run.slots)
+        return placed, None
+    return None, None
+
+
+def _make_room(run: RunView, free: int, books: _Books, running: list[RunView], decision: Decision, *,
+               now: float, min_run_s: float) -> Waiting:
+    """A run short of free slots: is capacity already coming back, or can runs of lower priority
+    yield (each past ``min_run_s``)? Then they are asked to (``decision.preempt``) and the slots are
+    reserved for ``run``; either way it waits, and the reason says for whom."""
+    cap = books.capacity.get(run.pool, 0)
+    short = run.slots - free - books.freeing.get(run.pool, 0)
+    victims = []
+    for r in books.preemptable:
+        if short <= 0:
+            break
+        if (r.id in books.chosen or r.pool != run.pool or r.priority >= run.priority
+                or r.started_at is None or now - r.started_at < min_run_s):
+            continue
+        victims.append(r)
+        short -= r.slots
+    if short > 0:
+        holders = sorted((r for r in running if r.pool == run.pool), key=lambda r: -r.priority)
+        detail = ", ".join(_named(r, run.team) for r in holders[:5])
+        return run.pool, f"no free {run.pool} slot: {cap - free} of {cap} in use" + (f" by {detail}" if detail else ""), cap - free, cap
+    for r in victims:
+        books.chosen.add(r.id)
+        decision.preempt.append(r.id)
+        books.freeing[run.pool] = books.freeing.get(run.pool, 0) + r.slots
+    # The freed slots are reserved for this run: nothing behind it takes them this tick.
+    books.freeing[run.pool] = books.freeing.get(run.pool, 0) - (run.slots - free)
+    books.used[run.pool] = cap
+    who = ", ".join(_named(r, run.team) for r in victims) or "runs already checkpointing"
+    return run.pool, f"waiting for {who} to checkpoint and free {run.pool} slots", cap - free, cap
 
 
 def _free_devices(hosts: dict[str, tuple[int, ...]], running: list[RunView]) -> dict[str, list[int]]:

@@ -22,7 +22,7 @@ from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
-from controlplane.scheduling.scheduler import Quota, RunView, schedule
+from controlplane.scheduling.scheduler import Decision, Quota, RunView, schedule
 from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_workers
 from trainer.config import ceiling_map_errors
 
@@ -196,11 +196,7 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
     # never hold them in opposite orders.
     runs = list(Run.objects.select_for_update(of=("self",)).filter(state__in=[RunState.QUEUED, RunState.RUNNING])
                 .select_related("team").order_by("pk"))
-    quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}
-    for run in runs:
-        if run.team.slug not in quotas:
-            quota, _ = TeamQuota.objects.get_or_create(team=run.team)
-            quotas[run.team.slug] = Quota(quota.max_gpus, quota.max_concurrent_runs)
+    quotas = _team_quotas(runs)
     # When each running run last started (its latest admission): preemption waits MIN_RUN_S from it.
     admitted = dict(RunEvent.objects.filter(run__in=[r for r in runs if r.state == RunState.RUNNING], kind="admitted")
                     .order_by("run_id", "at").values_list("run_id", "at"))
@@ -215,6 +211,37 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         hosts={w: d for w, d in workers.items() if d}, workers=workers,
     )
     by_id = {r.id: r for r in runs}
+    _carry_out(decision, by_id)
+    _note_audit_holds(held, by_id, first_position=len(decision.pending) + 1)
+    cutoff = now - timedelta(seconds=lease_s())
+    for run in runs:
+        if run.state != RunState.RUNNING or run.id in decision.admit:
+            continue
+        seen = run.driver_seen_at or started[run.id]
+        if seen is not None and seen >= cutoff:
+            continue
+        _recover(run, now, service)
+    tick = {"at": timezone.now(), "duration_ms": round((time.monotonic() - began) * 1000, 3),
+            "queued": sum(1 for r in runs if r.state == RunState.QUEUED and r.id not in decision.admit),
+            "admitted": len(decision.admit), "preempted": len(decision.preempt), "worker": worker[:200]}
+    # One row, made by the migration: concurrent ticks queue on its lock instead of racing to insert.
+    if not SchedulerTick.objects.filter(pk=1).update(**tick):
+        SchedulerTick.objects.create(pk=1, **tick)
+    return decision
+
+
+def _team_quotas(runs: list[Run]) -> dict[str, Quota]:
+    """Each team's quota by slug (a team of these runs without one gets the default row)."""
+    quotas = {q.team.slug: Quota(q.max_gpus, q.max_concurrent_runs) for q in TeamQuota.objects.select_related("team")}
+    for run in runs:
+        if run.team.slug not in quotas:
+            quota, _ = TeamQuota.objects.get_or_create(team=run.team)
+            quotas[run.team.slug] = Quota(quota.max_gpus, quota.max_concurrent_runs)
+    return quotas
+
+
+def _carry_out(decision: Decision, by_id: dict[int, Run]) -> None:
+    """Admit (and dispatch the driver of), preempt and explain, as the tick decided."""
     for run_id in decision.admit:
         run = by_id[run_id]
         run.transition(RunState.RUNNING)
@@ -239,7 +266,12 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         if run.scheduler_note != note:
             run.scheduler_note = note
             run.save(update_fields=["scheduler_note", "updated_at"])
-    for position, (run_id, (verdict, reason, blocking, pins)) in enumerate(sorted(held.items()), start=len(decision.pending) + 1):
+
+
+def _note_audit_holds(held: dict[int, tuple[str, str, int, int]], by_id: dict[int, Run], *, first_position: int) -> None:
+    """The runs an audit holds, after those the scheduler left waiting: each one's note, and an
+    event once per wait (not per tick)."""
+    for position, (run_id, (verdict, reason, blocking, pins)) in enumerate(sorted(held.items()), start=first_position):
         run = by_id[run_id]
         before = run.scheduler_note or {}
         note = {"position": position, "binding": "audit", "reason": reason, "used": pins - blocking, "limit": pins,
@@ -250,21 +282,6 @@ def schedule_tick(*, now=None, min_run: float | None = None, worker: str = ""):
         if before.get("binding") != "audit" or before.get("verdict") != verdict:  # once per wait, not per tick
             RunEvent.objects.create(run=run, kind="audit_blocked" if verdict == "refuse" else "audit_wait",
                                     message=reason[:4000], data={"verdict": verdict})
-    cutoff = now - timedelta(seconds=lease_s())
-    for run in runs:
-        if run.state != RunState.RUNNING or run.id in decision.admit:
-            continue
-        seen = run.driver_seen_at or started[run.id]
-        if seen is not None and seen >= cutoff:
-            continue
-        _recover(run, now, service)
-    tick = {"at": timezone.now(), "duration_ms": round((time.monotonic() - began) * 1000, 3),
-            "queued": sum(1 for r in runs if r.state == RunState.QUEUED and r.id not in decision.admit),
-            "admitted": len(decision.admit), "preempted": len(decision.preempt), "worker": worker[:200]}
-    # One row, made by the migration: concurrent ticks queue on its lock instead of racing to insert.
-    if not SchedulerTick.objects.filter(pk=1).update(**tick):
-        SchedulerTick.objects.create(pk=1, **tick)
-    return decision
 
 
 def _audit_holds(queued: list[Run], now) -> dict[int, tuple[str, str, int, int]]:

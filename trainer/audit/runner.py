@@ -187,44 +187,13 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     sample. ``wrong_filter`` picks, for an open-ended task, the candidate wrong answers the
     verifier refuses on their own (see :func:`trainer.audit.probes.text_probes`)."""
     fmt = answer_format(verifier)
-    probes: list[Probe] = []
-    skipped: list[str] = []
-    if fmt.kind == "code":
-        for task in tasks:
-            gold, broken = _code_gold(family, task)
-            if gold is None:
-                skipped.append(f"{task.id}: no reference solution; only hostile and constant programs were run")
-            probes += code_probes(task, gold, broken)
-        return probes, [], skipped
-    if fmt.kind == "repo":
-        for task in tasks:
-            probes += repo_probes(task)
-        return probes, [], skipped
-    if fmt.kind == "calls":
-        for task in tasks:
-            probes += call_probes(task)
-        return probes, [], skipped
-    if fmt.kind == "cad":
-        for task in tasks:
-            probes += cad_probes(task)
-        return probes, [], skipped
-    if fmt.kind == "tool":
-        for task in tasks:
-            gold = gold_text(task, fmt)
-            if gold is None:
-                skipped.append(f"{task.id}: no reference transcript")
-                continue
-            probes += tool_probes(task, gold)
+    if fmt.kind in ("code", "repo", "calls", "cad", "tool"):
+        probes, skipped = _structured_probes(family, fmt, tasks)
         return probes, [], skipped
     golds = [gold_text(t, fmt) for t in chance_tasks]
-    labels_count = Counter(normal(g) for g in golds if g is not None)
-    labels = None
-    if len(golds) >= 16 and 2 <= len(labels_count) <= 8 and min(labels_count.values()) >= 2:
-        first_form: dict[str, str] = {}
-        for g in golds:
-            if g is not None:
-                first_form.setdefault(normal(g), g)
-        labels = [first_form[k] for k in sorted(first_form)]
+    labels = _labels(golds)
+    probes: list[Probe] = []
+    skipped: list[str] = []
     for i, task in enumerate(tasks):
         gold = golds[i]
         if gold is None:
@@ -238,6 +207,49 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     if any(open_ended(t) for t in tasks):
         skipped.append("open-ended tasks (the gold is one valid answer among many): no perturbed probes; their "
                        "wrong answers are those the verifier refuses on their own")
+    return probes, _chance_items(chance_tasks, fmt, golds, labels), skipped
+
+
+def _structured_probes(family: str, fmt, tasks: list[Task]) -> tuple[list[Probe], list[str]]:
+    """(probes, skipped notes) of a domain whose answers are programs, repositories, calls, CAD
+    solids or tool transcripts: each kind's own probes; no chance items (a constant cannot be one)."""
+    probes: list[Probe] = []
+    skipped: list[str] = []
+    for task in tasks:
+        if fmt.kind == "code":
+            gold, broken = _code_gold(family, task)
+            if gold is None:
+                skipped.append(f"{task.id}: no reference solution; only hostile and constant programs were run")
+            probes += code_probes(task, gold, broken)
+        elif fmt.kind == "repo":
+            probes += repo_probes(task)
+        elif fmt.kind == "calls":
+            probes += call_probes(task)
+        elif fmt.kind == "cad":
+            probes += cad_probes(task)
+        elif (gold := gold_text(task, fmt)) is None:  # tool
+            skipped.append(f"{task.id}: no reference transcript")
+        else:
+            probes += tool_probes(task, gold)
+    return probes, skipped
+
+
+def _labels(golds: list[str | None]) -> list[str] | None:
+    """A classification domain's labels (2 to 8 golds, each at least twice, in a sample of 16 or
+    more), each in the form first seen; None for any other domain."""
+    counts = Counter(normal(g) for g in golds if g is not None)
+    if not (len(golds) >= 16 and 2 <= len(counts) <= 8 and min(counts.values()) >= 2):
+        return None
+    first_form: dict[str, str] = {}
+    for g in golds:
+        if g is not None:
+            first_form.setdefault(normal(g), g)
+    return [first_form[k] for k in sorted(first_form)]
+
+
+def _chance_items(chance_tasks: list[Task], fmt, golds: list[str | None], labels: list[str] | None) -> list[tuple[str, Task, str]]:
+    """What a policy that ignores the task would answer, each as (completion, task, note): the
+    constants (the labels, and the sample's most common golds), and another task's gold."""
     chance: list[tuple[str, Task, str]] = []
     n = len(chance_tasks)
     first_seen: dict[str, str] = {}
@@ -262,8 +274,7 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
         other = golds[peers[(peers.index(i) + 1) % len(peers)]] if n > 1 else None
         if other is not None:
             chance.append((fmt.wrap(other), task, "shuffled"))
-    return probes, chance, skipped
-
+    return chance
 
 def _judge(probe: Probe, v: Verification) -> str | None:
     """'fn', 'fp' or None (right) for one probe's verification."""
@@ -380,7 +391,17 @@ def audit_domain(
         if progress is not None:
             progress(len(results), len(items))
     probe_results, chance_results = results[: len(probes)], results[len(probes):]
-    for probe, v in zip(probes, probe_results):
+    _score_probes(report, probes, probe_results)
+    _score_constants(report, chance, chance_results, _same_to_the_verifier(chance, chance_results, sample, fmt, verify_many))
+    _score_constant_bias(report, constant_bias(chance, chance_results, [gold_text(t, fmt) for t in sample], [t.level for t in sample]))
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+def _score_probes(report: AuditReport, probes: list[Probe], results: list[Verification]) -> None:
+    """Count each probe's verdict in its class and the report: a false positive (and whether an
+    infrastructure outcome masked it), a false negative on a gold or an equivalent answer."""
+    for probe, v in zip(probes, results):
         cls = report.classes.setdefault(probe.cls, ClassResult())
         cls.probes += 1
         report.probes += 1
@@ -399,9 +420,15 @@ def audit_domain(
                 report.false_negatives_equivalent += 1
         if len(cls.examples) < EXAMPLES_PER_CLASS:
             cls.examples.append(_example(probe, v))
+
+
+def _score_constants(report: AuditReport, chance: list[tuple[str, Task, str]], results: list[Verification],
+                     same: set[int]) -> None:
+    """The constant answers: one that earns a reward (or an infrastructure outcome, which would
+    mask it) is a false positive, unless it is a legitimate answer or the same to the verifier as
+    the task's gold (``same``)."""
     constants = ClassResult()
-    same = _same_to_the_verifier(chance, chance_results, sample, fmt, verify_many)
-    for k, ((completion, task, note), v) in enumerate(zip(chance, chance_results)):
+    for k, ((completion, task, note), v) in enumerate(zip(chance, results)):
         if note == "shuffled":
             continue
         constants.probes += 1
@@ -414,19 +441,22 @@ def audit_domain(
                 constants.examples.append(_example(Probe("constant", completion, task, "no_reward", note), v))
     if constants.probes:
         report.classes["constant"] = _merge(report.classes.get("constant"), constants)
-    report.constant_bias = constant_bias(chance, chance_results, [gold_text(t, fmt) for t in sample], [t.level for t in sample])
-    flagged = [c for c in report.constant_bias if c["flagged"]]
-    if report.constant_bias:
-        bias = ClassResult(probes=len(report.constant_bias), false_positives=len(flagged))
-        bias.examples = [{"task_id": "", "completion": c["constant"], "outcome": "pass", "score": c["rate"],
-                          "expect": "at most chance", "note": f"constant {c['constant']!r} scores {c['rate']:.2f} "
-                          f"where a blind guess of the domain's answers scores {c['chance']:.2f}", "error": ""}
-                         for c in flagged[:EXAMPLES_PER_CLASS]]
-        report.classes["constant_bias"] = bias
-        report.probes += bias.probes
-        report.false_positives += len(flagged)
-    report.wall_s = time.perf_counter() - started
-    return report
+
+
+def _score_constant_bias(report: AuditReport, bias_rows: list[dict[str, Any]]) -> None:
+    """A constant that beats a blind guess of the domain's answers is a false positive of its own class."""
+    report.constant_bias = bias_rows
+    flagged = [c for c in bias_rows if c["flagged"]]
+    if not bias_rows:
+        return
+    bias = ClassResult(probes=len(bias_rows), false_positives=len(flagged))
+    bias.examples = [{"task_id": "", "completion": c["constant"], "outcome": "pass", "score": c["rate"],
+                      "expect": "at most chance", "note": f"constant {c['constant']!r} scores {c['rate']:.2f} "
+                      f"where a blind guess of the domain's answers scores {c['chance']:.2f}", "error": ""}
+                     for c in flagged[:EXAMPLES_PER_CLASS]]
+    report.classes["constant_bias"] = bias
+    report.probes += bias.probes
+    report.false_positives += len(flagged)
 
 
 def _same_to_the_verifier(chance: list[tuple[str, Task, str]], results: list[Verification], sample: list[Task],

@@ -166,27 +166,13 @@ def filing(seed: int, level: int) -> Filing:
         cash = values[y]["ending_cash"]
         revenue = round(revenue * rng.uniform(0.9, 1.25))
     last = years[-1]
-    segments = rng.sample(SEGMENTS, rng.randint(3, 4))
-    segment_revenue: dict[int, dict[str, int]] = {}
-    segment_income: dict[int, dict[str, int]] = {}
-    for y in years:
-        weights = [rng.uniform(0.5, 2.0) for _ in segments]
-        total = values[y]["revenue"]
-        shares = [round(total * w / sum(weights)) for w in weights]
-        shares[-1] = total - sum(shares[:-1])  # continuing segments sum to consolidated revenue
-        segment_revenue[y] = dict(zip(segments, shares)) | {LEGACY: round(total * rng.uniform(0.04, 0.12))}
-        segment_income[y] = {s: round(r * rng.uniform(0.05, 0.25)) for s, r in segment_revenue[y].items()}
+    segments, segment_revenue, segment_income = _segments(rng, years, values)
     charges = {y: round(values[y]["sga"] * rng.uniform(0.05, 0.3)) for y in years}
     diluted = {y: rng.randint(20_000, 400_000) for y in years}
     basic = {y: round(diluted[y] * rng.uniform(0.94, 0.99)) for y in years}
     split = rng.choice([2, 3, 4])
     debt = values[last]["long_term_debt"]
-    n_tranches = rng.randint(3, 5)
-    cuts = sorted(rng.sample(range(1, max(debt, n_tranches + 1)), n_tranches - 1))
-    principals = [b - a for a, b in zip([0, *cuts], [*cuts, debt])]
-    dues = sorted(rng.sample(range(last + 1, last + 11), n_tranches))
-    tranches = [Tranche(f"{rate:.2f}% Senior Notes due {due}", p, due, rate)
-                for p, due, rate in zip(principals, dues, [round(rng.uniform(2.0, 7.5), 2) for _ in principals])]
+    tranches = _tranches(rng, debt, last)
     repaid = rng.choice(tranches[1:]).name  # never the only tranche due soonest: some debt always falls due
     repay_day = f"{rng.choice(['February', 'March'])} {rng.randint(2, 27)}, {last + 1}"
     split_day = f"{rng.choice(['January', 'February', 'March'])} {rng.randint(2, 27)}, {last + 1}"
@@ -222,9 +208,42 @@ def filing(seed: int, level: int) -> Filing:
                 "from cash on hand; no other notes were repaid or issued after the year end."),
     ]
     fixed = [Section("statements", "Item 8. Financial statements", statements)] + notes
-    fixed_chars = sum(len(s.text) for s in fixed)
+    sections = _narrative(rng, level, sum(len(s.text) for s in fixed), segments) + fixed
+    return Filing(seed, level, company, years, values, segments, segment_revenue, charges, diluted, split,
+                  tranches, repaid, sections)
+
+
+def _segments(rng: random.Random, years: list[int], values: dict[int, dict[str, int]]
+              ) -> tuple[list[str], dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """The continuing segments, and each year's revenue and operating income by segment (the
+    legacy business's among them): continuing segments sum to consolidated revenue."""
+    segments = rng.sample(SEGMENTS, rng.randint(3, 4))
+    segment_revenue: dict[int, dict[str, int]] = {}
+    segment_income: dict[int, dict[str, int]] = {}
+    for y in years:
+        weights = [rng.uniform(0.5, 2.0) for _ in segments]
+        total = values[y]["revenue"]
+        shares = [round(total * w / sum(weights)) for w in weights]
+        shares[-1] = total - sum(shares[:-1])  # continuing segments sum to consolidated revenue
+        segment_revenue[y] = dict(zip(segments, shares)) | {LEGACY: round(total * rng.uniform(0.04, 0.12))}
+        segment_income[y] = {s: round(r * rng.uniform(0.05, 0.25)) for s, r in segment_revenue[y].items()}
+    return segments, segment_revenue, segment_income
+
+
+def _tranches(rng: random.Random, debt: int, last: int) -> list[Tranche]:
+    """The long-term ``debt`` at the end of FY``last`` as 3 to 5 notes, due in the ten years after."""
+    n_tranches = rng.randint(3, 5)
+    cuts = sorted(rng.sample(range(1, max(debt, n_tranches + 1)), n_tranches - 1))
+    principals = [b - a for a, b in zip([0, *cuts], [*cuts, debt])]
+    dues = sorted(rng.sample(range(last + 1, last + 11), n_tranches))
+    return [Tranche(f"{rate:.2f}% Senior Notes due {due}", p, due, rate)
+            for p, due, rate in zip(principals, dues, [round(rng.uniform(2.0, 7.5), 2) for _ in principals])]
+
+
+def _narrative(rng: random.Random, level: int, fixed_chars: int, segments: list[str]) -> list[Section]:
+    """The narrative items, which take the rest of the level's length after the statements and
+    notes (``fixed_chars``): business 30%, risk factors 40%, MD&A 30%."""
     budget = max(TARGET_TOKENS[level] * CHARS_PER_TOKEN - fixed_chars, 2_000)
-    # The narrative gets the rest of the length: business 30%, risk factors 40%, MD&A 30%.
     narrative = []
     for id, title, templates, share in (("business", "Item 1. Business", _BUSINESS, 0.3),
                                         ("risks", "Item 1A. Risk factors", _RISKS, 0.4),
@@ -233,9 +252,7 @@ def filing(seed: int, level: int) -> Filing:
         while len(text) < goal:
             text += ("\n\n" if text else "") + _paragraphs(rng, templates, 1, segments + [LEGACY])
         narrative.append(Section(id, title, text))
-    sections = narrative[:2] + [narrative[2]] + fixed
-    return Filing(seed, level, company, years, values, segments, segment_revenue, charges, diluted, split,
-                  tranches, repaid, sections)
+    return narrative
 
 
 # ---- questions ------------------------------------------------------------------------------
