@@ -119,7 +119,8 @@ def main() -> int:
                "--nproc-per-node", str(args.ranks), os.path.abspath(__file__), *sys.argv[1:], "--model", args.model]
         os.execv(cmd[0], cmd)
 
-    from trainer.job import Job, follow
+    from trainer.follower import follow
+    from trainer.job import Job
 
     world = 1
     if "LOCAL_RANK" in os.environ:

@@ -87,7 +87,8 @@ def main() -> None:
 
     from controlplane.registry.stats import paired_delta
     from controlplane.web.management.commands.demo_setup import DEMO_CONFIG, DEMO_DOMAINS, DEMO_STEPS, DEMO_SUITE
-    from trainer.config import RUN_DEFAULTS, put_path
+    from trainer.config import put_path
+    from trainer.run_fields import RUN_DEFAULTS
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
 

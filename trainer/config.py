@@ -33,7 +33,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from trainer.holdout import HOLDOUT_FRACTION
+from trainer.sizes import SIZES
 
 
 class ConfigError(ValueError):
@@ -357,140 +357,6 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
-# ----------------------------------------------------------------------------- in a run
-@dataclass(frozen=True)
-class RunOwned:
-    """A setting that a control-plane run fills from one of its own fields; a run's ``config``
-    section may not set it."""
-
-    path: str
-    """The setting's dotted path in :class:`TrainerConfig`."""
-    source: str
-    """Where the run takes it from: a field of the run's API body (``staleness``, ``budget.steps``),
-    or, when ``assigned``, what the control plane gives every run (its ``id``, its ``storage``)."""
-    assigned: bool = False
-    """No field of the API body sets it: the control plane assigns it."""
-    schema: tuple[tuple[str, Any], ...] = ()
-    """For a run field that takes its JSON Schema from the setting (a number such as
-    ``staleness``): the keys that differ from the setting's, as ``(key, value)`` pairs (a value of
-    None drops the key). Empty for one the run body describes itself (the base model, the
-    domains) and for an assigned one."""
-    scalar: bool = True
-    """The run field is the setting's own value (``staleness``), not a structure of the run body
-    (``domains``) or a reference the control plane resolves (``base_model``)."""
-
-    def refusal(self) -> str:
-        """Why a run's ``config`` may not set this setting (the API's error message)."""
-        if self.assigned:
-            return f"set by the control plane from the run's {self.source}; leave it out"
-        return f"set it with the run's '{self.source}' field instead"
-
-
-RUN_OWNED: tuple[RunOwned, ...] = (
-    RunOwned("name", "id", assigned=True, scalar=False),
-    RunOwned("model.path", "base_model", scalar=False),
-    RunOwned("domains", "domains", scalar=False),
-    RunOwned("rollout.staleness", "staleness"),
-    RunOwned("limits.max_steps", "budget.steps", schema=(("minimum", 1),)),  # a run takes at least one step
-    RunOwned("limits.max_wall_s", "budget.wall_s",  # null, not 0, means no limit in a run body
-             schema=(("type", ["number", "null"]), ("minimum", None), ("exclusiveMinimum", 0), ("default", None),
-                     ("description", "Stop after this many seconds; null means no limit."))),
-    RunOwned("checkpoint.dir", "storage", assigned=True, scalar=False),
-)
-"""The settings a run owns, listed once: the API refuses them in a run's ``config`` (naming the
-run field to use), the run body's schema and the run form take each scalar one's field from the
-setting, and the control plane's ``RunSpec`` fills each one from its source when it builds the
-run's trainer config. A run field's null is the setting's default."""
-
-RUN_DEFAULTS: dict[str, Any] = {
-    "checkpoint.every_steps": 5,
-    "sampler.holdout_fraction": HOLDOUT_FRACTION,
-}
-"""Settings whose default differs in a run, by path: a run checkpoints every few steps (a
-preempted or failed worker loses little), and keeps the model registry's held-out share of every
-domain out of training. The run form shows these defaults; the run driver applies them where the
-run's ``config`` leaves the setting out."""
-
-MAX_SEQUENCES_PER_STEP = 65_536
-"""``rollout.prompts_per_step`` times the group size (``rollout.n``, or ``sampler.max_samples``
-with the adaptive budget) may not exceed this: each sequence is generated, kept and scored."""
-MAX_TOKENS_PER_STEP = 1 << 26
-"""The sequences of a step times the tokens of each (:func:`sequence_tokens`): every token of a
-step is held in memory (ids and logprobs) until the update."""
-MAX_EVAL_TASKS = 100_000
-"""Held-out tasks one periodic evaluation answers: ``eval.tasks_per_domain`` times the domains."""
-MAX_BATCH_TOKENS = 1 << 24
-"""``rollout.batch_size`` (sequences generated together) and ``optimizer.micro_batch_size``
-(sequences in one forward/backward) times the tokens of a sequence: what one forward pass holds
-(KV cache, activations)."""
-
-
-@dataclass(frozen=True)
-class Size:
-    """A size that no single setting bounds: a product of settings, with the global bound of its
-    value. Checked by :func:`load_config`; a team's ceilings may name it like a setting."""
-
-    name: str
-    """The name a team ceiling uses, e.g. ``sequences_per_step``."""
-    path: str
-    """The setting an error is reported at (the one most worth lowering)."""
-    bound: int
-    """The largest value any config may have."""
-    help: str
-    """What it counts."""
-
-    def value(self, cfg: TrainerConfig) -> tuple[int, str]:
-        """This size of ``cfg`` and how it was computed (for the error message)."""
-        r, seq = cfg.rollout, sequence_tokens(cfg)
-        group, group_path = ((cfg.sampler.max_samples, "sampler.max_samples") if cfg.sampler.adaptive_budget
-                             else (r.n, "rollout.n"))
-        if self.name == "sequences_per_step":
-            return r.prompts_per_step * group, f"times {group_path}"
-        if self.name == "tokens_per_step":
-            return r.prompts_per_step * group * seq, f"times {group_path} times {seq} tokens a sequence"
-        if self.name == "tokens_per_generation_batch":
-            return r.batch_size * seq, f"times {seq} tokens a sequence"
-        if self.name == "tokens_per_micro_batch":
-            return cfg.optimizer.micro_batch_size * seq, f"times {seq} tokens a sequence"
-        if self.name == "eval_tasks":  # nothing is evaluated while every_steps is 0
-            return (cfg.eval.tasks_per_domain * len(cfg.domains) if cfg.eval.every_steps else 0,
-                    f"times {len(cfg.domains)} domains")
-        if self.name == "sft_check_tasks":  # no checks while until_pass_rate is 0 or the stage is off
-            return (cfg.sft.check_tasks * len(cfg.domains) if cfg.sft.until_pass_rate > 0 and cfg.sft.steps else 0,
-                    f"times {len(cfg.domains)} domains")
-        raise KeyError(self.name)  # a bug in this module
-
-
-SIZES: tuple[Size, ...] = (
-    Size("sequences_per_step", "rollout.prompts_per_step", MAX_SEQUENCES_PER_STEP,
-         "Sequences generated and scored in one step (prompts per step times the group size)."),
-    Size("tokens_per_step", "rollout.prompts_per_step", MAX_TOKENS_PER_STEP,
-         "Tokens held in one step (sequences per step times the tokens of a sequence)."),
-    Size("tokens_per_generation_batch", "rollout.batch_size", MAX_BATCH_TOKENS,
-         "Tokens generated together (rollout.batch_size times the tokens of a sequence)."),
-    Size("tokens_per_micro_batch", "optimizer.micro_batch_size", MAX_BATCH_TOKENS,
-         "Tokens in one forward/backward (optimizer.micro_batch_size times the tokens of a sequence)."),
-    Size("eval_tasks", "eval.tasks_per_domain", MAX_EVAL_TASKS,
-         "Held-out tasks answered by one periodic evaluation (eval.tasks_per_domain times the domains)."),
-    Size("sft_check_tasks", "sft.check_tasks", MAX_EVAL_TASKS,
-         "Training tasks answered by one check of sft.until_pass_rate (sft.check_tasks times the domains)."),
-)
-"""The products of settings bounded beside each setting's own bound, listed once."""
-
-
-def sequence_tokens(cfg: TrainerConfig) -> int:
-    """The most tokens one sequence can hold: the prompt, then one turn's ``max_new_tokens`` (or the
-    evaluation's when larger) or, with several turns, the episode's ``max_episode_tokens``.
-
-    >>> sequence_tokens(TrainerConfig())
-    576
-    """
-    new = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
-    if cfg.rollout.max_turns > 1:
-        new = max(new, cfg.rollout.max_episode_tokens)
-    return cfg.tokenizer.max_prompt_tokens + new
-
-
 def has_path(data: Any, path: str) -> bool:
     """Whether the nested dict ``data`` holds a value at the dotted ``path``.
 
@@ -537,10 +403,10 @@ def put_path(data: dict[str, Any], path: str, value: Any) -> None:
 # ----------------------------------------------------------------------------- validation
 def _describe_bound(op: str, value: float) -> str:
     words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
-    return f"must be {words[op]} {_fmt(value)}"
+    return f"must be {words[op]} {number_text(value)}"
 
 
-def _bound_errors(value: float, bounds: dict[str, float]) -> list[str]:
+def bound_errors(value: float, bounds: dict[str, float]) -> list[str]:
     if isinstance(value, float) and not math.isfinite(value):
         return ["must be a finite number"]
     checks = {"gt": value > bounds.get("gt", float("-inf")),
@@ -614,7 +480,7 @@ def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> 
         value = _coerce(data[name], hints[name], path, errors)
         bounds = f.metadata.get("bounds")
         if bounds and len(errors) == n_before:
-            errors.extend((path, msg) for msg in _bound_errors(value, bounds))
+            errors.extend((path, msg) for msg in bound_errors(value, bounds))
         kwargs[name] = value
     try:
         return cls(**kwargs)
@@ -658,88 +524,12 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     return errors
 
 
-def numeric_settings() -> dict[str, dict[str, float]]:
-    """Every int or float setting of :class:`TrainerConfig` by dotted path, with its bounds."""
-    out: dict[str, dict[str, float]] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if dataclasses.is_dataclass(hints[f.name]):
-                walk(hints[f.name], f"{prefix}{f.name}.")
-            elif hints[f.name] in (int, float):
-                out[f"{prefix}{f.name}"] = dict(f.metadata.get("bounds", {}))
-    walk(TrainerConfig, "")
-    return out
-
-
-def _fmt(value: float) -> str:
+def number_text(value: float) -> str:
     """A number as a person writes it: ``512``, ``0.5``, ``1e+06`` (a float that is whole is
     written as an integer below a billion)."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e9:
         value = int(value)
     return str(value) if isinstance(value, int) else f"{value:g}"
-
-
-def _get_path(cfg: Any, path: str) -> Any:
-    for part in path.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
-def ceiling_map_errors(ceilings: Any, prefix: str = "ceilings") -> list[tuple[str, str]]:
-    """What is wrong with a map of ceilings ``{setting path or size name: ceiling}``: each key a
-    numeric setting (:func:`numeric_settings`) or a :data:`SIZES` name, each value a number that
-    the setting itself allows (a ceiling is never above the global bound).
-
-    >>> ceiling_map_errors({"rollout.n": 64, "tokens_per_step": 1e6})
-    []
-    >>> ceiling_map_errors({"rollout.n": 4096, "rollout.engine": 1, "rollout.top_p": float("nan")})
-    [('ceilings.rollout.n', 'must be at most 1024'), ('ceilings.rollout.engine', 'not a numeric setting or a size (e.g. rollout.n, sequences_per_step)'), ('ceilings.rollout.top_p', 'must be a finite number')]
-    """
-    if not isinstance(ceilings, dict):
-        return [(prefix, "must be an object of setting path to ceiling")]
-    settings = numeric_settings()
-    sizes = {s.name: s for s in SIZES}
-    errors: list[tuple[str, str]] = []
-    for key, value in ceilings.items():
-        path = f"{prefix}.{key}"
-        if key not in settings and key not in sizes:
-            errors.append((path, "not a numeric setting or a size (e.g. rollout.n, sequences_per_step)"))
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            errors.append((path, "must be a number"))
-        elif key in sizes:
-            errors.extend((path, msg) for msg in _bound_errors(value, {"ge": 1, "le": sizes[key].bound}))
-        else:
-            errors.extend((path, msg) for msg in _bound_errors(value, settings[key]))
-    return errors
-
-
-def ceiling_errors(cfg: TrainerConfig, ceilings: dict[str, float], whose: str) -> list[tuple[str, str]]:
-    """Every setting or size of ``cfg`` above its ceiling in ``ceilings`` (a map that
-    :func:`ceiling_map_errors` accepts), as ``(path, message)``; ``whose`` names the ceilings'
-    owner in the message (``"team acme (team ceiling)"``).
-
-    >>> cfg = load_config({"rollout": {"n": 64, "prompts_per_step": 16}})
-    >>> ceiling_errors(cfg, {"rollout.n": 32, "sequences_per_step": 512}, "team acme (team ceiling)")
-    [('rollout.n', 'is 64; at most 32 for team acme (team ceiling)'), ('rollout.prompts_per_step', 'times rollout.n is 1024 sequences per step; at most 512 for team acme (team ceiling)')]
-    """
-    sizes = {s.name: s for s in SIZES}
-    errors: list[tuple[str, str]] = []
-    # In the order the settings are declared, then the sizes; a key of no setting (one removed
-    # since the ceiling was set) bounds nothing.
-    order = [k for k in numeric_settings() if k in ceilings] + [k for k in sizes if k in ceilings]
-    for key in order:
-        ceiling = ceilings[key]
-        if key in sizes:
-            value, how = sizes[key].value(cfg)
-            if value > ceiling:
-                errors.append((sizes[key].path, f"{how} is {value} {key.replace('_', ' ')}; at most {_fmt(ceiling)} for {whose}"))
-        else:
-            value = _get_path(cfg, key)
-            if value > ceiling:
-                errors.append((key, f"is {_fmt(value)}; at most {_fmt(ceiling)} for {whose}"))
-    return errors
 
 
 def load_config(source: str | os.PathLike | dict[str, Any] | TrainerConfig) -> TrainerConfig:

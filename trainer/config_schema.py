@@ -17,7 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal
 
-from trainer.config import SIZES, TrainerConfig
+from trainer.config import TrainerConfig
+from trainer.sizes import SIZES
 
 
 # ----------------------------------------------------------------------------- docstrings

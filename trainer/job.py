@@ -18,39 +18,38 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from trainer import catalogue, ranks
 from trainer.algorithms import (clipped_policy_loss, domain_balance_weights, group_advantages, importance_health,
-                                importance_sums, token_entropy,
-                                token_logprobs, zero_variance_groups)
+                                importance_sums, token_entropy, token_logprobs)
+from trainer.batch import chunks, outcome_metrics, rewards_of, score
 from trainer.checkpoint import Checkpoint
 from trainer.config import ConfigError, TrainerConfig, load_config
-from trainer.episodes import Trajectory, multi_turn, single_turn
-from trainer.integrity import (CanaryPlanter, Regrader, integrity_metrics, is_canary, regrade_disagrees, regrade_metrics,
-                               trains)
-from trainer.models.lean import LeanLlama, distinct_prompts
+from trainer.collect import BatchCollector, PolicyVersions
+from trainer.episodes import Trajectory, single_turn
+from trainer.integrity import CanaryPlanter, Regrader, is_canary, regrade_disagrees, regrade_metrics, trains
+from trainer.models.lean import LeanLlama
 from trainer.models.load import load_model, load_tokenizer, resolve_device
 from trainer.optim import TorchBackend, make_backend, uses_deepspeed
 from trainer.outcomes import Outcome, Verification
-from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, equal_shares, gather_to_leader, my_share, rank_and_world
-from trainer.pipeline import Request, StageClocks, VerifyBatch, _ParamsView, pipeline_for
+from trainer.parallel import all_reduce_grads, all_reduce_sums, barrier, equal_shares, gather_to_leader, rank_and_world
+from trainer.pipeline import StageClocks, VerifyBatch, pipeline_for
 from trainer.rollout import make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
 from trainer.sft import SupervisedStage
 from trainer.tasks.base import Task
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
-from trainer.watchdog import set_stage, staged
+from trainer.watchdog import staged
 
 Callback = Callable[[int, dict, list], None]
 
@@ -72,88 +71,14 @@ def verify_inline(domains: dict[str, catalogue.DomainSpec]) -> VerifyBatch:
     return verify_batch
 
 
-# ----------------------------------------------------------------------------- batching
-def pack_batch(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Right-padded training tensors for a list of trajectories.
-
-    input_ids, attention_mask: (B, T); targets, loss_mask, old_logp: (B, T-1), aligned so that
-    position t holds the logprob of token t+1 predicted from logits at t.
-    """
-    length = max(len(t.prompt_ids) + len(t.response_ids) for t in trajs)
-    ids, attn, mask, old = [], [], [], []
-    for t in trajs:
-        p, r = len(t.prompt_ids), len(t.response_ids)
-        tail = length - p - r
-        ids.append(t.prompt_ids + t.response_ids + [pad_id] * tail)
-        attn.append([1] * (p + r) + [0] * tail)
-        mask.append([0.0] * p + list(t.loss_mask) + [0.0] * tail)
-        old.append([0.0] * p + list(t.behaviour_logprobs) + [0.0] * tail)
-    ids = torch.tensor(ids, dtype=torch.long)
-    return {"input_ids": ids.to(device), "attention_mask": torch.tensor(attn).to(device),
-            "targets": ids[:, 1:].to(device),  # (B, T-1)
-            "loss_mask": torch.tensor(mask, dtype=torch.float32)[:, 1:].to(device),  # (B, T-1)
-            "old_logp": torch.tensor(old, dtype=torch.float32)[:, 1:].to(device)}  # (B, T-1)
-
-
-def pack_responses(trajs: Sequence[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Training tensors with each distinct prompt once (the lean forward's shared-prompt layout).
-
-    prompts, prompt_mask: (U, L) left-padded; rows: (B,) the prompt of each trajectory;
-    targets (the response tokens), response_mask (1 on them), loss_mask, old_logp: (B, R)
-    right-padded.
-    """
-    prompts, prompt_mask, rows = distinct_prompts([t.prompt_ids for t in trajs], pad_id, device)
-    span = max(len(t.response_ids) for t in trajs)
-    tail = [span - len(t.response_ids) for t in trajs]
-    return {"prompts": prompts, "prompt_mask": prompt_mask, "rows": rows,
-            "targets": torch.tensor([t.response_ids + [pad_id] * n for t, n in zip(trajs, tail)],
-                                    dtype=torch.long).to(device),  # (B, R)
-            "response_mask": torch.tensor([[1] * len(t.response_ids) + [0] * n for t, n in zip(trajs, tail)],
-                                          dtype=torch.long).to(device),  # (B, R)
-            "loss_mask": torch.tensor([list(t.loss_mask) + [0.0] * n for t, n in zip(trajs, tail)],
-                                      dtype=torch.float32).to(device),  # (B, R)
-            "old_logp": torch.tensor([list(t.behaviour_logprobs) + [0.0] * n for t, n in zip(trajs, tail)],
-                                     dtype=torch.float32).to(device)}  # (B, R)
-
-
-def score(model, lean: LeanLlama | None, trajs: Sequence[Trajectory], pad_id: int, device,
-          reference=None, reference_lean: LeanLlama | None = None) -> dict[str, torch.Tensor]:
-    """Packed tensors of ``trajs`` plus ``logits`` (B, T, V) aligned with ``targets`` (B, T), and
-    ``ref_logits`` when a reference model is given (without gradient).
-
-    With a lean forward each distinct prompt is computed once (:func:`pack_responses`);
-    otherwise the model's own forward runs over whole right-padded sequences (:func:`pack_batch`).
-    """
-    if lean is not None:
-        batch = pack_responses(trajs, pad_id, device)
-        args = (batch["prompts"], batch["prompt_mask"], batch["rows"], batch["targets"],
-                batch["response_mask"])
-        batch["logits"] = lean.response_logits(*args)  # (B, R, V)
-        if reference is not None:
-            with torch.no_grad():
-                batch["ref_logits"] = reference_lean.response_logits(*args)
-        return batch
-    batch = pack_batch(trajs, pad_id, device)
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    batch["logits"] = model(**inputs).logits[:, :-1]  # (B, T-1, V)
-    if reference is not None:
-        with torch.no_grad():
-            batch["ref_logits"] = reference(**inputs).logits[:, :-1]
-    return batch
-
-
-def chunks(items: list, size: int) -> Iterable[list]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 RANK_SUMS = ("loss", "tokens", "clipped", "kl", "entropy", "mm_abs", "mm_kl", "mm_tokens", "is_sum", "is_sq")
 """The update's per-rank sums that are summed over the ranks before they become metrics."""
 
 
 # ----------------------------------------------------------------------------- the job
-class Job:
-    """One post-training run, driven step by step (by the CLI or the Celery run driver)."""
+class Job(BatchCollector):
+    """One post-training run, driven step by step (by the CLI or the Celery run driver); how a
+    step's batch is drawn, generated and filtered is :class:`trainer.collect.BatchCollector`'s."""
 
     def __init__(self, config: TrainerConfig | dict | str, callbacks: Sequence[Callback] = (),
                  verify_batch: VerifyBatch | None = None, *, samples_per_step: int = 16,
@@ -316,70 +241,7 @@ class Job:
                 metrics[f"batch/domain_weight/{d}"] = mine[0]
         return adv * weights
 
-    # -- the batch -------------------------------------------------------------------------
-    def _collect(self, metrics: dict) -> list[Trajectory]:
-        """A verified batch; with dynamic sampling, flat groups are dropped and refilled."""
-        alg, k = self.config.algorithm, self.config.rollout.prompts_per_step
-        metrics["stage/generate_s"] = metrics["stage/verify_s"] = 0.0
-        trajs = self.pipeline.next_batch(lambda: self._draw_requests(k), metrics).trajs
-        self._update_sampler(trajs)
-        metrics["batch/groups_generated"] = len({t.group for t in trajs})
-        self.last_generated = list(trajs)
-        if not alg.dynamic_sampling:
-            return trajs
-        kept, refills, dropped = self._drop_flat(trajs), 0, 0
-        dropped += len({t.group for t in trajs}) - len({t.group for t in kept})
-        # refills top the batch up to k groups; groups carried over from an earlier step may make
-        # it larger, and none of those is dropped
-        limit = max(k, len({t.group for t in kept}))
-        while len({t.group for t in kept}) < k and refills < alg.max_refills:
-            refills += 1
-            requests = self._draw_requests(k - len({t.group for t in kept}))
-            more = self.pipeline.refill(requests, metrics).trajs
-            self._update_sampler(more)
-            self.last_generated += more
-            good = self._drop_flat(more)
-            dropped += len({t.group for t in more}) - len({t.group for t in good})
-            kept += good
-        keep_groups = list(dict.fromkeys(t.group for t in kept))[:limit]
-        metrics["batch/refills"] = refills
-        metrics["batch/dropped_groups"] = dropped
-        return [t for t in kept if t.group in set(keep_groups)]
-
-    def _draw_requests(self, k: int) -> list[Request]:
-        drawn = self.canaries.plant(self.sampler.draw(k))
-        first, self.groups_drawn = self.groups_drawn, self.groups_drawn + len(drawn)
-        return [(task, n, first + i) for i, (task, n) in enumerate(drawn)]
-
-    def _generate(self, requests: list[Request]) -> list[Trajectory]:
-        """Trajectories for ``(task, n, group)`` requests; multi-turn domains run their env.
-        Called by the pipeline (on its rollout thread with overlap). Led on several ranks, every
-        rank generates its share of the requests (whole groups) and the leader gathers them."""
-        if not ranks.leading():
-            return self._generate_here(requests)
-        # Overlapped, this runs on the rollout thread, beside the main thread's commands: on the
-        # generation channel, naming the policy version the followers generate with.
-        overlapped = self.overlapped
-        ranks.command("generate", requests, self.pipeline.engine_version, generation=overlapped)
-        _, world = rank_and_world()
-        shares = ranks.gather_generated(self._generate_here(my_share(requests, 0, world)), generation=overlapped)
-        by_group: dict[int, list[Trajectory]] = defaultdict(list)
-        for share in shares:
-            for t in share:
-                by_group[t.group].append(t)
-        return [t for _, _, group in requests for t in by_group[group]]
-
-    def follow_generate(self, requests: list[Request], version: int = 0) -> int:
-        """A follower's share of the leader's ``generate`` command, sent back to it; how many
-        requests (groups) it was. Overlapped (on the follower's generating thread), the engine
-        first takes the weights of policy ``version``, which this rank's update kept."""
-        rank, world = rank_and_world()
-        mine = my_share(requests, rank, world)
-        if self.overlapped:
-            self._versions.load(self.engine, version)
-        ranks.gather_generated(self._generate_here(mine), generation=self.overlapped)
-        return len(mine)
-
+    # -- a follower's part (its share of the batch: collect.BatchCollector.follow_generate) --
     def follow_update(self, trajs: list[Trajectory], adv: torch.Tensor, version: int) -> None:
         """A follower's part of the leader's update (the gradients are summed over the ranks), and
         its engine's weight sync (overlapped: the weights are kept for the generating thread,
@@ -392,55 +254,6 @@ class Job:
             else:
                 self.pipeline.sync(version)
         self.step_count = version
-
-    def _generate_here(self, requests: list[Request]) -> list[Trajectory]:
-        with staged("generate"):
-            return self._generate_unstaged(requests)
-
-    def _generate_unstaged(self, requests: list[Request]) -> list[Trajectory]:
-        cfg = self.config
-        single = [r for r in requests if self.domains[r[0].domain].environment is None]
-        multi = [r for r in requests if self.domains[r[0].domain].environment is not None]
-        trajs: list[Trajectory] = []
-        if single:
-            trajs += single_turn(self.engine, self.tokenizer, single, self.params,
-                                 max_prompt_tokens=cfg.tokenizer.max_prompt_tokens,
-                                 use_chat_template=cfg.tokenizer.use_chat_template)
-        for slug in dict.fromkeys(r[0].domain for r in multi):
-            mine = [r for r in multi if r[0].domain == slug]
-            trajs += multi_turn(self.engine, self.tokenizer, mine, self.params,
-                                self._environments(slug), max_turns=cfg.rollout.max_turns,
-                                max_episode_tokens=cfg.rollout.max_episode_tokens,
-                                max_prompt_tokens=cfg.tokenizer.max_prompt_tokens)
-        return trajs
-
-    def _environments(self, slug: str) -> Callable[[Task], Any]:
-        """A domain's environment factory, each environment given the job's ``env_context``."""
-        factory = self.domains[slug].environment
-
-        def make(task: Task) -> Any:
-            env = factory(task)
-            if (bind := getattr(env, "bind", None)) is not None:
-                bind(self.env_context)
-            return env
-        return make
-
-    @staticmethod
-    def _drop_flat(trajs: list[Trajectory]) -> list[Trajectory]:
-        rewards, groups, valid = rewards_of(trajs)
-        flat = zero_variance_groups(rewards, groups, valid)
-        return [t for t in trajs if t.group not in flat]
-
-    def _update_sampler(self, trajs: list[Trajectory]) -> None:
-        by_group: dict[int, list[Trajectory]] = defaultdict(list)
-        for t in trajs:
-            by_group[t.group].append(t)
-        for group in by_group.values():
-            if is_canary(group[0].task):  # impossible by design: says nothing of the task's difficulty
-                continue
-            passes = [t.verification.outcome is Outcome.PASS for t in group
-                      if not t.verification.is_infrastructure]
-            self.sampler.update(group[0].task, passes)
 
     # -- update ----------------------------------------------------------------------------
     def _update(self, trajs: list[Trajectory], adv: torch.Tensor, metrics: dict) -> None:
@@ -753,164 +566,9 @@ class Job:
         return job
 
 
-# ----------------------------------------------------------------------------- ranks
-class PolicyVersions:
-    """A follower's policy weights by version, kept by its main thread after each update and
-    loaded into its engine by its generating thread when the leader asks for a batch of that
-    version (overlapped: the leader's engine may still generate with an older one)."""
-
-    def __init__(self) -> None:
-        self._kept: dict[int, list[torch.Tensor]] = {}
-        self._changed = threading.Condition()
-        self.loaded = 0
-        """The version the engine holds."""
-
-    def start(self, version: int) -> None:
-        """The engine was built holding policy ``version`` (0, or a checkpoint's step)."""
-        self.loaded = version
-
-    def keep(self, version: int, params: list[torch.Tensor]) -> None:
-        with self._changed:
-            self._kept[version] = params
-            self._changed.notify_all()
-
-    def load(self, engine, version: int) -> None:
-        """Make ``engine`` hold policy ``version``, waiting for this rank's update to keep it;
-        older versions are dropped (the leader never asks for a version older than the last)."""
-        if version == self.loaded:
-            return
-        with self._changed:
-            self._changed.wait_for(lambda: version in self._kept)
-            params = self._kept[version]
-            for old in [v for v in self._kept if v <= version]:
-                del self._kept[old]
-        with staged("weight sync"):
-            engine.sync_weights(_ParamsView(params))
-        self.loaded = version
-
-
 def staged_verify(verify_batch: VerifyBatch) -> VerifyBatch:
     """``verify_batch`` marked as the ``verify`` stage in this rank's heartbeat."""
     def verify(items):
         with staged("verify"):
             return verify_batch(items)
     return verify
-
-
-def _refuse_verify(items):
-    """A follower's verify_batch."""
-    raise RuntimeError("a follower rank never verifies: the leader (rank 0) does, and sends the results")
-
-
-def follow(on_stop: Callable[[Any], None] | None = None, **job_kwargs) -> dict[str, int]:
-    """A follower's life: build the job the leader announces and do what it is told until ``stop``
-    (then ``on_stop(job)``, before the job closes). Returns the updates it took part in, the
-    groups it generated and, overlapped, the policy version of each batch it generated a share of."""
-    job = None
-    done = {"updates": 0, "generated_groups": 0}
-    generating: threading.Thread | None = None
-    failed: list[BaseException] = []
-
-    def serve_generation() -> None:
-        """Overlapped: the leader's rollout thread's commands, on the generation channel."""
-        try:
-            while True:
-                name, args = ranks.receive(generation=True)
-                if name == "stop":
-                    return
-                done["generated_groups"] += job.follow_generate(*args)
-                done.setdefault("versions", []).append(args[1])
-        except BaseException as exc:  # noqa: BLE001 - the main thread raises it
-            failed.append(exc)
-
-    try:
-        while True:
-            set_stage("waiting for the leader")
-            name, args = ranks.receive()
-            if failed:
-                raise failed[0]
-            if name == "stop":
-                if on_stop is not None and job is not None:
-                    on_stop(job)
-                if generating is not None:
-                    generating.join()  # until the leader's last batch is generated
-                    if failed:
-                        raise failed[0]
-                return done
-            if name in ("init", "resume"):
-                if name == "init":
-                    config, weights_path = args
-                    job = Job(config, verify_batch=_refuse_verify, weights_path=weights_path, **job_kwargs)
-                else:
-                    job = Job.resume(args[0], verify_batch=_refuse_verify, **job_kwargs)
-                if job.overlapped:
-                    job._versions.start(job.step_count)
-                    generating = threading.Thread(target=serve_generation, name="follower-generate", daemon=True)
-                    generating.start()
-            elif job is None:
-                raise RuntimeError(f"command {name!r} before the job was built")
-            elif name == "generate":
-                done["generated_groups"] += job.follow_generate(*args)
-            elif name == "update":
-                job.follow_update(*args)
-                done["updates"] += 1
-            elif name == "params":
-                ranks.broadcast_params(job.model)
-                job.pipeline.resync()
-            elif name == "checkpoint":
-                job.save_checkpoint(args[0])
-            else:
-                raise RuntimeError(f"unknown command {name!r}")
-    finally:
-        if job is not None:
-            job.close()
-
-
-# ----------------------------------------------------------------------------- metrics
-def rewards_of(trajs: Sequence[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rewards (N,), group ids (N,) and validity (N,); infrastructure outcomes and canaries are
-    invalid (never trained on)."""
-    rewards = torch.tensor([t.verification.reward or 0.0 for t in trajs], dtype=torch.float32)
-    groups = torch.tensor([t.group for t in trajs], dtype=torch.long)
-    valid = torch.tensor([trains(t) for t in trajs], dtype=torch.bool)
-    return rewards, groups, valid
-
-
-def outcome_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """reward/<domain>, pass_rate/<domain>, outcome/<domain>/<outcome>, infra_rate/<domain> (the
-    share of infrastructure outcomes), response length, truncation, and the reward-hacking watch's
-    ``hack/*`` (:func:`trainer.integrity.integrity_metrics`).
-
-    Canaries (impossible by design) are left out of every figure but ``hack/*``: a domain's reward
-    and pass rate are those of its real tasks.
-
-    Rewards average the samples that have one: a domain (or a whole step) whose samples were all
-    masked (infrastructure outcomes) gets no ``reward/<domain>`` (no ``reward/mean``) rather than a
-    0 that would read as a policy that got everything wrong; its masked samples still count in
-    ``outcome/<domain>/<outcome>`` and ``batch/infra_masked``.
-    """
-    out: dict[str, float] = integrity_metrics(trajs)
-    trajs = [t for t in trajs if not is_canary(t.task)]
-    by_domain: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajs:
-        by_domain[t.task.domain].append(t)
-    all_rewards = []
-    for slug, ts in by_domain.items():
-        rewards = [t.verification.reward for t in ts if t.verification.reward is not None]
-        all_rewards += rewards
-        if rewards:
-            out[f"reward/{slug}"] = sum(rewards) / len(rewards)
-            out[f"pass_rate/{slug}"] = sum(t.verification.outcome is Outcome.PASS
-                                           for t in ts) / len(rewards)
-        for outcome in {t.verification.outcome for t in ts}:
-            out[f"outcome/{slug}/{outcome.value}"] = float(sum(t.verification.outcome is outcome
-                                                               for t in ts))
-        out[f"infra_rate/{slug}"] = sum(t.verification.is_infrastructure for t in ts) / len(ts)
-        out[f"response/length/{slug}"] = sum(sum(t.loss_mask) for t in ts) / len(ts)
-    if all_rewards:  # a step whose every sample was masked has no reward (not 0): no point at all
-        out["reward/mean"] = sum(all_rewards) / len(all_rewards)
-    out["response/length"] = sum(sum(t.loss_mask) for t in trajs) / max(len(trajs), 1)
-    out["response/truncated_frac"] = sum(t.truncated for t in trajs) / max(len(trajs), 1)
-    out["batch/infra_masked"] = float(sum(t.verification.is_infrastructure for t in trajs))
-    out["batch/completions"] = float(len(trajs))
-    return out

@@ -4,7 +4,7 @@ verifies, records, decides when to checkpoint and stop); ranks 1..N-1 follow its
 Launched by ``torchrun`` (``workers/launch.py`` does it for a run), every rank calls
 :func:`setup` right after ``init_process_group``; it makes a gloo group for the commands, so they
 travel the same way beside NCCL on GPUs. Then rank 0 builds its :class:`~trainer.job.Job` and
-the others call :func:`trainer.job.follow`. The leader's job announces what the followers must do, as it does
+the others call :func:`trainer.follower.follow`. The leader's job announces what the followers must do, as it does
 it, with one broadcast each (:func:`command`):
 
 - ``init`` / ``resume``: build the same job (the same config and weights, or the same checkpoint);
@@ -23,7 +23,7 @@ talks to the run driver; a follower's job never verifies. With overlap (``rollou
 0) the leader's rollout thread sends ``generate`` on a channel of its own, naming the policy
 version to generate with, while its main thread sends ``update``: each follower serves them on
 two threads, its generating thread loading the weights of that version (kept by its main thread
-after each update) into its engine first (:func:`trainer.job.follow`).
+after each update) into its engine first (:func:`trainer.follower.follow`).
 """
 from __future__ import annotations
 

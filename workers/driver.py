@@ -41,7 +41,7 @@ from controlplane.runs.models import Run, RunState
 from controlplane.runs.preflight import Preflight, checkpoint_root, run_preflight, trainer_config, with_model_paths
 from controlplane.runs.selectors import run_domains
 from controlplane.scheduling.selectors import QueueService, worker_stale_s
-from trainer.config import RUN_DEFAULTS
+from trainer.run_fields import RUN_DEFAULTS
 from workers import broker, outage
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval

@@ -23,7 +23,7 @@ process group, global rank 0 on the driver's host.
 Imports that wait for Django: ``python -m workers.launch`` starts before Django is set up, so
 lazy: django is set up in main(), lazy: controlplane.runs.models once it is, and
 lazy: workers.driver (it imports the models too) after that; lazy: trainer.ranks and
-lazy: trainer.job import torch, which a rank needs and a worker's task does not.
+lazy: trainer.follower imports torch, which a rank needs and a worker's task does not.
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def _rank_main(run_id: int, worker: str) -> int:
         print(RESULT + drive(run_id, worker=worker, abort=abort), flush=True)
         # The others have been told to stop; do not wait on a peer that may be stuck in a collective.
         os._exit(0)
-    from trainer.job import follow
+    from trainer.follower import follow
     from workers.driver import follower_ready, run_environment_context
 
     slugs = follower_ready(run_id)

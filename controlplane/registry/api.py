@@ -12,7 +12,7 @@ from controlplane.accounts.models import Team
 from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, body_doc, json_object
 from controlplane.common.errors import InvalidInput, NotFound
 from controlplane.common.validation import validate
-from controlplane.registry import selectors, services
+from controlplane.registry import aliases, selectors, services
 from controlplane.registry.models import ALIASES
 
 router = Router(tags=["registry"])
@@ -238,8 +238,8 @@ def version_export(request: HttpRequest, version_id: int = Path(..., ge=1, le=MA
     holds another version's export is a 409; the same version's is replaced."""
     version = selectors.version_get(actor=request.auth, ref=version_id)
     data = _body(request, EXPORT_IN)
-    dest = str(services.export_dir(version.team, data["name"])) if data.get("name") else ""
-    path = services.version_export(actor=request.auth, version=version, dest=dest)
+    dest = str(aliases.export_dir(version.team, data["name"])) if data.get("name") else ""
+    path = aliases.version_export(actor=request.auth, version=version, dest=dest)
     return {"version": version.name, "path": str(path)}
 
 
@@ -304,9 +304,9 @@ def alias_move(request: HttpRequest, name: str):
     data = _body(request, ALIAS_IN)
     version = selectors.version_get(actor=request.auth, ref=data["version"])
     try:
-        return services.alias_move(actor=request.auth, version=version, name=name, reason=data.get("reason", ""),
+        return aliases.alias_move(actor=request.auth, version=version, name=name, reason=data.get("reason", ""),
                                    override=bool(data.get("override")), suite=data.get("suite", ""))
-    except services.GateRefused as exc:
+    except aliases.GateRefused as exc:
         return Status(409, {"detail": str(exc), "errors": [], "gate": exc.verdict})
 
 
@@ -324,7 +324,7 @@ def alias_rollback(request: HttpRequest, name: str):
         raise NotFound(f"{data['base']} has no {name} alias")
     if len(team_list) > 1:
         raise InvalidInput.one("team", "required: several of your teams have this alias")
-    return services.alias_rollback(actor=request.auth, team=team_list[0], base=data["base"], name=name,
+    return aliases.alias_rollback(actor=request.auth, team=team_list[0], base=data["base"], name=name,
                                    reason=data.get("reason", ""))
 
 

@@ -12,7 +12,7 @@ from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.common.errors import InvalidInput, ServiceError
 from controlplane.common.validation import is_row_id
-from controlplane.registry import selectors, services
+from controlplane.registry import aliases, selectors
 from controlplane.registry.models import ALIASES, ModelVersion
 
 
@@ -46,9 +46,9 @@ def alias_move_view(request: HttpRequest) -> HttpResponse:
         if not is_row_id(values["version"]):
             raise InvalidInput.one("version", "choose a version")
         version = selectors.version_get(actor=actor, ref=int(values["version"]))
-        alias = services.alias_move(actor=actor, version=version, name=values["alias"], reason=values["reason"],
+        alias = aliases.alias_move(actor=actor, version=version, name=values["alias"], reason=values["reason"],
                                     override=values["override"])
-    except services.GateRefused as exc:
+    except aliases.GateRefused as exc:
         return versions_page(request, status=exc.status, move={"values": values, "errors": {}, "gate": exc.verdict,
                                                                "refused": str(exc)})
     except InvalidInput as exc:
@@ -71,7 +71,7 @@ def alias_rollback_view(request: HttpRequest) -> HttpResponse:
     try:
         if team is None:
             raise InvalidInput.one("team", "you are in no team")
-        alias = services.alias_rollback(actor=actor, team=team, base=base, name=name,
+        alias = aliases.alias_rollback(actor=actor, team=team, base=base, name=name,
                                         reason=request.POST.get("reason", "")[:2000])
     except ServiceError as exc:
         return versions_page(request, status=exc.status, move={"values": {}, "errors": {"form": [str(exc)]}, "gate": None})

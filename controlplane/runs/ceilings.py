@@ -22,8 +22,9 @@ from django.db.models import Sum
 from controlplane.accounts.models import Team
 from controlplane.common.errors import FieldError
 from controlplane.runs.spec import RunSpec
-from trainer import config as trainer_settings
-from trainer.config import ConfigError, TrainerConfig, ceiling_errors, load_config, whole_number_at
+from trainer import run_fields
+from trainer.ceilings import ceiling_errors
+from trainer.config import ConfigError, TrainerConfig, load_config, whole_number_at
 from trainer.rollout import engine_problem
 
 def team_ceilings(team: Team) -> dict[str, float]:
@@ -130,7 +131,7 @@ def api_field(path: str) -> str:
     >>> api_field("rollout.n"), api_field("limits.max_steps")
     ('config.rollout.n', 'budget.steps')
     """
-    owned = {o.path: o.source for o in trainer_settings.RUN_OWNED if not o.assigned}
+    owned = {o.path: o.source for o in run_fields.RUN_OWNED if not o.assigned}
     return owned.get(path, f"config.{path}")
 
 

@@ -1,10 +1,10 @@
 """The run configuration as a JSON Schema, and the trainer's own checks of its config section.
 
-Every trainer setting a run has comes from ``trainer.config``: the run's ``staleness`` and
-``budget`` fields take their type, default and bounds from the settings they fill
-(``rollout.staleness``, ``limits.max_steps``, ``limits.max_wall_s``), and the ``config`` section is
-the trainer's config less the settings the run owns (``RUN_OWNED``), with the run's defaults
-(``RUN_DEFAULTS``). Nothing here repeats a default or a bound.
+Every trainer setting a run has comes from ``trainer.config``: the run's fields that fill one
+(``staleness``, ``budget.steps``, ``budget.wall_s``: ``trainer.run_fields.RUN_OWNED``) take their
+type, default and bounds from the setting (:func:`owned_fields`), and the ``config`` section is
+the trainer's config less the settings the run owns, with the run's defaults (``RUN_DEFAULTS``).
+Nothing here repeats a default or a bound.
 """
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
-from trainer import config as trainer_settings
-from trainer.config import RUN_DEFAULTS, ConfigError, has_path, load_config, put_path
+from trainer import run_fields
+from trainer.config import ConfigError, has_path, load_config, put_path
+from trainer.run_fields import RUN_DEFAULTS
 from trainer.config_schema import config_json_schema, config_setting
 
 MAX_MEMBER_PRIORITY = 50
@@ -31,21 +32,12 @@ def from_setting(path: str, **override: Any) -> dict[str, Any]:
 def owned_fields() -> dict[str, dict[str, Any]]:
     """The JSON Schema of each run field that fills a trainer setting, by the field's place in the
     run body (``staleness``, ``budget.steps``): the setting's, with the run's differences
-    (``trainer.config.RUN_OWNED``, read as it is now). The run body's schema, the run form, the
+    (``trainer.run_fields.RUN_OWNED``, read as it is now). The run body's schema, the run form, the
     API's output and :class:`~controlplane.runs.spec.RunSpec` are built from it, so a new run
     field is one entry there."""
     return {o.source: from_setting(o.path, **dict(o.schema))
-            for o in trainer_settings.RUN_OWNED if o.scalar and not o.assigned}
+            for o in run_fields.RUN_OWNED if o.scalar and not o.assigned}
 
-
-OWNED_FIELDS = owned_fields()
-"""The run fields that fill trainer settings, as they are at import (:func:`owned_fields`)."""
-STALENESS = OWNED_FIELDS["staleness"]
-"""The run's ``staleness`` field: the trainer's ``rollout.staleness``."""
-BUDGET_STEPS = OWNED_FIELDS["budget.steps"]
-"""The run's ``budget.steps``: ``limits.max_steps``, and a run takes at least one step."""
-BUDGET_WALL_S = OWNED_FIELDS["budget.wall_s"]
-"""The run's ``budget.wall_s``: ``limits.max_wall_s``, where null (not 0) means no limit."""
 
 MAX_BUDGET_TOKENS = 10**15
 """The run's ``budget.tokens`` at most: far beyond any run, and inside the database's bigint."""
@@ -114,7 +106,7 @@ def run_config_schema() -> dict[str, Any]:
     """The JSON Schema of a run's ``config`` section: the trainer's config schema without the
     settings the run owns, with the defaults a run gets. The run form renders it."""
     schema = copy.deepcopy(config_json_schema())
-    for owned in trainer_settings.RUN_OWNED:
+    for owned in run_fields.RUN_OWNED:
         *parents, leaf = owned.path.split(".")
         node = schema
         for part in parents:
@@ -154,10 +146,10 @@ def trainer_config_errors(config: dict[str, Any], prefix: str = "config",
     the run owns is refused with the run field that sets it, every other one is checked by
     ``trainer.config.load_config``, with the numbers the run body ``run`` gives the settings it
     owns (a rule across settings, such as a verification budget needing staleness, sees them)."""
-    owned = [o for o in trainer_settings.RUN_OWNED if has_path(config, o.path)]
+    owned = [o for o in run_fields.RUN_OWNED if has_path(config, o.path)]
     errors = [FieldError(f"{prefix}.{o.path}", o.refusal()) for o in owned]
     checked = _without(config, [o.path for o in owned])
-    for o in trainer_settings.RUN_OWNED:
+    for o in run_fields.RUN_OWNED:
         value = body_field(run or {}, o.source)
         if not o.assigned and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and _mappings_on_the_way(checked, o.path):  # else load_config says the section is wrong
@@ -189,7 +181,7 @@ def run_schema_errors(data: Any) -> list[FieldError]:
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         bad = [e.path for e in errors]
         run = copy.deepcopy(data)
-        for o in trainer_settings.RUN_OWNED:
+        for o in run_fields.RUN_OWNED:
             if any(p == o.source or p.startswith(o.source + ".") or p.startswith(o.source + "[") for p in bad):
                 _drop(run, o.source)
         errors += trainer_config_errors(data["config"], run=run)

@@ -24,8 +24,9 @@ from typing import Any
 
 from controlplane.domains.policy import capped_shares
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, body_field, owned_fields
-from trainer import config as trainer_settings
-from trainer.config import RUN_DEFAULTS, has_path, put_path
+from trainer import run_fields
+from trainer.config import has_path, put_path
+from trainer.run_fields import RUN_DEFAULTS
 from trainer.config_schema import config_setting
 
 COLUMNS: dict[str, str] = {"staleness": "staleness", "budget.steps": "budget_steps", "budget.wall_s": "budget_seconds"}
@@ -35,7 +36,7 @@ query them); every other run field that fills a trainer setting is kept in ``Run
 
 def _paths() -> dict[str, str]:
     """Each run-owned setting's path by its source (``budget.steps`` -> ``limits.max_steps``)."""
-    return {o.source: o.path for o in trainer_settings.RUN_OWNED}
+    return {o.source: o.path for o in run_fields.RUN_OWNED}
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class RunSpec:
         paths = _paths()
         for source, value in self.owned:
             sources[source] = value if value is not None else config_setting(paths[source]).default
-        for owned in trainer_settings.RUN_OWNED:
+        for owned in run_fields.RUN_OWNED:
             if sources.get(owned.source) is not None:
                 put_path(cfg, owned.path, copy.deepcopy(sources[owned.source]))
         return cfg

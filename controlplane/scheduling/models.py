@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from controlplane.accounts.models import Team
-from trainer.config import ceiling_map_errors
+from trainer.ceilings import ceiling_map_errors
 
 
 class TeamQuota(models.Model):

@@ -24,7 +24,7 @@ from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
 from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Decision, Quota, RunView, schedule
 from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_workers
-from trainer.config import ceiling_map_errors
+from trainer.ceilings import ceiling_map_errors
 
 TEAM_QUOTA_SCHEMA = {
     "type": "object",

@@ -22,11 +22,11 @@ from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState, RunTag
 from controlplane.runs.schemas import owned_fields, run_config_schema
 from controlplane.runs.spec import RunSpec
-from trainer import config as trainer_settings
+from trainer import run_fields
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.selectors import lanes_view, scheduler_status
 from controlplane.scheduling.services import DEFAULT_CPU_SLOTS
-from trainer.config import RUN_DEFAULTS
+from trainer.run_fields import RUN_DEFAULTS
 from trainer.config_schema import config_settings
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -78,7 +78,7 @@ def run_form_fields() -> list[dict[str, Any]]:
     >>> [(f["name"], f["label"], f["group"], f["kind"]) for f in run_form_fields()]
     [('staleness', 'Staleness', '', 'integer'), ('budget.steps', 'Budget: steps', 'budget', 'integer'), ('budget.wall_s', 'Budget: wall seconds', 'budget', 'number')]
     """
-    paths = {o.source: o.path for o in trainer_settings.RUN_OWNED}
+    paths = {o.source: o.path for o in run_fields.RUN_OWNED}
     out = []
     for name, schema in owned_fields().items():
         group, _, leaf = name.rpartition(".")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.registry import aliases
 from controlplane.registry import services as registry_services
 from controlplane.registry.models import Alias
 from controlplane.scheduling.models import ResourcePool, TeamQuota
@@ -27,7 +28,7 @@ def test_manage_and_promotion_by_role(server, browser):
     v1, v2 = version(team, "tiny@1/10"), version(team, "tiny@1/20")
     evaluated(v1, sv, {"addition": [1.0] * 24, "parity": [1.0, 0.0] * 12})
     evaluated(v2, sv, {"addition": [1.0, 0.0] * 12, "parity": [1.0, 0.0] * 12})  # addition regresses
-    registry_services.alias_move(actor=actor, version=v1, name="production")
+    aliases.alias_move(actor=actor, version=v1, name="production")
 
     # A member: no Manage link, the page refuses; the gate refuses the promotion and says why.
     page = server.page(browser, "member")

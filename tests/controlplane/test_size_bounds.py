@@ -14,7 +14,9 @@ from controlplane.domains.schemas import MAX_ENV_STEPS, MAX_STAGE_TESTS, MAX_STA
 from controlplane.runs.models import Run
 from controlplane.runs.schemas import MAX_BUDGET_TOKENS
 from tests import factories
-from trainer.config import RUN_OWNED, numeric_settings, put_path
+from trainer.ceilings import numeric_settings
+from trainer.config import put_path
+from trainer.run_fields import RUN_OWNED
 
 OWNED = {o.path for o in RUN_OWNED}
 

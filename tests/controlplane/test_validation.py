@@ -17,7 +17,8 @@ from controlplane.runs.models import Run
 from controlplane.runs.schemas import RUN_SCHEMA
 from controlplane.runs.services import run_validate
 from tests import factories
-from trainer.config import RUN_OWNED, ConfigError, RolloutConfig, _num, load_config, put_path
+from trainer.config import ConfigError, RolloutConfig, _num, load_config, put_path
+from trainer.run_fields import RUN_OWNED
 from trainer.config_schema import config_setting, config_settings
 
 

@@ -58,7 +58,8 @@ def rank_main(cases: list[dict], rank: int, world: int, port: int, out: str, led
 
     torch.set_num_threads(1)
     from trainer import ranks
-    from trainer.job import Job, follow
+    from trainer.follower import follow
+    from trainer.job import Job
 
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)

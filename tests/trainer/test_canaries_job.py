@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.job import Job, rewards_of
+from trainer.batch import rewards_of
+from trainer.job import Job
 from trainer.outcomes import Outcome, Verification
 
 

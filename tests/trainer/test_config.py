@@ -8,8 +8,9 @@ import sys
 import jsonschema
 import pytest
 
-from trainer.config import (MAX_SEQUENCES_PER_STEP, RUN_DEFAULTS, RUN_OWNED, ConfigError, TrainerConfig, has_path,
-                            load_config, put_path)
+from trainer.config import ConfigError, TrainerConfig, has_path, load_config, put_path
+from trainer.run_fields import RUN_DEFAULTS, RUN_OWNED
+from trainer.sizes import MAX_SEQUENCES_PER_STEP
 from trainer.config_schema import config_json_schema, config_setting, config_settings
 
 

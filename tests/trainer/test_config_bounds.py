@@ -9,8 +9,9 @@ import typing
 
 import pytest
 
-from trainer.config import (SIZES, ConfigError, TrainerConfig, ceiling_errors, ceiling_map_errors, load_config,
-                            numeric_settings, put_path, sequence_tokens)
+from trainer.ceilings import ceiling_errors, ceiling_map_errors, numeric_settings
+from trainer.config import ConfigError, TrainerConfig, load_config, put_path
+from trainer.sizes import SIZES, sequence_tokens
 from trainer.config_schema import config_json_schema, config_setting
 
 NO_UPPER_BOUND: dict[str, str] = {}

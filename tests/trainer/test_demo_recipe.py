@@ -38,7 +38,7 @@ def test_demo_sft_stage_leaves_every_domain_weak_but_not_at_zero(tmp_path):
 
     torch.set_num_threads(1)
     from controlplane.web.management.commands.demo_setup import DEMO_CONFIG, DEMO_DOMAINS
-    from trainer.config import RUN_DEFAULTS
+    from trainer.run_fields import RUN_DEFAULTS
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
 

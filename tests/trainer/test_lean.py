@@ -8,7 +8,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from trainer.config import load_config
 from trainer.episodes import Trajectory
-from trainer.job import Job, pack_responses
+from trainer.batch import pack_responses
+from trainer.job import Job
 from trainer.models.lean import LeanLlama, unsupported
 from trainer.models.load import load_model, load_tokenizer
 from trainer.outcomes import Verification

@@ -9,7 +9,8 @@ from trainer import catalogue
 from trainer.config import load_config
 from trainer.environments import RetryEnv
 from trainer.episodes import multi_turn
-from trainer.job import Job, pack_batch
+from trainer.batch import pack_batch
+from trainer.job import Job
 from trainer.models.load import load_model, load_tokenizer
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.torch_engine import TorchEngine

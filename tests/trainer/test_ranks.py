@@ -22,7 +22,8 @@ def led(config: dict, out: str, rank: int, world: int, port: int, ckpt: str) -> 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from trainer import ranks
-    from trainer.job import Job, follow
+    from trainer.follower import follow
+    from trainer.job import Job
 
     ranks.setup()
 

@@ -5,7 +5,7 @@ import torch
 
 from trainer.algorithms import token_logprobs
 from trainer.episodes import Trajectory
-from trainer.job import pack_batch
+from trainer.batch import pack_batch
 from trainer.models.load import load_model, load_tokenizer
 from trainer.config import load_config
 from trainer.rollout.base import SamplingParams

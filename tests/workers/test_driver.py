@@ -344,7 +344,8 @@ def test_the_driver_task_is_not_cut_off_by_the_default_task_time_limit(settings)
 def test_trainer_config_gives_the_trainer_the_runs_own_values(settings, tmp_path):
     """Every setting the run owns comes from the run (whatever an older config row says); the run's
     defaults fill what its config leaves out and never override what it sets."""
-    from trainer.config import RUN_DEFAULTS, RUN_OWNED, has_path, load_config
+    from trainer.config import has_path, load_config
+    from trainer.run_fields import RUN_DEFAULTS, RUN_OWNED
     from trainer.config_schema import config_setting
     from controlplane.runs.preflight import checkpoint_root, trainer_config
 

@@ -220,7 +220,7 @@ def test_batches_no_worker_answers_are_masked_then_pause_the_run_but_never_quara
 
 
 def test_outcome_metrics_of_an_all_masked_batch_have_no_reward():
-    from trainer.job import outcome_metrics
+    from trainer.batch import outcome_metrics
     from trainer.outcomes import Outcome, Verification
 
     def traj(domain, verification):

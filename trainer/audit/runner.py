@@ -27,17 +27,13 @@ from trainer.audit.probes import (
     AnswerFormat,
     Probe,
     answer_format,
-    cad_probes,
-    call_probes,
-    code_probes,
     constant_probes,
     gold_text,
     normal,
     open_ended,
-    repo_probes,
     text_probes,
-    tool_probes,
 )
+from trainer.audit.structured import cad_probes, call_probes, code_probes, repo_probes, tool_probes
 from trainer.catalogue.humaneval import broken_completion, reference_completion
 from trainer.catalogue.math_gen import equivalent_forms
 from trainer.outcomes import Outcome, Verification

@@ -15,7 +15,7 @@ from controlplane.accounts.cli import ServiceCommand
 from controlplane.accounts.models import Team
 from controlplane.common.cli import read_data_file, table
 from controlplane.common.errors import ServiceError
-from controlplane.registry import selectors, services
+from controlplane.registry import aliases, selectors, services
 from controlplane.registry.models import ALIASES, EvalState
 from controlplane.runs import selectors as run_selectors
 
@@ -60,7 +60,7 @@ class Command(ServiceCommand):
         p.add_argument("version"); p.add_argument("--dest", default="")
 
     def describe(self, exc: ServiceError) -> str:
-        if not isinstance(exc, services.GateRefused):
+        if not isinstance(exc, aliases.GateRefused):
             return str(exc)
         lines = [f"  {r['domain']} ({r['layer']}, {r['suite']}): {r['delta']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
                  for r in exc.verdict.get("regressions", [])]
@@ -183,7 +183,7 @@ class Command(ServiceCommand):
 
     def do_alias(self, o):
         v = self._version(o["version"])
-        alias = services.alias_move(actor=self.actor, version=v, name=o["name"], reason=o["reason"], override=o["override"],
+        alias = aliases.alias_move(actor=self.actor, version=v, name=o["name"], reason=o["reason"], override=o["override"],
                                     suite=o["suite"])
         self.out(f"{alias.base}:{alias.name} -> {alias.version.name}")
 
@@ -194,7 +194,7 @@ class Command(ServiceCommand):
         teams = list(teams.distinct()[:2])
         if len(teams) != 1:
             raise CommandError(f"{o['base']} has no {o['alias']} alias in your teams" if not teams else "several teams: say --team")
-        alias = services.alias_rollback(actor=self.actor, team=teams[0], base=o["base"], name=o["alias"], reason=o["reason"])
+        alias = aliases.alias_rollback(actor=self.actor, team=teams[0], base=o["base"], name=o["alias"], reason=o["reason"])
         self.out(f"{alias.base}:{alias.name} rolled back to {alias.version.name}")
 
     def do_history(self, o):
@@ -205,5 +205,5 @@ class Command(ServiceCommand):
 
     def do_export(self, o):
         v = self._version(o["version"])
-        path = services.version_export(actor=self.actor, version=v, dest=o["dest"])
+        path = aliases.version_export(actor=self.actor, version=v, dest=o["dest"])
         self.out(f"exported {v.name} to {path}")
