@@ -16,6 +16,11 @@ from trainer.config import TrainerConfig, bound_errors, number_text
 from trainer.sizes import SIZES
 
 
+UNBOUNDED_AT_ZERO = frozenset({"limits.max_wall_s", "optimizer.max_grad_norm"})
+"""Settings whose 0 means no bound at all ("no limit", "no clipping"): under a team's ceiling, 0
+is above it. Otherwise a run escapes a wall-time ceiling by leaving its ``budget.wall_s`` out."""
+
+
 def numeric_settings() -> dict[str, dict[str, float]]:
     """Every int or float setting of :class:`TrainerConfig` by dotted path, with its bounds."""
     out: dict[str, dict[str, float]] = {}
@@ -88,6 +93,8 @@ def ceiling_errors(cfg: TrainerConfig, ceilings: dict[str, float], whose: str) -
                 errors.append((sizes[key].path, f"{how} is {value} {key.replace('_', ' ')}; at most {number_text(ceiling)} for {whose}"))
         else:
             value = _get_path(cfg, key)
-            if value > ceiling:
+            if key in UNBOUNDED_AT_ZERO and value == 0:
+                errors.append((key, f"is 0 (no limit); at most {number_text(ceiling)} for {whose}"))
+            elif value > ceiling:
                 errors.append((key, f"is {number_text(value)}; at most {number_text(ceiling)} for {whose}"))
     return errors

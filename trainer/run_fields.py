@@ -55,7 +55,8 @@ RUN_OWNED: tuple[RunOwned, ...] = (
 """The settings a run owns, listed once: the API refuses them in a run's ``config`` (naming the
 run field to use), the run body's schema and the run form take each scalar one's field from the
 setting, and the control plane's ``RunSpec`` fills each one from its source when it builds the
-run's trainer config. A run field's null is the setting's default."""
+run's trainer config. A run field left out (or null, where its schema allows it, as ``budget.wall_s``
+does) is the setting's default."""
 
 RUN_DEFAULTS: dict[str, Any] = {
     "checkpoint.every_steps": 5,

@@ -9,7 +9,7 @@ Nothing here repeats a default or a bound.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import schema_errors
@@ -29,14 +29,29 @@ def from_setting(path: str, **override: Any) -> dict[str, Any]:
     return {k: v for k, v in schema.items() if v is not None}
 
 
+_BUILT: dict[str, tuple[tuple, Any]] = {}
+""":func:`owned_fields` and :func:`run_schema` as last built, each with the ``RUN_OWNED`` it was
+built from: rebuilt only when that list is another (a test adds a field), never per request or
+per run of a list (a build walks the trainer's config schema: milliseconds)."""
+
+
+def _built(name: str, build: Callable[[], Any]) -> Any:
+    """What ``build`` gives for the current ``RUN_OWNED`` (shared: callers do not change it)."""
+    owned = run_fields.RUN_OWNED
+    cached = _BUILT.get(name)
+    if cached is None or cached[0] is not owned:
+        _BUILT[name] = cached = (owned, build())
+    return cached[1]
+
+
 def owned_fields() -> dict[str, dict[str, Any]]:
     """The JSON Schema of each run field that fills a trainer setting, by the field's place in the
     run body (``staleness``, ``budget.steps``): the setting's, with the run's differences
     (``trainer.run_fields.RUN_OWNED``, read as it is now). The run body's schema, the run form, the
     API's output and :class:`~controlplane.runs.spec.RunSpec` are built from it, so a new run
     field is one entry there."""
-    return {o.source: from_setting(o.path, **dict(o.schema))
-            for o in run_fields.RUN_OWNED if o.scalar and not o.assigned}
+    return _built("owned_fields", lambda: {o.source: from_setting(o.path, **dict(o.schema))
+                                           for o in run_fields.RUN_OWNED if o.scalar and not o.assigned})
 
 
 MAX_BUDGET_TOKENS = 10**15
@@ -95,7 +110,7 @@ def _with_owned_fields(schema: dict[str, Any]) -> dict[str, Any]:
 
 def run_schema() -> dict[str, Any]:
     """The JSON Schema of a run body, its config section an object (checked by the trainer)."""
-    return _with_owned_fields(copy.deepcopy(_RUN_BODY))
+    return _built("run_schema", lambda: _with_owned_fields(copy.deepcopy(_RUN_BODY)))
 
 
 RUN_SCHEMA = run_schema()

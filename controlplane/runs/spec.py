@@ -47,7 +47,8 @@ class RunSpec:
     name: str
     base_model: str
     domains: tuple[tuple[str, float], ...]
-    """``(slug, weight)`` in the run's order."""
+    """``(slug, weight)`` in slug order (a stored run's domain rows are kept in that order, so a
+    body and the run saved from it give the same spec and the trainer the same domain order)."""
     config_json: str
     owned: tuple[tuple[str, Any], ...]
     """``(source, value)`` of each run field that fills a trainer setting (``owned_fields``); None
@@ -61,7 +62,7 @@ class RunSpec:
         """The spec of a run body that passed ``run_schema_errors`` (a field left out takes its
         schema's default)."""
         return cls(name=(data.get("name") or "").strip(), base_model=(data.get("base_model") or "").strip(),
-                   domains=tuple((d["slug"], float(d["weight"])) for d in data.get("domains") or []),
+                   domains=tuple(sorted((d["slug"], float(d["weight"])) for d in data.get("domains") or [])),
                    config_json=json.dumps(data.get("config") or {}, sort_keys=True),
                    owned=tuple((source, body_field(data, source) if body_field(data, source) is not None else schema.get("default"))
                                for source, schema in owned_fields().items()),
@@ -107,7 +108,8 @@ class RunSpec:
         """The trainer config this run asks for: its config section, a run's defaults for the
         settings it leaves out, and each setting the run owns from its source: the base model,
         the domains' weights (as shares capped by the domains' ``max_share`` quotas, when ``caps``
-        is given), each run field (null is the setting's default), and, given the run's id and
+        is given), each run field (one left out, or null where its schema allows it, is the
+        setting's default: ``budget.wall_s`` null is the trainer's 0, no limit), and, given the run's id and
         checkpoint ``storage``, the assigned ones (else they keep the trainer's defaults)."""
         cfg = copy.deepcopy(self.config)
         for path, value in RUN_DEFAULTS.items():

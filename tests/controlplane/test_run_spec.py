@@ -77,9 +77,9 @@ def test_a_body_and_its_stored_run_give_the_same_trainer_config(world):
     the domains' share caps."""
     from controlplane.runs.services import run_create
 
-    payload = factories.run_payload(["addition", "parity"], team="acme", staleness=2,
+    payload = factories.run_payload(["parity", "addition"], team="acme", staleness=2,  # not in slug order
                                     budget={"steps": 9, "wall_s": 60.5}, config={"rollout": {"n": 4}})
-    payload["domains"][1]["weight"] = 3.0
+    payload["domains"][0]["weight"] = 3.0
     run = run_create(actor=factories.actor(world.users["member"]), data=payload)
     from_body = RunSpec.from_body(payload)
     from_run = RunSpec.from_run(run, run_domains(run=run))
@@ -90,6 +90,7 @@ def test_a_body_and_its_stored_run_give_the_same_trainer_config(world):
     assert {k: v for k, v in stored.items() if k not in ("name", "checkpoint", "domains")} == \
            {k: v for k, v in body.items() if k not in ("name", "checkpoint", "domains")}
     assert body["domains"] == {"addition": 1.0, "parity": 3.0} and stored["domains"] == {"addition": 0.25, "parity": 0.75}
+    assert list(body["domains"]) == list(stored["domains"])  # the trainer's domain order too
     assert (body["rollout"]["staleness"], body["limits"]["max_steps"], body["limits"]["max_wall_s"]) == (2, 9, 60.5)
     with pytest.raises(AttributeError):
         from_body.name = "changed"  # frozen

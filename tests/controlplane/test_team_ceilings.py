@@ -122,6 +122,25 @@ def test_a_run_at_its_teams_ceiling_is_accepted_and_other_teams_are_not_bound(wo
     assert r.status_code == 201, r.content
 
 
+@pytest.mark.parametrize("ceiling,budget", [
+    ({"limits.max_wall_s": 3600}, {"steps": 5}),
+    ({"limits.max_wall_s": 3600}, {"steps": 5, "wall_s": None}),
+])
+def test_no_limit_is_above_a_ceiling_on_a_setting_whose_zero_means_no_limit(world, ceiling, budget):
+    """A wall-time ceiling binds a run that leaves its wall-time budget out (the trainer's 0: no
+    limit) as one that asks for more; one within the ceiling is accepted."""
+    team_quota_set(actor=factories.actor(world.staff), team=world.team, changes={"ceilings": ceiling})
+    member = _client(world.users["member"])
+    r = _post_run(member, budget=budget)
+    assert r.status_code == 422, r.content
+    assert r.json()["errors"] == [{"path": "budget.wall_s", "message": "is 0 (no limit); at most 3600 for team acme (team ceiling)"}]
+    assert _post_run(member, budget={**budget, "wall_s": 3600}).status_code == 201
+    grads = {"optimizer": {"max_grad_norm": 0}}  # no clipping, under a ceiling on the clipping norm
+    team_quota_set(actor=factories.actor(world.staff), team=world.team, changes={"ceilings": {"optimizer.max_grad_norm": 2}})
+    r = _post_run(member, config=grads, budget={"steps": 5})
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "config.optimizer.max_grad_norm"
+
+
 def test_a_run_defaults_count_against_the_ceilings(world):
     """A ceiling below a default binds a run that leaves the setting out: the run form's default is
     not a way around it."""
