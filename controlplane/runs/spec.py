@@ -39,6 +39,13 @@ def _paths() -> dict[str, str]:
     return {o.source: o.path for o in run_fields.RUN_OWNED}
 
 
+def owned_values(run) -> dict[str, Any]:
+    """Each run field that fills a trainer setting (``owned_fields``) of a stored ``run``, by its
+    source: from its column, else from ``Run.owned`` (None where the run predates it)."""
+    return {source: getattr(run, COLUMNS[source]) if source in COLUMNS else (run.owned or {}).get(source)
+            for source in owned_fields()}
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What a run asks for, typed and frozen (its ``config`` is kept as JSON text: read
@@ -75,8 +82,7 @@ class RunSpec:
         return cls(name=run.name, base_model=run.base_model,
                    domains=tuple((rd.domain.slug, float(rd.weight)) for rd in domains),
                    config_json=json.dumps(run.config if isinstance(run.config, dict) else {}, sort_keys=True),
-                   owned=tuple((source, getattr(run, COLUMNS[source]) if source in COLUMNS else (run.owned or {}).get(source))
-                               for source in owned_fields()),
+                   owned=tuple(owned_values(run).items()),
                    budget_tokens=run.budget_tokens, priority=run.priority, gpus=run.gpus)
 
     @property

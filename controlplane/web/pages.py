@@ -21,7 +21,7 @@ from controlplane.domains.selectors import domain_list
 from controlplane.registry.models import BaseModel
 from controlplane.runs.models import MetricPoint, Run, RunState, RunTag
 from controlplane.runs.schemas import owned_fields, run_config_schema
-from controlplane.runs.spec import RunSpec
+from controlplane.runs.spec import RunSpec, owned_values
 from trainer import run_fields
 from controlplane.scheduling.models import ResourcePool, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.selectors import lanes_view, scheduler_status
@@ -96,7 +96,7 @@ def run_form_fields() -> list[dict[str, Any]]:
 def run_field_values(run: Run) -> list[tuple[str, Any]]:
     """``(label, value)`` of each run field of ``run`` that fills a trainer setting (a run page's
     summary line); a null value reads "no limit"."""
-    values = dict(RunSpec.from_run(run, []).owned)
+    values = owned_values(run)
     return [(f["label"].lower(), "no limit" if values.get(f["name"]) is None else values[f["name"]]) for f in run_form_fields()]
 
 
@@ -371,7 +371,7 @@ def run_settings(run: Run) -> dict[str, Any]:
     """What a run was configured with, flattened for a diff: its own fields, its domains' current
     weights, and each trainer setting it set (``config.algorithm.clip_high``)."""
     out: dict[str, Any] = {"base_model": run.base_model, "priority": run.priority, "gpus": run.gpus,
-                           "budget.tokens": run.budget_tokens, **dict(RunSpec.from_run(run, []).owned)}
+                           "budget.tokens": run.budget_tokens, **owned_values(run)}
     for rd in run.run_domains.select_related("domain"):
         out[f"domains.{rd.domain.slug}"] = rd.weight
     out.update({f"config.{k}": v for k, v in _flatten(run.config or {}).items() if k})

@@ -9,21 +9,19 @@ Some curricula define top levels whose configuration the generator itself reject
 levels stop before the first such level. A task is item ``idx`` of dataset shard ``shard`` at its
 level (a fixed seed per level and shard; some generators build items in ``__init__``, so shards
 stay small), both drawn from the caller's rng: the same rng state always gives the same task.
-Generators whose answers are imbalanced (:data:`BALANCED`) are sampled label-balanced, so that a
+Generators whose answers are imbalanced (:data:`trainer.catalogue.rg_balance.BALANCED`) are sampled label-balanced, so that a
 constant answer scores no better than chance; items no answer could be wrong for are not drawn
 (:func:`unfit_reason`).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import random
-import re
-from collections import Counter
 from typing import Any
 
 from trainer.outcomes import Outcome
 from trainer.catalogue import DomainSpec, register
+from trainer.catalogue.rg_balance import BALANCED, answer_shares
 from trainer.catalogue.rg_solvers import reference_candidates
 from trainer.tasks.base import Task
 from trainer.tasks.reasoning_gym import DATASET_SIZE, SEED, curriculum_levels, generate, get_dataset, level_count
@@ -45,95 +43,11 @@ KIND_BY_PACKAGE = {
 
 
 
-@dataclasses.dataclass(frozen=True)
-class Balance:
-    """Why a generator's answers are sampled label-balanced, and how its answer shares are measured."""
-
-    reason: str
-    """Which answers the generator favours (measured at levels 0 and top, 400 items each)."""
-    draws: int = 1000
-    """Items drawn once per level (fixed seeds) to measure each answer's share."""
-    by: str = "answer"
-    """What is balanced: ``"answer"`` (the reference answer), ``"numbers"`` (the puzzle's
-    numbers in any order, where one puzzle has many right expressions) or ``"truth table"`` (the
-    conclusion's truth table over its own variables, where logically equivalent conclusions all
-    pass)."""
-
-    def label(self, entry: dict[str, Any], answer: Any) -> str:
-        """The label an item counts under."""
-        if self.by == "numbers":
-            return " ".join(str(n) for n in sorted(entry["metadata"]["numbers"]))
-        if self.by == "truth table":
-            from reasoning_gym.logic.propositional_logic import Expression
-
-            text = entry["metadata"]["example_answer"]
-            expr, names = Expression.from_string(text), sorted(set(re.findall(r"[A-Z]", text)))
-            rows = (dict(zip(names, (bool(i >> j & 1) for j in range(len(names))))) for i in range(1 << len(names)))
-            return " ".join(names) + ":" + "".join("1" if expr.evaluate(row) else "0" for row in rows)
-        return answer_label(answer)
-
-
-FEW_ANSWER_DRAWS = 8000
-"""Reference draws for generators with few answers (4 shards x 2,000 items), enough that an answer
-right for 2% of tasks is not measured under the cap."""
-
-# Label balance: generators whose answers come from a small set, or where a few answers are much
-# more common than the rest, so that a constant answer beats chance (the rate at which another
-# task's gold is right; measured with bench/rg_scorers.py). sample() keeps an item with
-# probability (rarest share / its answer's share), so every answer is about equally likely.
-BALANCED: dict[str, Balance] = {
-    "acre": Balance("on / off / undetermined: 39% / 32% / 29%", draws=400),
-    "basic_arithmetic": Balance("0, -1 and 1 are 22% of level-0 answers (chance 3%)", draws=FEW_ANSWER_DRAWS),
-    "binary_alternation": Balance("-1 (impossible) is 19-23% of answers", draws=FEW_ANSWER_DRAWS),
-    "chain_sum": Balance("small sums repeat at level 0: 0 alone is 4.5% (chance 1.5%)", draws=FEW_ANSWER_DRAWS),
-    "circuit_logic": Balance("0 / 1: 63% / 37%", draws=FEW_ANSWER_DRAWS),
-    "coin_flip": Balance("five answers at level 0, 0.125 alone 34%; 0.375 was right for 20% of tasks (chance 12%)", draws=FEW_ANSWER_DRAWS),
-    "composite": Balance("its parts' small answers repeat: 1 was right for 3% of tasks (chance 0)"),
-    "count_bits": Balance("the middle counts dominate: 23% for one of nine answers at level 0", draws=FEW_ANSWER_DRAWS),
-    "calendar_arithmetic": Balance("yes / no questions and weekdays: 'no' was the answer to 17-25% of level-1 and 2 tasks "
-                                   "(chance 6-14%)", draws=FEW_ANSWER_DRAWS),
-    "game_of_life": Balance("the all-dead board is 9% of level-0 answers (another task's board is right for 1%)", draws=400),
-    "family_relationships": Balance("son is 21-33% of answers (chance 12-22%), husband and wife the next", draws=FEW_ANSWER_DRAWS),
-    "gcd": Balance("1 is 58% of top-level answers, 1 and 2 are 54% at level 0", draws=FEW_ANSWER_DRAWS),
-    "graph_color": Balance("the same small graphs (and so the same colouring) recur: one colouring was "
-                           "right for 17% of tasks against 4% for another task's colouring"),
-    "jugs": Balance("the same puzzles recur at level 0 (one move list is 10% of answers); '[\"no solution\"]' is 15% "
-                    "at level 1", draws=400),
-    "knight_swap": Balance("'No' (impossible) is 15-20% of answers; every possible puzzle has its own move list",
-                           draws=100),
-    "largest_island": Balance("10 is 49% of level-0 answers", draws=FEW_ANSWER_DRAWS),
-    "leg_counting": Balance("small totals repeat and 0 legs is 7% of answers from level 2 (chance 2%)", draws=FEW_ANSWER_DRAWS),
-    "letter_counting": Balance("1 is 32-46% of answers", draws=FEW_ANSWER_DRAWS),
-    "list_functions": Balance("[0] and [1] are 11% of answers (chance 3%)"),
-    "manipulate_matrix": Balance("an all-zero matrix or a 1x1 '0' is 2% of answers (chance 0.3%)"),
-    "maze": Balance("a few path lengths dominate at level 0 (19% for one of six)", draws=4000),
-    "number_sequence": Balance("small next terms repeat: 4 was the answer to 25% of tasks (chance 6%)"),
-    "polynomial_equations": Balance("the root 0.0 alone is 46% of level-0 answers, 17% at the top", draws=200),
-    "products": Balance("0 is 2% of answers (chance 0.2%)", draws=FEW_ANSWER_DRAWS),
-    "propositional_logic": Balance("a few conclusions recur up to equivalence ((P ∨ Q) passed 10% of tasks, "
-                                   "chance 2%)", by="truth table", draws=FEW_ANSWER_DRAWS),
-    "puzzle24": Balance("the same four numbers recur (balanced by the numbers, not the expression): 1*2*3*4 was "
-                        "right for 8-10% of tasks (chance 3%)", by="numbers"),
-    "quantum_lock": Balance("A → A → A → A alone is 9% of level-0 answers", draws=FEW_ANSWER_DRAWS),
-    "rearc": Balance("single-cell grids recur from level 5: the digit 0 alone was right for 7% of level-5 tasks (chance 2%)"),
-    "rectangle_count": Balance("small counts repeat: 4 was the answer to 25% of tasks (chance 6%)", draws=4000),
-    "rotten_oranges": Balance("-1 (some orange never rots) is about a third of answers", draws=FEW_ANSWER_DRAWS),
-    "self_reference": Balance("2 is 32-42% of answers from level 2 (chance 24-30%)", draws=FEW_ANSWER_DRAWS),
-    "sentence_reordering": Balance("the corpus is small, so sentences recur: one was the answer to 17% of tasks"),
-    "shortest_path": Balance("'infeasible' is 45% of level-0 answers and 69% at the top; other answers are paths"),
-    "syllogism": Balance("Yes / No: 91% / 9% at level 0, 71% / 29% at the top", draws=FEW_ANSWER_DRAWS),
-    "tsumego": Balance("a few points recur on the small boards: E3 was the answer to 12% of tasks (chance 3%)", draws=FEW_ANSWER_DRAWS),
-    "time_intervals": Balance("0 days, 00:00, 1 days and 00:01 are a third of level-0 answers"),
-}
 UNFIT_TRIES = 256
 """Draws at most for one item when items are unfit (see :func:`unfit_reason`)."""
 BALANCE_TRIES = 256
 """Draws at most per sample of a balanced generator (then the last draw is kept)."""
-BALANCE_MIN_COUNT = 10
-"""Items an answer needs among the reference draws before its share is thinned to the others'."""
-BALANCE_MIN_SHARE = 0.01
-"""The lowest cap where some answers repeat: rarer answers are not thinned, so that a task takes a
-few draws (more reference draws make the shares precise, not the cap lower)."""
+
 
 
 
@@ -234,40 +148,6 @@ def unfit_reason(name: str, entry: dict[str, Any], level: int) -> str | None:
         if get_dataset(name, level)._is_valid_conclusion(premises, Expression.from_string(f"({v} ∧ ¬{v})")):
             return "the premises contradict each other"
     return None
-
-
-def answer_label(answer: Any) -> str:
-    """The form answers are counted in for label balance (case and spacing aside)."""
-    return " ".join(str(answer).split()).casefold()
-
-
-@functools.lru_cache(maxsize=None)
-def answer_shares(name: str, level: int) -> tuple[dict[str, float], float]:
-    """``(share of each gold answer, cap)`` among the ``draws`` items of the generator's
-    :class:`Balance` (fixed seeds at ``level``, four shards so that few datasets are built),
-    computed once per process and level (seconds; about 40 s for knight_swap and
-    polynomial_equations). Answers above the cap are thinned down to it. The cap is the rarest
-    share where most answers are unique (a path, a move list: one answer such as 'infeasible' must
-    not stand out), else the share of :data:`BALANCE_MIN_COUNT` items, below which a share is too
-    noisy to thin by (an answer seen once may be ten times as common as that), and at least
-    :data:`BALANCE_MIN_SHARE`. Generators with few answers take 8,000 draws: from 1,000, an answer
-    with a true share of 2% was measured under 1%, never thinned, and a constant scored twice
-    chance at that level."""
-    balance = BALANCED.get(name, Balance(""))
-    draws = balance.draws
-    counts: Counter[str] = Counter()
-    for k in range(draws):
-        shard, idx = k % 4, k // 4
-        try:
-            entry = generate(get_dataset(name, level, shard), idx, SEED + 7919 * shard + idx)
-            counts[balance.label(entry, reference_candidates(name, entry)[0])] += 1
-        except Exception:  # noqa: BLE001 - reasoning-gym raises various errors here
-            continue
-    total = sum(counts.values()) or 1
-    shares = {label: n / total for label, n in counts.items()}
-    rarest = min(shares.values(), default=1.0)
-    cap = rarest if len(shares) > total / 4 else max(rarest, BALANCE_MIN_COUNT / total, BALANCE_MIN_SHARE)
-    return shares, cap
 
 
 def is_open_ended(name: str) -> bool:
