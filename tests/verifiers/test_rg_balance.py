@@ -29,6 +29,8 @@ def test_every_level_of_every_balanced_generator_is_shipped_and_current():
              if table.get(name, {}).get(str(level), {}).get("fingerprint") != fingerprint(name, level)]
     assert not stale, f"run python -m trainer.catalogue.rg_balance: missing or stale entries {stale}"
     assert set(table) == set(BALANCED), "the table holds generators that are not balanced"
+    extra = [f"{name} level {level}" for name, levels in table.items() for level in levels if int(level) >= level_count(name)]
+    assert not extra, f"the table holds levels the generators no longer have: {extra}"
 
 
 @pytest.mark.parametrize("name", sorted(BALANCED))
@@ -38,10 +40,35 @@ def test_the_table_holds_what_the_generator_draws(name):
         assert head_digest(draw_labels(name, level, HEAD)) == shipped()[name][str(level)]["head"], (name, level)
 
 
-def test_a_whole_entry_measured_again_is_the_shipped_one():
-    entry = shipped()["acre"]["0"]
-    assert measure_shares("acre", 0) == entry
+@pytest.mark.parametrize("name", ["acre", "gcd"])
+def test_a_whole_entry_measured_again_is_the_shipped_one(name):
+    """acre's cap is its rarest share, gcd's the floor of BALANCE_MIN_SHARE: both branches."""
+    entry = shipped()[name]["0"]
+    assert measure_shares(name, 0) == entry
     assert entry["above"] and all(share > entry["cap"] for share in entry["above"].values())
+
+
+def test_what_the_shares_depend_on_is_in_the_fingerprint(monkeypatch):
+    before = fingerprint("gcd", 0)
+    assert fingerprint("gcd", 1) != before
+    monkeypatch.setattr(rg_balance, "BALANCE_MIN_SHARE", 0.02)
+    assert fingerprint("gcd", 0) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(rg_balance, "code_digest", lambda: "other code")
+    assert fingerprint("gcd", 0) != before
+
+
+def test_an_unreadable_table_is_measured_not_a_crash(monkeypatch, tmp_path, fresh_shares):
+    broken = tmp_path / "rg_balance.json"
+    broken.write_text('{"acre": {"0": {"fingerpr')
+    monkeypatch.setattr(rg_balance, "TABLE", broken)
+    shipped.cache_clear()
+    try:
+        assert shipped() == {}
+        entry = measure_shares("acre", 0)
+        assert answer_shares("acre", 0) == (entry["above"], entry["cap"])
+    finally:
+        shipped.cache_clear()
 
 
 def test_a_current_entry_is_read_not_measured(monkeypatch, fresh_shares):

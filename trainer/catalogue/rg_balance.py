@@ -22,7 +22,9 @@ import argparse
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -145,13 +147,28 @@ def answer_label(answer: Any) -> str:
 
 def fingerprint(name: str, level: int) -> str:
     """What an entry's shares depend on: the generator's version and its level's configuration on
-    each shard measured, the :class:`Balance`, the seeds and :data:`SHARES_VERSION`."""
+    each shard measured, the :class:`Balance`, the seeds, the cap's constants, the code that
+    labels and counts the draws (:func:`code_digest`) and :data:`SHARES_VERSION`."""
     import reasoning_gym  # lazy: the generator library loads with the catalogue, not with this module
 
     balance = BALANCED.get(name, Balance(""))
     inputs = {"shares_version": SHARES_VERSION, "reasoning_gym": reasoning_gym.__version__, "seed": SEED,
-              "draws": balance.draws, "by": balance.by, "configs": [repr(level_config(name, level, s)) for s in range(4)]}
+              "draws": balance.draws, "by": balance.by, "configs": [repr(level_config(name, level, s)) for s in range(4)],
+              "min_count": BALANCE_MIN_COUNT, "min_share": BALANCE_MIN_SHARE, "code": code_digest()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """The digest of the code an entry is measured with: the reference solvers' module, the
+    labels, the draws and their seeding, the count and the cap. A change to any of it makes every
+    entry stale (measured again), so a table is never read by code that would measure otherwise."""
+    from trainer.catalogue import rg_solvers  # lazy: only a fingerprint reads the solvers' source
+    from trainer.tasks import reasoning_gym as tasks  # lazy: as above
+
+    parts = [inspect.getsource(rg_solvers), inspect.getsource(Balance), inspect.getsource(tasks.generate)]
+    parts += [inspect.getsource(f) for f in (answer_label, draw_labels, measure_shares)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
 def draw_labels(name: str, level: int, draws: int) -> list[tuple[int, str]]:
@@ -195,10 +212,10 @@ def measure_shares(name: str, level: int) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def shipped() -> dict[str, Any]:
-    """The table as shipped (empty when it is missing)."""
+    """The table as shipped (empty when it is missing or unreadable: every entry is then measured)."""
     try:
         return json.loads(TABLE.read_text())
-    except FileNotFoundError:
+    except (OSError, ValueError):
         return {}
 
 
@@ -241,9 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     with multiprocessing.get_context("spawn").Pool(max(1, args.workers)) as pool:
         for name, level, entry in tqdm(pool.imap_unordered(_measure, todo), total=len(todo), desc="answer shares", unit="level"):
             table.setdefault(name, {})[str(level)] = entry
-            ordered = {n: {lv: table[n][lv] for lv in sorted(table[n], key=int)} for n in sorted(table)}
-            TABLE.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n")
+            _write(table)
+    _write(table)
     return 0
+
+
+def _write(table: dict[str, Any]) -> None:
+    """Write the table whole (levels a generator no longer has left out) or not at all."""
+    ordered = {n: {lv: table[n][lv] for lv in sorted(table[n], key=int) if int(lv) < level_count(n)} for n in sorted(table)}
+    partial = TABLE.with_suffix(".json.partial")
+    partial.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n")
+    os.replace(partial, TABLE)
 
 
 if __name__ == "__main__":
