@@ -76,11 +76,12 @@ demo: $(RUNTIME) $(PLOTLY_BASIC)
 	$(BIN)/python manage.py demo
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (each on a database and a Redis database of
-# its own, tests/suite_env.py); work stealing keeps both busy to the end. TEST_WORKERS=0 runs it in
+# its own, tests/suite_env.py); work stealing keeps both busy to the end, and the 40 slowest tests
+# are listed at the end (every time in artifacts/junit.xml). TEST_WORKERS=0 runs it in
 # this one process; pass one test with `$(BIN)/python -m pytest tests/...`.
 TEST_WORKERS ?= 2
 test: $(DEV) $(PLOTLY_BASIC)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=40 --junitxml=artifacts/junit.xml
 
 clean:
 	rm -rf $(VENV) var frontend/vendor

@@ -99,3 +99,11 @@ def test_the_check_command_lists_stale_entries(monkeypatch, capsys):
     monkeypatch.setattr(rg_balance, "fingerprint", lambda name, level: "changed")
     assert rg_balance.main(["--check", "--names", "acre"]) == 1
     assert "acre level 0: missing or stale" in capsys.readouterr().out
+
+
+def test_the_command_refuses_a_generator_that_is_not_balanced(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        rg_balance.main(["--check", "--names", "acre", "nosuch"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--names: nosuch not label-balanced" in err and "puzzle24" in err

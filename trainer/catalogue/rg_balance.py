@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--names", nargs="*", help="generators (default: every one in BALANCED)")
     ap.add_argument("--check", action="store_true", help="only say which entries are missing or stale; exit 1 if any")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.names or ()) - set(BALANCED))
+    if unknown:
+        ap.error(f"--names: {', '.join(unknown)} not label-balanced; the balanced generators are {', '.join(sorted(BALANCED))}")
     table = {name: dict(levels) for name, levels in shipped().items() if name in BALANCED}
     todo = [(name, level) for name in sorted(args.names or BALANCED) for level in range(level_count(name))
             if table.get(name, {}).get(str(level), {}).get("fingerprint") != fingerprint(name, level)]
