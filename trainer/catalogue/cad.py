@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+from typing import Any
 
-from trainer.catalogue import DomainSpec, register
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.define import SeededSource, define_domain
 from trainer.tasks.base import Task
 from trainer.tasks.cad import FAMILIES, LEVELS, cad_task, prompt
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "cad"
 VERIFIER_SPEC = {"stages": [{"type": "cad_mesh", "timeout_s": 60.0}]}
@@ -28,19 +29,16 @@ TITLES = {
 
 
 @dataclasses.dataclass
-class CadSource:
+class CadSource(SeededSource):
     """Task source for one family of modelling tasks."""
 
-    slug: str
     family: str
     levels: int = LEVELS
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
+    def generate(self, seed: int, level: int) -> tuple[str, str, dict[str, Any]]:
+        """The part's prompt, its reference script (a fenced block) and the checks."""
         spec = cad_task(self.family, random.Random(seed), level)
-        meta = {"checks": spec.checks, "kind": spec.kind, "seed": seed}
-        return Task(self.slug, f"L{level}-{seed}", prompt(spec), f"```python\n{spec.reference}```", level, meta)
+        return prompt(spec), f"```python\n{spec.reference}```", {"checks": spec.checks, "kind": spec.kind, "seed": seed}
 
 
 def wrong_completion(task: Task) -> str:
@@ -59,13 +57,10 @@ def register_all() -> list[DomainSpec]:
     specs = []
     for family in FAMILIES:
         title, description = TITLES[family]
-        specs.append(register(DomainSpec(
-            slug=f"cad-{family}", title=title, kind="code", family=FAMILY,
-            source=CadSource(f"cad-{family}", family),
-            verify=compile_cascade(VERIFIER_SPEC),
+        specs.append(define_domain(
+            CadSource(f"cad-{family}", family), VERIFIER_SPEC, title=title, kind="code", family=FAMILY,
             description=(f"{description}: a manifold3d script run in the sandbox; the solid is checked by geometry "
                          "(closed and manifold, volume, bounding box, genus, points inside and outside)."),
-            verifier_spec=VERIFIER_SPEC,
             task_source_spec={"family": FAMILY, "cad_family": family, "levels": LEVELS},
-        )))
+        ))
     return specs

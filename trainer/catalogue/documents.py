@@ -26,10 +26,10 @@ import random
 from fractions import Fraction
 from typing import Any, Callable
 
-from trainer.catalogue import DomainSpec, register
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.define import SeededSource, define_domain
 from trainer.tasks.statements import LINES, make_statements, round_half_up
 from trainer.tasks.base import Task
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "documents"
 LEVELS = 2
@@ -114,21 +114,18 @@ def verifier_spec(kind: str) -> dict[str, Any]:
 
 
 @dataclasses.dataclass
-class DocumentSource:
-    """Task source for one document question type."""
+class DocumentSource(SeededSource):
+    """Task source for one document question type (``slug``: ``doc-<kind>``)."""
 
-    slug: str
-    """Domain slug, ``doc-<kind>``."""
     kind: str
     """Key of ``QUESTIONS``."""
     levels: int = LEVELS
     """Level 0: two fiscal years; level 1: three."""
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
+    def generate(self, seed: int, level: int) -> tuple[str, Any, dict[str, Any]]:
+        """The statements and the question with the answer instruction, the gold, and the question's meta."""
         prompt, answer, meta = QUESTIONS[self.kind][1](random.Random(seed), level)
-        return Task(self.slug, f"L{level}-{seed}", prompt + INSTRUCTION, answer, level, meta)
+        return prompt + INSTRUCTION, answer, meta
 
 
 def reference_completion(task: Task) -> str:
@@ -141,15 +138,12 @@ def register_all() -> list[DomainSpec]:
     specs = []
     for kind, (title, _, _) in QUESTIONS.items():
         vspec = verifier_spec(kind)
-        specs.append(register(DomainSpec(
-            slug=f"doc-{kind}",
+        specs.append(define_domain(
+            DocumentSource(f"doc-{kind}", kind), vspec,
             title=f"Documents: {title}",
             kind="document",
             family=FAMILY,
-            source=DocumentSource(f"doc-{kind}", kind),
-            verify=compile_cascade(vspec),
             description=f"{title} from generated three-page financial statements, verified with tolerance.",
-            verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "question": kind, "levels": LEVELS},
-        )))
+        ))
     return specs

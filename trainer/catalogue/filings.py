@@ -24,11 +24,11 @@ import json
 import random
 from typing import Any
 
-from trainer.catalogue import DomainSpec, register
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.define import SeededSource, define_domain
 from trainer.environments import make_environment
 from trainer.tasks.base import Task
 from trainer.tasks.filings import LEVELS, QUESTIONS, NoQuestion, filing, prompt
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "filings"
 MAX_STEPS = 30
@@ -39,27 +39,20 @@ def _call(**kwargs: Any) -> str:
 
 
 @dataclasses.dataclass
-class FilingSource:
-    """Task source for one question kind over generated annual reports."""
+class FilingSource(SeededSource):
+    """Task source for one question kind over generated annual reports (``slug``: ``filing-<kind>``)."""
 
-    slug: str
-    """Domain slug, ``filing-<kind>``."""
     kind: str
     """Key of :data:`trainer.tasks.filings.QUESTIONS`."""
     levels: int = LEVELS
     """The report's length: level 0 about 4,000 tokens (three fiscal years) up to level 3, about 50,000."""
+    redraw = (NoQuestion,)  # a report that cannot carry the question (rare) gives way to the next one
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
+    def generate(self, seed: int, level: int) -> tuple[str, str, dict[str, Any]]:
+        """The table of contents and the question, a reference transcript (reads, calc, answer) and the gold."""
         _, make, tolerance = QUESTIONS[self.kind]
-        while True:  # a report that cannot carry the question (rare) gives way to the next one
-            seed = rng.getrandbits(32)
-            doc = filing(seed, level)
-            try:
-                question, gold, extra, reads = make(doc, random.Random(seed ^ 0x5EED))
-                break
-            except NoQuestion:
-                continue
+        doc = filing(seed, level)
+        question, gold, extra, reads = make(doc, random.Random(seed ^ 0x5EED))
         actions = [_call(tool="toc")]
         for tool, arg in reads:
             actions.append(_call(tool="search", query=arg) if tool == "search"
@@ -69,7 +62,7 @@ class FilingSource:
                 "abs_tol": tolerance, "max_steps": MAX_STEPS}
         if "percent" in extra:
             meta["percent"] = extra["percent"]
-        return Task(self.slug, f"L{level}-{seed}", prompt(doc, question), "\n".join(actions), level, meta)
+        return prompt(doc, question), "\n".join(actions), meta
 
 
 def _new_environment(task: Task):
@@ -80,19 +73,16 @@ def register_all() -> list[DomainSpec]:
     specs = []
     for kind, (title, _, tolerance) in QUESTIONS.items():
         vspec = {"stages": [{"type": "environment", "params": {"max_steps": MAX_STEPS}, "timeout_s": 10.0}]}
-        specs.append(register(DomainSpec(
-            slug=f"filing-{kind}",
+        specs.append(define_domain(
+            FilingSource(f"filing-{kind}", kind), vspec,
             title=f"Annual reports: {title}",
             kind="document",
             family=FAMILY,
-            source=FilingSource(f"filing-{kind}", kind),
-            verify=compile_cascade(vspec),
             description=(f"{title}, from a generated annual report of 4,000 to 50,000 tokens (the level) read through "
                          "tools (table of contents, read, search, calc); one final answer, "
                          + ("exact." if not tolerance else "within half a unit of the second decimal.")),
-            verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "question": kind, "levels": LEVELS, "multi_turn": True,
                               "environment": "filing"},
             environment=functools.partial(_new_environment),
-        )))
+        ))
     return specs

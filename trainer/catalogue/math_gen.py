@@ -16,9 +16,10 @@ import dataclasses
 import math
 import random
 from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable
 
 from trainer.catalogue import DomainSpec, register
+from trainer.catalogue.define import SeededSource
 from trainer.tasks.base import Task
 from trainer.verifiers.answers import canonical
 from trainer.verifiers.cascade import compile_cascade
@@ -149,21 +150,18 @@ TITLES = {
 
 
 @dataclasses.dataclass
-class MathSource:
-    """Task source for one generated math family."""
+class MathSource(SeededSource):
+    """Task source for one generated math family (``slug``: ``math-<family>``)."""
 
-    slug: str
-    """Domain slug, ``math-<family>``."""
     family: str
     """Key of ``FAMILIES``."""
     levels: int = LEVELS
     """Coefficient-size levels."""
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
+    def generate(self, seed: int, level: int) -> tuple[str, str, dict[str, Any]]:
+        """The family's question with the answer instruction, its answer, and a wrong answer in the meta."""
         question, answer, wrong, meta = FAMILIES[self.family](random.Random(seed), level)
-        return Task(self.slug, f"L{level}-{seed}", question + INSTRUCTION, answer, level, {"wrong_answer": wrong, **meta})
+        return question + INSTRUCTION, answer, {"wrong_answer": wrong, **meta}
 
 
 def _number_forms(value: Fraction) -> list[str]:

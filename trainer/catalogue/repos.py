@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import random
+from typing import Any
 
-from trainer.catalogue import DomainSpec, register
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.define import SeededSource, define_domain
 from trainer.environments.repo import RepoEnv
 from trainer.tasks.base import Task
 from trainer.tasks.repos import FAMILIES, LEVELS, prompt, reference_transcript, repo_task
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "repos"
 MAX_STEPS = 30
@@ -38,23 +38,20 @@ VERIFIER_SPEC = {"stages": [{"type": "repo_tests", "timeout_s": 90.0}]}
 
 
 @dataclasses.dataclass
-class RepoSource:
-    """Task source for one family of repository tasks."""
+class RepoSource(SeededSource):
+    """Task source for one family of repository tasks (``slug``: ``swe-<family>``)."""
 
-    slug: str
-    """Domain slug, ``swe-<family>``."""
     family: str
     """One of :data:`trainer.tasks.repos.FAMILIES`."""
     levels: int = LEVELS
     """Level 0: two modules, the file named; 1: three modules, the function named; 2: four modules, two changes."""
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
+    def generate(self, seed: int, level: int) -> tuple[str, str, dict[str, Any]]:
+        """The task's prompt, a reference transcript, and what the environment and ``wrong_transcript`` rebuild it from."""
         spec = repo_task(self.family, seed, level)
         meta = {"environment": "repo", "family": self.family, "seed": seed, "level": level, "max_steps": MAX_STEPS,
                 "targets": spec.targets}
-        return Task(self.slug, f"L{level}-{seed}", prompt(spec, MAX_STEPS), reference_transcript(spec), level, meta)
+        return prompt(spec, MAX_STEPS), reference_transcript(spec), meta
 
 
 def wrong_transcript(task: Task) -> str:
@@ -79,18 +76,15 @@ def register_all() -> list[DomainSpec]:
     specs = []
     for family in FAMILIES:
         title, description = TITLES[family]
-        specs.append(register(DomainSpec(
-            slug=f"swe-{family}",
+        specs.append(define_domain(
+            RepoSource(f"swe-{family}", family), VERIFIER_SPEC,
             title=title,
             kind="code",
             family=FAMILY,
-            source=RepoSource(f"swe-{family}", family),
-            verify=compile_cascade(VERIFIER_SPEC),
             description=(f"{description}; multi-turn, through tools and a sandbox, with git. Hidden tests on the final "
                          "tree in a fresh sandbox decide."),
-            verifier_spec=VERIFIER_SPEC,
             task_source_spec={"family": FAMILY, "repo_family": family, "levels": LEVELS, "multi_turn": True,
                               "environment": "repo"},
             environment=functools.partial(_new_environment),
-        )))
+        ))
     return specs

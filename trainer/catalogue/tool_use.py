@@ -13,10 +13,10 @@ import json
 import random
 from typing import Any
 
-from trainer.catalogue import DomainSpec, register
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.define import SeededSource, define_domain
 from trainer.environments import make_environment
 from trainer.tasks.base import Task
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "tool_use"
 ITEMS = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "melon", "grape", "mango"]
@@ -92,21 +92,18 @@ TITLES = {"calculator-kv": "Calculator and key-value store", "filesystem": "Edit
 
 
 @dataclasses.dataclass
-class ToolUseSource:
-    """Task source for one tool-use environment."""
+class ToolUseSource(SeededSource):
+    """Task source for one tool-use environment (``slug``: ``tool-<name>``)."""
 
-    slug: str
-    """Domain slug, ``tool-<name>``."""
     name: str
     """Key of ``GENERATORS``."""
     levels: int = 2
     """Level 1 adds items / files and a second target."""
 
-    def sample(self, rng: random.Random, level: int = 0) -> Task:
-        level = max(0, min(int(level), self.levels - 1))
-        seed = rng.getrandbits(32)
+    def generate(self, seed: int, level: int) -> tuple[str, str, dict[str, Any]]:
+        """The environment's prompt, the reference transcript (one call a line) and the environment's state."""
         prompt, actions, meta = GENERATORS[self.name](random.Random(seed), level)
-        return Task(self.slug, f"L{level}-{seed}", prompt, "\n".join(actions), level, meta)
+        return prompt, "\n".join(actions), meta
 
 
 def _new_environment(env_name: str, task: Task):
@@ -118,16 +115,13 @@ def register_all() -> list[DomainSpec]:
     specs = []
     for name, title in TITLES.items():
         vspec = {"stages": [{"type": "environment", "params": {"max_steps": 40}, "timeout_s": 10.0}]}
-        specs.append(register(DomainSpec(
-            slug=f"tool-{name}",
+        specs.append(define_domain(
+            ToolUseSource(f"tool-{name}", name), vspec,
             title=f"Tool use: {title}",
             kind="tool_use",
             family=FAMILY,
-            source=ToolUseSource(f"tool-{name}", name),
-            verify=compile_cascade(vspec),
             description=f"Multi-turn tool use ({title.lower()}); reward from the final state.",
-            verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "environment": name.replace("-", "_"), "levels": 2, "multi_turn": True},
             environment=functools.partial(_new_environment, name.replace("-", "_")),
-        )))
+        ))
     return specs
