@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.tasks.repo_kernels import KERNELS, MODULES, MOVE_TARGETS, Kernel, by_module, call
+from trainer.verifiers.patches import common_ends
 
 FAMILIES = ("bugfix", "feature", "refactor")
 LEVELS = 3
@@ -236,12 +237,7 @@ def _fix_edit(text: str, path: str, wrong: str, right: str) -> dict[str, Any]:
     """A ``replace`` call that turns ``wrong`` (a function's source in the file ``text``) into
     ``right``: the lines that differ, widened by a line at a time until the old text is unique."""
     a, b = wrong.splitlines(keepends=True), right.splitlines(keepends=True)
-    head = 0
-    while head < min(len(a), len(b)) and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
+    head, tail = common_ends(a, b)
     lo, hi_a, hi_b = head, len(a) - tail, len(b) - tail
     while True:
         old = "".join(a[lo:hi_a])

@@ -187,6 +187,15 @@ def _value_error(param: str, value: Any, spec: dict, allowed: list) -> str | Non
     return None if value in allowed else f"{param}: {_show(value)} is not an allowed value"
 
 
+def _missing_required(name: str, params: dict[str, Any], function: dict) -> str | None:
+    """Why the call ``name(**params)`` lacks a parameter its function declares required (None when
+    it has them all)."""
+    for required in (function.get("parameters") or {}).get("required") or []:
+        if required not in params:
+            return f"{name}: missing required parameter {required}"
+    return None
+
+
 def check_call(call: tuple[str, dict[str, Any]], function: dict, expected: dict[str, dict[str, list]]) -> str | None:
     """Why one call does not match one expected call (None when it does)."""
     name, params = call
@@ -194,9 +203,8 @@ def check_call(call: tuple[str, dict[str, Any]], function: dict, expected: dict[
     if name != expected_name:
         return f"called {name}, expected {expected_name}"
     properties = (function.get("parameters") or {}).get("properties") or {}
-    for required in (function.get("parameters") or {}).get("required") or []:
-        if required not in params:
-            return f"{name}: missing required parameter {required}"
+    if (why := _missing_required(name, params, function)) is not None:
+        return why
     for param, value in params.items():
         if param not in properties or param not in allowed:
             return f"{name}: unexpected parameter {param}"
@@ -233,9 +241,8 @@ def schema_error(call: tuple[str, dict[str, Any]], functions: list[dict]) -> str
     if function is None:
         return f"{name} is not an offered function"
     properties = (function.get("parameters") or {}).get("properties") or {}
-    for required in (function.get("parameters") or {}).get("required") or []:
-        if required not in params:
-            return f"{name}: missing required parameter {required}"
+    if (why := _missing_required(name, params, function)) is not None:
+        return why
     for param, value in params.items():
         if param not in properties:
             return f"{name}: unexpected parameter {param}"

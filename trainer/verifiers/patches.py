@@ -67,15 +67,26 @@ def _diff_lines(old: str, new: str) -> list[str]:
     return out
 
 
-def _block_diff(a: list[str], b: list[str]) -> list[str]:
-    """One hunk replacing everything between the common first and last lines (linear: for files
-    too large for difflib, whose matching is quadratic at worst)."""
+def common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
+    """How many first lines ``a`` and ``b`` share, and how many last lines besides those (the two
+    runs never overlap, so ``a[head:len(a) - tail]`` is what differs).
+
+    >>> common_ends(["x", "y", "z"], ["x", "q", "z"]), common_ends(["x", "x"], ["x"])
+    ((1, 1), (1, 0))
+    """
     head = 0
     while head < min(len(a), len(b)) and a[head] == b[head]:
         head += 1
     tail = 0
     while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def _block_diff(a: list[str], b: list[str]) -> list[str]:
+    """One hunk replacing everything between the common first and last lines (linear: for files
+    too large for difflib, whose matching is quadratic at worst)."""
+    head, tail = common_ends(a, b)
     lo = max(head - 3, 0)
     hi_a, hi_b = min(len(a) - tail + 3, len(a)), min(len(b) - tail + 3, len(b))
     body = ([" " + x for x in a[lo:head]] + ["-" + x for x in a[head:len(a) - tail]] + ["+" + x for x in b[head:len(b) - tail]]
