@@ -9,9 +9,8 @@ from ninja import Field, Path, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts import selectors, services
-from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object_valid
 from controlplane.common.errors import Forbidden
-from controlplane.common.validation import validate
 
 router = Router(tags=["accounts"])
 
@@ -114,8 +113,7 @@ TOKEN_IN = {
 
 @router.post("/tokens", response={201: TokenCreatedOut, **ERRORS}, openapi_extra=body_doc(TOKEN_IN))
 def token_create(request: HttpRequest):
-    data = json_object(request)
-    validate(data, TOKEN_IN)
+    data = json_object_valid(request, TOKEN_IN)
     team = selectors.team_get(actor=request.auth, slug=data["team"])
     token, secret = services.token_create(
         actor=request.auth, team=team, name=data["name"], role=data.get("role"),

@@ -12,6 +12,7 @@ from pydantic import ConfigDict
 
 from controlplane.common.body import read_json, read_json_object, string_problem
 from controlplane.common.errors import FieldError, InvalidInput
+from controlplane.common.validation import validate
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -74,6 +75,14 @@ def json_body(request: HttpRequest) -> Any:
 def json_object(request: HttpRequest) -> dict:
     """:func:`json_body` that must be an object."""
     return read_json_object(request)
+
+
+def json_object_valid(request: HttpRequest, schema: dict) -> dict:
+    """:func:`json_object` that must follow the JSON Schema ``schema``, so the documented body is
+    the accepted one (every rule it breaks refused at once, a 422 naming the field)."""
+    data = json_object(request)
+    validate(data, schema)
+    return data
 
 
 class BodyParser(Parser):

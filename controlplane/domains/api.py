@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.selectors import team_get
-from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, BodyIn, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, BodyIn, body_doc, json_object, json_object_valid
 from controlplane.common.body import read_upload_form
 from controlplane.common.errors import InvalidInput
 from controlplane.common.validation import validate
@@ -155,8 +155,7 @@ def domain_upload(request: HttpRequest):
         data, jsonl = read_upload_form(request, file_field="jsonl", json_fields=("verifier",))
         validate({**data, "jsonl": ""}, DOMAIN_UPLOAD_IN)
     else:
-        data = json_object(request)
-        validate(data, DOMAIN_UPLOAD_IN)
+        data = json_object_valid(request, DOMAIN_UPLOAD_IN)
         jsonl = data.pop("jsonl")
     team = team_get(actor=request.auth, slug=data.pop("team"))
     return Status(201, services.domain_upload_jsonl(actor=request.auth, team=team, data=data, jsonl=jsonl))

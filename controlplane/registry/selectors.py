@@ -6,6 +6,7 @@ from django.db.models import Q, QuerySet
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, NotFound, found
+from controlplane.common.queries import filter_given
 from controlplane.common.validation import MAX_ROW_ID, is_row_id
 from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
@@ -16,13 +17,7 @@ from trainer.config import EvalConfig
 def version_list(*, actor: Principal, team: str = "", base: str = "", run: int | None = None) -> QuerySet[ModelVersion]:
     qs = (ModelVersion.objects.filter(team_id__in=actor.team_ids)
           .select_related("team", "run", "parent").prefetch_related("aliases"))
-    if team:
-        qs = qs.filter(team__slug=team)
-    if base:
-        qs = qs.filter(base=base)
-    if run is not None:
-        qs = qs.filter(run_id=run)
-    return qs.order_by("-created_at", "-id")
+    return filter_given(qs, team__slug=team, base=base, run_id=run).order_by("-created_at", "-id")
 
 
 def version_get(*, actor: Principal, ref: int | str) -> ModelVersion:

@@ -8,6 +8,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import found
+from controlplane.common.queries import filter_given
 from controlplane.domains.schemas import judge_stage_refs
 from controlplane.review import stats
 from controlplane.review.models import Judge, JudgeConfig, Label, ReviewItem, ReviewQueue, ShadowScore
@@ -31,11 +32,7 @@ def config_get(*, judge: Judge, version: int) -> JudgeConfig:
 
 def queue_list(*, actor: Principal, domain: str = "", judge: str = "") -> QuerySet[ReviewQueue]:
     qs = ReviewQueue.objects.filter(team_id__in=actor.team_ids).select_related("team", "domain", "judge_config__judge")
-    if domain:
-        qs = qs.filter(domain__slug=domain)
-    if judge:
-        qs = qs.filter(judge_config__judge__slug=judge)
-    return qs.annotate(n_items=Count("items", distinct=True))
+    return filter_given(qs, domain__slug=domain, judge_config__judge__slug=judge).annotate(n_items=Count("items", distinct=True))
 
 
 def queue_get(*, actor: Principal, queue_id: int) -> ReviewQueue:

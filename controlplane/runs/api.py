@@ -11,9 +11,8 @@ from ninja.pagination import paginate
 from ninja.responses import NinjaJSONEncoder
 
 from controlplane.common import yaml_text
-from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object
+from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_object_valid
 from controlplane.common.errors import InvalidInput
-from controlplane.common.validation import validate
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
 from controlplane.runs import selectors, series, services, usage
@@ -183,8 +182,7 @@ def run_yaml_parse(request: HttpRequest):
     """A run body written as YAML, read into the JSON the other run endpoints take (the run form's
     YAML view); what is not JSON-like YAML is refused at ``text`` with its line and column. Nothing
     is validated as a run here: /api/runs/validate does that."""
-    data = json_object(request)
-    validate(data, YAML_PARSE_IN)
+    data = json_object_valid(request, YAML_PARSE_IN)
     try:
         body = yaml_text.loads(data["text"])
     except yaml_text.YamlTextError as exc:
@@ -198,9 +196,7 @@ def run_yaml_parse(request: HttpRequest):
 @router.post("/runs/yaml/dump", response={200: YamlDumpOut, **ERRORS}, openapi_extra=body_doc(YAML_DUMP_IN))
 def run_yaml_dump(request: HttpRequest):
     """A run body as block YAML, keys in their order (the run form's YAML view)."""
-    data = json_object(request)
-    validate(data, YAML_DUMP_IN)
-    return {"text": yaml_text.dumps(data["body"])}
+    return {"text": yaml_text.dumps(json_object_valid(request, YAML_DUMP_IN)["body"])}
 
 
 @router.post("/runs", response={201: RunDetailOut, **ERRORS}, openapi_extra=RUN_BODY)
@@ -238,8 +234,7 @@ for _name, _action in (("start", services.run_start), ("pause", services.run_pau
 @router.post("/runs/{run_id}/priority", response={200: RunOut, **ERRORS}, openapi_extra=body_doc(PRIORITY_IN))
 def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
-    data = json_object(request)
-    validate(data, PRIORITY_IN)  # the documented body is the accepted one (unknown keys refused)
+    data = json_object_valid(request, PRIORITY_IN)  # the documented body is the accepted one (unknown keys refused)
     return services.run_set_priority(actor=request.auth, run=run, priority=data["priority"])
 
 
@@ -247,16 +242,14 @@ def run_priority(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID))
 def run_tags(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     """Replace a run's tags (members and admins)."""
     run = selectors.run_get(actor=request.auth, run_id=run_id)
-    data = json_object(request)
-    validate(data, TAGS_IN)
+    data = json_object_valid(request, TAGS_IN)
     return services.run_set_tags(actor=request.auth, run=run, tags=data["tags"])
 
 
 @router.post("/runs/{run_id}/weights", response={200: RunDetailOut, **ERRORS}, openapi_extra=body_doc(WEIGHTS_IN))
 def run_weights(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
     run = selectors.run_get(actor=request.auth, run_id=run_id)
-    data = json_object(request)
-    validate(data, WEIGHTS_IN)
+    data = json_object_valid(request, WEIGHTS_IN)
     return services.run_set_weights(actor=request.auth, run=run, weights=data.get("weights"))
 
 

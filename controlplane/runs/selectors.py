@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, found
+from controlplane.common.queries import filter_given
 from controlplane.domains.models import Domain
 from controlplane.domains.selectors import audit_summaries
 from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, RunTag, Trajectory
@@ -32,13 +33,7 @@ def run_warnings(*, run: Run) -> list[str]:
 
 def run_list(*, actor: Principal, state: str = "", team: str = "", tag: str = "") -> QuerySet[Run]:
     qs = Run.objects.filter(team_id__in=actor.team_ids).select_related("team", "created_by").prefetch_related("tags")
-    if tag:
-        qs = qs.filter(tags__name=tag)
-    if state:
-        qs = qs.filter(state=state)
-    if team:
-        qs = qs.filter(team__slug=team)
-    return qs
+    return filter_given(qs, tags__name=tag, state=state, team__slug=team)
 
 
 def tag_names(*, actor: Principal, team: str = "") -> list[str]:
@@ -87,17 +82,8 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
     watch's evidence (``flag``: ``canary``, the impossible canaries; ``tampered``, episodes whose
     verdict lists test or harness files they changed; ``regrade``, passes a stricter grading
     failed); or one trajectory."""
-    qs = Trajectory.objects.filter(run=run)
-    if trajectory is not None:
-        qs = qs.filter(pk=trajectory)
-    if step is not None:
-        qs = qs.filter(step=step)
-    if domain:
-        qs = qs.filter(domain=domain)
-    if outcome:
-        qs = qs.filter(outcome=outcome)
-    if task_id:
-        qs = qs.filter(task_id=task_id)
+    qs = filter_given(Trajectory.objects.filter(run=run), pk=trajectory, step=step, domain=domain, outcome=outcome,
+                      task_id=task_id)
     if flag == "canary":
         qs = qs.filter(details__has_key="canary")
     elif flag == "tampered":
@@ -106,16 +92,10 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
         qs = qs.filter(details__has_key="regrade")
     elif flag:
         raise InvalidInput.one("flag", "must be canary, tampered or regrade")
-    if min_reward is not None:
-        qs = qs.filter(reward__gte=min_reward)
-    if max_reward is not None:
-        qs = qs.filter(reward__lte=max_reward)
+    qs = filter_given(qs, reward__gte=min_reward, reward__lte=max_reward)
     if min_length is not None or max_length is not None:
-        qs = qs.annotate(completion_length=Length("completion"))
-        if min_length is not None:
-            qs = qs.filter(completion_length__gte=min_length)
-        if max_length is not None:
-            qs = qs.filter(completion_length__lte=max_length)
+        qs = filter_given(qs.annotate(completion_length=Length("completion")),
+                          completion_length__gte=min_length, completion_length__lte=max_length)
     return qs.order_by("step", "id")
 
 

@@ -7,7 +7,9 @@ service's rules (roles, validation, audit) decide; a refused or invalid form re-
 with each error beside its field, keeping what was typed."""
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -162,18 +164,46 @@ def _team_for(actor: Principal, slug: str) -> Team | None:
     return next((t for t in admin_teams(actor) if t.slug == slug), None)
 
 
-@login_required
-@require_POST
-def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
+def _manage_post(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A form post of the page, by a signed-in user who may manage something (else the page's 403):
+    ``view`` is called with their principal after the request; a role or object its service refuses
+    (a :class:`ServiceError` it does not catch itself) is the page with the reason."""
+
+    @login_required
+    @require_POST
+    @functools.wraps(view)
+    def post(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        actor = Principal.for_user(request.user)
+        if not may_manage(actor):
+            return _forbidden_page(request)
+        try:
+            return view(request, actor, *args, **kwargs)
+        except ServiceError as exc:
+            return _refused(request, exc)
+
+    return post
+
+
+def _team_post(view: Callable[[HttpRequest, Principal, Team], HttpResponse]) -> Callable[..., HttpResponse]:
+    """:func:`_manage_post` for a form about one team (``slug`` in the URL): ``view`` is called with
+    the team, when the actor manages it (else the page with a 404)."""
+
+    @functools.wraps(view)
+    def with_team(request: HttpRequest, actor: Principal, slug: str) -> HttpResponse:
+        team = _team_for(actor, slug)
+        if team is None:
+            messages.error(request, f"you do not manage team {slug!r}")
+            return _render(request, actor, status=404)
+        return view(request, actor, team)
+
+    return _manage_post(with_team)
+
+
+@_team_post
+def quota_save(request: HttpRequest, actor: Principal, team: Team) -> HttpResponse:
     """A platform admin sets GPUs, concurrent runs and ceilings; a team admin only the ceilings
     (and only tighter: :func:`scheduling_services.team_quota_set` says why)."""
-    actor = Principal.for_user(request.user)
-    if not may_manage(actor):
-        return _forbidden_page(request)
-    team = _team_for(actor, slug)
-    if team is None:
-        messages.error(request, f"you do not manage team {slug!r}")
-        return _render(request, actor, status=404)
+    slug = team.slug
     values = {k: request.POST.get(k, "") for k in ("max_gpus", "max_concurrent_runs", "ceilings")}
     changes: dict = {}
     errors: list[FieldError] = []
@@ -197,25 +227,16 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
         quota = scheduling_services.team_quota_set(actor=actor, team=team, changes=changes)
     except InvalidInput as exc:
         return _render(request, actor, status=422, team_errors={slug: ("quota", _by_field(exc, "quota"), values)})
-    except ServiceError as exc:
-        return _refused(request, exc)
     messages.success(request, f"Quota of {slug} saved.")
     if note := gpu_quota_note(quota.max_gpus):
         messages.warning(request, f"Quota of {slug}: {note}.")
     return HttpResponseRedirect(reverse("manage") + f"#team-{slug}")
 
 
-@login_required
-@require_POST
-def member_save(request: HttpRequest, slug: str) -> HttpResponse:
+@_team_post
+def member_save(request: HttpRequest, actor: Principal, team: Team) -> HttpResponse:
     """Add a user to the team or change their role (team admins and platform admins)."""
-    actor = Principal.for_user(request.user)
-    if not may_manage(actor):
-        return _forbidden_page(request)
-    team = _team_for(actor, slug)
-    if team is None:
-        messages.error(request, f"you do not manage team {slug!r}")
-        return _render(request, actor, status=404)
+    slug = team.slug
     values = {"username": request.POST.get("username", "").strip()[:150], "role": request.POST.get("role", "")}
     try:
         if not values["username"]:
@@ -223,19 +244,13 @@ def member_save(request: HttpRequest, slug: str) -> HttpResponse:
         account_services.membership_set(actor=actor, team=team, username=values["username"], role=values["role"])
     except InvalidInput as exc:
         return _render(request, actor, status=422, team_errors={slug: ("member", _by_field(exc), values)})
-    except ServiceError as exc:
-        return _refused(request, exc)
     messages.success(request, f"{values['username']} is {values['role']} in {slug}.")
     return HttpResponseRedirect(reverse("manage") + f"#team-{slug}")
 
 
-@login_required
-@require_POST
-def pool_save(request: HttpRequest) -> HttpResponse:
+@_manage_post
+def pool_save(request: HttpRequest, actor: Principal) -> HttpResponse:
     """Create a resource pool or change its kind, capacity or description (platform admins)."""
-    actor = Principal.for_user(request.user)
-    if not may_manage(actor):
-        return _forbidden_page(request)
     values = {k: request.POST.get(k, "").strip() for k in ("name", "kind", "capacity", "description")}
     errors: list[FieldError] = []
     capacity = _int_field(request.POST, "capacity", errors)
@@ -246,40 +261,26 @@ def pool_save(request: HttpRequest) -> HttpResponse:
         scheduling_services.pool_set(actor=actor, name=values["name"], data=data)
     except InvalidInput as exc:
         return _render(request, actor, status=422, pool_errors={"errors": _by_field(exc, "pool"), "values": values})
-    except ServiceError as exc:
-        return _refused(request, exc)
     messages.success(request, f"Pool {values['name']} saved.")
     return HttpResponseRedirect(reverse("manage") + "#pools")
 
 
-@login_required
-@require_POST
-def base_model_save(request: HttpRequest) -> HttpResponse:
+@_manage_post
+def base_model_save(request: HttpRequest, actor: Principal) -> HttpResponse:
     """Register a base model for every team, or point one elsewhere (platform admins)."""
-    actor = Principal.for_user(request.user)
-    if not may_manage(actor):
-        return _forbidden_page(request)
     values = {k: request.POST.get(k, "").strip() for k in ("name", "path", "description")}
     try:
         data = {k: v for k, v in values.items() if v or k != "description"}
         registry_services.base_model_register(actor=actor, data=data)
     except InvalidInput as exc:
         return _render(request, actor, status=422, base_errors={"errors": _by_field(exc), "values": values})
-    except ServiceError as exc:
-        return _refused(request, exc)
     messages.success(request, f"Base model {values['name']} registered: runs name it base:{values['name']}.")
     return HttpResponseRedirect(reverse("manage") + "#base-models")
 
 
-@login_required
-@require_POST
-def base_model_delete(request: HttpRequest, name: str) -> HttpResponse:
-    actor = Principal.for_user(request.user)
-    if not may_manage(actor):
-        return _forbidden_page(request)
-    try:
-        registry_services.base_model_remove(actor=actor, name=name)
-    except ServiceError as exc:
-        return _refused(request, exc)
+@_manage_post
+def base_model_delete(request: HttpRequest, actor: Principal, name: str) -> HttpResponse:
+    """Remove a base model (platform admins)."""
+    registry_services.base_model_remove(actor=actor, name=name)
     messages.success(request, f"Base model {name} removed.")
     return HttpResponseRedirect(reverse("manage") + "#base-models")
