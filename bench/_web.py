@@ -60,29 +60,37 @@ def free_port() -> int:
 
 
 @contextmanager
-def daphne(env: dict):
-    """The ASGI server in a child process; yields its base URL."""
-    port = free_port()
-    log = Path(env["TEMPER_VAR_DIR"]) / "daphne.log"
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "controlplane.asgi:application"],
-                            cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+def serving(cmd: list[str], env: dict, port: int, log: Path, what: str):
+    """``cmd``, a web server on ``port``, in a child process of its own session with its output in
+    ``log``; yields its base URL and the process once /healthz answers, and stops it afterwards."""
+    from tests.services import stop_processes
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"daphne exited: {log.read_text()[-2000:]}")
+                raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
             try:
                 urllib.request.urlopen(url + "/healthz", timeout=2).read()
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError("daphne did not start")
+                    raise RuntimeError(f"{what} did not start")
                 time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_processes([proc], timeout=30, then_kill="process")
+
+
+@contextmanager
+def daphne(env: dict):
+    """The ASGI server in a child process; yields its base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "controlplane.asgi:application"]
+    with serving(cmd, env, port, Path(env["TEMPER_VAR_DIR"]) / "daphne.log", "daphne") as (url, _):
+        yield url
 
 
 def user_with_team(username: str, password: str, team_slug: str = "bench", role: str = "member"):

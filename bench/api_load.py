@@ -26,7 +26,6 @@ import http.client
 import json
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from _web import ROOT, free_port, percentile, session_cookie, setup_django, user_with_team
+from _web import free_port, percentile, serving, session_cookie, setup_django, user_with_team
 
 GOAL_P95_MS = 500.0
 DOMAINS = ("builtin-addition", "builtin-reversal", "builtin-parity")
@@ -157,33 +156,13 @@ def web_server(env: dict, processes: int, server: str):
 
     port = free_port()
     log = Path(env["TEMPER_VAR_DIR"]) / f"web-{processes}.log"
-    proc = subprocess.Popen(web_command(host="127.0.0.1", port=port, processes=processes, server=server), cwd=ROOT,
-                            env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the web server exited: {log.read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the web server did not start")
-                time.sleep(0.2)
+    cmd = web_command(host="127.0.0.1", port=port, processes=processes, server=server)
+    with serving(cmd, env, port, log, "the web server") as (url, proc):
         # Every process imports Django and opens its first connection on its first request: a few
         # requests each before the clock starts, so the first second measures no start-up.
         for _ in range(4 * processes):
             urllib.request.urlopen(url + "/healthz", timeout=30).read()
         yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # ----------------------------------------------------------------------------- the clients

@@ -14,15 +14,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _dispatch import celery_client, setup_django, verify_worker  # (puts the repository on sys.path)
+from tests.services import stop_processes
 
 
 def main() -> int:
@@ -32,21 +28,7 @@ def main() -> int:
     parser.add_argument("--latency-samples", type=int, default=30)
     parser.add_argument("--concurrency", type=int, default=2)
     args = parser.parse_args()
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:
-        print(json.dumps({"error": "set REDIS_URL=redis://127.0.0.1:6379/0"}))
-        return 2
-
-    work = Path(tempfile.mkdtemp(prefix="temper-dispatch-"))
-    env = {**os.environ, "TEMPER_VAR_DIR": str(work / "var"), "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
-           "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    redis_url, env = setup_django("temper-dispatch-")
     from controlplane.accounts.principal import SYSTEM
     from controlplane.domains.services import domain_create
 
@@ -54,15 +36,9 @@ def main() -> int:
     domain_create(actor=SYSTEM, data={"slug": "bench-trivial", "title": "Trivial", "kind": "math",
                                       "task_source": {"family": "bench"}, "verifier": spec})
     queue = f"verify-bench-{os.getpid()}"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue, "-c", str(args.concurrency),
-         "--prefetch-multiplier", "4", "--without-mingle", "--without-gossip", "-n", f"bench-{os.getpid()}@%h", "-l", "warning"],
-        cwd=ROOT, env={**env, "CELERY_TASK_SOFT_TIME_LIMIT": "600"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    worker = verify_worker({**env, "CELERY_TASK_SOFT_TIME_LIMIT": "600"}, queue, args.concurrency, prefetch=4)
     try:
-        from celery import Celery
-
-        app = Celery("bench", broker=redis_url, backend=redis_url)
-        app.conf.update(result_expires=600, task_serializer="json", result_serializer="json")
+        app = celery_client(redis_url)
         items = [{"completion": str(i % 10), "task": {"domain": "bench-trivial", "id": str(i), "prompt": "x",
                                                       "answer": str(i % 10), "level": 0, "meta": {}}}
                  for i in range(args.batch_size)]
@@ -70,9 +46,7 @@ def main() -> int:
         def send():
             return app.send_task("temper.verify.batch", args=("bench-trivial", 1, items), queue=queue)
 
-        # Warm up: the worker is ready when it answers.
-        threading.Thread(target=lambda: [None for _ in worker.stdout], daemon=True).start()
-        send().get(timeout=120)
+        send().get(timeout=120)  # warm-up: the worker is ready when it answers
 
         # Latency added per batch: round trip minus verifying the same batch in process.
         from workers.verify import verify_items
@@ -105,8 +79,7 @@ def main() -> int:
         print(json.dumps(out))
         return 0 if passed == jobs else 1
     finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+        stop_processes([worker])
 
 
 if __name__ == "__main__":

@@ -22,16 +22,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _dispatch import celery_client, setup_django, verify_worker  # (puts the repository on sys.path)
+from tests.services import stop_processes
 
 SHORT, LONG = "bench-short", "bench-long"
 ITEM = "def f():\n    return 1\n"
@@ -53,22 +50,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=4.0, help="verifications per second arriving")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:
-        print(json.dumps({"error": "set REDIS_URL=redis://127.0.0.1:6379/7"}))
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="temper-mixed-"))
-    env = {**os.environ, "TEMPER_VAR_DIR": str(work / "var"), "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
-           "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    from celery import Celery
-
+    redis_url, env = setup_django("temper-mixed-")
     from controlplane.accounts.models import Team
     from controlplane.accounts.principal import SYSTEM
     from controlplane.domains.services import domain_upload_jsonl
@@ -83,18 +65,8 @@ def main() -> int:
         domain_upload_jsonl(actor=SYSTEM, team=team, jsonl=lines, data={
             "slug": slug, "title": slug, "kind": "code", "verifier": {"stages": [{"type": "code_tests", "timeout_s": 10.0}]}})
     items = {slug: [{"completion": ITEM, "task": task_to_dict(Task(slug, "1", "p", answer=[TESTS[slug]]))}] for slug in (SHORT, LONG)}
-    app = Celery("bench", broker=redis_url, backend=redis_url)
-    app.conf.update(result_expires=600, task_serializer="json", result_serializer="json")
+    app = celery_client(redis_url)
     tag = f"{os.getpid()}"
-
-    def worker(queue: str, processes: int, prefetch: int | None) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue, "-c", str(processes),
-               "--without-mingle", "--without-gossip", "-n", f"{queue}@%h", "-l", "warning"]
-        if prefetch is not None:
-            cmd += ["--prefetch-multiplier", str(prefetch)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-        return proc
 
     def send(slug: str, queue: str, task: str):
         return app.send_task(task, args=(slug, 1, items[slug]), queue=queue)
@@ -107,7 +79,8 @@ def main() -> int:
 
     def run(mode: str) -> dict:
         q_short, q_long = f"bench-{tag}-{mode}-short", f"bench-{tag}-{mode}-long"
-        procs = [worker(q_short, 2, None)] if mode == "off" else [worker(q_short, 1, None), worker(q_long, 1, 1)]
+        procs = ([verify_worker(env, q_short, 2)] if mode == "off"
+                 else [verify_worker(env, q_short, 1), verify_worker(env, q_long, 1, prefetch=1)])
         try:
             for queue in ([q_short] if mode == "off" else [q_short, q_long]):  # ready when each answers
                 send(SHORT, queue, "temper.verify.batch").get(timeout=180)
@@ -145,10 +118,7 @@ def main() -> int:
                     "long_p50_ms": round(pct(latencies[LONG], 0.5) * 1000, 1) if latencies[LONG] else None,
                     "short": len(short), "long": len(latencies[LONG]), "routed": routed, "wall_s": round(wall, 1)}
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(timeout=60)
+            stop_processes(procs)
 
     off = run("off")
     on = run("on")

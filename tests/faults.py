@@ -14,26 +14,14 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 
-from tests.services import require
+from tests.services import require, wait_for
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, what: str):
-    """Poll a condition until it holds (its value), failing with ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _answers_ping(port: int) -> bool:
@@ -54,7 +42,8 @@ def private_redis(tmp_path):
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: _answers_ping(port) or proc.poll() is not None, 20, "the private redis-server to answer PING")
+        wait_for(lambda: _answers_ping(port) or proc.poll() is not None, 20, "the private redis-server to answer PING",
+                 every=0.05)
         assert proc.poll() is None, f"redis-server exited with code {proc.returncode}"
         yield port
     finally:

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK = 1 << 16
@@ -146,6 +147,42 @@ def relay_services(directory: Path, db: dict, redis_url: str) -> tuple[Relays, d
     env = {"DATABASE_URL": f"postgresql://{db['USER']}@127.0.0.1:{pg_port}/{db['NAME']}",
            "REDIS_URL": f"redis://127.0.0.1:{redis.port or 6379}{redis.path or ''}"}
     return relay, {pg_port: sockets / "pg", redis.port or 6379: sockets / "redis"}, env
+
+
+@dataclass
+class HostServices:
+    """What a test of simulated hosts starts them with (``host_services``)."""
+
+    env: dict[str, str]
+    """A host worker's environment: the test's database and Redis through the host's loopback."""
+    relays: dict[int, Path]
+    """Each host's loopback port -> socket (``start_host_worker``'s ``relays``)."""
+    store: Path
+    """The store every host sees (``TEMPER_STORE``)."""
+    relay: Relays
+    """The machine's side of the relays: alive as long as this object is."""
+
+
+def host_services(directory: Path, settings, **env: str) -> HostServices:
+    """For a test of simulated hosts: PostgreSQL, Redis and the namespaces required (else skipped,
+    or failed under TEMPER_REQUIRE_SERVICES=1), relays from the hosts to both, the store at
+    ``directory/store`` (also the test's ``settings.TEMPER_STORE``) and the hosts' environment,
+    ``TEMPER_VAR_DIR`` at ``directory/var`` plus ``env``."""
+    from django.db import connection
+
+    from tests.services import require, require_postgres, require_redis, worker_env
+
+    require_postgres()
+    redis_url = require_redis()
+    why = can_simulate_hosts()
+    require(not why, why)
+    db = connection.settings_dict
+    relay, relays, host_urls = relay_services(directory, db, redis_url)
+    store = Path(directory) / "store"
+    settings.TEMPER_STORE = str(store)
+    worker = worker_env(db, redis_url, TEMPER_VAR_DIR=str(Path(directory) / "var"), TEMPER_STORE=str(store), **env)
+    worker.update(host_urls)  # the hosts reach both through their own loopback
+    return HostServices(env=worker, relays=relays, store=store, relay=relay)
 
 
 def host_command(name: str, cmd: list[str], *, private: list[Path], relays: dict[int, Path],

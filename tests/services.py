@@ -12,6 +12,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from controlplane.web.supervisor import stop_processes
+
 
 def services_required() -> bool:
     return os.environ.get("TEMPER_REQUIRE_SERVICES", "") == "1"
@@ -127,14 +129,22 @@ def celery_workers(tmp_path, workers: dict[str, str], *, prefix: str = "", concu
     try:
         yield tmp_path
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=60)
+        stop_processes(procs)
 
 
-def wait_for(predicate, timeout: float, what: str, *, logs=()):
-    """Poll a condition the system under test makes true (a run reaching a state); its value.
+@contextlib.contextmanager
+def celery_worker(env: dict, name: str, queues: str, **kw):
+    """A real Celery worker (``start_celery_worker``) for the block; stopped when it ends."""
+    proc = start_celery_worker(env, name, queues, **kw)
+    try:
+        yield proc
+    finally:
+        stop_processes([proc])
+
+
+def wait_for(predicate, timeout: float, what: str, *, logs=(), every: float = 0.5):
+    """Poll a condition the system under test makes true (a run reaching a state) every ``every``
+    s; its value.
 
     The poll period is not a stand-in for synchronisation: the test waits for the state itself,
     with ``timeout`` only as a bound that says what never happened. The failure then shows the
@@ -146,6 +156,6 @@ def wait_for(predicate, timeout: float, what: str, *, logs=()):
         value = predicate()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(every)
     tails = "".join(f"\n{path.name}:\n{path.read_text()[-4000:]}" for path in logs)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{tails}")

@@ -104,16 +104,41 @@ class Supervisor:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``timeout``); nothing is restarted after."""
-        live = [c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
-        for proc in live:
-            proc.terminate()
-        for proc in live:
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes([c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None],
+                       timeout=timeout, then_kill="process")
         for c in self.children.values():
             if c.proc is not None:
                 self._reap_group(c.proc.pid)
         self.children.clear()
+
+    def serve(self, interval: float) -> None:
+        """Keep the children running (a poll every ``interval`` s) until SIGINT or SIGTERM, then
+        stop them all: the main loop of ``manage.py demo`` and ``manage.py supervise``."""
+        signalled = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda signum, frame: signalled.append(signum))
+        try:
+            while not signalled:
+                self.poll()
+                time.sleep(interval)
+        finally:
+            self.stop()
+
+
+def stop_processes(procs: list[subprocess.Popen], *, timeout: float = 60, then_kill: str = "") -> None:
+    """SIGTERM each of ``procs``, then wait up to ``timeout`` s for each. One still running then is
+    SIGKILLed when ``then_kill`` says which: ``"process"`` (it alone) or ``"session"`` (it and its
+    session: a Celery worker's pool); without it the wait's ``TimeoutExpired`` stands."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if then_kill == "process":
+                proc.kill()
+            elif then_kill == "session":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                raise
+            proc.wait()

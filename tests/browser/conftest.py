@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.services import require, require_postgres, require_redis, start_celery_worker, worker_env
+from tests.services import require, require_postgres, require_redis, start_celery_worker, stop_processes, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -52,6 +52,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PASSWORD = "browser-pass-123"
+"""The password of every user a browser test logs in as."""
+
+
 class Server:
     """The web server (daphne) and, with ``workers=True``, a Celery worker on every queue."""
 
@@ -72,9 +76,11 @@ class Server:
         page.click("button[type=submit]")
         page.wait_for_url(lambda u: "/login/" not in u)
 
-
-PASSWORD = "browser-pass-123"
-"""The password of every user a browser test logs in as."""
+    def logged_in_page(self, browser, name: str, username: str, password: str = PASSWORD):
+        """A new page (screenshots named ``name``) on which ``username`` has logged in."""
+        page = self.page(browser, name)
+        self.login(page, username, password)
+        return page
 
 
 def browser_user(team, role: str, name: str):
@@ -135,13 +141,7 @@ def server(transactional_db, tmp_path, request):
                                              log_path=tmp_path / "worker.log"))
         yield Server(url, var_dir, env)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs, timeout=30, then_kill="process")
 
 
 @pytest.fixture(autouse=True)

@@ -31,8 +31,7 @@ def test_manage_and_promotion_by_role(server, browser):
     aliases.alias_move(actor=actor, version=v1, name="production")
 
     # A member: no Manage link, the page refuses; the gate refuses the promotion and says why.
-    page = server.page(browser, "member")
-    server.login(page, "mel", PASSWORD)
+    page = server.logged_in_page(browser, "member", "mel")
     assert page.locator("[data-testid=nav-manage]").count() == 0
     response = page.goto("/manage/")
     assert response.status == 403 and page.locator("[data-testid=manage-forbidden]").is_visible()
@@ -49,8 +48,7 @@ def test_manage_and_promotion_by_role(server, browser):
     page.context.close()
 
     # The team admin: every error of the quota form at once, then a save; the override moves production.
-    page = server.page(browser, "admin")
-    server.login(page, "ada", PASSWORD)
+    page = server.logged_in_page(browser, "admin", "ada")
     page.click("[data-testid=nav-manage]")
     assert page.locator("[data-testid=quota-max-gpus]").is_disabled()  # platform admins set GPUs
     page.fill("[data-testid=quota-ceilings]", "rollout.n = many\nsequences_per_step 64")
@@ -73,8 +71,7 @@ def test_manage_and_promotion_by_role(server, browser):
     page.context.close()
 
     # A platform admin adds a resource pool.
-    page = server.page(browser, "root")
-    server.login(page, root.username, PASSWORD)
+    page = server.logged_in_page(browser, "root", root.username)
     page.goto("/manage/")
     page.fill("[data-testid=pool-name]", "h200")
     page.select_option("[data-testid=pool-kind]", "train_gpu")
@@ -90,8 +87,7 @@ def test_member_tags_a_run_and_filters_by_it(server, browser):
     d = factories.domain("tagged")
     run = factories.run(team, domains=[d], state="completed", name="kl sweep")
     other = factories.run(team, domains=[d], state="completed", name="untagged")
-    page = server.page(browser, "tags")
-    server.login(page, "mel", PASSWORD)
+    page = server.logged_in_page(browser, "tags", "mel")
     page.goto(f"/runs/{run.id}/")
     page.fill("[data-testid=tags-input]", "Sweep-KL, bad tag!")
     page.click("[data-testid=tags-save]")

@@ -28,8 +28,7 @@ def test_zoom_asks_the_server_for_finer_buckets(server, browser):
                           time=t0 + timedelta(seconds=s / 2)) for s in range(20_000)]
     MetricPoint.objects.bulk_create(points, batch_size=5000)
     series.rollup(points)
-    page = server.page(browser, "zoom")
-    server.login(page, "vera", PASSWORD)
+    page = server.logged_in_page(browser, "zoom", "vera")
     page.goto(f"/runs/{run.id}/")
     page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
     assert int(page.get_attribute("#chart-reward", "data-points")) == len(range(0, 20_000, 256))  # buckets, not 20,000 points
@@ -51,8 +50,7 @@ def test_admin_edits_domain_quota_and_runs_list_is_live(server, browser):
     browser_user(team, "admin", "ada")
     dom = factories.domain("team-dom", team_=team)
     run = factories.run(team, name="live-row", domains=[dom], state="running", driver="w1", budget_steps=50)
-    page = server.page(browser, "admin")
-    server.login(page, "ada", PASSWORD)
+    page = server.logged_in_page(browser, "admin", "ada")
 
     page.goto(f"/domains/{dom.slug}/")
     page.fill("#quota-form input[name=priority]", "150")

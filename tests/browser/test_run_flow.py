@@ -16,12 +16,11 @@ from django.core.management import call_command
 
 from controlplane.runs.models import Run, RunEvent
 from tests import factories
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import browser_user, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
 
 DOMAINS = ["builtin-addition", "builtin-parity"]
-PASSWORD = "browser-pass-123"
 
 
 def _points(page) -> int:
@@ -57,12 +56,9 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
     call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, verbosity=0)
     factories.audits_passed()  # the audit worker's part: audits gate every use of a version
     team = factories.team("acme")
-    alice = factories.member(team, "member", "alice")
-    alice.set_password(PASSWORD)
-    alice.save()
+    browser_user(team, "member", "alice")
 
-    page = server.page(browser, "member")
-    server.login(page, "alice", PASSWORD)
+    page = server.logged_in_page(browser, "member", "alice")
     page.goto("/runs/new/")
     page.fill("[data-testid=run-name]", "browser run")
     assert page.input_value("[data-testid=base-model]") == str(model)  # the local model catalogue pre-fills it
@@ -168,12 +164,9 @@ def test_member_creates_watches_pauses_resumes_and_reads_trajectories(server, br
 
 def test_viewer_sees_no_controls_and_a_forged_post_is_refused(server, browser):
     team = factories.team("acme")
-    viewer = factories.member(team, "viewer", "victor")
-    viewer.set_password(PASSWORD)
-    viewer.save()
+    browser_user(team, "viewer", "victor")
     run = factories.run(team, name="watched", state="running")
-    page = server.page(browser, "viewer")
-    server.login(page, "victor", PASSWORD)
+    page = server.logged_in_page(browser, "viewer", "victor")
     page.goto(f"/runs/{run.id}/")
     page.wait_for_selector("[data-testid=live-state][data-state=live]")
     assert page.locator("[data-testid=controls]").count() == 0
@@ -197,11 +190,8 @@ def test_the_form_shows_one_engines_fields_takes_pasted_json_and_picks_whole_fam
     family is picked whole with one box."""
     call_command("domains", "sync", "--no-progress", "--only", *DOMAINS, "builtin-reversal", "builtin-sorting", verbosity=0)
     team = factories.team("acme")
-    alice = factories.member(team, "member", "alice")
-    alice.set_password(PASSWORD)
-    alice.save()
-    page = server.page(browser, "form")
-    server.login(page, "alice", PASSWORD)
+    browser_user(team, "member", "alice")
+    page = server.logged_in_page(browser, "form", "alice")
     page.goto("/runs/new/")
     for vllm_only in ("gpu_memory_utilization", "prefix_caching", "tensor_parallel_size"):
         assert not page.is_visible(f"[data-testid=cfg-rollout-{vllm_only}]"), vllm_only

@@ -18,8 +18,8 @@ from celery import Celery
 from django.db import connection
 
 from controlplane.web.supervisor import Supervisor
-from tests.faults import private_redis, wait_until
-from tests.services import require_postgres, worker_env
+from tests.faults import private_redis
+from tests.services import require_postgres, wait_for, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_an_exiting_process_is_restarted_with_growing_backoff_and_a_log_line(tmp
         def restarted_four_times():
             supervisor.poll()
             return child.restarts >= 4
-        wait_until(restarted_four_times, 30, "four restarts")
+        wait_for(restarted_four_times, 30, "four restarts", every=0.05)
     finally:
         supervisor.stop()
     exits = [line for line in lines if "exited" in line]
@@ -57,7 +57,7 @@ def test_children_end_with_a_supervisor_killed_by_sigkill(tmp_path):
     )
     supervisor = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
     try:
-        child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child's pid"))
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child's pid", every=0.05))
         supervisor.kill()
         supervisor.wait()
 
@@ -68,7 +68,7 @@ def test_children_end_with_a_supervisor_killed_by_sigkill(tmp_path):
                 return True
             # a zombie until init reaps it: gone for our purpose
             return Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] == "Z"
-        wait_until(gone, 30, f"child {child} to end with its supervisor")
+        wait_for(gone, 30, f"child {child} to end with its supervisor", every=0.05)
     finally:
         supervisor.kill()
 

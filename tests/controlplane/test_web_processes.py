@@ -24,7 +24,7 @@ from django.test import Client
 
 from controlplane.web.serving import web_command, web_processes
 from tests import factories
-from tests.services import require_postgres, require_redis, worker_env
+from tests.services import require_postgres, require_redis, stop_processes, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -214,12 +214,7 @@ def test_two_processes_each_serve_pages_api_and_live_sockets(transactional_db, t
             assert (point[1], point[4]) == (1, 0.75)
     finally:
         opened.close()
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_processes([server], timeout=30, then_kill="process")  # it alone: its workers must end with it
     assert not any(Path(f"/proc/{w}").exists() and b"spawn_main" in Path(f"/proc/{w}/cmdline").read_bytes()
                    for w in workers), "a worker outlived the server"
 

@@ -153,6 +153,25 @@ def sandbox_uids(own_only: bool = False) -> dict[int, list[str]]:
     return found
 
 
+def daemon_program(token: str, daemon: str, *, close_fds: bool = False, settle_s: float = 0.2,
+                   done: str = "parent done") -> str:
+    """A job that leaves a daemon behind: it forks, the child starts a session of its own and forks
+    again, and the grandchild (with stdin, stdout and stderr closed when ``close_fds``) becomes
+    ``python -c <daemon> <token>`` (``token`` in its command line, to find it by). The job itself
+    prints ``done`` after ``settle_s`` s."""
+    return (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        + ("        os.closerange(0, 3)\n" if close_fds else "")
+        + f"        os.execv(sys.executable, [sys.executable, '-c', {daemon!r}, {token!r}])\n"
+        "    os._exit(0)\n"
+        f"time.sleep({settle_s})\n"
+        f"print({done!r})\n"
+    )
+
+
 def wait_no_sandbox_processes(match: str = "", timeout_s: float = 15.0) -> dict[int, list[str]]:
     """Poll until no sandbox process whose cmdline contains `match` (any test run's), or without
     `match` no sandbox process of this test run, exists; returns what is left.

@@ -16,7 +16,7 @@ import pytest
 from workers.sandbox import Limits, execute, python_test_job
 from workers.sandbox.testjob import SPEC_FILE
 
-from sandbox_helpers import CPU_BOUND, SMALL, wait_no_sandbox_processes
+from sandbox_helpers import CPU_BOUND, SMALL, daemon_program, wait_no_sandbox_processes
 
 FAILED = {"runtime_error", "timeout_cpu", "timeout_wall", "memory_limit"}
 
@@ -156,16 +156,7 @@ def test_ignoring_sigterm_and_catching_base_exception(clean):
 
 def test_double_forked_setsid_daemon(clean):
     token = "daemon-" + secrets.token_hex(8)
-    program = (
-        "import os, sys, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(10**6)', '{token}'])\n"
-        "    os._exit(0)\n"
-        "time.sleep(0.2)\n"
-        "print('parent done')\n"
-    )
+    program = daemon_program(token, "import time; time.sleep(10**6)", done="parent done")
     v = run(clean, program, Limits(cpu_s=5, wall_s=8))
     assert v.status == "ok", v
     assert v.stdout == b"parent done\n"

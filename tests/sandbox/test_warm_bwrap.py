@@ -11,7 +11,8 @@ import secrets
 
 import pytest
 
-from sandbox_helpers import CPU_BOUND, SMALL, bwrap_ready, live_pool_cgroups, own_cgroup, own_pool, require, wait_no_sandbox_processes
+from sandbox_helpers import (CPU_BOUND, SMALL, bwrap_ready, daemon_program, live_pool_cgroups, own_cgroup, own_pool, require,
+                             wait_no_sandbox_processes)
 from workers.sandbox import Limits, PoolConfig, cgroups
 from workers.sandbox.bwrap_pool import WarmBwrapBackend
 
@@ -86,17 +87,8 @@ def test_previous_jobs_files_are_gone_and_dirs_usable(pool):
 
 def test_previous_jobs_processes_are_gone(pool):
     token = "lurker-" + secrets.token_hex(6)
-    daemon = (
-        "import os, sys, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        "        os.closerange(0, 3)\n"
-        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.01)', '{token}'])\n"
-        "    os._exit(0)\n"
-        "time.sleep(0.3)\n"
-        "print('left a daemon')\n"
-    )
+    daemon = daemon_program(token, "import time\nwhile True: time.sleep(0.01)", close_fds=True, settle_s=0.3,
+                            done="left a daemon")
     v = run(pool, daemon, Limits(cpu_s=5, wall_s=8))
     assert v.status == "ok", v
     first = sandbox_of(pool)

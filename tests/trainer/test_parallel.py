@@ -45,16 +45,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_processes(config: dict, outs: list[str]) -> None:
+def spawn_ranks(target, world: int, *, timeout: float = 600, per_rank=lambda rank: {}, **kwargs) -> None:
+    """``world`` spawned processes, each ``target(**kwargs, **per_rank(rank), rank=, world=, port=)``
+    (``port``: one free port for their process group); every one must exit with 0 within ``timeout`` s."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    world = len(outs)
-    procs = [ctx.Process(target=train, args=(config, out, rank, world, port)) for rank, out in enumerate(outs)]
+    procs = [ctx.Process(target=target, kwargs={**kwargs, **per_rank(rank), "rank": rank, "world": world, "port": port})
+             for rank in range(world)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=600)
+        p.join(timeout=timeout)
     assert [p.exitcode for p in procs] == [0] * world
+
+
+def run_processes(config: dict, outs: list[str]) -> None:
+    spawn_ranks(train, len(outs), config=config, per_rank=lambda rank: {"out": outs[rank]})
 
 
 @pytest.mark.slow
@@ -91,14 +97,7 @@ def test_two_gloo_ranks_update_exactly_as_one_process(base_config, tmp_path):
 def test_a_rank_without_micro_batches_still_joins_the_reduction(tmp_path):
     """Three ranks, one parameter used by two of them and another by none: the sums are the
     single-process sums, and the unused parameter keeps no gradient."""
-    ctx = mp.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=_reduce_case, args=(rank, 3, port, str(tmp_path / f"r{rank}.json"))) for rank in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0, 0]
+    spawn_ranks(_reduce_case, 3, timeout=120, per_rank=lambda rank: {"out": str(tmp_path / f"r{rank}.json")})
     results = [json.load(open(tmp_path / f"r{rank}.json")) for rank in range(3)]
     assert all(r == {"used": [3.0, 3.0], "unused": None, "sums": {"loss": 3.0, "tokens": 6.0}} for r in results), results
 
@@ -149,18 +148,6 @@ def train_resume(config: dict, out: str, rank: int, world: int, port: int, save:
             dist.destroy_process_group()
 
 
-def _launch(world: int, **kwargs) -> None:
-    ctx = mp.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=train_resume, kwargs={**kwargs, "rank": rank, "world": world, "port": port})
-             for rank in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=600)
-    assert [p.exitcode for p in procs] == [0] * world
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("saved_on, resumed_on", [(2, 1), (1, 2)])
 def test_a_checkpoint_resumes_on_another_number_of_ranks(base_config, tmp_path, saved_on, resumed_on):
@@ -171,8 +158,8 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks(base_config, tmp_path, 
     base_config["optimizer"]["micro_batch_size"] = 3
     base_config["limits"]["max_steps"] = 3
     ckpt = str(tmp_path / "ckpt")
-    _launch(saved_on, config=base_config, out=str(tmp_path / "straight.pt"), save=ckpt)
-    _launch(resumed_on, config=base_config, out=str(tmp_path / "resumed.pt"), resume=ckpt)
+    spawn_ranks(train_resume, saved_on, config=base_config, out=str(tmp_path / "straight.pt"), save=ckpt)
+    spawn_ranks(train_resume, resumed_on, config=base_config, out=str(tmp_path / "resumed.pt"), resume=ckpt)
     straight, resumed = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
     worst = max((straight[n] - p).abs().max().item() for n, p in resumed.items())
     assert worst < 1e-5, worst

@@ -20,21 +20,30 @@ from trainer.tasks.repos import repo_task
 from trainer.verifiers.cascade import compile_cascade
 
 
-@pytest.mark.slow
-def test_no_faithful_solution_passes_a_humaneval_twin_and_the_special_caser_does(real_sandbox):
-    verify = compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
+@pytest.fixture
+def verify_humaneval(real_sandbox):
+    """code-humaneval's verifier cascade on the real sandbox."""
+    return compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
 
+
+def _each_problem(one) -> list:
+    """``one(problem)`` for every HumanEval problem, four at a time (each verifies in the sandbox)."""
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(one, problems()))
+
+
+@pytest.mark.slow
+def test_no_faithful_solution_passes_a_humaneval_twin_and_the_special_caser_does(verify_humaneval):
     def one(p):
         real = task_for(p)
         twin = impossible_twin(real, random.Random(7))
         solution = real.answer["prompt"] + real.answer["canonical_solution"]
         if twin is None:
             return real.id, None, None
-        return (real.id, verify(reference_completion(twin), twin).outcome,
-                verify(special_casing(twin, solution), twin).outcome)
+        return (real.id, verify_humaneval(reference_completion(twin), twin).outcome,
+                verify_humaneval(special_casing(twin, solution), twin).outcome)
 
-    with ThreadPoolExecutor(4) as pool:
-        rows = list(pool.map(one, problems()))
+    rows = _each_problem(one)
     twins = [r for r in rows if r[1] is not None]
     assert len(twins) >= 150  # most problems have an assertion a recipe can change
     assert [r[0] for r in twins if r[1] is not Outcome.FAIL] == []  # the canonical solution fails every twin
@@ -115,10 +124,8 @@ def test_a_repository_canary_fails_the_reference_and_tampering_is_marked_not_rew
 
 # --- regrading: a stricter grading of the same task -----------------------------------------
 @pytest.mark.slow
-def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them(real_sandbox):
+def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them(verify_humaneval):
     from trainer.integrity import answers_on_tests, memorizing, regrade_twin
-
-    verify = compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
 
     def one(p):
         real = task_for(p)
@@ -126,11 +133,10 @@ def test_the_reference_passes_every_humaneval_regrade_and_a_memorizer_fails_them
         if strict is None:
             return real.id, None, None, None
         memorized = memorizing(real, answers_on_tests(real))
-        return (real.id, verify(reference_completion(strict), strict).outcome, verify(memorized, real).outcome,
-                verify(memorized, strict).outcome)
+        return (real.id, verify_humaneval(reference_completion(strict), strict).outcome,
+                verify_humaneval(memorized, real).outcome, verify_humaneval(memorized, strict).outcome)
 
-    with ThreadPoolExecutor(4) as pool:
-        rows = [r for r in pool.map(one, problems()) if r[1] is not None]
+    rows = [r for r in _each_problem(one) if r[1] is not None]
     assert len(rows) >= 150
     assert [(r[0], r[1]) for r in rows if r[1] is not Outcome.PASS] == []  # no false disagreement
     fooled = [r for r in rows if r[2] is Outcome.PASS]  # the memorizer passes the task's own tests...

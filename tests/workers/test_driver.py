@@ -2,33 +2,23 @@
 weights and recovery from a checkpoint keep the metric steps contiguous without duplicates."""
 from __future__ import annotations
 
-import json
 import threading
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from controlplane.accounts.models import Team
-from controlplane.domains.services import domain_upload_jsonl
 from controlplane.runs import services as run_services
 from controlplane.runs.models import MetricPoint, Run, RunEvent, Trajectory
-from controlplane.runs.services import run_create, run_pause, run_set_weights
+from controlplane.runs.services import run_pause, run_set_weights
 from tests import factories
+from tests.workers.driving import SMALL, Replies, code_domain, running_run
 from tests.workers.steps import after_each_step
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DOMAINS = ["builtin-addition", "builtin-reversal", "builtin-parity"]
-SMALL = {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from trainer.models.tiny import build_tiny
-
-    return str(build_tiny(tmp_path_factory.mktemp("tiny") / "model", layers=2))
 
 
 @pytest.fixture
@@ -42,34 +32,6 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
     return admin, tiny_model
 
 
-def _running_run(actor, model, steps=4, domains=DOMAINS, **extra):
-    run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model,
-                                                             budget={"steps": steps}, config=SMALL, **extra))
-    run.transition("queued"); run.transition("running"); run.save()
-    return run
-
-
-def _code_domain(actor, slug: str, title: str) -> None:
-    """A team's uploaded code domain whose verifier runs tests in the sandbox (off the driver)."""
-    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
-    domain_upload_jsonl(actor=actor, team=Team.objects.get(slug="acme"), jsonl=lines, data={
-        "slug": slug, "title": title, "kind": "code", "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
-    factories.audits_passed()  # the audit worker's part: audits gate every use of a version
-
-
-class _Replies:
-    """What a ``send`` of a verify batch returns: the same result for each of its ``n`` items."""
-
-    def __init__(self, result: dict, n: int):
-        self.result, self.n = result, n
-
-    def get(self, **kw):
-        return [self.result] * self.n
-
-    def revoke(self):
-        pass
-
-
 def _no_send(name, args):
     raise AssertionError("built-in domains verify inline; nothing goes to the verify queue")
 
@@ -80,7 +42,7 @@ def steps_of(run, key="stage/step_s"):
 
 def test_run_completes_with_per_domain_metrics(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=4)
+    run = running_run(actor, model, steps=4, domains=DOMAINS)
     assert drive(run.id, worker="w1", send=_no_send) == "completed"
     run.refresh_from_db()
     assert run.state == "completed" and run.current_step == 4 and run.driver == ""
@@ -112,7 +74,7 @@ def test_run_completes_with_per_domain_metrics(setup):
 
 def test_with_staleness_each_step_records_the_policy_version_it_trained_on(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=4, staleness=1)
+    run = running_run(actor, model, steps=4, domains=DOMAINS, staleness=1)
     assert drive(run.id, worker="w1", send=_no_send) == "completed"
     lag = dict(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").values_list("step", "value"))
     version = dict(MetricPoint.objects.filter(run=run, key="batch/policy_version", domain="").values_list("step", "value"))
@@ -126,7 +88,7 @@ def test_with_staleness_each_step_records_the_policy_version_it_trained_on(setup
 
 def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=4)
+    run = running_run(actor, model, steps=4, domains=DOMAINS)
     calls = {"n": 0}
 
     def pause_after_second(**kw):
@@ -146,7 +108,7 @@ def test_pause_checkpoints_then_resume_continues_without_gaps(setup):
 
 def test_a_dead_driver_is_replaced_and_no_step_is_recorded_twice(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=5)
+    run = running_run(actor, model, steps=5, domains=DOMAINS)
     original = run_services.run_record_step
     calls = {"n": 0}
 
@@ -180,7 +142,7 @@ def _weights_after_step(actor, step: int, weights: dict[str, float]):
 
 def test_weight_change_is_applied_at_a_step_boundary(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=2)
+    run = running_run(actor, model, steps=2, domains=DOMAINS)
     with _weights_after_step(actor, 1, {"builtin-addition": 5.0}):
         assert drive(run.id, worker="w1", send=_no_send) == "completed"
     applied = RunEvent.objects.get(run=run, kind="weights_applied")
@@ -191,7 +153,7 @@ def test_a_weight_of_0_pauses_a_domain_from_the_next_step(setup):
     """A domain set to weight 0 mid-run is no longer sampled from the next step on, the run goes
     on with the others, and both events say the values."""
     actor, model = setup
-    run = _running_run(actor, model, steps=4)
+    run = running_run(actor, model, steps=4, domains=DOMAINS)
     with _weights_after_step(actor, 1, {"builtin-parity": 0}):
         assert drive(run.id, worker="w1", send=_no_send) == "completed"
     assert steps_of(run) == [1, 2, 3, 4]
@@ -208,19 +170,19 @@ def test_a_weight_of_0_pauses_a_domain_from_the_next_step(setup):
 
 def test_cancel_stops_the_driver(setup):
     actor, model = setup
-    run = _running_run(actor, model, steps=3)
+    run = running_run(actor, model, steps=3, domains=DOMAINS)
     Run.objects.filter(pk=run.pk).update(state="cancelled")
     assert drive(run.id, worker="w1", send=_no_send).startswith("not claimed")
 
 
 def test_domain_with_infrastructure_errors_is_quarantined_and_the_run_goes_on(setup):
     actor, model = setup
-    _code_domain(actor, "flaky-code", "Flaky")
-    run = _running_run(actor, model, steps=5, domains=["builtin-addition", "flaky-code"])
+    code_domain(actor, "flaky-code", "Flaky")
+    run = running_run(actor, model, steps=5, domains=["builtin-addition", "flaky-code"])
     factories.live_worker(["verify"])  # alive, but its sandboxes fail: the domain's fault to quarantine
     engine_down = {"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}
 
-    assert drive(run.id, worker="w1", send=lambda name, args: _Replies(engine_down, len(args[2]))) == "completed"
+    assert drive(run.id, worker="w1", send=lambda name, args: Replies.each(engine_down, len(args[2]))) == "completed"
     event = RunEvent.objects.get(run=run, kind="quarantine")
     assert event.data["domain"] == "flaky-code" and "the run goes on" in event.message
     after = MetricPoint.objects.filter(run=run, domain="flaky-code", key__startswith="outcome/", step__gt=event.data["step"])
@@ -233,14 +195,14 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     """A sandboxed domain's batches go to the verify queue from the Job's verify thread while the
     driver's thread trains; every item comes back and each step stays within the staleness bound."""
     actor, model = setup
-    _code_domain(actor, "remote-code", "Remote")
-    run = _running_run(actor, model, steps=3, domains=["remote-code"], staleness=1)
+    code_domain(actor, "remote-code", "Remote")
+    run = running_run(actor, model, steps=3, domains=["remote-code"], staleness=1)
     factories.live_worker(["verify"])
     senders = set()
 
     def send(name, args):
         senders.add(threading.current_thread().name)
-        return _Replies({"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}, len(args[2]))
+        return Replies.each({"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}, len(args[2]))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert senders and all(name.startswith("verify") for name in senders)
@@ -251,11 +213,11 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     assert list(MetricPoint.objects.filter(run=run, key="verify/remote-code/p50_s").values_list("value", flat=True)) == [0.01] * 3
 
 
-class _Gated(_Replies):
+class _Gated(Replies):
     """Replies that arrive only once ``gate`` is set (a verification on a slow lane)."""
 
     def __init__(self, result: dict, n: int, gate: threading.Event):
-        super().__init__(result, n)
+        super().__init__([result] * n)
         self.gate = gate
 
     def get(self, timeout=None, **kw):
@@ -272,11 +234,9 @@ def test_a_step_waits_for_a_slow_lane_only_as_long_as_its_budget_and_its_groups_
     the next step (one update staler, within staleness 1), and the run completes with contiguous
     steps instead of waiting out the slow lane at every step."""
     actor, model = setup
-    _code_domain(actor, "slow-code", "Slow")
+    code_domain(actor, "slow-code", "Slow")
     config = {**SMALL, "rollout": {**SMALL["rollout"], "verify_budget_s": 1.0}}
-    run = run_create(actor=actor, data=factories.run_payload(["builtin-addition", "slow-code"], team="acme", base_model=model,
-                                                             budget={"steps": 3}, config=config, staleness=1))
-    run.transition("queued"); run.transition("running"); run.save()
+    run = running_run(actor, model, steps=3, domains=["builtin-addition", "slow-code"], config=config, staleness=1)
     factories.live_worker(["verify"])
     gates: list[threading.Event] = []
 
@@ -312,14 +272,14 @@ def test_a_slow_domain_moves_to_the_long_lane_while_a_worker_serves_it(setup, lo
     (temper.verify.batch_long) when a live worker serves verify_long; with none, they stay on
     verify (lanes degrade, never stall)."""
     actor, model = setup
-    _code_domain(actor, "slow-code", "Slow")
-    run = _running_run(actor, model, steps=3, domains=["slow-code"])
+    code_domain(actor, "slow-code", "Slow")
+    run = running_run(actor, model, steps=3, domains=["slow-code"])
     factories.live_worker(["verify", "verify_long"] if long_lane_served else ["verify"])
     names = []
 
     def send(name, args):
         names.append(name)
-        return _Replies({"outcome": "pass", "score": 1.0, "details": {"verify_s": 3.0}}, len(args[2]))
+        return Replies.each({"outcome": "pass", "score": 1.0, "details": {"verify_s": 3.0}}, len(args[2]))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     event = RunEvent.objects.get(run=run, kind="lane")
@@ -403,7 +363,7 @@ def test_a_reward_collapse_fires_one_signed_webhook_from_the_driver_within_the_s
     monkeypatch.setattr(trainer.job, "outcome_metrics", scripted)
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: alerts.deliver(*args) if name == "temper.notify.deliver" else None)
     AlertRule.objects.filter(team__isnull=True).delete()
-    run = _running_run(actor, model, steps=len(series))
+    run = running_run(actor, model, steps=len(series), domains=DOMAINS)
     secret = "driver-test-secret-0001"
     with Receiver() as receiver:
         AlertRule.objects.create(team=run.team, name="addition collapse", condition="drop", metric="reward/builtin-addition",

@@ -7,7 +7,6 @@ In process (the driver runs in the test, ``send`` stands in for the verify worke
 last test, which uses real Celery workers."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,8 +19,6 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from controlplane.accounts.models import Team
-from controlplane.domains.services import domain_upload_jsonl
 from controlplane.runs import series
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.selectors import run_explain
@@ -29,22 +26,15 @@ from controlplane.runs.services import lease_s, run_create, run_pause, run_resum
 from controlplane.scheduling.models import WorkerHeartbeat
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import celery_worker, require_postgres, require_redis, wait_for, worker_env
+from tests.workers.driving import Replies, code_domain, running_run
 from tests.workers.steps import after_each_step
 from controlplane.runs.preflight import checkpoint_root
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SMALL = {"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}
 PASS = {"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from trainer.models.tiny import build_tiny
-
-    return str(build_tiny(tmp_path_factory.mktemp("tiny") / "model", layers=2))
 
 
 @pytest.fixture
@@ -57,32 +47,6 @@ def setup(tiny_model, settings, tmp_path, monkeypatch):
     settings.TEMPER_WORKER_STALE_S = 24 * 3600  # a recorded heartbeat stays live however slow the machine
     _, admin = factories.synced_team(["builtin-addition"])
     return SimpleNamespace(actor=admin, model=tiny_model, sent=sent)
-
-
-def _code_domain(actor, slug: str) -> None:
-    """A team's uploaded code domain whose verifier runs tests in the sandbox (a verify worker)."""
-    lines = "\n".join(json.dumps({"prompt": f"def f{i}():", "tests": "assert True"}) for i in range(4))
-    domain_upload_jsonl(actor=actor, team=Team.objects.get(slug="acme"), jsonl=lines, data={
-        "slug": slug, "title": slug, "kind": "code", "verifier": {"stages": [{"type": "code_tests", "timeout_s": 5.0}]}})
-    factories.audits_passed()  # the audit worker's part: audits gate every use of a version
-
-
-def _running_run(actor, model, steps, domains, config=SMALL):
-    run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model,
-                                                             budget={"steps": steps}, config=config))
-    run.transition("queued"); run.transition("running"); run.save()
-    return run
-
-
-class _Replies:
-    def __init__(self, result: dict, n: int):
-        self.result, self.n = result, n
-
-    def get(self, **kw):
-        return [self.result] * self.n
-
-    def revoke(self):
-        pass
 
 
 class _NoResult:
@@ -112,14 +76,14 @@ def test_a_verify_queue_with_no_live_worker_pauses_the_run_and_a_returning_worke
     """The verify worker dies while step 2 is being verified: step 2's samples are all masked (no
     reward point, the masked count kept), the run pauses naming the queue with no domain
     quarantined, and once a worker is back the scheduler resumes it and no step is lost or doubled."""
-    _code_domain(setup.actor, "remote-code")
-    run = _running_run(setup.actor, setup.model, steps=4, domains=["remote-code"])
+    code_domain(setup.actor, "remote-code")
+    run = running_run(setup.actor, setup.model, steps=4, domains=["remote-code"])
     hb = factories.live_worker(["verify"])
 
     def send(name, args):
         assert name == "temper.verify.batch"
         if Run.objects.get(pk=run.pk).current_step == 0:
-            return _Replies(PASS, len(args[2]))
+            return Replies.each(PASS, len(args[2]))
         _silence(hb)  # step 2: the worker took the batch and died; its heartbeat stops
         return _NoResult()
 
@@ -150,15 +114,15 @@ def test_a_verify_queue_with_no_live_worker_pauses_the_run_and_a_returning_worke
     assert RunEvent.objects.filter(run=run, kind="resumed", data__cause="worker_back").exists()
     assert ("temper.rollout.drive_run", (run.id,)) in setup.sent
 
-    assert drive(run.id, worker="w2", send=lambda name, args: _Replies(PASS, len(args[2]))) == "completed"
+    assert drive(run.id, worker="w2", send=lambda name, args: Replies.each(PASS, len(args[2]))) == "completed"
     assert _steps(run) == [1, 2, 3, 4]
     assert sorted(_values(run, "reward/mean")) == [1, 3, 4]
     assert not RunEvent.objects.filter(run=run, kind="quarantine").exists()
 
 
 def test_a_run_admitted_with_no_verify_worker_pauses_before_its_first_step(setup):
-    _code_domain(setup.actor, "remote-code")
-    run = _running_run(setup.actor, setup.model, steps=2, domains=["remote-code", "builtin-addition"])
+    code_domain(setup.actor, "remote-code")
+    run = running_run(setup.actor, setup.model, steps=2, domains=["remote-code", "builtin-addition"])
 
     def send(name, args):
         raise AssertionError("nothing is sent to a queue nobody serves")
@@ -175,18 +139,18 @@ def test_a_run_admitted_with_no_verify_worker_pauses_before_its_first_step(setup
     run_resume(actor=setup.actor, run=run)
     schedule_tick()
     assert Run.objects.get(pk=run.pk).state == "running"
-    assert drive(run.id, worker="w2", send=lambda name, args: _Replies(PASS, len(args[2]))) == "completed"
+    assert drive(run.id, worker="w2", send=lambda name, args: Replies.each(PASS, len(args[2]))) == "completed"
     assert _steps(run) == [1, 2]
 
 
 def test_masked_samples_of_a_live_worker_still_count_toward_quarantine(setup):
     """Only verifications that no worker was there to do are left out: a live worker whose
     sandboxes fail still gets the domain quarantined (the run goes on with the others)."""
-    _code_domain(setup.actor, "flaky-code")
-    run = _running_run(setup.actor, setup.model, steps=3, domains=["builtin-addition", "flaky-code"])
+    code_domain(setup.actor, "flaky-code")
+    run = running_run(setup.actor, setup.model, steps=3, domains=["builtin-addition", "flaky-code"])
     factories.live_worker(["verify"])
     down = {"outcome": "sandbox_error", "score": 0.0, "details": {"error": "docker engine down"}}
-    assert drive(run.id, worker="w1", send=lambda name, args: _Replies(down, len(args[2]))) == "completed"
+    assert drive(run.id, worker="w1", send=lambda name, args: Replies.each(down, len(args[2]))) == "completed"
     assert RunEvent.objects.get(run=run, kind="quarantine").data["domain"] == "flaky-code"
 
 
@@ -199,8 +163,8 @@ def test_batches_no_worker_answers_are_masked_then_pause_the_run_but_never_quara
     from workers.observers import SilentQueues
 
     settings.TEMPER_VERIFY_DEADLINE_S = 0.05
-    _code_domain(setup.actor, "remote-code")
-    run = _running_run(setup.actor, setup.model, steps=SilentQueues.STEPS + 3, domains=["remote-code"])
+    code_domain(setup.actor, "remote-code")
+    run = running_run(setup.actor, setup.model, steps=SilentQueues.STEPS + 3, domains=["remote-code"])
     factories.live_worker(["verify"])
     assert drive(run.id, worker="w1", send=lambda name, args: _NoResult()) == "paused (workers on queue verify answer nothing)"
     assert not RunEvent.objects.filter(run=run, kind="quarantine").exists()
@@ -239,7 +203,7 @@ def test_a_checkpoint_the_storage_refuses_pauses_the_run_and_it_resumes_from_the
     storage answers EEXIST to the real save). The run pauses with the error, keeps step 2's
     checkpoint as its last, and once the storage is fixed it resumes from step 2 with no step
     lost or doubled."""
-    run = _running_run(setup.actor, setup.model, steps=6, domains=["builtin-addition"])
+    run = running_run(setup.actor, setup.model, steps=6, domains=["builtin-addition"])
     blocker = checkpoint_root(run.id) / "step-4.tmp"
 
     def break_storage(**kw):
@@ -312,7 +276,7 @@ def test_concurrent_schedulers_recover_a_dead_driver_once(setup):
     recovery; with no live rollout worker the run pauses naming the queue, and resumes when one is
     back."""
     require_postgres()
-    run = _running_run(setup.actor, setup.model, steps=3, domains=["builtin-addition"])
+    run = running_run(setup.actor, setup.model, steps=3, domains=["builtin-addition"])
     dead = timezone.now() - timedelta(seconds=lease_s() * 3)
     Run.objects.filter(pk=run.pk).update(driver="dead@host", driver_seen_at=dead)
     factories.live_worker(["control", "rollout"], name="rollout@test")
@@ -374,14 +338,13 @@ def test_with_real_workers_a_run_waits_paused_for_its_verify_worker(transactiona
     require(bwrap.available(), "bubblewrap for the sandboxed code domain")
     env = worker_env(connection.settings_dict, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"))
     _, actor = factories.synced_team(["builtin-addition"])
-    _code_domain(actor, "remote-code")
+    code_domain(actor, "remote-code")
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(
         ["remote-code"], team="acme", base_model=model, budget={"steps": 2},
         config={"rollout": {"prompts_per_step": 2, "n": 2, "max_new_tokens": 8}}))
     logs = [tmp_path / "driver.log", tmp_path / "verify.log"]
-    driver = start_celery_worker(env, "driver", "control,rollout", log_path=logs[0])
-    try:
+    with celery_worker(env, "driver", "control,rollout", log_path=logs[0]):
         from controlplane.runs.services import run_start
 
         run_start(actor=actor, run=run)
@@ -389,16 +352,9 @@ def test_with_real_workers_a_run_waits_paused_for_its_verify_worker(transactiona
                           "the run to pause for want of a verify worker", logs=logs[:1])
         assert "no live worker on queue verify" in paused.message
         assert Run.objects.get(pk=run.pk).state == "paused"
-        verify = start_celery_worker(env, "verify", "verify", log_path=logs[1])
-        try:
+        with celery_worker(env, "verify", "verify", log_path=logs[1]):
             final = wait_for(lambda: schedule_tick() and Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(),
                              300, "the run to end", logs=logs)
-        finally:
-            verify.terminate()
-            verify.wait(timeout=60)
-    finally:
-        driver.terminate()
-        driver.wait(timeout=60)
     assert final.state == "completed", final.error
     assert not RunEvent.objects.filter(run=run, kind="quarantine").exists()
     assert _steps(run) == [1, 2]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.runs.models import MetricPoint, Trajectory
-from controlplane.runs.services import run_create
 from tests import factories
+from tests.workers.driving import running_run
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,17 +18,13 @@ SMALL = {"rollout": {"prompts_per_step": 4, "n": 2, "max_new_tokens": 8, "max_tu
          "tokenizer": {"max_prompt_tokens": 128}}
 
 
-def test_a_run_on_the_report_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
+def test_a_run_on_the_report_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch, tiny_model):
     from controlplane import dispatch
-    from trainer.models.tiny import build_tiny
 
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no broker in-process
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(DOMAINS)
-    model = str(build_tiny(tmp_path / "model", layers=2))
-    run = run_create(actor=actor, data=factories.run_payload(DOMAINS, team="acme", base_model=model, budget={"steps": 3},
-                                                             config=SMALL))
-    run.transition("queued"), run.transition("running"), run.save()
+    run = running_run(actor, tiny_model, steps=3, domains=DOMAINS, config=SMALL)
 
     def no_send(name, args):
         raise AssertionError("multi-turn episodes are verified by their environment; nothing goes to a queue")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane.runs.models import MetricPoint, Trajectory
-from controlplane.runs.services import run_create
 from tests import factories
 from tests.services import require
+from tests.workers.driving import Replies, running_run
 from workers.driver import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,22 +22,8 @@ SMALL = {"rollout": {"prompts_per_step": 3, "n": 2, "max_new_tokens": 8, "max_tu
          "tokenizer": {"max_prompt_tokens": 128}}
 
 
-class _Done:
-    """What ``send`` returns: the batch's results, computed already."""
-
-    def __init__(self, results):
-        self.results = results
-
-    def get(self, **kw):
-        return self.results
-
-    def revoke(self):
-        pass
-
-
-def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
+def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch, tiny_model):
     from controlplane import dispatch
-    from trainer.models.tiny import build_tiny
     from workers.sandbox import bwrap
     from workers.tasks import verify_batch
 
@@ -45,17 +31,14 @@ def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(sett
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no broker in-process
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(DOMAINS)
-    model = str(build_tiny(tmp_path / "model", layers=2))
-    run = run_create(actor=actor, data=factories.run_payload(DOMAINS, team="acme", base_model=model, budget={"steps": 2},
-                                                             config=SMALL))
-    run.transition("queued"), run.transition("running"), run.save()
+    run = running_run(actor, tiny_model, steps=2, domains=DOMAINS, config=SMALL)
     factories.live_worker(["verify"])
     sent = []
 
     def send(name, args):  # the verify worker's task, run here: the pinned cascade, the real sandbox
         assert name == "temper.verify.batch"
         sent.append(args)
-        return _Done(verify_batch.run(*args))
+        return Replies(verify_batch.run(*args))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert sent and {args[0] for args in sent} <= set(DOMAINS)
@@ -69,11 +52,10 @@ def test_a_run_on_the_repository_domains_completes_with_outcomes_per_domain(sett
     assert all(t.details["transcript"][0]["role"] == "model" for t in stored)
 
 
-def test_a_run_on_the_cad_function_calling_and_text_game_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch):
+def test_a_run_on_the_cad_function_calling_and_text_game_domains_completes_with_outcomes_per_domain(settings, tmp_path, monkeypatch, tiny_model):
     """CAD scripts go to the verify queue (their sandbox); function calls, BFCL's multi-turn
     conversations and a text game verify inline (their environments)."""
     from controlplane import dispatch
-    from trainer.models.tiny import build_tiny
     from workers.sandbox import bwrap
     from workers.tasks import verify_batch
 
@@ -89,17 +71,15 @@ def test_a_run_on_the_cad_function_calling_and_text_game_domains_completes_with_
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(domains)
-    model = str(build_tiny(tmp_path / "model", layers=2))
-    run = run_create(actor=actor, data=factories.run_payload(domains, team="acme", base_model=model, budget={"steps": 2},
-                                                             config={"rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8, "max_turns": 3, "max_episode_tokens": 96},
-                                                                     "tokenizer": {"max_prompt_tokens": 128}}))
-    run.transition("queued"), run.transition("running"), run.save()
+    run = running_run(actor, tiny_model, steps=2, domains=domains, config={
+        "rollout": {"prompts_per_step": 8, "n": 2, "max_new_tokens": 8, "max_turns": 3, "max_episode_tokens": 96},
+        "tokenizer": {"max_prompt_tokens": 128}})
     factories.live_worker(["verify"])
     sent = []
 
     def send(name, args):
         sent.append(args[0])
-        return _Done(verify_batch.run(*args))
+        return Replies(verify_batch.run(*args))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert set(sent) <= {"cad-part", "cad-modify", "cad-fit"}  # only the sandboxed domains leave the driver

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from django.db import connection
 from safetensors.torch import load_file
 
 from controlplane.runs.models import Checkpoint, Run, RunEvent
@@ -21,8 +20,8 @@ from controlplane.scheduling.models import ResourcePool
 from controlplane.scheduling.selectors import train_workers
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import Network, can_simulate_hosts, relay_services, start_host_worker
-from tests.services import require, require_postgres, require_redis, wait_for, worker_env
+from tests.hosts import Network, host_services, start_host_worker
+from tests.services import wait_for
 
 STEPS = 4
 
@@ -56,16 +55,8 @@ def final_parameters(run: Run) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_a_run_of_two_hosts_ends_as_the_same_run_on_one_host(transactional_db, tmp_path, settings):
-    require_postgres()
-    redis_url = require_redis()
-    why = can_simulate_hosts()
-    require(not why, why)
-    db = connection.settings_dict
-    relay, relays, host_urls = relay_services(tmp_path, db, redis_url)  # noqa: F841 (kept alive)
-    store = tmp_path / "store"
-    settings.TEMPER_STORE = str(store)
-    env = worker_env(db, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_STORE=str(store))
-    env.update(host_urls)  # the hosts reach both through their own loopback
+    services = host_services(tmp_path, settings)
+    env, relays = services.env, services.relays
     _, actor = factories.synced_team(["builtin-addition"], "member")
     ResourcePool.objects.create(name="cpu", kind="cpu", capacity=2)
     model = str(weak_base(tmp_path))

@@ -14,15 +14,16 @@ from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_worker, wait_for, worker_env
+from tests.services import (celery_worker, require_postgres, require_redis, start_celery_worker, stop_processes, wait_for,
+                            worker_env)
 
 LEASE_S = 6
 STEPS = 40
 """Long enough that the run cannot finish between the poll that sees step 3 and the kill."""
 
 
-def start_worker(env, name, log_path):
-    return start_celery_worker(env, name, "control,rollout", log_path=log_path)
+DRIVER_QUEUES = "control,rollout"
+"""The queues of a worker that drives runs."""
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
         ["builtin-addition"], team="acme", base_model=model, budget={"steps": STEPS},
         config={"rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 4}, "checkpoint": {"every_steps": 2}}))
 
-    first = start_worker(env, "first", tmp_path / "first.log")
+    first = start_celery_worker(env, "first", DRIVER_QUEUES, log_path=tmp_path / "first.log")
     try:
         run_start(actor=actor, run=run)
         wait_for(lambda: Checkpoint.objects.filter(run=run, step__gte=2).exists()
@@ -48,14 +49,10 @@ def test_sigkilled_driver_is_replaced_and_steps_stay_contiguous(transactional_db
         os.killpg(first.pid, signal.SIGKILL)  # the worker and its pool child, mid-run
         first.wait(timeout=30)
     killed_at = Run.objects.get(pk=run.pk).current_step
-    second = start_worker(env, "second", tmp_path / "second.log")
-    try:
+    with celery_worker(env, "second", DRIVER_QUEUES, log_path=tmp_path / "second.log"):
         # Beat's job in production: tick until the silent lease is noticed and the run handed over.
         wait_for(lambda: schedule_tick() and RunEvent.objects.filter(run=run, kind="recovery").exists(), 120, "recovery")
         final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 300, "the run to end")
-    finally:
-        second.terminate()
-        second.wait(timeout=60)
     assert final.state == "completed", final.error
     assert final.driver == "" and killed_at < STEPS
     steps = list(MetricPoint.objects.filter(run=run, key="stage/step_s").order_by("step").values_list("step", flat=True))
@@ -88,21 +85,13 @@ def test_a_verify_worker_killed_mid_batch_is_re_dispatched(transactional_db, tmp
         config={"rollout": {"prompts_per_step": 2, "n": 2, "max_new_tokens": 8}}))
     received = threading.Event()
     doomed = start_verify_worker(env, "doomed", tmp_path / "doomed.log", received)
-    driver = start_worker(env, "driver", tmp_path / "driver.log")
-    try:
+    with celery_worker(env, "driver", DRIVER_QUEUES, log_path=tmp_path / "driver.log"):
         run_start(actor=actor, run=run)
         assert received.wait(300), "no verification batch reached the verify worker"
         os.killpg(doomed.pid, signal.SIGKILL)  # mid-batch: its result never comes
         doomed.wait(timeout=30)
-        rescue = start_verify_worker(env, "rescue", tmp_path / "rescue.log", threading.Event())
-        try:
+        with celery_worker(env, "rescue", "verify", log_path=tmp_path / "rescue.log"):
             final = wait_for(lambda: Run.objects.filter(pk=run.pk, state__in=["completed", "failed"]).first(), 300, "the run to end")
-        finally:
-            rescue.terminate()
-            rescue.wait(timeout=60)
-    finally:
-        driver.terminate()
-        driver.wait(timeout=60)
     assert final.state == "completed", final.error
     resent = MetricPoint.objects.filter(run=run, key="verify/resent_batches").order_by("-step").values_list("value", flat=True).first()
     assert resent and resent >= 1
@@ -131,9 +120,7 @@ def test_preemption_through_celery_workers(transactional_db, tmp_path):
         done_high = wait_for(lambda: Run.objects.filter(pk=high.pk, state__in=["completed", "failed"]).first(), 300, "the high run to end")
         done_low = wait_for(lambda: Run.objects.filter(pk=low.pk, state__in=["completed", "failed"]).first(), 600, "the low run to end")
     finally:
-        for w in (worker, scheduler):
-            w.terminate()
-            w.wait(timeout=60)
+        stop_processes([worker, scheduler])
     assert done_high.state == "completed" and done_low.state == "completed", (done_high.error, done_low.error)
     kinds = list(RunEvent.objects.filter(run=low).order_by("at", "id").values_list("kind", flat=True))
     assert "preemption" in kinds and "preempted" in kinds and "resumed" in kinds

@@ -5,9 +5,7 @@ training processes held busy, a run started now is admitted within one scheduler
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -19,7 +17,7 @@ from controlplane.runs.services import run_cancel, run_create, run_start
 from controlplane.scheduling.models import SchedulerTick
 from controlplane.web.management.commands.demo import demo_processes
 from tests import factories
-from tests.services import require_postgres, require_redis, start_celery_process, wait_for, worker_env
+from tests.services import require_postgres, require_redis, start_celery_process, stop_processes, wait_for, worker_env
 from tests.workers.hold_tasks import HOLD_TASK
 
 pytestmark = pytest.mark.slow
@@ -47,13 +45,7 @@ def demo_workers(transactional_db, tmp_path):
                                             log_path=tmp_path / "control.log"))
         yield tmp_path
     finally:
-        for proc in started:
-            proc.terminate()
-        for proc in started:
-            try:
-                proc.wait(timeout=120)
-            except Exception:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_processes(started, timeout=120, then_kill="session")
 
 
 def test_a_run_is_admitted_while_both_training_processes_are_busy(demo_workers):

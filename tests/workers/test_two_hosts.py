@@ -9,14 +9,13 @@ import os
 import signal
 
 import pytest
-from django.db import connection
 
 from controlplane.runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from controlplane.runs.services import run_create, run_start
 from controlplane.scheduling.services import schedule_tick
 from tests import factories
-from tests.hosts import can_simulate_hosts, relay_services, start_host_worker
-from tests.services import require, require_postgres, require_redis, wait_for, worker_env
+from tests.hosts import host_services, start_host_worker
+from tests.services import wait_for
 
 LEASE_S = 6
 STEPS = 30
@@ -28,21 +27,11 @@ def start_host(name: str, tmp_path, env: dict, relays: dict):
 
 @pytest.mark.slow
 def test_a_run_checkpointed_on_one_host_resumes_on_another_from_the_shared_store(transactional_db, tmp_path, settings):
-    require_postgres()
-    redis_url = require_redis()
-    why = can_simulate_hosts()
-    require(not why, why)
+    services = host_services(tmp_path, settings, TEMPER_DRIVER_LEASE_S=str(LEASE_S))
+    env, relays, store = services.env, services.relays, services.store
+    settings.TEMPER_DRIVER_LEASE_S = LEASE_S
     from trainer.models.tiny import build_tiny
 
-    db = connection.settings_dict
-    # the machine's side: each host's loopback port -> a socket here -> the real service
-    relay, relays, host_urls = relay_services(tmp_path, db, redis_url)  # noqa: F841 (kept alive)
-    store = tmp_path / "store"
-    settings.TEMPER_STORE = str(store)
-    settings.TEMPER_DRIVER_LEASE_S = LEASE_S
-    env = worker_env(db, redis_url, TEMPER_VAR_DIR=str(tmp_path / "var"), TEMPER_STORE=str(store),
-                     TEMPER_DRIVER_LEASE_S=str(LEASE_S))
-    env.update(host_urls)  # the hosts reach both through their own loopback
     _, actor = factories.synced_team(["builtin-addition"], "member")
     model = str(build_tiny(tmp_path / "model", layers=2))
     run = run_create(actor=actor, data=factories.run_payload(

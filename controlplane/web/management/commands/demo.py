@@ -9,7 +9,6 @@ Ctrl-C. Nothing to install: SQLite, a file-system broker, the in-memory layer.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -119,16 +118,4 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\nTemper is up at {url}  (user {user}, password {password})"))
         self.stdout.write(f"processes: {', '.join(f'{n} pid {p.pid}' for n, p in running.items())}; logs in {logs}")
         self.stdout.write("Press Ctrl-C to stop.")
-        stop = {"now": False}
-
-        def _stop(signum, frame):
-            stop["now"] = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        try:
-            while not stop["now"]:
-                supervisor.poll()
-                time.sleep(0.5)
-        finally:
-            supervisor.stop()
+        supervisor.serve(0.5)

@@ -7,8 +7,6 @@ stops the command and then the supervisor.
 """
 from __future__ import annotations
 
-import signal
-import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -33,19 +31,9 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         supervisor = Supervisor(log=log, cwd=settings.BASE_DIR)
-        stop = {"now": False}
-
-        def _stop(signum, frame):
-            stop["now"] = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
         child = supervisor.add(opts["name"], cmd)
         log(f"{opts['name']} started (pid {child.proc.pid}): {' '.join(cmd)}")
         try:
-            while not stop["now"]:
-                supervisor.poll()
-                time.sleep(0.2)
+            supervisor.serve(0.2)
         finally:
-            supervisor.stop()
             log("stopped")
