@@ -10,7 +10,6 @@ from controlplane.domains.pins import PinnedDomain
 from trainer import catalogue
 from trainer.catalogue.jsonl import UploadedSource
 from trainer.tasks.base import Task
-from trainer.verifiers import compile_cascade
 
 
 def register_data_domains(pins: list[PinnedDomain]) -> None:
@@ -22,8 +21,7 @@ def register_data_domains(pins: list[PinnedDomain]) -> None:
         tasks = [Task(**t) for t in pin.task_source.get("tasks", [])]
         catalogue.register(catalogue.DomainSpec(
             slug=pin.slug, title=pin.title, kind=pin.kind, family="jsonl",
-            source=UploadedSource(pin.slug, tasks), verify=compile_cascade(pin.verifier),
-            verifier_spec=pin.verifier, task_source_spec={"family": "jsonl"},
+            source=UploadedSource(pin.slug, tasks), verifier_spec=pin.verifier, task_source_spec={"family": "jsonl"},
         ), replace=True, data=True)
 
 

