@@ -38,7 +38,7 @@ def main() -> None:
     from trainer.environments import split_actions
     from trainer.outcomes import Outcome
     from trainer.tasks.filings import filing
-    from trainer.verifiers import VerifyContext, compile_cascade
+    from trainer.verifiers import VerifyContext
     from workers.sandbox import execute
 
     sandbox_s = [0.0]
@@ -56,7 +56,7 @@ def main() -> None:
         if spec.family not in families:
             continue
         rng = random.Random(0)
-        cascade = compile_cascade(spec.verifier_spec, context)
+        cascade = spec.cascade(context)
         filing.cache_clear()  # each domain pays for building its own reports (domains share seeds here)
         t0 = time.perf_counter()
         tasks = [spec.source.sample(rng, i % spec.source.levels) for i in range(args.tasks)]

@@ -25,7 +25,7 @@ from trainer.catalogue.references import reference_completion, wrong_completion 
 from trainer.catalogue import all_domains  # noqa: E402
 from trainer.tasks.base import Task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402
-from trainer.verifiers.context import VerifyContext  # noqa: E402
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext  # noqa: E402
 from workers.sandbox import execute  # noqa: E402
 
 
@@ -79,7 +79,7 @@ def main() -> None:
             spec = specs[i % len(specs)]
             task = spec.source.sample(rng, 0)
             completion = reference_completion(spec, task) if i % 2 == 0 else wrong_completion(spec, task)
-            pairs.append((compile_cascade(spec.verifier_spec, context), completion, task))
+            pairs.append((spec.cascade(context), completion, task))
         for fn, completion, task in pairs[:4]:
             fn(completion, task)  # warm the worker processes and imports
         counts: dict[str, int] = defaultdict(int)
@@ -96,7 +96,7 @@ def main() -> None:
     per_stage: dict[str, float] = {}
     per_stage_inline: dict[str, float] = {}
     for name, (spec, cases) in stage_cases().items():
-        cascade = compile_cascade(spec)
+        cascade = compile_cascade(spec, NO_CONTEXT)
         pairs = [(cascade, c, t) for c, t in cases]
         cascade(cases[0][0], cases[0][1])
         isolated, _ = timed(pairs, lambda fn, c, t: fn(c, t), args.seconds / 2)
@@ -109,7 +109,6 @@ def main() -> None:
         "per_family": per_family,
         "per_stage": per_stage,
         "per_stage_inline": per_stage_inline,
-        "sandboxed_code": sandboxed,
         "outcomes": outcomes,
     }))
 

@@ -22,7 +22,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 from controlplane.dispatch import TASK_QUEUES
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers import VerifyContext, compile_cascade
+from trainer.verifiers import NO_CONTEXT, VerifyContext, compile_cascade
 from workers import judge, sandbox
 from workers.slots import default_slots, domain_slot
 
@@ -204,7 +204,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
     higher-priority domains are sent first. ``lane(domain)``, asked at every call, names another
     task for a domain's sandbox batches (``temper.verify.batch_long``: workers/lanes.py), or None.
     """
-    compiled = {slug: compile_cascade(spec) for slug, spec in cascades.items() if not needs_worker(spec)}
+    compiled = {slug: compile_cascade(spec, NO_CONTEXT) for slug, spec in cascades.items() if not needs_worker(spec)}  # no sandbox or judge stage
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
     task_names = {slug: batch_task(cascades[slug]) for slug in remote}
     priorities = priorities if priorities is not None else {}

@@ -34,7 +34,7 @@ from controlplane.review.services import INFRA_OUTCOMES, QUEUE_SCHEMA, _require_
 from controlplane.runs.models import Trajectory
 from trainer.outcomes import INFRASTRUCTURE_OUTCOMES
 from trainer.tasks.base import Task
-from trainer.verifiers import compile_cascade, validate_cascade
+from trainer.verifiers import NO_CONTEXT, compile_cascade, validate_cascade
 from trainer.verifiers.isolation import ProcessPool
 from trainer.verifiers.judge import JudgeRequest
 
@@ -95,7 +95,7 @@ def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str],
     """A rule cascade's scores on the population. Its stages run as a verify worker runs them: in
     a verifier process of their own, each killed at its timeout, and the whole population within
     :data:`RULE_BUDGET_S`."""
-    cascade = compile_cascade(spec)
+    cascade = compile_cascade(spec, NO_CONTEXT)  # a rule has no sandbox, judge or environment stage (_rule_errors)
     out: list[float | None] = []
     deadline = time.monotonic() + RULE_BUDGET_S
     pool = ProcessPool(1)

@@ -9,7 +9,7 @@ import pytest
 from trainer.catalogue.references import reference_completion, wrong_completion
 from trainer.outcomes import Outcome
 from trainer.catalogue import all_domains
-from trainer.verifiers import compile_cascade, validate_cascade
+from trainer.verifiers import validate_cascade
 
 DOMAINS = all_domains()
 # Level 0 and one harder level per domain; reasoning-gym's hardest levels take seconds per task
@@ -41,7 +41,7 @@ def test_domain(slug, request):
         require_sandbox_libs()
     verify = spec.verify
     if any(stage["type"] in ("code_tests", "repo_tests", "cad_mesh") for stage in spec.verifier_spec["stages"]):
-        verify = compile_cascade(spec.verifier_spec, request.getfixturevalue("real_sandbox"))
+        verify = spec.cascade(request.getfixturevalue("real_sandbox"))
     assert validate_cascade(spec.verifier_spec) == []
     json.dumps([spec.verifier_spec, spec.task_source_spec])  # plain JSON data
     assert spec.source.levels >= 1

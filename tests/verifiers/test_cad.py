@@ -16,7 +16,6 @@ from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.tasks.cad import FAMILIES, LEVELS, cad_task, plate_checks, plate_script
 from trainer.verifiers.cad import analyse, inside, parse_mesh
-from trainer.verifiers.cascade import compile_cascade
 
 DOMAINS = {slug: spec for slug, spec in all_domains().items() if spec.family == "cad"}
 
@@ -28,7 +27,7 @@ def verify(real_sandbox):
     require_sandbox_libs()
 
     def run(completion: str, task: Task):
-        return compile_cascade(DOMAINS[task.domain].verifier_spec, real_sandbox)(completion, task)
+        return DOMAINS[task.domain].cascade(real_sandbox)(completion, task)
     return run
 
 

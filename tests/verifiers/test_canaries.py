@@ -17,13 +17,12 @@ from trainer.integrity import (CanaryPlanter, canary_hidden, harness_adjacent, i
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.tasks.repos import repo_task
-from trainer.verifiers.cascade import compile_cascade
 
 
 @pytest.fixture
 def verify_humaneval(real_sandbox):
     """code-humaneval's verifier cascade on the real sandbox."""
-    return compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
+    return get("code-humaneval").cascade(real_sandbox)
 
 
 def _each_problem(one) -> list:
@@ -104,7 +103,7 @@ def _transcript(edits) -> str:
 
 
 def test_a_repository_canary_fails_the_reference_and_tampering_is_marked_not_rewarded(real_sandbox):
-    verify = compile_cascade(get("swe-bugfix").verifier_spec, real_sandbox)
+    verify = get("swe-bugfix").cascade(real_sandbox)
     real = RepoSource("swe-bugfix", "bugfix").sample(random.Random(5), 0)
     twin = impossible_twin(real, random.Random(0))
     spec = repo_task(real.meta["family"], int(real.meta["seed"]), int(real.meta["level"]))
@@ -149,7 +148,7 @@ def test_a_repository_regrade_passes_the_reference_and_fails_a_change_fit_to_the
 
     from trainer.integrity import regrade_twin
 
-    verify = compile_cascade(get("swe-bugfix").verifier_spec, real_sandbox)
+    verify = get("swe-bugfix").cascade(real_sandbox)
     for seed in range(40):  # a task whose target function is checked by value only
         real = RepoSource("swe-bugfix", "bugfix").sample(random.Random(seed), 0)
         spec = repo_task(real.meta["family"], int(real.meta["seed"]), int(real.meta["level"]))

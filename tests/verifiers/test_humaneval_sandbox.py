@@ -8,13 +8,12 @@ import pytest
 from trainer.catalogue.humaneval import broken_completion, problems, reference_completion, task_for
 from trainer.outcomes import Outcome
 from trainer.catalogue import get
-from trainer.verifiers.cascade import compile_cascade
 from trainer.verifiers.code import code_tests
 
 
 @pytest.mark.slow
 def test_all_164_canonical_solutions_pass_and_broken_variants_fail_in_the_sandbox(real_sandbox):
-    verify = compile_cascade(get("code-humaneval").verifier_spec, real_sandbox)
+    verify = get("code-humaneval").cascade(real_sandbox)
     tasks = [task_for(p) for p in problems()]
     with ThreadPoolExecutor(max_workers=4) as pool:
         good = list(pool.map(lambda t: verify(reference_completion(t), t), tasks))

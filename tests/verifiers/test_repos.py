@@ -19,7 +19,6 @@ from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.tasks.repo_kernels import KERNELS
 from trainer.tasks.repos import FAMILIES, LEVELS, repo_task
-from trainer.verifiers.cascade import compile_cascade
 from trainer.verifiers.code import extract_code
 from trainer.verifiers.patches import apply_patch, tree_diff
 
@@ -48,7 +47,7 @@ def final(task: Task, completion: str) -> dict[str, str]:
 @pytest.fixture
 def verify(real_sandbox):
     def run(completion: str, task: Task):
-        return compile_cascade(DOMAINS[task.domain].verifier_spec, real_sandbox)(completion, task)
+        return DOMAINS[task.domain].cascade(real_sandbox)(completion, task)
     return run
 
 

@@ -12,7 +12,7 @@ from trainer.verifiers import STAGES, cascade_json_schema, validate_cascade
 from trainer.verifiers.cascade import CascadeError, compile_cascade, run_cascade
 from trainer.verifiers.choice import multiple_choice
 from trainer.verifiers.code import code_tests
-from trainer.verifiers.context import VerifyContext
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.exact import exact_match
 from trainer.verifiers.extract import extract_answer
 from trainer.verifiers.format_length import format_check, length_check
@@ -169,7 +169,7 @@ def test_validate_cascade_paths_and_messages():
     assert errors["verifier.stages[3].extra"] == "unknown key"
     assert validate_cascade({"stages": []}) == [("verifier.stages", "must be a non-empty list")]
     with pytest.raises(CascadeError) as info:
-        compile_cascade({"stages": [{"type": "foo"}]})
+        compile_cascade({"stages": [{"type": "foo"}]}, NO_CONTEXT)
     assert info.value.errors == [("verifier.stages[0].type", "unknown stage type 'foo'")]
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from trainer.outcomes import Verification
 from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers.cascade import Cascade, compile_cascade
-from trainer.verifiers.context import VerifyContext
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 
 CATALOGUE_MODULES: list[str] = [
     "trainer.tasks.builtin",  # addition, reversal, parity
@@ -72,7 +72,7 @@ class DomainSpec:
 
     @functools.cached_property
     def _compiled(self) -> Cascade:
-        return compile_cascade(self.verifier_spec)
+        return compile_cascade(self.verifier_spec, NO_CONTEXT)
 
     def cascade(self, context: VerifyContext | None = None) -> Cascade:
         """The verifier compiled (once a spec) and bound to ``context``: the sandbox and judges its

@@ -10,7 +10,7 @@ Public API:
     validate_cascade(spec, path="verifier")  -> list[(path, message)]
     cascade_json_schema()                    -> JSON Schema of a cascade spec
     run_cascade(spec, completion, task, context=None) -> Verification
-    compile_cascade(spec, context=None)      -> Cascade (callable, reusable); CascadeError if invalid
+    compile_cascade(spec, context)           -> Cascade (callable, reusable); CascadeError if invalid
     VerifyContext(execute=, judges=, sandbox_slot=)   the sandbox and judges a cascade's
                                              code_tests and judge stages use (handed in, never global)
     Limits                                   a sandbox job's resource limits (code_tests params.limits)
@@ -33,6 +33,7 @@ __all__ = [
     "run_cascade",
     "validate_cascade",
     "VerifyContext",
+    "NO_CONTEXT",
     "Limits",
 ]
 
@@ -42,6 +43,7 @@ _LAZY = {
     "compile_cascade": "trainer.verifiers.cascade",
     "run_cascade": "trainer.verifiers.cascade",
     "VerifyContext": "trainer.verifiers.context",
+    "NO_CONTEXT": "trainer.verifiers.context",
     "Limits": "trainer.verifiers.limits",
 }
 

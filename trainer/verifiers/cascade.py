@@ -170,10 +170,11 @@ _cache: dict[str, Cascade] = {}
 _cache_lock = threading.Lock()
 
 
-def compile_cascade(spec: dict[str, Any], context: VerifyContext | None = None) -> Cascade:
+def compile_cascade(spec: dict[str, Any], context: VerifyContext) -> Cascade:
     """A validated :class:`Cascade` for ``spec`` bound to ``context`` (the sandbox and judges
-    its stages use; none: those stages report their infrastructure outcome). The validated
-    stages are cached by the spec's JSON; raises :class:`CascadeError`."""
+    its stages use; :data:`NO_CONTEXT`, said where a cascade is compiled: those stages report
+    their infrastructure outcome). The validated stages are cached by the spec's JSON; raises
+    :class:`CascadeError`."""
     key = json.dumps(spec, sort_keys=True, default=str)
     with _cache_lock:
         cascade = _cache.get(key)
@@ -183,10 +184,10 @@ def compile_cascade(spec: dict[str, Any], context: VerifyContext | None = None) 
             if len(_cache) > 1024:
                 _cache.clear()
             _cache[key] = cascade
-    return cascade if context is None else dataclasses.replace(cascade, context=context)
+    return cascade if context is NO_CONTEXT else dataclasses.replace(cascade, context=context)
 
 
 def run_cascade(spec: dict[str, Any], completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None,
                 context: VerifyContext | None = None) -> Verification:
     """Verify ``completion`` for ``task`` with the cascade ``spec``."""
-    return compile_cascade(spec, context).run(completion, task, isolation=isolation, pool=pool)
+    return compile_cascade(spec, context or NO_CONTEXT).run(completion, task, isolation=isolation, pool=pool)
