@@ -63,7 +63,7 @@ def free_port() -> int:
 def serving(cmd: list[str], env: dict, port: int, log: Path, what: str):
     """``cmd``, a web server on ``port``, in a child process of its own session with its output in
     ``log``; yields its base URL and the process once /healthz answers, and stops it afterwards."""
-    from tests.services import stop_processes
+    from controlplane.web.supervisor import stop_processes
 
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

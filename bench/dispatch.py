@@ -18,7 +18,7 @@ import sys
 import time
 
 from _dispatch import celery_client, setup_django, verify_worker  # (puts the repository on sys.path)
-from tests.services import stop_processes
+from controlplane.web.supervisor import stop_processes
 
 
 def main() -> int:

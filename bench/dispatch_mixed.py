@@ -28,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from _dispatch import celery_client, setup_django, verify_worker  # (puts the repository on sys.path)
-from tests.services import stop_processes
+from controlplane.web.supervisor import stop_processes
 
 SHORT, LONG = "bench-short", "bench-long"
 ITEM = "def f():\n    return 1\n"

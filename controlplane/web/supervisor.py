@@ -55,6 +55,7 @@ class Supervisor:
         self.log, self.cwd, self.env = log, cwd, env
         self.backoff_first_s, self.backoff_max_s, self.stable_s = backoff_first_s, backoff_max_s, stable_s
         self.children: dict[str, Child] = {}
+        self._signalled: list[int] | None = None
 
     def add(self, name: str, cmd: list[str], *, log_path: Path | None = None) -> Child:
         child = self.children[name] = Child(name, list(cmd), log_path, backoff_s=self.backoff_first_s)
@@ -111,12 +112,19 @@ class Supervisor:
                 self._reap_group(c.proc.pid)
         self.children.clear()
 
+    def trap_signals(self) -> list[int]:
+        """From now on SIGINT and SIGTERM are noted (in the list returned), not fatal: call it
+        before starting children, so that a signal in between still stops them in :meth:`serve`."""
+        if self._signalled is None:
+            self._signalled = []
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda signum, frame: self._signalled.append(signum))
+        return self._signalled
+
     def serve(self, interval: float) -> None:
         """Keep the children running (a poll every ``interval`` s) until SIGINT or SIGTERM, then
         stop them all: the main loop of ``manage.py demo`` and ``manage.py supervise``."""
-        signalled = []
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda signum, frame: signalled.append(signum))
+        signalled = self.trap_signals()
         try:
             while not signalled:
                 self.poll()

@@ -22,8 +22,8 @@ def test_builtin_domains_are_registered():
 
 
 def test_the_platform_stage_and_the_in_process_check_agree_on_hostile_answers():
-    """The built-ins verify in process (``verify_exact``, the trainer's inline path) and on the
-    platform (their ``exact`` stage through the cascade): both are literal, so case, Unicode
+    """The built-ins' own check (``verify_exact``) and their cascade (the ``exact`` stage, which the
+    trainer's inline path and the platform both run): both are literal, so case, Unicode
     compatibility forms (fullwidth, ligatures, superscripts), inner spaces and hedges fail in both."""
     from trainer.tasks.base import Task
     from trainer.tasks.builtin import EXACT_MATCH_SPEC, verify_exact

@@ -39,7 +39,7 @@ NON_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999"]
 
 
 def verify(slug: str, completion: str, task: Task):
-    return DOMAINS[slug].verify.run(completion, task, isolation="inline")
+    return DOMAINS[slug].verify(completion, task, isolation="inline")
 
 
 def sample(slug: str, n: int, seed: int = 0) -> list[Task]:

@@ -25,7 +25,8 @@ from controlplane.runs.models import MetricPoint, Run, RunEvent
 from tests import factories
 from tests.faults import CuttableProxy, private_redis
 from tests.services import require_postgres, start_celery_worker, wait_for, worker_env
-from tests.workers.test_driver import _code_domain, _running_run, steps_of
+from tests.workers.driving import code_domain, running_run
+from tests.workers.test_driver import steps_of
 from workers.broker import BrokerUnreachable, HeldSend
 
 HOLD_S = 8
@@ -104,9 +105,9 @@ def test_an_outage_holds_the_run_and_a_longer_one_pauses_it(through_proxy, tmp_p
     monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)  # no scheduler here: the test starts the driver
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(["builtin-addition"])
-    _code_domain(actor, "remote-code", "Remote")
+    code_domain(actor, "remote-code", "Remote")
     model = str(build_tiny(tmp_path / "model", layers=2))
-    run = _running_run(actor, model, steps=STEPS, domains=["remote-code"])
+    run = running_run(actor, model, steps=STEPS, domains=["remote-code"])
     run.config = {**run.config, "parallel": {"collective_timeout_s": HOLD_S}}  # the test's own hold
     run.save(update_fields=["config"])
     reasons = []

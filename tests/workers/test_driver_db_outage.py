@@ -23,7 +23,8 @@ from controlplane.runs.models import Run, RunEvent
 from tests import factories
 from tests.faults import CuttableProxy
 from tests.services import require_postgres, wait_for
-from tests.workers.test_driver import _no_send, _running_run, steps_of
+from tests.workers.driving import running_run
+from tests.workers.test_driver import _no_send, steps_of
 from tests.workers.test_driver_broker_outage import Clock
 from workers.outage import DatabaseUnreachable, HeldDatabase
 
@@ -92,7 +93,7 @@ def test_an_outage_holds_the_run_and_a_longer_one_pauses_it(through_proxy, tmp_p
     settings.VAR_DIR = tmp_path
     _, actor = factories.synced_team(["builtin-addition"])
     model = str(build_tiny(tmp_path / "model", layers=2))
-    run = _running_run(actor, model, steps=STEPS, domains=["builtin-addition"])
+    run = running_run(actor, model, steps=STEPS, domains=["builtin-addition"])
     run.config = {**run.config, "parallel": {"collective_timeout_s": HOLD_S}, "checkpoint": {"every_steps": 2}}
     run.save(update_fields=["config"])
     waited, long_enough = [], threading.Event()

@@ -39,7 +39,7 @@ from trainer.catalogue.math_gen import equivalent_forms
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers import compile_cascade
-from trainer.verifiers.context import VerifyContext
+from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 
 AUDITOR_VERSION = "2026-12-04.1"
 """Changes whenever the probe set changes: audits of different versions are not comparable."""
@@ -102,7 +102,7 @@ class AuditReport:
 def default_verify_many(verifier: dict[str, Any], workers: int = 4, context: VerifyContext | None = None) -> VerifyMany:
     """The cascade in this process (its stages under their own isolation, its sandbox and judges
     from ``context``), a few items at once."""
-    cascade = compile_cascade(verifier, context)
+    cascade = compile_cascade(verifier, context or NO_CONTEXT)
 
     def one(item: tuple[str, Task]) -> Verification:
         try:

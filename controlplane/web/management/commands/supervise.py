@@ -31,6 +31,7 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         supervisor = Supervisor(log=log, cwd=settings.BASE_DIR)
+        supervisor.trap_signals()
         child = supervisor.add(opts["name"], cmd)
         log(f"{opts['name']} started (pid {child.proc.pid}): {' '.join(cmd)}")
         try:
