@@ -118,3 +118,30 @@ def test_a_worker_started_from_a_thread_that_ended_still_answers():
     pool.close()
     assert first[0].outcome is Outcome.PASS and second.outcome is Outcome.PASS, second.details
     assert second.details["pid"] == first[0].details["pid"]  # the same worker, alive after its starter ended
+
+
+def test_a_stage_timeout_measures_the_stage_not_the_workers_start_or_imports():
+    """A cold worker's start and the import of its stage's module happen before the stage's clock
+    starts: a right answer is not failed as a timeout because a loaded machine imported slowly."""
+    from tests.verifiers import slow_import_stage
+
+    pool = ProcessPool(max_workers=1)
+    try:
+        v = pool.call("tests.verifiers.slow_import_stage:passes", "42", Task("d", "1", "q"), {}, slow_import_stage.IMPORT_S / 3)
+        assert v.outcome is Outcome.PASS and v.details["answer"] == "42", v.details
+        loop = pool.call(f"{THIS}:endless_loop", "", Task("d", "2", "q"), {}, 0.5)
+        assert loop.outcome is Outcome.TIMEOUT  # the stage itself is still cut at its timeout
+    finally:
+        pool.close()
+
+
+def test_a_stage_function_that_cannot_be_imported_is_the_verifiers_failure_masked():
+    pool = ProcessPool(max_workers=1)
+    try:
+        v = pool.call("tests.verifiers.no_such_stage_module:check", "42", Task("d", "1", "q"), {}, 5.0)
+        assert v.outcome is Outcome.JUDGE_ERROR and v.reward is None
+        assert "no_such_stage_module" in v.details["error"]
+        after = pool.call(f"{THIS}:report_pid", "", Task("d", "2", "q"), {}, 5.0)
+        assert after.outcome is Outcome.PASS  # the pool goes on with a new worker
+    finally:
+        pool.close()

@@ -1,8 +1,10 @@
 """The verifier worker process: runs stage functions for :mod:`trainer.verifiers.isolation`.
 
-Started as ``python -m trainer.verifiers._worker``. Reads length-prefixed pickles
-``(function_path, completion, task, params)`` on stdin, writes ``("ok", Verification)`` or
-``("error", kind, message)`` on its original stdout; everything a stage prints goes to stderr.
+Started as ``python -m trainer.verifiers._worker``. Writes ``("ready",)`` once started, then reads
+length-prefixed pickles on stdin: ``(function_path,)`` imports a stage function and answers
+``("loaded",)`` (the host does both before a stage's clock starts); ``(function_path, completion,
+task, params)`` runs it. Replies go on its original stdout: ``("ok", Verification)`` or
+``("error", kind, message)``; everything a stage prints goes to stderr.
 It dies with its parent (PR_SET_PDEATHSIG) and after EOF on stdin.
 """
 from __future__ import annotations
@@ -53,6 +55,15 @@ def _write(fd: int, obj: object) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _function(functions: dict[str, object], path: str) -> object:
+    """The stage function ``module:attr`` (imported once)."""
+    fn = functions.get(path)
+    if fn is None:
+        module, attr = path.split(":")
+        fn = functions[path] = getattr(importlib.import_module(module), attr)
+    return fn
+
+
 def main() -> int:
     _die_with_parent()
     if os.getppid() == 1:
@@ -61,6 +72,7 @@ def main() -> int:
     os.dup2(2, 1)  # stage prints must not corrupt the protocol
     in_fd = 0
     _limit_memory()
+    _write(out_fd, ("ready",))
     functions: dict[str, object] = {}
     while True:
         header = _read_exact(in_fd, 8)
@@ -70,12 +82,13 @@ def main() -> int:
         if body is None:
             return 0
         try:
-            path, completion, task, params = pickle.loads(body)
-            fn = functions.get(path)
-            if fn is None:
-                module, attr = path.split(":")
-                fn = functions[path] = getattr(importlib.import_module(module), attr)
-            result = ("ok", fn(completion, task, **params))
+            message = pickle.loads(body)
+            if len(message) == 1:  # (function_path,): import it, before the stage's clock starts
+                _function(functions, message[0])
+                result = ("loaded",)
+            else:
+                path, completion, task, params = message
+                result = ("ok", _function(functions, path)(completion, task, **params))
         except MemoryError:
             result = ("error", "MemoryError", "the stage ran out of memory")
         except BaseException as exc:  # noqa: BLE001 - report every failure of the stage

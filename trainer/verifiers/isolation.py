@@ -3,7 +3,11 @@
 ``process`` stages run in a pool of worker processes (:mod:`trainer.verifiers._worker`). The
 caller waits on the worker's pipe with ``select`` until the deadline; a worker that has not
 answered by then is killed (SIGKILL to its process group) and replaced, and the stage is a
-``timeout``. ``thread`` stages (sandbox, judge: they wait on services that enforce their own
+``timeout``. The clock starts once the worker has started and imported the stage's function
+(each within :data:`WORKER_START_S`): a stage's timeout measures the stage, never a cold
+worker's start or its imports, which a loaded machine can stretch past a short timeout (a right
+answer would then fail as a timeout). A worker that cannot start or import the function is the
+verifier's failure: ``judge_error``, masked. ``thread`` stages (sandbox, judge: they wait on services that enforce their own
 limits) run on a daemon thread the caller stops waiting for at the deadline. ``inline`` runs in
 the caller with no timeout (benchmarks and debugging only).
 """
@@ -24,6 +28,12 @@ from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
 ISOLATIONS = ("process", "thread", "inline")
+WORKER_START_S = 120.0
+"""Longest wait for a new verifier worker to start, and for a worker to import a stage's function."""
+
+
+class WorkerStartError(RuntimeError):
+    """A verifier worker did not start, or could not import a stage's function."""
 
 
 class _Spawner:
@@ -90,6 +100,23 @@ class _Worker:
         )
         self.in_fd = self.proc.stdin.fileno()
         self.out_fd = self.proc.stdout.fileno()
+        self.started = False
+        self.loaded: set[str] = set()
+
+    def prepare(self, function: str) -> None:
+        """Wait for the worker's start and have it import ``function`` (``module:attr``), each
+        within :data:`WORKER_START_S`, before any stage's clock starts."""
+        if not self.started:
+            reply = self.receive(time.monotonic() + WORKER_START_S)
+            if reply != ("ready",):
+                raise WorkerStartError(f"the worker's first frame was {reply!r}, not ready")
+            self.started = True
+        if function not in self.loaded:
+            self.send((function,))
+            reply = self.receive(time.monotonic() + WORKER_START_S)
+            if reply != ("loaded",):
+                raise WorkerStartError(f"could not import {function}: {reply[1:] if reply[0] == 'error' else reply!r}")
+            self.loaded.add(function)
 
     def send(self, obj: Any) -> None:
         body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -173,6 +200,11 @@ class ProcessPool:
     def call(self, function: str, completion: str, task: Task, params: dict[str, Any], timeout_s: float) -> Verification:
         """Run ``function`` in a worker; a timeout, a crash or an exception becomes an outcome."""
         worker = self._acquire()
+        try:
+            worker.prepare(function)
+        except (WorkerStartError, TimeoutError, EOFError, OSError, pickle.UnpicklingError) as exc:
+            self._release(worker, alive=False)
+            return Verification.failed(Outcome.JUDGE_ERROR, error=f"verifier worker not ready for {function} ({type(exc).__name__}: {exc})")
         deadline = time.monotonic() + timeout_s
         try:
             worker.send((function, completion, task, params))
