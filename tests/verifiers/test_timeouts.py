@@ -121,8 +121,9 @@ def test_a_worker_started_from_a_thread_that_ended_still_answers():
 
 
 def test_a_stage_timeout_measures_the_stage_not_the_workers_start_or_imports():
-    """A cold worker's start and the import of its stage's module happen before the stage's clock
-    starts: a right answer is not failed as a timeout because a loaded machine imported slowly."""
+    """A cold worker's start, the import of its stage's module and the function's warm-up happen
+    before the stage's clock starts: a right answer is not failed as a timeout because a loaded
+    machine imported slowly."""
     from tests.verifiers import slow_import_stage
 
     pool = ProcessPool(max_workers=1)

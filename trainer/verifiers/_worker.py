@@ -2,7 +2,8 @@
 
 Started as ``python -m trainer.verifiers._worker``. Writes ``("ready",)`` once started, then reads
 length-prefixed pickles on stdin: ``(function_path,)`` imports a stage function and answers
-``("loaded",)`` (the host does both before a stage's clock starts); ``(function_path, completion,
+``("loaded",)``, after calling the function's ``warm_up`` attribute if it has one (the host does
+both before a stage's clock starts); ``(function_path, completion,
 task, params)`` runs it. Replies go on its original stdout: ``("ok", Verification)`` or
 ``("error", kind, message)``; everything a stage prints goes to stderr.
 It dies with its parent (PR_SET_PDEATHSIG) and after EOF on stdin.
@@ -83,8 +84,10 @@ def main() -> int:
             return 0
         try:
             message = pickle.loads(body)
-            if len(message) == 1:  # (function_path,): import it, before the stage's clock starts
-                _function(functions, message[0])
+            if len(message) == 1:  # (function_path,): import it and warm it up, before the stage's clock starts
+                warm_up = getattr(_function(functions, message[0]), "warm_up", None)
+                if warm_up is not None:
+                    warm_up()
                 result = ("loaded",)
             else:
                 path, completion, task, params = message

@@ -4,8 +4,9 @@
 caller waits on the worker's pipe with ``select`` until the deadline; a worker that has not
 answered by then is killed (SIGKILL to its process group) and replaced, and the stage is a
 ``timeout``. The clock starts once the worker has started and imported the stage's function
-(each within :data:`WORKER_START_S`): a stage's timeout measures the stage, never a cold
-worker's start or its imports, which a loaded machine can stretch past a short timeout (a right
+and run its ``warm_up`` attribute where it has one (the heavy libraries a stage imports on its
+first call: math-verify and sympy, reasoning-gym), each within :data:`WORKER_START_S`: a
+stage's timeout measures the stage, never a cold worker's start or its imports, which a loaded machine can stretch past a short timeout (a right
 answer would then fail as a timeout). A worker that cannot start or import the function is the
 verifier's failure: ``judge_error``, masked. ``thread`` stages (sandbox, judge: they wait on services that enforce their own
 limits) run on a daemon thread the caller stops waiting for at the deadline. ``inline`` runs in
@@ -205,6 +206,9 @@ class ProcessPool:
         except (WorkerStartError, TimeoutError, EOFError, OSError, pickle.UnpicklingError) as exc:
             self._release(worker, alive=False)
             return Verification.failed(Outcome.JUDGE_ERROR, error=f"verifier worker not ready for {function} ({type(exc).__name__}: {exc})")
+        except BaseException:  # a task's soft time limit, an interrupt: the worker is not left counted but lost
+            self._release(worker, alive=False)
+            raise
         deadline = time.monotonic() + timeout_s
         try:
             worker.send((function, completion, task, params))
@@ -217,6 +221,9 @@ class ProcessPool:
             self._release(worker, alive=False)
             code = worker.proc.returncode if code is None else code
             return Verification.failed(Outcome.RUNTIME_ERROR, error=f"verifier worker died ({type(exc).__name__}, exit code {code})")
+        except BaseException:  # as above: the worker may hold a half-read reply, so it goes
+            self._release(worker, alive=False)
+            raise
         self._release(worker, alive=True)
         return reply_to_verification(reply)
 

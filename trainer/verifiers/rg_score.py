@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import cmath
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -57,6 +58,15 @@ Scorer = Callable[[str, dict[str, Any], Any], float]
 def rg_score(completion: str, task: Task, *, dataset: str | None = None) -> Verification:
     """Stage ``rg_score``: score the (extracted) answer with reasoning-gym, behind the guards."""
     return score(completion.strip(), task, dataset)
+
+
+def _warm_rg_score() -> None:
+    """reasoning-gym's import (about a second on a loaded machine), done off a stage's clock
+    (:mod:`trainer.verifiers.isolation`)."""
+    importlib.import_module("reasoning_gym.factory")
+
+
+rg_score.warm_up = _warm_rg_score  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
