@@ -34,6 +34,15 @@ class FakeOpenAI:
                     reply = fake.script[min(len(fake.requests) - 1, len(fake.script) - 1)]
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                counted = [True]
+
+                def leave():
+                    # A request leaves the count before its first reply byte is written: the client may send its
+                    # next request as soon as it has read this reply, before this thread would reach a finally.
+                    if counted:
+                        counted.clear()
+                        with fake._lock:
+                            fake.in_flight -= 1
                 try:
                     if isinstance(reply, tuple) and reply[0] == "sleep":
                         time.sleep(reply[1])
@@ -41,6 +50,7 @@ class FakeOpenAI:
                     if self.path != "/v1/chat/completions":
                         reply = 404
                     if isinstance(reply, int):
+                        leave()
                         self.send_response(reply)
                         self.end_headers()
                         return
@@ -51,6 +61,7 @@ class FakeOpenAI:
                                                     "message": {"role": "assistant", "content": reply}}],
                                        # as OpenAI-compatible servers report it (a word a token, here)
                                        "usage": {"total_tokens": len(json.dumps(body).split()) + len(str(reply).split())}}).encode()
+                    leave()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
@@ -59,8 +70,7 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 finally:
-                    with fake._lock:
-                        fake.in_flight -= 1
+                    leave()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
