@@ -19,8 +19,9 @@ from typing import Callable
 from django.db import connection
 
 from controlplane.domains import services
-from controlplane.domains.pins import PinnedDomain, domain_quotas
-from trainer.audit import audit_domain, source_for_snapshot
+from controlplane.domains.pins import domain_quotas, pinned
+from trainer.audit import audit_domain
+from trainer.catalogue import DomainSpec
 from workers import verify
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,10 @@ PROGRESS_EVERY_S = 1.0
 """How often a running audit writes its progress (probes done of total)."""
 
 
-def verify_path(pin: PinnedDomain) -> Callable | None:
+def verify_path(pin: DomainSpec) -> Callable | None:
     """``verify_many(list[(completion, Task)]) -> list[Verification]`` for a pinned domain, or
     None when its cascade runs in this process (the trainer's own in-process cascade)."""
-    spec = pin.verifier
+    spec = pin.verifier_spec
     if not verify.needs_worker(spec):
         return None
 
@@ -80,9 +81,8 @@ def run_audit(audit_id: int) -> str:
             services.verifier_audit_progress(audit=audit, done=done, total=total)
 
     try:
-        pin = PinnedDomain.from_version(version)
-        report = audit_domain(slug=pin.slug, verifier=pin.verifier, source=source_for_snapshot(pin.slug, version.snapshot),
-                              family=pin.family, verify_many=verify_path(pin), progress=progress)
+        pin = pinned(version)
+        report = audit_domain(slug=pin.slug, verifier=pin.verifier_spec, source=pin.source, family=pin.family, verify_many=verify_path(pin), progress=progress)
         services.verifier_audit_record(audit=audit, report=report.to_dict())
     except Exception:  # noqa: BLE001 - a crashed audit is a failed audit with its reason (time limits included)
         error = traceback.format_exc()

@@ -6,23 +6,15 @@ import socket
 
 from celery import current_task
 
-from controlplane.domains.pins import PinnedDomain
 from trainer import catalogue
-from trainer.catalogue.jsonl import UploadedSource
-from trainer.tasks.base import Task
+from trainer.catalogue import DomainSpec
 
 
-def register_data_domains(pins: list[PinnedDomain]) -> None:
+def register_data_domains(pins: list[DomainSpec]) -> None:
     """Domains defined by data (JSONL uploads) join the trainer's catalogue, as pinned."""
-
     for pin in pins:
-        if not pin.is_upload:
-            continue
-        tasks = [Task(**t) for t in pin.task_source.get("tasks", [])]
-        catalogue.register(catalogue.DomainSpec(
-            slug=pin.slug, title=pin.title, kind=pin.kind, family="jsonl",
-            source=UploadedSource(pin.slug, tasks), verifier_spec=pin.verifier, task_source_spec={"family": "jsonl"},
-        ), replace=True, data=True)
+        if pin.is_upload:
+            catalogue.register(pin, replace=True, data=True)
 
 
 def worker_name() -> str:

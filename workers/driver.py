@@ -33,7 +33,7 @@ from django.db import OperationalError as DatabaseOperationalError
 from django.db import close_old_connections
 
 from controlplane import dispatch
-from controlplane.domains.pins import PinnedDomain, domain_quotas
+from controlplane.domains.pins import domain_quotas, pinned
 from controlplane.live.services import run_wake
 from controlplane.registry.selectors import run_eval_suite
 from controlplane.runs import services as runs
@@ -202,10 +202,10 @@ class RunDriver:
         self.db = outage.HeldDatabase(hold_s=run.collective_timeout_s, on_wait=self.inflight.block)
         self.versions = {pin.slug: pin.version for pin in pins}
         self.queues = QueueWatch()
-        self.needs = {pin.slug: worker_queue(pin.verifier) for pin in pins}  # domain -> the queue its verification needs
+        self.needs = {pin.slug: worker_queue(pin.verifier_spec) for pin in pins}  # domain -> the queue its verification needs
         self.lanes = VerifyLanes(run, self.needs, self.queues, self.db)
         self.verify_remote, self.gatherer = make_verify_batch(
-            cascades={pin.slug: pin.verifier for pin in pins}, versions=self.versions, served=self.queues.served,
+            cascades={pin.slug: pin.verifier_spec for pin in pins}, versions=self.versions, served=self.queues.served,
             timeouts=self.live.timeouts, priorities=self.live.priorities, send=send,
             deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None, lane=self.lanes.task_for)
         self.collected: dict = {}
@@ -424,7 +424,7 @@ def follower_ready(run_id: int) -> list[str]:
     define, registered in this process's catalogue as the driver registers them. Returns the
     run's domain slugs."""
     run = Run.objects.get(pk=run_id)
-    pins = [PinnedDomain.from_version(rd.domain_version) for rd in run_domains(run=run)]
+    pins = [pinned(rd.domain_version) for rd in run_domains(run=run)]
     register_data_domains(pins)
     return [pin.slug for pin in pins]
 

@@ -13,9 +13,10 @@ import traceback
 
 from controlplane.common.model_refs import REGISTRY_PREFIX, resolve_model
 from controlplane.domains.models import DomainVersion
-from controlplane.domains.pins import PinnedDomain, domain_quotas
+from controlplane.domains.pins import domain_quotas, pinned
 from controlplane.registry import services
 from trainer import catalogue
+from trainer.catalogue import DomainSpec
 from trainer.evaluation import EvalSpec, evaluate, evaluate_job, load_for_eval
 from workers import verify
 from workers.domains import register_data_domains, worker_name
@@ -23,7 +24,7 @@ from workers.domains import register_data_domains, worker_name
 log = logging.getLogger(__name__)
 
 
-def _verifier(pin: PinnedDomain):
+def _verifier(pin: DomainSpec):
     """``verify_batch`` with a pinned domain's cascade, in this process (its sandboxes within the
     domain's quota shared with the verify workers, read at every batch: Redis or, on the embedded
     default, the machine's lock files hold it)."""
@@ -31,7 +32,7 @@ def _verifier(pin: PinnedDomain):
         limit = domain_quotas(slugs=[pin.slug])[pin.slug].max_concurrent_sandboxes
         payload = [{"completion": c, "task": verify.task_to_dict(t)} for c, t in items]
         return [verify.verification_from_dict(d)
-                for d in verify.verify_items(pin.verifier, payload, max_concurrent_sandboxes=limit)]
+                for d in verify.verify_items(pin.verifier_spec, payload, max_concurrent_sandboxes=limit)]
 
     return verify_batch
 
@@ -47,25 +48,24 @@ def run_eval(eval_run_id: int, worker: str = "") -> str:
         # path is held to the rules for directories named directly; controlplane/common/model_refs.py).
         path = resolve_model(f"{REGISTRY_PREFIX}{ev.version.pk}", team_id=ev.version.team_id).path
         items = ev.suite_version.items
-        pins = {(dv.domain.slug, dv.version): dv for dv in DomainVersion.objects.filter(
+        wanted = {(i["domain"], i["domain_version"]) for i in items}
+        rows = {(dv.domain.slug, dv.version): dv for dv in DomainVersion.objects.filter(
             domain__slug__in=[i["domain"] for i in items]).select_related("domain")}
-        missing = [f"{i['domain']}@v{i['domain_version']}" for i in items if (i["domain"], i["domain_version"]) not in pins]
+        missing = [f"{slug}@v{version}" for slug, version in sorted(wanted - rows.keys())]
         if missing:
             raise RuntimeError("pinned domain versions not found: " + ", ".join(missing))
-        register_data_domains([PinnedDomain.from_version(pins[(i["domain"], i["domain_version"])]) for i in items])
+        pins = {key: pinned(rows[key]) for key in sorted(wanted)}  # ValueError: a domain unknown to the trainer
+        register_data_domains(list(pins.values()))
         domains = catalogue.all_domains()
-        unknown = [i["domain"] for i in items if i["domain"] not in domains]
-        if unknown:
-            raise RuntimeError("domains unknown to the trainer: " + ", ".join(unknown))
         longest = max(i.get("max_episode_tokens", 512) + 512 for i in items)
         engine, tokenizer = load_for_eval(path, engine=ev.engine, max_model_len=longest)
         results = []
         for item in items:
-            dv = pins[(item["domain"], item["domain_version"])]
+            pin = pins[(item["domain"], item["domain_version"])]
             spec = EvalSpec.from_item(item)
-            [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(PinnedDomain.from_version(dv)))
+            [result] = evaluate(engine, tokenizer, [spec], domains=domains, verify_batch=_verifier(pin))
             s = result.summary()
-            results.append({"domain": spec.domain, "domain_version": dv.version, "layer": spec.layer,
+            results.append({"domain": spec.domain, "domain_version": pin.version, "layer": spec.layer,
                             "tasks": s["tasks"], "samples": s["samples"], "pass_at": s["pass_at"],
                             "mean_reward": s["mean_reward"], "outcomes": s["outcomes"],
                             "tokens_per_task": s["tokens_per_task"], "seconds_per_task": s["seconds_per_task"],

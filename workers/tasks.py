@@ -6,7 +6,7 @@ from django.db import OperationalError
 from psycopg.errors import DeadlockDetected
 
 from controlplane.alerts import services as alerts
-from controlplane.domains.pins import domain_quotas, pinned_domain
+from controlplane.domains.pins import domain_quotas, pinned_verifier
 from controlplane.review.queues import queue_sample
 from controlplane.runs.models import Run
 from controlplane.scheduling import services as scheduling
@@ -106,9 +106,9 @@ def train_join_run(run_id: int, node_rank: int, master: str) -> str:
 def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     """Verify a batch with a domain version's pinned cascade (sandbox stages run here, within the
     domain's live sandbox quota)."""
-    pin = pinned_domain(slug=domain, version=version)
+    verifier = pinned_verifier(slug=domain, version=version)
     quota = domain_quotas(slugs=[domain])[domain]
-    return verify.verify_items(pin.verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
+    return verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
 
 
 @shared_task(name="temper.verify.batch_long", queue="verify_long", acks_late=True, soft_time_limit=600, time_limit=660)

@@ -4,8 +4,9 @@ A run pins a :class:`~controlplane.domains.models.DomainVersion`: its verifier c
 task source (what the domain asks and how it is judged) never change under a running run.
 The admins' quota and priority stay live: a change reaches running runs at their next step.
 
-* :class:`PinnedDomain` is built from a version in one place (:meth:`PinnedDomain.from_version`);
-  workers read its fields, never ``snapshot.get(key, default)``.
+* :func:`pinned` gives a version as the trainer's one domain type, a
+  :class:`trainer.catalogue.DomainSpec` (its ``version`` the pinned one); workers read its fields,
+  never ``snapshot.get(key, default)``.
 * :class:`DomainQuota` is the live part of the Domain row (:func:`domain_quotas`):
   ``max_concurrent_sandboxes`` bounds the domain's sandboxes across all workers (one Redis key
   per domain, whatever version a run pinned), ``max_share`` caps its share of a run's samples,
@@ -18,39 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.domains.models import Domain, DomainVersion
+from trainer import catalogue
+from trainer.catalogue import DomainSpec
 
 
-@dataclass(frozen=True)
-class PinnedDomain:
-    """One domain version as a run uses it."""
-
-    slug: str
-    """The domain's slug."""
-    version: int
-    """The pinned version."""
-    title: str
-    """Human-readable name."""
-    kind: str
-    """Domain kind (math, code, ...)."""
-    family: str
-    """Task-source family (``jsonl`` for uploads)."""
-    verifier: dict[str, Any]
-    """The verifier cascade spec."""
-    task_source: dict[str, Any]
-    """The task source spec (an upload's tasks are in it)."""
-
-    @classmethod
-    def from_version(cls, version: DomainVersion) -> "PinnedDomain":
-        """The pin of ``version`` (its snapshot must hold a verifier and a task source)."""
-        snap = version.snapshot
-        return cls(slug=version.domain.slug, version=version.version, title=snap["title"], kind=snap["kind"],
-                   family=snap.get("family") or snap["task_source"].get("family", ""), verifier=snap["verifier"],
-                   task_source=snap["task_source"])
-
-    @property
-    def is_upload(self) -> bool:
-        """True for a domain defined by uploaded tasks (its tasks live in the pin)."""
-        return self.task_source.get("family") == "jsonl"
+def pinned(version: DomainVersion) -> DomainSpec:
+    """The domain as a run pins ``version``: its snapshot's verifier, title, kind and task source
+    (an upload's tasks), with a code domain's task source and environment from the trainer's
+    catalogue (ValueError names the slug when there is neither)."""
+    return catalogue.pinned(version.domain.slug, version.version, version.snapshot)
 
 
 @dataclass(frozen=True)
@@ -78,6 +55,7 @@ def domain_quotas(*, slugs: list[str] | set[str]) -> dict[str, DomainQuota]:
             .only("slug", "max_concurrent_sandboxes", "max_share", "task_timeout_s", "priority")}
 
 
-def pinned_domain(*, slug: str, version: int) -> PinnedDomain:
-    """The pin of ``slug`` at ``version``."""
-    return PinnedDomain.from_version(DomainVersion.objects.select_related("domain").get(domain__slug=slug, version=version))
+def pinned_verifier(*, slug: str, version: int) -> dict[str, Any]:
+    """The verifier spec ``slug`` pins at ``version`` (what a verify worker runs; no task source
+    is needed to verify, so none is looked up)."""
+    return DomainVersion.objects.values_list("snapshot", flat=True).get(domain__slug=slug, version=version)["verifier"]

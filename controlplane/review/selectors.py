@@ -245,7 +245,7 @@ def run_foreign_judges(*, domains, pins) -> tuple[str, list[tuple[str, str]]] | 
     teams = {rd.domain.slug: rd.domain.team_id for rd in domains}
     fields = []
     for pin in pins:
-        refs = judge_stage_refs(pin.verifier)
+        refs = judge_stage_refs(pin.verifier_spec)
         foreign = judges_of_other_teams(team_id=teams[pin.slug], names=[name for _, name in refs]) if refs else set()
         fields += [(f"domains.{pin.slug}.{path}", f"judge {name!r} not found (a judge stage names a judge of the domain's team)")
                    for path, name in refs if name in foreign]

@@ -17,18 +17,20 @@ from django.dispatch import Signal
 
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
 from controlplane.common.storage import store_dir
-from controlplane.domains.pins import PinnedDomain, domain_quotas
+from controlplane.domains.pins import domain_quotas, pinned
 from controlplane.runs import services as runs
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains
 from controlplane.runs.spec import RunSpec
+from trainer.catalogue import DomainSpec
 from trainer.config import put_path
+from trainer.verifiers.cascade import CascadeError
 
 log = logging.getLogger(__name__)
 
 run_preflight_wanted = Signal()
-"""Sent (``sender=Run, run=..., domains=[RunDomain], pins=[PinnedDomain]``) when a worker is about
+"""Sent (``sender=Run, run=..., domains=[RunDomain], pins=[DomainSpec]``) when a worker is about
 to start a run: each receiver returns ``(why, [(field, message), ...])`` for a refusal (the review
 app: "a domain names another team's judge"), or None. Apps that build on runs connect to it in their
 AppConfig.ready."""
@@ -76,7 +78,7 @@ def placement_errors(run: Run, world: int) -> list[tuple[str, str]]:
     return problems
 
 
-def oversized_errors(run: Run, domains: list[RunDomain], caps: dict[str, float]) -> list[tuple[str, str]]:
+def oversized_errors(run: Run, domains: list[RunDomain], caps: dict[str, float] | None = None) -> list[tuple[str, str]]:
     """The trainer config this worker is about to start, against the trainer's own bounds and the
     team's ceilings as they are now (a run above them fails: resuming cannot fix a config)."""
     if not isinstance(run.config, dict):
@@ -106,7 +108,7 @@ class Preflight:
     trainer loads, and ``refused`` (the driver's reason) when the run may not start."""
 
     domains: list[RunDomain] = field(default_factory=list)
-    pins: list[PinnedDomain] = field(default_factory=list)
+    pins: list[DomainSpec] = field(default_factory=list)
     model_paths: dict[str, str] = field(default_factory=dict)
     refused: str | None = None
 
@@ -119,8 +121,8 @@ def run_preflight(*, run: Run, worker: str, world: int) -> Preflight:
     if run.gpus > 0 and run.placement and (problems := placement_errors(run, world)):
         return _refuse(run, worker, "starting", problems, "its devices do not fit its settings")
     domains = run_domains(run=run)
-    pins = [PinnedDomain.from_version(rd.domain_version) for rd in domains]
-    if problems := oversized_errors(run, domains, share_caps([pin.slug for pin in pins])):
+    pins, unrunnable = pinned_domains(domains)
+    if problems := oversized_errors(run, domains):
         return _refuse(run, worker, "starting", problems, "config above its bounds or its team's ceilings")
     paths, problems = confined_model_paths(run)
     if problems:
@@ -128,7 +130,25 @@ def run_preflight(*, run: Run, worker: str, world: int) -> Preflight:
     for _, refusal in run_preflight_wanted.send(sender=Run, run=run, domains=domains, pins=pins):
         if refusal and refusal[1]:
             return _refuse(run, worker, "starting", refusal[1], refusal[0])
+    if unrunnable:
+        return _refuse(run, worker, "starting", unrunnable, "a domain version it pins cannot run here")
     return Preflight(domains=domains, pins=pins, model_paths=paths)
+
+
+def pinned_domains(domains: list[RunDomain]) -> tuple[list[DomainSpec], list[tuple[str, str]]]:
+    """Each of a run's domains as it pins it, and a problem for each pinned version that cannot run:
+    no task source here (a slug neither in the trainer's catalogue nor an upload) or a verifier
+    that no longer compiles (a stage type this code lacks)."""
+    pins, problems = [], []
+    for rd in domains:
+        where = f"domains.{rd.domain.slug}"
+        try:
+            pins.append(pinned(rd.domain_version))
+        except CascadeError as exc:
+            problems += [(f"{where}.{path}", message) for path, message in exc.errors]  # paths start at "verifier"
+        except ValueError as exc:
+            problems.append((where, str(exc)))
+    return pins, problems
 
 
 def _refuse(run: Run, worker: str, before: str, fields: list[tuple[str, str]], why: str) -> Preflight:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.catalogue import DomainSpec
 from workers import audit as audit_task
 
 
@@ -52,10 +53,13 @@ class FakeAuditor:
     hang: bool = False
     """Block until interrupted (a task generator that never returns)."""
 
-    def source_for_snapshot(self, slug: str, snapshot: dict):
+    def pinned(self, version):
+        """The version as the audit task pins it, its task source a marker (test domains are in no catalogue)."""
+        snapshot, slug = version.snapshot, version.domain.slug
         if not snapshot.get("task_source"):
             raise ValueError(f"no task source for {slug}")
-        return ("source", slug)
+        return DomainSpec(slug=slug, title=snapshot["title"], kind=snapshot["kind"], family=snapshot.get("family", ""),
+                          source=("source", slug), verifier_spec=snapshot["verifier"], version=version.version)
 
     def audit_domain(self, *, slug, verifier, source, family="", verify_many=None, progress=None):
         self.calls.append({"slug": slug, "verifier": verifier, "source": source, "family": family, "verify_many": verify_many})
@@ -73,5 +77,5 @@ class FakeAuditor:
 
 def install(monkeypatch, auditor: FakeAuditor) -> FakeAuditor:
     monkeypatch.setattr(audit_task, "audit_domain", auditor.audit_domain)
-    monkeypatch.setattr(audit_task, "source_for_snapshot", auditor.source_for_snapshot)
+    monkeypatch.setattr(audit_task, "pinned", auditor.pinned)
     return auditor

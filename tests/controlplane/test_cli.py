@@ -81,12 +81,10 @@ def test_domains_sync_leaves_out_the_uploads_a_run_registered_in_this_process(db
     from trainer import catalogue
     from workers.domains import register_data_domains
 
-    class Pin:  # what register_data_domains reads of a PinnedDomain
-        is_upload, slug, title, kind = True, "uploaded-sums", "Uploaded sums", "math"
-        task_source = {"family": "jsonl", "tasks": [{"domain": "uploaded-sums", "id": "1", "prompt": "1+1=", "answer": "2"}]}
-        verifier = {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]}
-
-    register_data_domains([Pin()])
+    pin = catalogue.pinned("uploaded-sums", 1, {
+        "title": "Uploaded sums", "kind": "math", "verifier": {"stages": [{"type": "exact", "params": {}, "timeout_s": 1.0}]},
+        "task_source": {"family": "jsonl", "tasks": [{"domain": "uploaded-sums", "id": "1", "prompt": "1+1=", "answer": "2"}]}})
+    register_data_domains([pin])
     try:
         assert "uploaded-sums" in catalogue.all_domains() and "uploaded-sums" not in catalogue.code_domains()
         out = io.StringIO()

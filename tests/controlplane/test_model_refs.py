@@ -405,7 +405,8 @@ def test_the_worker_refuses_a_domain_row_naming_another_teams_judge(world):
     from workers.driver import drive
 
     globex_judge(world)
-    domain = factories.domain("acme-legacy", team_=world.team, verifier=JUDGED)
+    upload = {"family": "jsonl", "tasks": [{"domain": "acme-legacy", "id": "1", "prompt": "q", "answer": "a"}]}
+    domain = factories.domain("acme-legacy", team_=world.team, verifier=JUDGED, family="jsonl", task_source=upload)
     run = factories.run(world.team, domains=[domain], state="running", base_model="tiny-llama")
     assert drive(run.id, worker="test-worker") == "refused (a domain names another team's judge)"
     run.refresh_from_db()
@@ -413,6 +414,26 @@ def test_the_worker_refuses_a_domain_row_naming_another_teams_judge(world):
     assert run.state == RunState.FAILED
     assert event.data["errors"] == [{"path": "domains.acme-legacy.verifier.stages[1].params.judge",
                                      "message": "judge 'globex-judge' not found (a judge stage names a judge of the domain's team)"}]
+
+
+def test_the_worker_refuses_a_pinned_version_it_cannot_run_naming_each_domain(world):
+    """A version this worker cannot run (a slug neither in the trainer's catalogue nor an upload;
+    a verifier naming a stage type this code lacks, saved by an older or newer release) fails the
+    run before it starts, each problem at its domain's path, instead of an error inside the job."""
+    from workers.driver import drive
+
+    known = factories.domain("builtin-addition", team_=world.team)
+    nowhere = factories.domain("acme-made-up", team_=world.team)
+    newer = factories.domain("builtin-parity", team_=world.team, verifier={"stages": [{"type": "from-a-later-release"}]})
+    run = factories.run(world.team, domains=[known, nowhere, newer], state="running", base_model="tiny-llama")
+    assert drive(run.id, worker="test-worker") == "refused (a domain version it pins cannot run here)"
+    run.refresh_from_db()
+    errors = RunEvent.objects.get(run=run, kind="refused").data["errors"]
+    assert run.state == RunState.FAILED
+    assert errors[0] == {"path": "domains.acme-made-up",
+                         "message": "domain 'acme-made-up': no task source (not in the trainer's catalogue and not an upload)"}
+    assert [e["path"] for e in errors[1:]] == ["domains.builtin-parity.verifier.stages[0].type"]
+    assert "from-a-later-release" in errors[1]["message"]
 
 
 def test_a_version_row_pointing_at_another_teams_files_is_held_to_the_path_rules(world, host):

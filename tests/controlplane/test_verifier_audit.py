@@ -422,7 +422,8 @@ def test_sandbox_cascades_go_through_verify_items_concurrently(monkeypatch, sett
         sizes.append(len(items))
         return [{"outcome": "pass" if item["completion"] == item["task"]["answer"] else "fail", "score": 1.0} for item in items]
 
-    from controlplane.domains.pins import PinnedDomain
+    from trainer.catalogue import DomainSpec
+    from trainer.catalogue.jsonl import UploadedSource
 
     monkeypatch.setattr(verify, "verify_items", fake_verify_items)
     # The domain's live sandbox quota, as the database would give it (this test has no database:
@@ -430,7 +431,7 @@ def test_sandbox_cascades_go_through_verify_items_concurrently(monkeypatch, sett
     monkeypatch.setattr(audit_worker, "domain_quotas", lambda slugs: {s: SimpleNamespace(max_concurrent_sandboxes=64) for s in slugs})
 
     def pin(verifier):
-        return PinnedDomain(slug="d", version=1, title="d", kind="code", family="", verifier=verifier, task_source={"family": "x"})
+        return DomainSpec(slug="d", version=1, title="d", kind="code", family="", source=UploadedSource("d", []), verifier_spec=verifier)
 
     assert audit_worker.verify_path(pin(factories.EXACT)) is None
     verify_many = audit_worker.verify_path(pin({"stages": [{"type": "code_tests"}]}))

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from trainer.audit import audit_catalogue_domain, audit_domain, source_for_snapshot
+from trainer import catalogue
+from trainer.audit import audit_catalogue_domain, audit_domain
 from trainer.audit.probes import answer_format, text_probes
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
@@ -103,11 +104,22 @@ def test_report_is_json_ready_and_has_the_contract_keys():
             "masked", "wall_s", "auditor_version", "classes", "constant_bias"} <= set(d)
 
 
-def test_source_for_an_upload_is_its_own_tasks():
-    snapshot = {"task_source": {"family": "jsonl", "tasks": [dataclasses.asdict(Task("up", "1", "q", "a"))]}}
-    assert source_for_snapshot("up", snapshot).sample(random.Random(0)).answer == "a"
+def test_a_pinned_upload_draws_its_own_tasks_and_a_pinned_code_domain_the_catalogues():
+    """A control-plane version as a run pins it is the trainer's one domain type: the snapshot's
+    verifier and version, an upload's own tasks, a code domain's task source from the catalogue."""
+    snapshot = {"title": "Up", "kind": "other", "family": "jsonl", "verifier": TAGGED,
+                "task_source": {"family": "jsonl", "tasks": [dataclasses.asdict(Task("up", "1", "q", "a"))]}}
+    up = catalogue.pinned("up", 3, snapshot)
+    assert up.source.sample(random.Random(0)).answer == "a"
+    assert (up.version, up.verifier_spec, up.is_upload) == (3, TAGGED, True)
+    code = catalogue.pinned("builtin-addition", 2, {"title": "A", "kind": "math", "verifier": TAGGED,
+                                                    "task_source": {"family": "builtin"}})
+    assert code.source is catalogue.get("builtin-addition").source and code.verifier_spec == TAGGED
+    assert (code.version, code.family, code.is_upload) == (2, "builtin", False)
     with pytest.raises(ValueError, match="no task source"):
-        source_for_snapshot("no-such-domain", {"task_source": {"family": "builtin"}})
+        catalogue.pinned("no-such-domain", 1, {"title": "x", "kind": "math", "verifier": TAGGED, "task_source": {"family": "builtin"}})
+    with pytest.raises(ValueError, match="holds no tasks"):
+        catalogue.pinned("up", 1, {**snapshot, "task_source": {"family": "jsonl", "tasks": []}})
 
 
 @pytest.mark.parametrize("slug", ["builtin-addition", "builtin-parity"])

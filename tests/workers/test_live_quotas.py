@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.domains.pins import PinnedDomain, domain_quotas
+from controlplane.domains.pins import domain_quotas, pinned_verifier
 from controlplane.domains.services import domain_update
 from controlplane.runs.models import RunEvent
 from tests import factories
@@ -20,7 +20,7 @@ def admin():
 
 def test_a_quota_change_reaches_the_live_view_and_the_pin_does_not_move(admin):
     code = factories.domain("code", max_share=1.0, task_timeout_s=10.0, priority=50)
-    pin = PinnedDomain.from_version(code.versions.get(version=1))
+    pin = pinned_verifier(slug="code", version=1)
     live = LiveQuotas(["code"])
     timeouts = live.timeouts
     assert live.refresh() is False and live.caps == {"code": 1.0}
@@ -28,7 +28,7 @@ def test_a_quota_change_reaches_the_live_view_and_the_pin_does_not_move(admin):
     assert live.refresh() is True
     assert live.caps == {"code": 0.25} and timeouts == {"code": 30.0} and live.timeouts is timeouts
     assert live.message_priority("code") < 5  # Redis serves a lower number first
-    assert PinnedDomain.from_version(code.versions.get(version=1)) == pin  # the verifier a run pinned stays
+    assert pinned_verifier(slug="code", version=1) == pin  # the verifier a run pinned stays
 
 
 def test_changed_caps_are_applied_to_the_sampler_at_the_step_boundary(admin):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.domains.models import Domain, DomainVersion
-from controlplane.domains.pins import PinnedDomain
+from trainer.catalogue import DomainSpec
+from trainer.catalogue.jsonl import UploadedSource
 from tests import factories
 from tests.services import require_redis
 from trainer.verifiers.limits import Limits
@@ -34,7 +35,10 @@ def backend(request, settings, monkeypatch, tmp_path):
 @pytest.fixture
 def pin():
     domain = factories.domain("quota-code", kind="code", verifier=CODE, max_concurrent_sandboxes=0)
-    return PinnedDomain.from_version(DomainVersion.objects.get(domain=domain, version=1))
+    version = DomainVersion.objects.get(domain=domain, version=1)
+    # as controlplane.domains.pins.pinned gives it, with a task source of its own (a test domain is in no catalogue)
+    return DomainSpec(slug="quota-code", title="quota-code", kind="code", family="test", source=UploadedSource("quota-code", [_code_task()]),
+                      verifier_spec=version.snapshot["verifier"], version=version.version)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainer.catalogue.jsonl import UploadedSource
 from trainer.outcomes import Verification
 from trainer.tasks.base import Task, TaskSource
 from trainer.verifiers.cascade import Cascade, compile_cascade
@@ -45,7 +46,8 @@ imported or in its ``register_all()``."""
 
 @dataclass(frozen=True)
 class DomainSpec:
-    """Everything the trainer and the control plane need to know about one domain."""
+    """Everything the trainer and the control plane need to know about one domain: as this code
+    defines it (``version`` 0), or as a run pins a control-plane version of it (:func:`pinned`)."""
 
     slug: str
     """Unique, URL-safe name, e.g. ``builtin-addition`` or ``rg-basic_arithmetic``."""
@@ -66,6 +68,8 @@ class DomainSpec:
     """The task source as data (family, generator name, level mapping)."""
     environment: Callable[[Task], Any] | None = None
     """Multi-turn domains: builds a ``trainer.environments.Environment`` per episode (None: single turn)."""
+    version: int = 0
+    """The control plane's version of the domain a run pinned (0: the domain as this code defines it)."""
 
     def __post_init__(self) -> None:
         self._compiled  # a spec that does not compile is refused where the domain is defined (CascadeError)
@@ -83,6 +87,39 @@ class DomainSpec:
         """Verify ``completion`` for ``task`` with the domain's cascade bound to ``context``
         (``run``: the cascade's ``isolation`` and ``pool``)."""
         return self.cascade(context)(completion, task, **run)
+
+    @property
+    def is_upload(self) -> bool:
+        """True for a domain defined by uploaded tasks (JSONL: its tasks are its pin's)."""
+        return self.task_source_spec.get("family") == UPLOAD_FAMILY
+
+
+UPLOAD_FAMILY = "jsonl"
+"""The family of domains defined by uploaded tasks."""
+
+
+def pinned(slug: str, version: int, snapshot: dict[str, Any]) -> DomainSpec:
+    """The domain as a control-plane version pins it (``snapshot``: the version's title, kind,
+    family, verifier and task source): an upload's tasks are the snapshot's, a code domain's task
+    source and environment are this catalogue's. ValueError names the slug when there is neither;
+    a verifier that does not compile is a CascadeError."""
+    task_source = snapshot.get("task_source") or {}
+    environment = None
+    if task_source.get("family") == UPLOAD_FAMILY:
+        tasks = [Task(**t) for t in task_source.get("tasks") or []]
+        if not tasks:
+            raise ValueError(f"domain {slug!r}: the upload holds no tasks")
+        source: TaskSource = UploadedSource(slug, tasks)
+    else:
+        try:
+            code = get(slug)
+        except KeyError:
+            raise ValueError(f"domain {slug!r}: no task source (not in the trainer's catalogue and not an upload)") from None
+        source, environment = code.source, code.environment
+    return DomainSpec(slug=slug, title=snapshot["title"], kind=snapshot["kind"], source=source,
+                      family=snapshot.get("family") or task_source.get("family", ""),
+                      verifier_spec=snapshot["verifier"], description=snapshot.get("description", ""),
+                      task_source_spec=task_source, environment=environment, version=version)
 
 
 _DOMAINS: dict[str, DomainSpec] = {}
