@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controlplane.alerts.rules import MetricState, fold, verdict  # noqa: E402  (pure functions, no Django)
 from trainer.catalogue import humaneval as he  # noqa: E402
-from trainer.catalogue.repos import VERIFIER_SPEC as REPO_SPEC, RepoSource  # noqa: E402
+from trainer.families.swe.catalogue import VERIFIER_SPEC as REPO_SPEC, RepoSource  # noqa: E402
 from trainer.integrity import (CanaryPlanter, answers_on_tests, impossible_twin, integrity_metrics, is_canary,  # noqa: E402
                                memorizing, regrade_twin, special_casing)
 from trainer.outcomes import Outcome  # noqa: E402
-from trainer.tasks.repos import repo_task  # noqa: E402
+from trainer.families.swe.repos import repo_task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402
 from trainer.verifiers.context import VerifyContext  # noqa: E402
 

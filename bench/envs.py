@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from trainer.catalogue import all_domains
-    from trainer.catalogue.references import reference_completion
+    from trainer.families.references import reference_completion
     from trainer.environments import split_actions
     from trainer.outcomes import Outcome
     from trainer.tasks.filings import filing

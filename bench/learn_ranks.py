@@ -40,7 +40,7 @@ def weak_base(directory: str, args) -> tuple[str, float]:
 
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
-    from trainer.tasks.builtin import ADDITION
+    from trainer.catalogue.builtin import ADDITION
 
     tasks = ADDITION.all_tasks()
     job = Job(rl_config(str(build_tiny(os.path.join(directory, "tiny"), seed=args.seed)), "torch", args))
@@ -59,7 +59,7 @@ def weak_base(directory: str, args) -> tuple[str, float]:
 
 def greedy_exact(checkpoint: str) -> float:
     from trainer.job import Job
-    from trainer.tasks.builtin import ADDITION
+    from trainer.catalogue.builtin import ADDITION
 
     job = Job.resume(checkpoint)
     try:

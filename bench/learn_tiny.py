@@ -79,7 +79,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
-    from trainer.tasks.builtin import ADDITION
+    from trainer.catalogue.builtin import ADDITION
 
     t0 = time.perf_counter()
     tasks = ADDITION.all_tasks()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.catalogue.references import reference_completion, wrong_completion  # noqa: E402
+from trainer.families.references import reference_completion, wrong_completion  # noqa: E402
 from trainer.catalogue import all_domains  # noqa: E402
 from trainer.tasks.base import Task  # noqa: E402
 from trainer.verifiers.cascade import compile_cascade  # noqa: E402

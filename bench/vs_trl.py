@@ -29,7 +29,7 @@ def make_base(tmp: str, seed: int, target_greedy: float) -> str:
     """Tiny model -> SFT until greedy exact match reaches the target -> saved checkpoint."""
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
-    from trainer.tasks.builtin import ADDITION
+    from trainer.catalogue.builtin import ADDITION
 
     path = str(build_tiny(os.path.join(tmp, "tiny"), seed=seed))
     job = Job({"model": {"path": path}, "seed": seed, "sft": {"lr": 3e-3, "batch_size": 16},
@@ -77,7 +77,7 @@ def run_trl(base: str, args, tmp: str) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.tasks.builtin import ADDITION
+    from trainer.catalogue.builtin import ADDITION
 
     rng = random.Random(args.seed)
     rows = [{"prompt": t.prompt, "answer": t.answer} for t in ADDITION.all_tasks()] * 40

@@ -9,7 +9,7 @@ import pytest
 
 PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "trainer.audit", "controlplane.alerts.channels"]
 MODULES = [
-    "trainer.outcomes", "trainer.pyast", "trainer.pipeline", "trainer.checkpoint", "trainer.tasks.builtin", "controlplane.common.cli", "controlplane.common.validation",
+    "trainer.outcomes", "trainer.pyast", "trainer.pipeline", "trainer.checkpoint", "trainer.catalogue.builtin", "controlplane.common.cli", "controlplane.common.validation",
     "controlplane.domains.selectors", "controlplane.domains.schemas", "controlplane.common.model_refs", "controlplane.review.services",
     "controlplane.runs.services", "controlplane.runs.watch", "controlplane.scheduling.services", "controlplane.registry.services", "controlplane.domains.policy", "workers.driver", "workers.observers", "workers.verify",
     "controlplane.accounts.throttle", "controlplane.common.security", "controlplane.settings.security",

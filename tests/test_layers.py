@@ -145,6 +145,31 @@ def test_no_two_apps_or_parts_import_each_other():
     assert cycles == [], "\n".join(edges)
 
 
+
+def _trainer_group(module: str) -> str:
+    """A trainer module's package (``trainer.verifiers``), a family's package
+    (``trainer.families.swe``), or the module itself at the top (``trainer.integrity``)."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1:2] == ["families"] and len(parts) > 3 else parts[:2])
+
+
+def test_the_trainers_packages_and_families_import_downward_only():
+    """A domain family lives in one package (its task source, environment, verifier stages and
+    catalogue entries), so no two of the trainer's packages or top-level modules import each
+    other, not even inside a function: the registries name a family's parts by strings."""
+    groups: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], list[str]] = {}
+    for module, targets in GRAPH.items():
+        for target in targets:
+            if module.startswith("trainer.") and target.startswith("trainer.") and _trainer_group(target) != _trainer_group(module):
+                groups.setdefault(_trainer_group(module), set()).add(_trainer_group(target))
+                why.setdefault((_trainer_group(module), _trainer_group(target)), []).append(f"{module} -> {target}")
+    cycles = _cycles(groups)
+    edges = [f"{a} -> {b}: {', '.join(sorted(why[a, b]))}" for cycle in cycles for a in cycle for b in sorted(groups[a])
+             if b in cycle]
+    assert cycles == [], "\n".join(edges)
+
+
 OTHER_PARTS = ("controlplane", "workers", "django")
 MODULE_PATH = re.compile(r"\b(?:controlplane|workers|django)[.:][A-Za-z_]")
 """A string naming a module of another part (``"workers.sandbox:execute"``), not prose ("workers")."""

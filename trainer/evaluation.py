@@ -88,11 +88,11 @@ class EvalSpec:
 def spec_tasks(source, spec: EvalSpec) -> list:
     """The held-out tasks a spec evaluates: ``tasks`` of them at ``level``, or pooled over ``levels``.
 
-    >>> from trainer.tasks.builtin import PARITY
+    >>> from trainer.catalogue.builtin import PARITY
     >>> pooled = spec_tasks(PARITY, EvalSpec(domain="builtin-parity", tasks=32, levels=(1, 2, 3, 4)))
     >>> sorted(len(t.id) for t in pooled), sorted(t.answer for t in pooled).count("1")
     ([3, 4, 4, 5, 5, 6, 6, 6, 6, 6], 5)
-    >>> from trainer.tasks.builtin import ADDITION  # one level: the others repeat it, and count once
+    >>> from trainer.catalogue.builtin import ADDITION  # one level: the others repeat it, and count once
     >>> again = spec_tasks(ADDITION, EvalSpec(domain="builtin-addition", tasks=100, levels=(0, 1, 2)))
     >>> len(again) == len({t.id for t in again}) == len(spec_tasks(ADDITION, EvalSpec(domain="builtin-addition", tasks=100)))
     True

@@ -8,7 +8,7 @@ at ``f`` is held out at every larger fraction. Training excludes ``sampler.holdo
 
 This module does not import torch (the sampler and the control plane use it).
 
->>> from trainer.tasks.builtin import ADDITION
+>>> from trainer.catalogue.builtin import ADDITION
 >>> held = heldout_tasks(ADDITION, "builtin-addition", 4, seed=7)
 >>> [t.id for t in held] == [t.id for t in heldout_tasks(ADDITION, "builtin-addition", 4, seed=7)]
 True

@@ -38,9 +38,9 @@ import re
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
+from trainer.lazy import imported
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
-from trainer.tasks.repos import regrade_tests, repo_task
 
 CANARY = "canary"
 """The key of a twin's ``meta`` that makes it a canary: ``{"recipe", "of", "test"}``."""
@@ -137,8 +137,8 @@ def impossible_twin(task: Task, rng: random.Random) -> Task | None:
     the twin's ``meta`` says)."""
     if is_canary(task):
         return None
-    if task.meta.get("environment") == "repo" and "seed" in task.meta:
-        return _repo_twin(task, rng)
+    if task.meta.get("environment") in SEEDED_HIDDEN_TESTS and "seed" in task.meta:
+        return _seeded_twin(task, rng)
     if isinstance(task.answer, dict) and task.answer.get("tests") is not None:
         return _code_twin(task, rng)
     return None
@@ -149,21 +149,17 @@ def _twin(task: Task, recipe: str, test: int | str, **changes: Any) -> Task:
     return dataclasses.replace(task, id=f"{task.id}{CANARY_SUFFIX}", meta=meta, **changes)
 
 
-def _repo_twin(task: Task, rng: random.Random) -> Task | None:
-    meta = task.meta
-    hidden = repo_task(str(meta["family"]), int(meta["seed"]), int(meta["level"])).hidden
+SEEDED_HIDDEN_TESTS: dict[str, str] = {"repo": "trainer.families.swe.repos:task_hidden_tests"}
+"""Environments whose tasks' hidden tests are regenerated from the task's seed (never carried in
+the task, so the policy never sees them), each with its family's ``(task) -> tests`` function."""
+
+
+def _seeded_twin(task: Task, rng: random.Random) -> Task | None:
+    hidden = imported(SEEDED_HIDDEN_TESTS[task.meta["environment"]])(task)
     usable = [i for i, source in enumerate(hidden) if mutate_assert(source) is not None]
     if not usable:
         return None
     return _twin(task, "conflict", rng.choice(usable))
-
-
-def hidden_for(spec: Any, task: Task) -> list[str]:
-    """A repository task's hidden tests as ``task`` has them: a canary's with its conflicting
-    duplicate, a regrade's with the extra cases of fresh inputs, a real task's as generated."""
-    if task.meta.get(REGRADE):
-        return spec.hidden + regrade_tests(spec, int(task.meta[REGRADE]["salt"]))
-    return canary_hidden(spec.hidden, task)
 
 
 def canary_hidden(hidden: list[str], task: Task) -> list[str]:
@@ -303,14 +299,14 @@ reference solution, as the oracle of inputs the task's tests never had."""
 
 def regrade_twin(task: Task, rng: random.Random) -> Task | None:
     """A stricter grading of ``task`` for the same completion (None where the domain has none):
-    a repository task's hidden tests plus cases on fresh inputs (:func:`trainer.tasks.repos.
+    a repository task's hidden tests plus cases on fresh inputs (:func:`trainer.families.swe.repos.
     regrade_tests`); a HumanEval-style task with a reference solution, its tests plus
     ``candidate(variant) == reference(variant)`` on isomorphic variants of its tests' inputs (each
     literal argument nudged: a number by one, a string or list reversed or shortened). A completion
     that fits the visible cases rather than the behaviour passes the task and fails its regrade."""
     if is_canary(task) or task.meta.get(REGRADE):
         return None
-    if task.meta.get("environment") == "repo" and "seed" in task.meta:
+    if task.meta.get("environment") in SEEDED_HIDDEN_TESTS and "seed" in task.meta:
         meta = {**task.meta, REGRADE: {"of": task.id, "salt": rng.getrandbits(32)}}
         return dataclasses.replace(task, meta=meta)
     answer = task.answer if isinstance(task.answer, dict) else {}

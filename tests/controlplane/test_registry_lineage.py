@@ -79,7 +79,7 @@ def test_held_out_tasks_are_never_drawn_for_training():
     from trainer.config import SamplerConfig
     from trainer.holdout import HOLDOUT_FRACTION, heldout_tasks, is_heldout
     from trainer.sampler import TaskSampler
-    from trainer.tasks.builtin import ADDITION, REVERSAL
+    from trainer.catalogue.builtin import ADDITION, REVERSAL
 
     sampler = TaskSampler({"builtin-addition": ADDITION, "builtin-reversal": REVERSAL},
                           {"builtin-addition": 1, "builtin-reversal": 1},

@@ -26,7 +26,7 @@ def test_the_platform_stage_and_the_in_process_check_agree_on_hostile_answers():
     trainer's inline path and the platform both run): both are literal, so case, Unicode
     compatibility forms (fullwidth, ligatures, superscripts), inner spaces and hedges fail in both."""
     from trainer.tasks.base import Task
-    from trainer.tasks.builtin import EXACT_MATCH_SPEC, verify_exact
+    from trainer.catalogue.builtin import EXACT_MATCH_SPEC, verify_exact
     from trainer.verifiers.cascade import run_cascade
 
     cases = [("dba", "abd", c) for c in ("abd", " abd\n", "ABD", "ａｂｄ", "ᵃᵇᵈ", "a\u00adbd", "a b d", "abd or adb",

@@ -17,7 +17,7 @@ def test_demo_sft_learns_two_bit_parity_instead_of_a_constant(tmp_path):
     from controlplane.web.management.commands.demo_setup import DEMO_CONFIG
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
-    from trainer.tasks.builtin import PARITY
+    from trainer.catalogue.builtin import PARITY
 
     sft = DEMO_CONFIG["sft"]
     job = Job({"model": {"path": str(build_tiny(tmp_path / "tiny", seed=0))}, "seed": 0,

@@ -13,7 +13,7 @@ from trainer.config import ConfigError
 from trainer.job import Job
 from trainer.outcomes import Outcome, Verification
 from trainer.pipeline import OverlappedPipeline, SyncPipeline
-from trainer.tasks.builtin import verify_exact
+from trainer.catalogue.builtin import verify_exact
 
 
 def record(into: list):

@@ -14,7 +14,7 @@ from trainer.job import Job
 from trainer.models.load import load_model, load_tokenizer
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.torch_engine import TorchEngine
-from trainer.tasks.builtin import ADDITION, EXACT_MATCH_SPEC, AdditionSource, verify_exact
+from trainer.catalogue.builtin import ADDITION, EXACT_MATCH_SPEC, AdditionSource, verify_exact
 
 SLUG = "test-retry-addition"
 SPEC = catalogue.DomainSpec(slug=SLUG, title="Addition with retries", kind="math", family="test",

@@ -6,7 +6,7 @@ from collections import Counter
 
 from trainer.config import SamplerConfig
 from trainer.sampler import TaskSampler, sample_budget
-from trainer.tasks.builtin import ADDITION, PARITY, REVERSAL, verify_exact
+from trainer.catalogue.builtin import ADDITION, PARITY, REVERSAL, verify_exact
 
 SOURCES = {s.slug: s for s in (ADDITION, REVERSAL, PARITY)}
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from trainer.catalogue.references import reference_completion, wrong_completion
+from trainer.families.references import reference_completion, wrong_completion
 from trainer.outcomes import Outcome
 from trainer.catalogue import all_domains
 from trainer.verifiers import validate_cascade

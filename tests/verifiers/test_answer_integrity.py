@@ -14,7 +14,7 @@ import pytest
 
 from trainer.catalogue import documents
 from trainer.catalogue.math_gen import equivalent_forms, wrong_forms
-from trainer.catalogue.references import reference_completion
+from trainer.families.references import reference_completion
 from trainer.environments.calculator_kv import CalculatorKVEnv
 from trainer.environments.filesystem import FileSystemEnv
 from trainer.outcomes import Outcome
@@ -23,7 +23,7 @@ from trainer.tasks.base import Task
 from trainer.verifiers.answers import final_answers, hedge_reason, one_final_answer
 from trainer.verifiers.cascade import run_cascade
 from trainer.verifiers.choice import multiple_choice
-from trainer.verifiers.environment import environment_replay
+from trainer.environments.replay import environment_replay
 from trainer.verifiers.exact import exact_match
 from trainer.verifiers.extract import extract_answer
 from trainer.verifiers.json_checks import json_fields, json_schema

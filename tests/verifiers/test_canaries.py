@@ -11,12 +11,12 @@ import pytest
 
 from trainer.catalogue import get
 from trainer.catalogue.humaneval import problems, reference_completion, task_for
-from trainer.catalogue.repos import RepoSource
+from trainer.families.swe.catalogue import RepoSource
 from trainer.integrity import (CanaryPlanter, canary_hidden, harness_adjacent, impossible_twin, mutate_assert,
                                special_casing, tampered_files)
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
-from trainer.tasks.repos import repo_task
+from trainer.families.swe.repos import repo_task
 
 
 @pytest.fixture

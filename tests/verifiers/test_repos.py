@@ -13,12 +13,12 @@ import pytest
 
 from trainer.audit.code_probes import hostile_programs
 from trainer.catalogue import all_domains
-from trainer.catalogue.repos import wrong_transcript
-from trainer.environments.repo import RepoEnv
+from trainer.families.swe.catalogue import wrong_transcript
+from trainer.families.swe.environment import RepoEnv
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
-from trainer.tasks.repo_kernels import KERNELS
-from trainer.tasks.repos import FAMILIES, LEVELS, repo_task
+from trainer.families.swe.repo_kernels import KERNELS
+from trainer.families.swe.repos import FAMILIES, LEVELS, repo_task
 from trainer.verifiers.code import extract_code
 from trainer.verifiers.patches import apply_patch, tree_diff
 
@@ -287,7 +287,7 @@ def test_refactor_shape_cannot_be_hidden_from_the_checks(verify):
 
 def test_hostile_patches_diffs_and_fences_cost_a_bounded_amount_of_work():
     from trainer.verifiers.patches import MAX_DIFF_WORK, PatchError, _Budget
-    from trainer.verifiers.repo import final_tree
+    from trainer.families.swe.verifier import final_tree
 
     task = task_of("bugfix", 1, 0)
     spec = repo_task("bugfix", task.meta["seed"], 0)
@@ -315,7 +315,7 @@ def test_trajectories_pickled_before_transcripts_existed_load_and_a_replay_names
     import pickle
 
     from trainer.episodes import Trajectory
-    from trainer.verifiers.environment import environment_replay
+    from trainer.environments.replay import environment_replay
 
     old = Trajectory(task=Task("d", "1", "p"), group=0, prompt_ids=[1])
     del old.__dict__["transcript"]  # as a checkpoint written before the field holds it

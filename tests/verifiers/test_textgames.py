@@ -31,7 +31,7 @@ def test_eight_games_with_their_levels():
 
 @pytest.mark.parametrize("slug", sorted(f"game-{g}" for g in LEVEL_PARAMS))
 def test_gold_commands_win_and_half_of_them_do_not(slug):
-    from trainer.catalogue.references import wrong_completion
+    from trainer.families.references import wrong_completion
 
     spec = DOMAINS[slug]
     for level in range(spec.source.levels):

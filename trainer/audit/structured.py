@@ -221,10 +221,10 @@ def repo_probes(task: Task) -> list[Probe]:
     last edit); nothing, a bare submit, constant bodies; a wrong diff and the gold one together,
     and the gold diff beside tool calls; the gold after 300 calls (past the step budget); every
     hostile program of the code audit appended to the module the hidden tests import from."""
-    from trainer.catalogue.repos import wrong_transcript  # lazy: the catalogue imports the verifiers
-    from trainer.tasks.repo_kernels import KERNELS
+    from trainer.families.swe.catalogue import wrong_transcript  # lazy: the catalogue imports the verifiers
+    from trainer.families.swe.repo_kernels import KERNELS
     from trainer.verifiers.patches import tree_diff
-    from trainer.verifiers.repo import final_tree, spec_of, task_reference
+    from trainer.families.swe.verifier import final_tree, spec_of, task_reference
 
     spec = spec_of(task)
     gold = task_reference(task)

@@ -6,7 +6,7 @@ math (``math-*``), document analysis over generated financial statements (``doc-
 tool use (``tool-*``), long annual reports read through tools (``filing-*``), software-engineering tasks in a
 repository (``swe-*``), function calling from the Berkeley Function Calling Leaderboard
 (``bfcl-*``) and its multi-turn conversations over stateful simulators (``bfcl-multi-*``), 3D modelling checked by geometry (``cad-*``), text games
-scored by the game (``game-*``) and the built-ins of :mod:`trainer.tasks.builtin`. Importing this package is
+scored by the game (``game-*``) and the built-ins of :mod:`trainer.catalogue.builtin`. Importing this package is
 cheap: :func:`all_domains` (or :func:`get`) loads the catalogue modules on first use. JSONL
 uploads are parsed by :mod:`trainer.catalogue.jsonl` and registered by whoever runs them.
 The control plane's ``domains sync`` turns these specs into Domain rows.
@@ -27,14 +27,14 @@ from trainer.verifiers.cascade import Cascade, compile_cascade
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 
 CATALOGUE_MODULES: list[str] = [
-    "trainer.tasks.builtin",  # addition, reversal, parity
+    "trainer.catalogue.builtin",  # addition, reversal, parity
     "trainer.catalogue.reasoning_gym_domains",
     "trainer.catalogue.humaneval",
     "trainer.catalogue.math_gen",
     "trainer.catalogue.documents",
     "trainer.catalogue.tool_use",
     "trainer.catalogue.filings",
-    "trainer.catalogue.repos",
+    "trainer.families.swe.catalogue",
     "trainer.catalogue.bfcl",
     "trainer.catalogue.cad",
     "trainer.catalogue.textgames",

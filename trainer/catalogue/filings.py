@@ -12,7 +12,7 @@ which the ``environment`` stage replays (single-turn rollouts, SFT, the verifier
 >>> task = FilingSource("filing-eps", "eps").sample(random.Random(3), 1)
 >>> task.meta["environment"], task.meta["level"], "Question:" in task.prompt
 ('filing', 1, True)
->>> from trainer.verifiers.environment import environment_replay
+>>> from trainer.environments.replay import environment_replay
 >>> environment_replay(task.answer, task).outcome.value
 'pass'
 """

@@ -6,35 +6,34 @@ environment per episode. The tool-use environments are made by name (:func:`make
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from trainer.environments.base import (Environment, StepResult, ToolEnvironment, parse_action,
                                        split_actions)
-from trainer.environments.bfcl_multi import BfclMultiEnv
-from trainer.environments.calculator_kv import CalculatorKVEnv
-from trainer.environments.filesystem import FileSystemEnv
-from trainer.environments.filing import FilingEnv
-from trainer.environments.repo import RepoEnv
 from trainer.environments.retry import RetryEnv
-from trainer.environments.textgame import TextGameEnv
+from trainer.lazy import imported
 
-ENVIRONMENTS: dict[str, Callable[[], ToolEnvironment]] = {
-    CalculatorKVEnv.name: CalculatorKVEnv,
-    FileSystemEnv.name: FileSystemEnv,
-    FilingEnv.name: FilingEnv,
-    RepoEnv.name: RepoEnv,
-    TextGameEnv.name: TextGameEnv,
-    BfclMultiEnv.name: BfclMultiEnv,
+ENVIRONMENTS: dict[str, str] = {
+    "calculator_kv": "trainer.environments.calculator_kv:CalculatorKVEnv",
+    "filesystem": "trainer.environments.filesystem:FileSystemEnv",
+    "filing": "trainer.environments.filing:FilingEnv",
+    "repo": "trainer.families.swe.environment:RepoEnv",
+    "textgame": "trainer.environments.textgame:TextGameEnv",
+    "bfcl_multi": "trainer.environments.bfcl_multi:BfclMultiEnv",
 }
+"""The tool-use environments by name, each as ``module:Class`` imported when one is made (so that
+a family package's environment is named here without this package importing the family)."""
+
+
+def environment_class(name: str) -> type[ToolEnvironment]:
+    """The environment class registered as ``name``; KeyError lists the known names."""
+    if name not in ENVIRONMENTS:
+        raise KeyError(f"unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}")
+    return imported(ENVIRONMENTS[name])
 
 
 def make_environment(name: str) -> ToolEnvironment:
     """A fresh tool-use environment by name; KeyError lists the known names."""
-    try:
-        return ENVIRONMENTS[name]()
-    except KeyError:
-        raise KeyError(f"unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}") from None
+    return environment_class(name)()
 
 
-__all__ = ["ENVIRONMENTS", "Environment", "RetryEnv", "StepResult", "ToolEnvironment", "make_environment",
+__all__ = ["ENVIRONMENTS", "Environment", "environment_class", "RetryEnv", "StepResult", "ToolEnvironment", "make_environment",
            "parse_action", "split_actions"]

@@ -1,7 +1,7 @@
 """A feedback environment around any single-turn verifier: the model may try again after a
 wrong answer, told what was wrong.
 
->>> from trainer.tasks.builtin import ADDITION, verify_exact
+>>> from trainer.catalogue.builtin import ADDITION, verify_exact
 >>> env = RetryEnv(verify_exact)
 >>> env.reset(ADDITION.make(2, 3))
 '2+3='

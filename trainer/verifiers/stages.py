@@ -6,10 +6,10 @@ reasoning-gym, jsonschema).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainer.lazy import imported
 from trainer.outcomes import OUTCOME_VALUES
 from trainer.verifiers.limits import limits_json_schema
 from trainer.verifiers.schema import check
@@ -61,18 +61,25 @@ class StageType:
     needs_context: bool = False
     """The function takes a ``context`` keyword (a :class:`~trainer.verifiers.context.VerifyContext`:
     sandbox, judges); such a stage runs in the caller's process (``thread`` isolation)."""
-    check_params: Callable[[dict[str, Any], str], list[tuple[str, str]]] | None = field(default=None, compare=False)
+    check_params: Callable[[dict[str, Any], str], list[tuple[str, str]]] | str | None = field(default=None, compare=False)
     """Checks of param values a schema cannot state (a name among those registered, a JSON
-    Schema that is one), run when the params match the schema: ``(params, path) -> errors``."""
+    Schema that is one), run when the params match the schema: ``(params, path) -> errors``; a
+    ``module:function`` string is imported on first use, as the stage function is."""
     _fn: list[Callable[..., Any]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def fn(self) -> Callable[..., Any]:
         """The stage function, imported on first use."""
         if not self._fn:
-            module, attr = self.function.split(":")
-            self._fn.append(getattr(importlib.import_module(module), attr))
+            self._fn.append(imported(self.function))
         return self._fn[0]
+
+    def param_errors(self, params: dict[str, Any], where: str) -> list[tuple[str, str]]:
+        """What :attr:`check_params` finds in ``params`` (valid against the schema) at ``where``."""
+        if self.check_params is None:
+            return []
+        check = imported(self.check_params) if isinstance(self.check_params, str) else self.check_params
+        return check(params, where)
 
 
 STAGES: dict[str, StageType] = {}
@@ -84,15 +91,6 @@ def register_stage(stage: StageType) -> StageType:
         raise ValueError(f"stage type {stage.name!r} is registered twice")
     STAGES[stage.name] = stage
     return stage
-
-
-def _environment_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
-    from trainer.environments import ENVIRONMENTS  # lazy: this module imports no verifier code
-
-    env = params.get("env")
-    if env is not None and env not in ENVIRONMENTS:
-        return [(f"{where}.env", f"unknown environment {env!r}; known: {', '.join(sorted(ENVIRONMENTS))}")]
-    return []
 
 
 def _rg_dataset_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
@@ -177,15 +175,15 @@ for _stage in [
     StageType("rg_score", _V + "rg_score:rg_score", params_schema({
         "dataset": {"type": "string"},
     }), "A reasoning-gym generator's own score_answer.", 2, default_timeout_s=10.0, check_params=_rg_dataset_errors),
-    StageType("environment", _V + "environment:environment_replay", params_schema({
+    StageType("environment", "trainer.environments.replay:environment_replay", params_schema({
         "env": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1},
     }), "Replay the tool calls in the completion through a tool-use environment; reward from the final state.", 2, default_timeout_s=10.0,
-        check_params=_environment_errors),
+        check_params="trainer.environments.replay:params_errors"),
     StageType("code_tests", _V + "code:code_tests", params_schema({
         "tests": ANY, "entry_point": {"type": "string"}, "prompt": {"type": "string"}, "limits": limits_json_schema(),
         "backend": {"enum": [*SANDBOX_BACKENDS, None]}, "partial_credit": {"type": "boolean"},
     }), "Unit tests run in the sandbox.", 3, isolation="thread", default_timeout_s=60.0, needs_context=True),
-    StageType("repo_tests", _V + "repo:repo_tests", params_schema({
+    StageType("repo_tests", "trainer.families.swe.verifier:repo_tests", params_schema({
         "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
     }), "A repository task's hidden tests on the final tree (the completion's diff or tool calls applied), in the sandbox.", 3,
         isolation="thread", default_timeout_s=90.0, needs_context=True),
@@ -242,8 +240,8 @@ def validate_cascade(spec: Any, path: str = "verifier") -> list[tuple[str, str]]
         else:
             params = stage.get("params", {})
             problems = check(params, STAGES[kind].params_schema, f"{where}.params")
-            if not problems and STAGES[kind].check_params is not None:
-                problems = STAGES[kind].check_params(params, f"{where}.params")
+            if not problems:
+                problems = STAGES[kind].param_errors(params, f"{where}.params")
             errors.extend(problems)
         if "timeout_s" in stage:
             errors.extend(check(stage["timeout_s"], {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S}, f"{where}.timeout_s"))

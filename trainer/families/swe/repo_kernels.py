@@ -1,4 +1,4 @@
-"""The functions the software-engineering repositories are made of (:mod:`trainer.tasks.repos`).
+"""The functions the software-engineering repositories are made of (:mod:`trainer.families.swe.repos`).
 
 Each :class:`Kernel` is a small, correct, documented Python function of one module of a
 generated package, with planted bugs (text replacements that change what it returns on some

@@ -1,13 +1,13 @@
 """Work in a small Python repository through tools, then submit the final tree (``swe-*``).
 
-The repository (:mod:`trainer.tasks.repos`) is rebuilt from the task's family, seed and level.
+The repository (:mod:`trainer.families.swe.repos`) is rebuilt from the task's family, seed and level.
 The episode's state is the working tree and its commits, held here, by trusted code: reading,
 searching and editing are operations on that state, and no code of the policy's runs in this
 process. ``run_tests`` ships the current tree to a fresh sandbox job (the context's executor) and
 shows the tests' output; the policy's code runs only there. ``submit`` ends the episode; the
 verdict is not the environment's: the trajectory's completion becomes the final diff (from the
 starting tree), which the domain's ``repo_tests`` stage applies to the starting tree and judges
-with the hidden tests in another fresh sandbox (:mod:`trainer.verifiers.repo`).
+with the hidden tests in another fresh sandbox (:mod:`trainer.families.swe.verifier`).
 
 Version control is kept the same way: ``git_commit`` records a snapshot of the tree,
 ``git_diff`` shows the working tree against the last commit in git's format, ``git_status`` and
@@ -36,9 +36,9 @@ import re
 from typing import Any
 
 from trainer.environments.base import ActionError, StepResult, ToolEnvironment
+from trainer.families.swe.repos import TEST_COMMAND, repo_task
 from trainer.outcomes import Verification
 from trainer.tasks.base import Task
-from trainer.tasks.repos import TEST_COMMAND, repo_task
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
 from trainer.verifiers.patches import PatchError, apply_patch, tree_diff

@@ -1,6 +1,6 @@
 """Software-engineering tasks in a small Python repository (the ``swe-*`` domains).
 
-A task is a generated package (2 to 4 modules of :mod:`trainer.tasks.repo_kernels` functions,
+A task is a generated package (2 to 4 modules of :mod:`trainer.families.swe.repo_kernels` functions,
 a README, a pyproject and ``unittest`` tests) in one of three families:
 
 * ``bugfix``: planted bugs, reported as an issue with a call that returns the wrong value;
@@ -35,7 +35,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.tasks.repo_kernels import KERNELS, MODULES, MOVE_TARGETS, Kernel, by_module, call
+from trainer.families.swe.repo_kernels import KERNELS, MODULES, MOVE_TARGETS, Kernel, by_module, call
+from trainer.tasks.base import Task
 from trainer.verifiers.patches import common_ends
 
 FAMILIES = ("bugfix", "feature", "refactor")
@@ -357,6 +358,11 @@ def repo_task(family: str, seed: int, level: int) -> RepoTask:
     task = {"bugfix": _bugfix, "feature": _feature, "refactor": _refactor}[family](rng, level)
     task.seed = seed
     return task
+
+
+def task_hidden_tests(task: Task) -> list[str]:
+    """The hidden tests of a ``swe-*`` task, regenerated from its seed (never carried in the task)."""
+    return repo_task(str(task.meta["family"]), int(task.meta["seed"]), int(task.meta["level"])).hidden
 
 
 def prompt(task: RepoTask, max_steps: int) -> str:

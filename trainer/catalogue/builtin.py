@@ -21,8 +21,8 @@ import string
 from dataclasses import dataclass
 from typing import Callable
 
-from trainer.outcomes import Verification
 from trainer.catalogue import DomainSpec, register
+from trainer.outcomes import Verification
 from trainer.tasks.base import Task
 from trainer.verifiers.exact import exact_match
 

@@ -14,7 +14,9 @@ work with single-turn rollouts, SFT data and the cascade.
 """
 from __future__ import annotations
 
-from trainer.environments import make_environment, split_actions
+from typing import Any
+
+from trainer.environments import ENVIRONMENTS, make_environment, split_actions
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
@@ -41,3 +43,12 @@ def environment_replay(completion: str, task: Task, *, env: str | None = None, m
         return Verification.failed(error=f"the {environment.name} environment's verdict comes from its domain's stage "
                                          "(repo_tests), not from a replay")
     return Verification(verification.outcome, verification.score, {**verification.details, "observations": transcript[-5:]})
+
+
+def params_errors(params: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """The ``environment`` stage's params beyond its schema: ``env`` must name a registered
+    environment (the stage registry checks it here: the verifiers do not import the environments)."""
+    env = params.get("env")
+    if env is not None and env not in ENVIRONMENTS:
+        return [(f"{where}.env", f"unknown environment {env!r}; known: {', '.join(sorted(ENVIRONMENTS))}")]
+    return []

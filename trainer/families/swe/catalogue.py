@@ -1,11 +1,11 @@
 """Software-engineering tasks in a small Python repository (``swe-*`` domains): find and fix
 planted bugs, implement functions from their docstrings, rename or move functions without
-breaking anything (:mod:`trainer.tasks.repos`, the environment :mod:`trainer.environments.repo`).
+breaking anything (:mod:`trainer.families.swe.repos`, the environment :mod:`trainer.families.swe.environment`).
 
 The policy works over several turns through tools (list, read, search, replace, write, apply a
 patch, run the tests in a sandbox, git status/diff/commit/log) and submits; the verdict is the
 ``repo_tests`` stage's: the final diff applied to the starting tree and the hidden tests run on it
-in a fresh sandbox (:mod:`trainer.verifiers.repo`). Levels are the difficulty: the package's size,
+in a fresh sandbox (:mod:`trainer.families.swe.verifier`). Levels are the difficulty: the package's size,
 how precisely the task names the place, and one or two changes to make. A task's answer is a
 reference transcript, which the stage also accepts (single-turn rollouts, SFT, the audit).
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from trainer.catalogue import DomainSpec
 from trainer.catalogue.define import SeededSource, define_domain
-from trainer.environments.repo import RepoEnv
+from trainer.families.swe.environment import RepoEnv
+from trainer.families.swe.repos import FAMILIES, LEVELS, prompt, reference_transcript, repo_task
 from trainer.tasks.base import Task
-from trainer.tasks.repos import FAMILIES, LEVELS, prompt, reference_transcript, repo_task
 
 FAMILY = "repos"
 MAX_STEPS = 30
@@ -42,7 +42,7 @@ class RepoSource(SeededSource):
     """Task source for one family of repository tasks (``slug``: ``swe-<family>``)."""
 
     family: str
-    """One of :data:`trainer.tasks.repos.FAMILIES`."""
+    """One of :data:`trainer.families.swe.repos.FAMILIES`."""
     levels: int = LEVELS
     """Level 0: two modules, the file named; 1: three modules, the function named; 2: four modules, two changes."""
 

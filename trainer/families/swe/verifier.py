@@ -1,8 +1,8 @@
 """Stage ``repo_tests``: a repository task's hidden tests on the final tree, in a fresh sandbox.
 
-The completion is the change to the task's starting repository (:mod:`trainer.tasks.repos`):
+The completion is the change to the task's starting repository (:mod:`trainer.families.swe.repos`):
 either a unified diff (what a multi-turn episode submits: :meth:`RepoEnv.submission
-<trainer.environments.repo.RepoEnv.submission>`; a single-turn answer may put it in one
+<trainer.families.swe.environment.RepoEnv.submission>`; a single-turn answer may put it in one
 ```diff block), or a transcript of the environment's tool calls, replayed here without a sandbox
 (the audit and SFT use the reference transcript). One change per completion: two diff blocks, or
 a diff beside tool calls, is no answer.
@@ -28,10 +28,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainer.integrity import hidden_for, tampered_files
+from trainer.environments.base import ActionError, split_actions
+from trainer.families.swe.environment import RepoEnv, check_tree
+from trainer.families.swe.repos import PRELUDE, RepoTask, reference_transcript, regrade_tests, repo_task, structure_failures
+from trainer.integrity import REGRADE, canary_hidden, tampered_files
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.tasks.repos import PRELUDE, RepoTask, reference_transcript, repo_task, structure_failures
 from trainer.verifiers.code import fenced_blocks, run_job, verdict_to_verification
 from trainer.verifiers.code_harness import build_job
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
@@ -51,6 +53,14 @@ def spec_of(task: Task) -> RepoTask:
     return repo_task(str(meta["family"]), int(meta["seed"]), int(meta["level"]))
 
 
+def hidden_for(spec: RepoTask, task: Task) -> list[str]:
+    """A repository task's hidden tests as ``task`` has them: a canary's with its conflicting
+    duplicate, a regrade's with the extra cases of fresh inputs, a real task's as generated."""
+    if task.meta.get(REGRADE):
+        return spec.hidden + regrade_tests(spec, int(task.meta[REGRADE]["salt"]))
+    return canary_hidden(spec.hidden, task)
+
+
 def task_reference(task: Task) -> str:
     """The reference transcript of a task (its ``answer``, rebuilt when absent)."""
     return task.answer if isinstance(task.answer, str) else reference_transcript(spec_of(task))
@@ -59,9 +69,6 @@ def task_reference(task: Task) -> str:
 def final_tree(completion: str, task: Task, spec: RepoTask) -> tuple[dict[str, str] | None, str]:
     """The tree a completion leaves, and ``"diff"`` or ``"transcript"``; ``(None, why)`` when it
     holds no change or more than one."""
-    from trainer.environments.base import ActionError, split_actions  # lazy: the environments import the verifiers
-    from trainer.environments.repo import RepoEnv, check_tree
-
     if len(completion) > MAX_COMPLETION_CHARS:
         return None, f"the completion has {len(completion)} characters; at most {MAX_COMPLETION_CHARS}"
     blocks = [body for info, body in fenced_blocks(completion) if info in ("diff", "patch")]

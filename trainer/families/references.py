@@ -15,7 +15,7 @@ from trainer.catalogue.cad import wrong_completion as cad_wrong
 from trainer.catalogue.documents import reference_completion as document_reference
 from trainer.catalogue.humaneval import broken_completion
 from trainer.catalogue.humaneval import reference_completion as humaneval_reference
-from trainer.catalogue.repos import wrong_transcript
+from trainer.families.swe.catalogue import wrong_transcript
 from trainer.tasks.base import Task
 
 
