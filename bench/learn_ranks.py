@@ -30,25 +30,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from learn_tiny import add_recipe_options, reward_curve, rl_config, sft_to_base  # noqa: E402
+
 CONFIGS = {"1rank_s1": (1, 1), "2ranks_s1": (2, 1), "2ranks_s0": (2, 0)}
 """name -> (ranks, staleness)."""
 
 
 def weak_base(directory: str, args) -> tuple[str, float]:
     """bench/learn_tiny.py's weak base: SFT until greedy exact match reaches ``--base-greedy``."""
-    from learn_tiny import rl_config
-
     from trainer.job import Job
     from trainer.models.tiny import build_tiny
     from trainer.catalogue.builtin import ADDITION
 
     tasks = ADDITION.all_tasks()
     job = Job(rl_config(str(build_tiny(os.path.join(directory, "tiny"), seed=args.seed)), "torch", args))
-    greedy = 0.0
     try:
-        while greedy < args.base_greedy and job.sft_steps_done < 400:
-            job.sft(2)
-            greedy = job.evaluate(tasks)["exact"]
+        greedy = sft_to_base(job, tasks, args.base_greedy)
         path = os.path.join(directory, "base")
         job.model.save_pretrained(path)
         job.tokenizer.save_pretrained(path)
@@ -68,28 +65,16 @@ def greedy_exact(checkpoint: str) -> float:
         job.close()
 
 
-def moving_average(xs: list[float], k: int = 10) -> list[float]:
-    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=120)
+    add_recipe_options(parser, steps=120)
     parser.add_argument("--verify-s", type=float, default=0.3, help="seconds added to every verification call")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--n", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--lr-schedule", default="linear")
-    parser.add_argument("--base-greedy", type=float, default=0.42)
     args = parser.parse_args()
     args.threads = 1
 
     import torch
 
     torch.set_num_threads(1)
-    from learn_tiny import rl_config
-
     from tests.trainer.rank_groups import launch
 
     began = time.perf_counter()
@@ -110,12 +95,11 @@ def main() -> int:
             if any(codes):
                 raise SystemExit(f"{name}: ranks exited with {codes}")
             result = json.loads(Path(tmp, f"{name}.json").read_text())[0]
-            ma10 = moving_average(result["rewards"])
-            hit = next((i + 1 for i, v in enumerate(ma10) if v >= 0.8 and i >= 9), None)
+            ma10, hit, curve = reward_curve(result["rewards"])
             out[name] = {"final_reward_ma10": round(ma10[-1], 4), "steps_to_0_8": hit,
                          "final_greedy_exact": round(greedy_exact(final), 4),
                          "steps_per_s": round(len(result["step_s"]) / sum(result["step_s"]), 3),
-                         "wall_s": round(time.perf_counter() - t0, 1), "curve": [round(v, 3) for v in ma10[9::10]]}
+                         "wall_s": round(time.perf_counter() - t0, 1), "curve": curve}
             print(f"[{name}] ma10 every 10 steps: {out[name]['curve']}", flush=True)
     out["learning_gap_2ranks_vs_1rank_s1"] = round(out["2ranks_s1"]["final_reward_ma10"] - out["1rank_s1"]["final_reward_ma10"], 4)
     out["speedup_2ranks_s1_vs_s0"] = round(out["2ranks_s1"]["steps_per_s"] / out["2ranks_s0"]["steps_per_s"], 3)

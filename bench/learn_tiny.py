@@ -23,7 +23,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def add_recipe_options(parser: argparse.ArgumentParser, *, steps: int) -> None:
+    """The options :func:`rl_config` and :func:`sft_to_base` read (``--steps`` defaults to
+    ``steps``); bench/learn_ranks.py runs this recipe too."""
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr-schedule", default="linear", choices=["constant", "linear", "cosine"])
+    parser.add_argument("--prompts", type=int, default=32, help="prompts a step")
+    parser.add_argument("--n", type=int, default=16, help="samples a prompt")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base-greedy", type=float, default=0.42)
+
+
 def rl_config(model_path: str, engine: str, args) -> dict:
+    """The recipe's job config: GRPO on single-digit addition from ``model_path``."""
     return {
         "model": {"path": model_path}, "seed": args.seed,
         "domains": {"builtin-addition": 1.0},
@@ -39,7 +52,26 @@ def rl_config(model_path: str, engine: str, args) -> dict:
 
 
 def moving_average(xs: list[float], k: int = 10) -> list[float]:
+    """The average of each value and the up to ``k - 1`` before it."""
     return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
+
+
+def reward_curve(rewards: list[float]) -> tuple[list[float], int | None, list[float]]:
+    """The rewards' 10-step moving average, the first step at which it reached 0.8 (from step 10
+    on; None if never) and the average at every 10th step, rounded (the printed curve)."""
+    ma10 = moving_average(rewards)
+    hit = next((i + 1 for i, v in enumerate(ma10) if v >= 0.8 and i >= 9), None)
+    return ma10, hit, [round(v, 3) for v in ma10[9::10]]
+
+
+def sft_to_base(job, tasks, base_greedy: float) -> float:
+    """The weak base: SFT steps (2 at a time, at most 400) until greedy exact match on ``tasks``
+    reaches ``base_greedy``; returns that exact match."""
+    greedy = 0.0
+    while greedy < base_greedy and job.sft_steps_done < 400:
+        job.sft(2)
+        greedy = job.evaluate(tasks)["exact"]
+    return greedy
 
 
 def run_rl(job, steps: int, label: str, eval_tasks) -> dict:
@@ -54,22 +86,15 @@ def run_rl(job, steps: int, label: str, eval_tasks) -> dict:
             print(f"[{label}] step {step:4d} reward {rewards[-1]:.3f} ma10 {ma:.3f} "
                   f"entropy {entropies[-1]:.3f} cps {m['perf/completions_per_s']:.0f}"
                   + (f" greedy {greedy:.2f}" if greedy is not None else ""), flush=True)
-    ma10 = moving_average(rewards)
-    hit = next((i + 1 for i, v in enumerate(ma10) if v >= 0.8 and i >= 9), None)
+    ma10, hit, curve = reward_curve(rewards)
     return {"ma10": ma10[-1], "steps_to_0_8": hit, "greedy": job.evaluate(eval_tasks)["exact"],
-            "entropy": entropies[-1], "curve": [round(v, 3) for v in ma10[9::10]]}
+            "entropy": entropies[-1], "curve": curve}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", default="torch", choices=["torch", "vllm"])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--lr-schedule", default="linear", choices=["constant", "linear", "cosine"])
-    parser.add_argument("--prompts", type=int, default=32, help="prompts a step")
-    parser.add_argument("--n", type=int, default=16, help="samples a prompt")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--base-greedy", type=float, default=0.42)
+    add_recipe_options(parser, steps=300)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-scratch", action="store_true")
     args = parser.parse_args()
@@ -87,10 +112,7 @@ def main() -> None:
         path = str(build_tiny(os.path.join(tmp, "tiny"), seed=args.seed))
         # (a) weak base from the SFT stage, then GRPO
         job = Job(rl_config(path, args.engine, args))
-        greedy = 0.0
-        while greedy < args.base_greedy and job.sft_steps_done < 400:
-            job.sft(2)
-            greedy = job.evaluate(tasks)["exact"]
+        greedy = sft_to_base(job, tasks, args.base_greedy)
         base_sampled = job.evaluate(tasks, greedy=False, n=8)["reward"]
         print(f"[base] sft steps {job.sft_steps_done} greedy exact {greedy:.2f} "
               f"sampled reward {base_sampled:.3f}", flush=True)

@@ -11,6 +11,7 @@ from ninja.pagination import paginate
 from controlplane.accounts import selectors, services
 from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_object_valid
 from controlplane.common.errors import Forbidden
+from controlplane.common.validation import TEAM_SCHEMA
 
 router = Router(tags=["accounts"])
 
@@ -103,7 +104,7 @@ TOKEN_IN = {
     "required": ["team", "name"],
     "additionalProperties": False,
     "properties": {
-        "team": {"type": "string", "minLength": 1},
+        "team": TEAM_SCHEMA,
         "name": {"type": "string", "minLength": 1, "maxLength": 100},
         "role": {"type": "string", "enum": ["viewer", "reviewer", "member", "admin"]},
         "expires_in_days": {"type": "integer", "minimum": 1, "maximum": services.MAX_TOKEN_DAYS},

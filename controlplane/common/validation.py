@@ -32,6 +32,9 @@ def is_row_id(text: str) -> bool:
 
 SLUG_SCHEMA = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_-]*$", "maxLength": 100}
 """A slug as an input (domains, judges, eval suites): lower case, what their ``SlugField(max_length=100)`` holds."""
+TEAM_SCHEMA = {"type": "string", "minLength": 1}
+"""A team named in an input (a run, a domain, a judge, a token): its slug, which the service looks
+up among the actor's teams (an unknown one is refused there)."""
 
 _TYPE_WORDS = {
     "integer": "an integer",

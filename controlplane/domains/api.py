@@ -12,7 +12,7 @@ from controlplane.accounts.selectors import team_get
 from controlplane.common.api import ERRORS, MAX_VERSION, VERSION, BodyIn, body_doc, json_object, json_object_valid
 from controlplane.common.body import read_upload_form
 from controlplane.common.errors import InvalidInput
-from controlplane.common.validation import validate
+from controlplane.common.validation import TEAM_SCHEMA, validate
 from controlplane.domains import selectors, services
 from controlplane.domains.schemas import DOMAIN_SCHEMA
 
@@ -92,7 +92,7 @@ class DiffOut(Schema):
 DOMAIN_CREATE_IN = {
     **DOMAIN_SCHEMA,
     "required": ["slug", "title", "kind", "task_source", "verifier"],
-    "properties": {**DOMAIN_SCHEMA["properties"], "team": {"type": "string", "minLength": 1}},
+    "properties": {**DOMAIN_SCHEMA["properties"], "team": TEAM_SCHEMA},
 }
 DOMAIN_UPDATE_IN = {
     **DOMAIN_SCHEMA,
@@ -121,7 +121,7 @@ DOMAIN_UPLOAD_IN = {
     "required": ["team", "slug", "title", "kind", "verifier", "jsonl"],
     "additionalProperties": False,
     "properties": {
-        "team": {"type": "string", "minLength": 1},
+        "team": TEAM_SCHEMA,
         "slug": DOMAIN_SCHEMA["properties"]["slug"],
         "title": DOMAIN_SCHEMA["properties"]["title"],
         "kind": DOMAIN_SCHEMA["properties"]["kind"],

@@ -21,7 +21,7 @@ from controlplane.accounts.selectors import team_get
 from controlplane.accounts.services import audit_record
 from controlplane.common.errors import Conflict, FieldError, InvalidInput
 from controlplane.common.model_refs import ModelRefused, resolve_model
-from controlplane.common.validation import SLUG_SCHEMA, validate
+from controlplane.common.validation import SLUG_SCHEMA, TEAM_SCHEMA, validate
 from controlplane.review.selectors import config_report
 from controlplane.review.models import (
     CONFIG_FIELDS, Judge, JudgeConfig, Label, QueueState, Reservation, ReviewItem, ReviewQueue, ShadowScore, Strategy,
@@ -56,7 +56,7 @@ JUDGE_CREATE_SCHEMA = {
     "additionalProperties": False,
     "required": ["team", "slug", "title", "kind", "score_format"],
     "properties": {
-        "team": {"type": "string", "minLength": 1},
+        "team": TEAM_SCHEMA,
         "slug": SLUG_SCHEMA,
         "title": {"type": "string", "minLength": 1, "maxLength": 200},
         "threshold": {"type": "number", "minimum": -1, "maximum": 1},

@@ -12,7 +12,7 @@ import copy
 from typing import Any, Callable
 
 from controlplane.common.errors import FieldError
-from controlplane.common.validation import schema_errors
+from controlplane.common.validation import TEAM_SCHEMA, schema_errors
 from trainer import run_fields
 from trainer.config import ConfigError, has_path, load_config, put_path
 from trainer.run_fields import RUN_DEFAULTS
@@ -62,7 +62,7 @@ _RUN_BODY = {
     "required": ["name", "base_model", "domains", "budget"],
     "additionalProperties": False,
     "properties": {
-        "team": {"type": "string", "minLength": 1},
+        "team": TEAM_SCHEMA,
         "name": {"type": "string", "minLength": 1, "maxLength": 200},
         "base_model": {"type": "string", "minLength": 1, "maxLength": 500},
         "domains": {

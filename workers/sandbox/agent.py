@@ -44,17 +44,44 @@ from __future__ import annotations
 from .agent_state import STATE_SOURCE
 from .bwrap import ENV_ALLOW
 
-_AGENT_HEAD = r'''
-import _signal as signal, _socket, ctypes, marshal, os, resource, select, struct, sys, time
-# (_signal, marshal and no json, base64 or re: the imports are most of the agent's start)
-
-for _sig in signal.valid_signals():  # SIG_DFL everywhere: the kernel's init protection applies
+_SIG_DFL_SOURCE = r'''
+for _sig in signal.valid_signals():  # SIG_DFL everywhere (see the module docstring and ZYGOTE_SOURCE)
     if _sig not in (signal.SIGKILL, signal.SIGSTOP):
         try:
             signal.signal(_sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
-libc = ctypes.CDLL(None, use_errno=True)
+'''
+"""Source that resets every signal's disposition to SIG_DFL, run first by the agent (so that the
+kernel's protection of a namespace's init applies) and by the zygote (so that a job it forks has
+the dispositions a job started by exec has); it leaves ``_sig`` bound."""
+
+_ENTER_JOB_SOURCE = r'''
+def _enter_job(fds, lim):
+    """In a job's new process (forked by the agent or the zygote): a session of its own, the job's
+    pipes as stdin, stdout and stderr and no other descriptor (the zygote's socket neither), its
+    rlimits (an address-space limit as the coarser backstop where there is no memory cgroup),
+    and /work as its directory."""
+    os.setsid()
+    os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
+    os.closerange(3, 65536)
+    for res, val in ((resource.RLIMIT_CORE, (0, 0)),
+                     (resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)),
+                     (resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])),
+                     (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
+                     (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
+        resource.setrlimit(res, val)
+    if lim.get("as"):
+        resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
+    os.chdir("/work")
+'''
+"""Source of ``_enter_job``, which the agent and the zygote both run in a job's process before
+the job's code (the agent then execs the command; the zygote runs its code in place)."""
+
+_AGENT_HEAD = r'''
+import _signal as signal, _socket, ctypes, marshal, os, resource, select, struct, sys, time
+# (_signal, marshal and no json, base64 or re: the imports are most of the agent's start)
+''' + _SIG_DFL_SOURCE + _ENTER_JOB_SOURCE + r'''libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 os.umask(0o022)
 
@@ -290,18 +317,7 @@ def run_job(job):
         pid = os.fork()
     if pid == 0:
         try:
-            os.setsid()
-            os.dup2(in_r, 0); os.dup2(out_w, 1); os.dup2(err_w, 2)
-            os.closerange(3, 65536)
-            for res, val in ((resource.RLIMIT_CORE, (0, 0)),
-                             (resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)),
-                             (resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])),
-                             (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
-                             (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
-                resource.setrlimit(res, val)
-            if lim.get("as"):  # no memory cgroup: address-space limit as the coarser backstop
-                resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
-            os.chdir("/work")
+            _enter_job((in_r, out_w, err_w), lim)
             os.execvpe(job["command"][0], job["command"], job["env"])
         except BaseException as e:
             try:
@@ -420,14 +436,7 @@ and its reset (:data:`~workers.sandbox.agent_state.STATE_SOURCE`), the zygote's 
 
 ZYGOTE_SOURCE = r'''
 import _signal as signal, _socket, ctypes, marshal, os, resource, struct, sys
-
-for _sig in signal.valid_signals():  # SIG_DFL everywhere, as a job started by exec has them
-    if _sig not in (signal.SIGKILL, signal.SIGSTOP):
-        try:
-            signal.signal(_sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
-
+''' + _SIG_DFL_SOURCE + _ENTER_JOB_SOURCE + r'''
 _libc = ctypes.CDLL(None, use_errno=True)
 if _libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 0, or no zygote at all
     os._exit(120)
@@ -456,18 +465,7 @@ def _become(req, fds):
     `python3 -I -S -c CODE ARGS...` would, and exit as that interpreter would."""
     command, lim = req["command"], req["limits"]
     try:
-        os.setsid()
-        os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
-        os.closerange(3, 65536)  # the zygote's socket too: nothing leads back to it
-        for res, val in ((resource.RLIMIT_CORE, (0, 0)),
-                         (resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)),
-                         (resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])),
-                         (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
-                         (resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))):
-            resource.setrlimit(res, val)
-        if lim.get("as"):
-            resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
-        os.chdir("/work")
+        _enter_job(fds, lim)  # the zygote's socket closed too: nothing leads back to it
         # as exec would leave it: dumpable again, and the dispositions a fresh interpreter sets
         # on the agent's SIG_DFL ones (SIGPIPE and SIGXFSZ ignored, SIGINT raising KeyboardInterrupt)
         _libc.prctl(4, 1, 0, 0, 0)

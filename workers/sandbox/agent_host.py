@@ -28,7 +28,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import cgroups
 from .agent import PYTHON_PREFIX
@@ -36,6 +36,11 @@ from .bwrap import ENV_ALLOW
 from .outcome import Capture, check_command, check_files, classify
 from .types import Limits, SandboxError, Verdict
 
+if TYPE_CHECKING:
+    from .pool import PoolConfig
+
+RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
+"""Verdicts after which a pooled backend never reuses the sandbox (container)."""
 GRACE_S = 10.0
 """How long past the wall limit the host waits for the agent's result before giving up on it."""
 MAX_FRAME = 1 << 20
@@ -355,3 +360,110 @@ class BackgroundWork:
                 except Exception:
                     pass
         return False
+
+
+def pool_key(domain: str, limits: Limits) -> tuple:
+    """The key a pooled backend keeps its sandboxes under: a domain and a memory/pids/tmpfs shape."""
+    return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)
+
+
+class PooledBackend(BackgroundWork):
+    """What the pooled backends (warm bwrap sandboxes, Docker containers) share: sandboxes kept
+    by :func:`pool_key` (all of them, the idle ones, how many are being reset), warming a domain,
+    marking a sandbox busy for a job, a release that resets or retires it, the end of a reset
+    and the removals of a close. A backend calls :meth:`_init_pool` in its constructor and
+    provides ``_create(key)``, ``_remove(sb)`` (which marks it retiring first), ``_top_up(key)``
+    and ``_reset(sb)``; its sandboxes have ``key``, ``stream``, ``uses``, ``busy`` and ``retiring``."""
+
+    def _init_pool(self, config: "PoolConfig", *, workers: int, thread_name: str) -> None:
+        """The pool's configuration, bookkeeping, lock and background executor."""
+        self.config = config
+        self._lock = threading.RLock()
+        self._returned = threading.Condition(self._lock)
+        self._idle: dict[tuple, list] = {}
+        self._resetting: dict[tuple, int] = {}
+        self._all: set = set()
+        self._bg = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name)
+        self._pending = set()
+        self._closed = False
+        self.started = 0
+        """Sandboxes (containers) started so far."""
+        self.retired = 0
+        """Sandboxes (containers) removed so far."""
+
+    def warm(self, domain: str, limits: Limits | None = None) -> None:
+        """Start the warm sandboxes (containers) for a domain now (blocks until they are up)."""
+        self._top_up(pool_key(domain, limits or Limits()))
+
+    def _idle_or_new(self, key: tuple, usable: Callable[[Any], bool] = lambda sb: True):
+        """An idle sandbox of ``key`` (one being reset comes back within milliseconds: up to 2 s
+        are spent waiting for it rather than starting one), else a new one (``_create``). An
+        idle one that is not ``usable`` is removed in the background and the next one tried."""
+        if self._closed:
+            raise SandboxError("the sandbox backend is closed")
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            end = time.monotonic() + 2.0
+            while True:
+                while idle:
+                    sb = idle.pop()
+                    if usable(sb):
+                        return sb
+                    self._submit(self._remove, sb)
+                if not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic())):
+                    if not idle:
+                        break
+        return self._create(key)
+
+    def _run_busy(self, sb, job: Callable[[], Verdict]) -> Verdict:
+        """``job()``'s verdict, with ``sb`` marked busy while it runs; a sandbox lost while this
+        backend closed was removed by the close (SandboxError), not by the job."""
+        sb.busy = True
+        try:
+            verdict = job()
+        finally:
+            sb.busy = False
+        if sb.stream.lost and self._closed:  # we removed it (shutdown), not the job
+            raise SandboxError("the sandbox backend was closed during the job")
+        return verdict
+
+    def release(self, sb, verdict: Verdict | None) -> None:
+        """After a job: retire the sandbox (and start another) when the job broke it, it served
+        ``max_uses`` jobs or the backend is closed, else reset it in the background."""
+        retire = (verdict is None or verdict.status in RETIRE_STATUSES or sb.stream.lost
+                  or sb.uses >= self.config.max_uses or self._closed)
+        if retire:
+            sb.retiring = True
+            self._submit(self._remove, sb)
+            self._submit(self._top_up, sb.key)
+            return
+        with self._lock:
+            self._resetting[sb.key] = self._resetting.get(sb.key, 0) + 1
+        self._submit(self._reset, sb)
+
+    def _reset_done(self, sb, healthy: bool) -> None:
+        """The end of a reset: a healthy sandbox goes back to the idle ones (waking a waiting
+        ``acquire``), any other is removed and replaced."""
+        with self._lock:
+            self._resetting[sb.key] -= 1
+            if healthy and not self._closed:
+                self._idle.setdefault(sb.key, []).append(sb)
+            self._returned.notify_all()
+        if not (healthy and not self._closed):
+            sb.retiring = True
+            self._remove(sb)
+            self._top_up(sb.key)
+
+    def _remove_all(self) -> None:
+        """For a close (``_closed`` already set): remove every sandbox, wait for the background
+        work, then remove any sandbox it started meanwhile."""
+        with self._lock:
+            sandboxes = list(self._all)
+            self._idle.clear()
+        for sb in sandboxes:
+            self._remove(sb)
+        self._bg.shutdown(wait=True)
+        with self._lock:
+            leftover = list(self._all)
+        for sb in leftover:
+            self._remove(sb)

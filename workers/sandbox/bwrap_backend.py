@@ -7,7 +7,8 @@ every backend. Costs the sandbox's start (bwrap's namespaces and the agent's sta
 """
 from __future__ import annotations
 
-from .bwrap_pool import MAX_SLOTS, WarmBwrapBackend, WarmSandbox, _key
+from .agent_host import pool_key
+from .bwrap_pool import MAX_SLOTS, WarmBwrapBackend, WarmSandbox
 from .types import Limits, SandboxError, Verdict
 
 __all__ = ["BwrapBackend", "MAX_SLOTS", "SLOT_UID_BASE"]
@@ -26,7 +27,7 @@ class BwrapBackend(WarmBwrapBackend):
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
         if self._closed:
             raise SandboxError("the sandbox backend is closed")
-        return self._create(_key(domain, limits))
+        return self._create(pool_key(domain, limits))
 
     def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
         sb.retiring = True

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from . import bwrap, cgroups
 from .agent import AGENT_SOURCE, agent_zygote_args
-from .agent_host import BackgroundWork, PipeAgentStream, children, run_agent_job, zygote_of
+from .agent_host import PipeAgentStream, PooledBackend, children, pool_key, run_agent_job, zygote_of
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
 
@@ -57,8 +56,6 @@ KEYS_GONE_S = 5.0
 """Longest wait for a removed sandbox's keys to be collected before its uid may be used again."""
 RESIDENT = 2
 """Processes of an idle sandbox in its cgroup: bwrap (outside the namespaces) and the agent."""
-RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
-"""Verdicts after which a sandbox is never reused."""
 
 
 @dataclass(eq=False)
@@ -100,7 +97,7 @@ def _key_owners() -> set[int]:
         return set()
 
 
-class WarmBwrapBackend(BackgroundWork):
+class WarmBwrapBackend(PooledBackend):
     """Pool of warm bwrap sandboxes per (domain, memory/pids/tmpfs shape)."""
 
     name = "bwrap"
@@ -118,7 +115,7 @@ class WarmBwrapBackend(BackgroundWork):
     def __init__(self, config: PoolConfig | None = None):
         if not bwrap.available():
             raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
-        self.config = config or PoolConfig()
+        self._init_pool(config or PoolConfig(), workers=2, thread_name="sandbox-bwrap")
         base = self.uid_base + (os.getpid() % 1000) * MAX_SLOTS
         self._free_uids = list(range(base, base + MAX_SLOTS))  # freed ones go to the back
         self._privileged = os.geteuid() == 0
@@ -126,22 +123,10 @@ class WarmBwrapBackend(BackgroundWork):
         layout = cgroups.detect()
         self.cpu_weighted = bool(layout and cgroups.set_cpu_weight(layout, self.config.cpu_weight))
         """Whether the sandboxes share the CPU weight ``config.cpu_weight`` (cgroups.set_cpu_weight)."""
-        self._lock = threading.RLock()
-        self._returned = threading.Condition(self._lock)
-        self._idle: dict[tuple, list[WarmSandbox]] = {}
-        self._resetting: dict[tuple, int] = {}
-        self._all: set[WarmSandbox] = set()
-        self._bg = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-bwrap")
         # bwrap runs with --die-with-parent, whose "parent" is the thread that forked it: a
         # sandbox started from a caller's thread died when that thread ended, in the middle of a
         # later job. One long-lived thread of the backend starts them all.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-bwrap-spawn")
-        self._pending: set = set()
-        self._closed = False
-        self.started = 0
-        """Sandboxes started so far."""
-        self.retired = 0
-        """Sandboxes removed so far."""
 
     def agent_pids(self) -> set[int]:
         """Host pids of the live sandboxes' bwrap, agent and zygote processes (they belong there)."""
@@ -309,29 +294,10 @@ class WarmBwrapBackend(BackgroundWork):
             return
         self._remove(sb)
 
-    def warm(self, domain: str, limits: Limits | None = None) -> None:
-        """Start the warm sandboxes for a domain now (blocks until they are up)."""
-        self._top_up(_key(domain, limits or Limits()))
-
     # ---- Backend protocol ----------------------------------------------------------------
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:
-        key = _key(domain, limits)
-        if self._closed:
-            raise SandboxError("the sandbox backend is closed")
-        sb = None
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            end = time.monotonic() + 2.0
-            while sb is None:
-                if idle:
-                    sb = idle.pop()
-                    break
-                # a sandbox being reset comes back within milliseconds: wait rather than start one
-                if not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic())):
-                    if not idle:
-                        break
-        if sb is None:
-            sb = self._create(key)
+        key = pool_key(domain, limits)
+        sb = self._idle_or_new(key)
         if self._missing(key) > 0:  # only then: a background wake-up per job costs CPU on the clock
             self._submit(self._top_up, key)
         return sb
@@ -346,26 +312,8 @@ class WarmBwrapBackend(BackgroundWork):
         if gone:
             raise SandboxError("warm bwrap sandbox exited while idle")
         address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
-        sb.busy = True
-        try:
-            verdict = run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin, "bwrap", address_space)
-        finally:
-            sb.busy = False
-        if sb.stream.lost and self._closed:  # we removed it (shutdown), not the job
-            raise SandboxError("the sandbox backend was closed during the job")
-        return verdict
-
-    def release(self, sb: WarmSandbox, verdict: Verdict | None) -> None:
-        retire = (verdict is None or verdict.status in RETIRE_STATUSES or sb.stream.lost
-                  or sb.uses >= self.config.max_uses or self._closed)
-        if retire:
-            sb.retiring = True
-            self._submit(self._remove, sb)
-            self._submit(self._top_up, sb.key)
-            return
-        with self._lock:
-            self._resetting[sb.key] = self._resetting.get(sb.key, 0) + 1
-        self._submit(self._reset, sb)
+        return self._run_busy(sb, lambda: run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin,
+                                                        "bwrap", address_space))
 
     def _reset(self, sb: WarmSandbox) -> None:
         """Wait for the agent's ready frame (it killed everything, removed IPC objects and wiped
@@ -375,30 +323,9 @@ class WarmBwrapBackend(BackgroundWork):
             healthy = sb.proc.poll() is None and (sb.cgroup is None or sb.cgroup.pids_current() <= self.resident)
         except SandboxError:
             healthy = False
-        with self._lock:
-            self._resetting[sb.key] -= 1
-            if healthy and not self._closed:
-                self._idle.setdefault(sb.key, []).append(sb)
-            self._returned.notify_all()
-        if not (healthy and not self._closed):
-            sb.retiring = True
-            self._remove(sb)
-            self._top_up(sb.key)
+        self._reset_done(sb, healthy)
 
     def close(self) -> None:
         self._closed = True
-        with self._lock:
-            sandboxes = list(self._all)
-            self._idle.clear()
-        for sb in sandboxes:
-            self._remove(sb)
-        self._bg.shutdown(wait=True)
-        with self._lock:
-            leftover = list(self._all)
-        for sb in leftover:
-            self._remove(sb)
+        self._remove_all()
         self._spawner.shutdown(wait=True)
-
-
-def _key(domain: str, limits: Limits) -> tuple:
-    return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)

@@ -21,13 +21,12 @@ import struct
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import cgroups
 from .agent import AGENT_SOURCE, agent_zygote_args
-from .agent_host import BackgroundWork, FrameError, FrameReader, SendError, run_agent_job, wait_for, zygote_of
+from .agent_host import FrameError, FrameReader, PooledBackend, SendError, pool_key, run_agent_job, wait_for, zygote_of
 from .image import IMAGE
 from .pool import PoolConfig
 from .types import Limits, SandboxError, Verdict
@@ -38,8 +37,6 @@ JOB_UID_BASE = 200000
 """Each container runs as its own uid JOB_UID_BASE + n, so per-user rlimits never collide."""
 READY_TIMEOUT_S = 30.0
 """Longest wait for a new container's agent to report ready."""
-RETIRE_STATUSES = frozenset({"timeout_cpu", "timeout_wall", "memory_limit", "output_limit"})
-"""Verdicts after which a container is never reused."""
 
 _worker_start = None
 
@@ -211,32 +208,20 @@ class Container:
     """A job's thread is using its stream (the stream is closed only after)."""
 
 
-class DockerBackend(BackgroundWork):
+class DockerBackend(PooledBackend):
     """Pre-warmed container pool per (domain, memory/pids/tmpfs shape)."""
 
     name = "docker"
 
     def __init__(self, config: PoolConfig | None = None, image: str = IMAGE, client=None, reap_on_start: bool = True):
-        self.config = config or PoolConfig()
+        self._init_pool(config or PoolConfig(), workers=4, thread_name="sandbox-docker")
         self.image = image
         self._own_client = client is None
         self.client = client or _client()
         self.api = self.client.api
         self.pool_id = uuid.uuid4().hex[:12]
-        self._lock = threading.RLock()
-        self._idle: dict[tuple, list[Container]] = {}
-        self._resetting: dict[tuple, int] = {}
-        self._returned = threading.Condition(self._lock)
-        self._all: set[Container] = set()
         self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
-        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-docker")
-        self._closed = False
         self._stop = threading.Event()
-        self._pending: set = set()
-        self.started = 0
-        """Containers started so far."""
-        self.retired = 0
-        """Containers removed so far."""
         try:
             self.client.images.get(image)
         except Exception as e:
@@ -339,45 +324,12 @@ class DockerBackend(BackgroundWork):
             with self._lock:
                 self._idle.setdefault(key, []).append(cont)
 
-    def warm(self, domain: str, limits: Limits | None = None) -> None:
-        """Start the warm containers for a domain now (blocks until they are up)."""
-        self._top_up(_key(domain, limits or Limits()))
-
     def acquire(self, domain: str, limits: Limits) -> Container:
-        key = _key(domain, limits)
-        if self._closed:
-            raise SandboxError("the sandbox backend is closed")
-        cont = None
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            end = time.monotonic() + 2.0
-            while cont is None:
-                while idle:
-                    c = idle.pop()
-                    if c.expiry > time.time() + limits.wall_s + 30:
-                        cont = c
-                        break
-                    self._submit(self._remove, c)
-                # a container being reset comes back within milliseconds: wait rather than start one
-                if cont is None and (not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic()))):
-                    if not idle:
-                        break
-        if cont is None:
-            cont = self._create(key)
+        key = pool_key(domain, limits)
+        # an idle container whose lease would run out during the job is removed instead
+        cont = self._idle_or_new(key, lambda c: c.expiry > time.time() + limits.wall_s + 30)
         self._submit(self._top_up, key)
         return cont
-
-    def release(self, cont: Container, verdict: Verdict | None) -> None:
-        retire = (verdict is None or verdict.status in RETIRE_STATUSES or cont.stream.lost
-                  or cont.uses >= self.config.max_uses or self._closed)
-        if retire:
-            cont.retiring = True
-            self._submit(self._remove, cont)
-            self._submit(self._top_up, cont.key)
-        else:
-            with self._lock:
-                self._resetting[cont.key] = self._resetting.get(cont.key, 0) + 1
-            self._submit(self._reset, cont)
 
     def _reset(self, cont: Container) -> None:
         """Wait for the agent's ready frame (it killed everything and reset the container), then
@@ -387,14 +339,7 @@ class DockerBackend(BackgroundWork):
             healthy = cont.cgroup is None or cont.cgroup.pids_current() <= RESIDENT
         except SandboxError:
             healthy = False
-        with self._lock:
-            self._resetting[cont.key] -= 1
-            if healthy and not self._closed:
-                self._idle.setdefault(cont.key, []).append(cont)
-            self._returned.notify_all()
-        if not (healthy and not self._closed):
-            self._remove(cont)
-            self._top_up(cont.key)
+        self._reset_done(cont, healthy)  # (marks it retiring before removing it, as _remove does first)
 
     def _reap_loop(self) -> None:
         period = max(5.0, self.config.lease_s / 4)
@@ -409,16 +354,7 @@ class DockerBackend(BackgroundWork):
         (when this backend opened the client)."""
         self._closed = True
         self._stop.set()
-        with self._lock:
-            conts = list(self._all)
-            self._idle.clear()
-        for c in conts:
-            self._remove(c)
-        self._bg.shutdown(wait=True)
-        with self._lock:
-            leftover = list(self._all)
-        for c in leftover:
-            self._remove(c)
+        self._remove_all()
         self._reaper.join(timeout=30)
         if self._own_client:
             self.client.close()
@@ -427,15 +363,8 @@ class DockerBackend(BackgroundWork):
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
             stdin: bytes | None) -> Verdict:
         cont.uses += 1
-        cont.busy = True
-        try:
-            verdict = run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin, "docker",
-                                    oom_killed=lambda: self._oom_killed(cont))
-        finally:
-            cont.busy = False
-        if cont.stream.lost and self._closed:  # we removed it (shutdown), not the job
-            raise SandboxError("the sandbox backend was closed during the job")
-        return verdict
+        return self._run_busy(cont, lambda: run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin,
+                                                          "docker", oom_killed=lambda: self._oom_killed(cont)))
 
     def _oom_killed(self, cont: Container) -> bool:
         """Whether the container's pid 1 was OOM-killed (its cgroup is gone with it): asked once
@@ -445,7 +374,3 @@ class DockerBackend(BackgroundWork):
             return bool(self.api.inspect_container(cont.id)["State"].get("OOMKilled"))
         except Exception:
             return False
-
-
-def _key(domain: str, limits: Limits) -> tuple:
-    return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)

@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from workers.sandbox.cli import make_or_status
 from workers.sandbox.libs import SANDBOX_LIB, install
 
 IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-2")
@@ -100,19 +100,12 @@ def build(force: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.sandbox.image")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build the sandbox image unless it exists")
-    b.add_argument("--force", action="store_true", help="rebuild even when the image exists")
-    sub.add_parser("status", help="print whether the image exists")
-    args = parser.parse_args(argv)
-    if args.cmd == "build":
-        build(force=args.force)
-        return 0
-    ok = image_exists()
-    print(f"{IMAGE}: {'present' if ok else 'missing'}")
-    return 0 if ok else 1
-
+    """``build [--force]`` or ``status`` (see the module docstring)."""
+    return make_or_status(argv, prog="python -m workers.sandbox.image", verb="build",
+                          verb_help="build the sandbox image unless it exists",
+                          force_help="rebuild even when the image exists", make=build,
+                          status_help="print whether the image exists", present=image_exists, label=IMAGE,
+                          words=("present", "missing"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,6 @@ Docker sandbox image (:mod:`workers.sandbox.image`). The wheels are for the sand
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from trainer.verifiers.cad import SANDBOX_LIB
+from workers.sandbox.cli import make_or_status
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "requirements" / "sandbox.txt"
@@ -58,18 +58,11 @@ def install(force: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.sandbox.libs")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("install", help="install requirements/sandbox.txt for the sandbox's python3").add_argument("--force", action="store_true")
-    sub.add_parser("status", help="print whether the libraries are installed")
-    args = parser.parse_args(argv)
-    if args.cmd == "install":
-        install(force=args.force)
-        return 0
-    ok = installed()
-    print(f"{SANDBOX_LIB}: {'current' if ok else 'missing or stale'}")
-    return 0 if ok else 1
-
+    """``install [--force]`` or ``status`` (see the module docstring)."""
+    return make_or_status(argv, prog="python -m workers.sandbox.libs", verb="install",
+                          verb_help="install requirements/sandbox.txt for the sandbox's python3", force_help=None,
+                          make=install, status_help="print whether the libraries are installed", present=installed,
+                          label=str(SANDBOX_LIB), words=("current", "missing or stale"))
 
 if __name__ == "__main__":
     sys.exit(main())
