@@ -12,6 +12,7 @@ import ast
 import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("trainer", "controlplane", "workers")
@@ -130,19 +131,23 @@ def test_no_module_imports_in_a_circle():
     assert _cycles(GRAPH) == []
 
 
-def test_no_two_apps_or_parts_import_each_other():
+def _group_circles(group: Callable[[str], str], modules: Callable[[str], bool] = lambda name: True) -> str:
+    """The circles among the groups ``group`` puts the ``modules`` in, each edge of a circle with
+    the imports behind it (so that a failure says which file to change); empty when none."""
     groups: dict[str, set[str]] = {}
     why: dict[tuple[str, str], list[str]] = {}
     for module, targets in GRAPH.items():
         for target in targets:
-            if _group(target) != _group(module):
-                groups.setdefault(_group(module), set()).add(_group(target))
-                why.setdefault((_group(module), _group(target)), []).append(f"{module} -> {target}")
+            if modules(module) and modules(target) and group(target) != group(module):
+                groups.setdefault(group(module), set()).add(group(target))
+                why.setdefault((group(module), group(target)), []).append(f"{module} -> {target}")
     cycles = _cycles(groups)
-    # Name the imports behind each edge of a circle, so the failure says which file to change.
-    edges = [f"{a} -> {b}: {', '.join(sorted(why[a, b]))}" for cycle in cycles for a in cycle for b in sorted(groups[a])
-             if b in cycle]
-    assert cycles == [], "\n".join(edges)
+    return "\n".join(f"{a} -> {b}: {', '.join(sorted(why[a, b]))}" for cycle in cycles for a in cycle
+                     for b in sorted(groups[a]) if b in cycle)
+
+
+def test_no_two_apps_or_parts_import_each_other():
+    assert _group_circles(_group) == ""
 
 
 
@@ -157,17 +162,7 @@ def test_the_trainers_packages_and_families_import_downward_only():
     """A domain family lives in one package (its task source, environment, verifier stages and
     catalogue entries), so no two of the trainer's packages or top-level modules import each
     other, not even inside a function: the registries name a family's parts by strings."""
-    groups: dict[str, set[str]] = {}
-    why: dict[tuple[str, str], list[str]] = {}
-    for module, targets in GRAPH.items():
-        for target in targets:
-            if module.startswith("trainer.") and target.startswith("trainer.") and _trainer_group(target) != _trainer_group(module):
-                groups.setdefault(_trainer_group(module), set()).add(_trainer_group(target))
-                why.setdefault((_trainer_group(module), _trainer_group(target)), []).append(f"{module} -> {target}")
-    cycles = _cycles(groups)
-    edges = [f"{a} -> {b}: {', '.join(sorted(why[a, b]))}" for cycle in cycles for a in cycle for b in sorted(groups[a])
-             if b in cycle]
-    assert cycles == [], "\n".join(edges)
+    assert _group_circles(_trainer_group, lambda name: name.startswith("trainer.")) == ""
 
 
 OTHER_PARTS = ("controlplane", "workers", "django")

@@ -120,23 +120,26 @@ class InFlight:
 
     def set_phase(self, phase: str) -> None:
         with self._lock:
-            self._phase, self._since = phase, time.time()
-            self.version += 1
+            self._phase = phase
+            self._changed()
 
     @contextmanager
     def verifying(self, per_domain: dict[str, int]):
         with self._lock:
             self._verifying.update(per_domain)
-            self._since = time.time()
-            self.version += 1
+            self._changed()
         try:
             yield
         finally:
             with self._lock:
                 self._verifying.subtract(per_domain)
                 self._verifying = +self._verifying  # drop the zeros
-                self._since = time.time()
-                self.version += 1
+                self._changed()
+
+    def _changed(self) -> None:
+        """(Under the lock.) What the driver waits on changed now: a new version for the page."""
+        self._since = time.time()
+        self.version += 1
 
     def snapshot(self) -> tuple[int, dict]:
         """``(version, {"phase", "since", "per_domain"})``; phase is what holds the run (the broker

@@ -36,9 +36,7 @@ import numpy as np
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.code import STATUS_OUTCOMES, extract_code, fenced_blocks, run_job
-from trainer.verifiers.context import NO_CONTEXT, VerifyContext
-from trainer.verifiers.limits import Limits
+from trainer.verifiers.code import STATUS_OUTCOMES, SandboxRun, extract_code, fenced_blocks, sandbox_stage
 
 SANDBOX_LIB = "/usr/local/lib/temper-sandbox"
 """Where the sandbox's importable packages live (installed there by the sandbox's setup)."""
@@ -256,23 +254,16 @@ def cad_job(completion: str) -> tuple[dict[str, str], list[str]]:
     return {MODEL_FILE: extract_code(completion)}, ["python3", "-I", "-S", "-c", RUNNER]
 
 
-def cad_mesh(
-    completion: str,
-    task: Task,
-    *,
-    limits: dict[str, Any] | Limits | None = None,
-    backend: str | None = None,
-    context: VerifyContext = NO_CONTEXT,
-) -> Verification:
-    """Run the completion's script in the sandbox and check the solid against ``task.meta["checks"]``."""
+@sandbox_stage(DEFAULT_LIMITS)
+def cad_mesh(completion: str, task: Task, run: SandboxRun) -> Verification:
+    """Run the completion's script in the sandbox and check the solid against ``task.meta["checks"]``
+    (params: ``limits``, ``backend``)."""
     if len(fenced_blocks(completion)) > 1:
         return Verification.failed(Outcome.PARSE_ERROR, error="more than one code block: one script per answer")
     code = extract_code(completion)
     if "result" not in code:
         return Verification.failed(Outcome.PARSE_ERROR, error="the script never assigns result")
-    typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
-    files, command = cad_job(completion)
-    verdict = run_job(context, task, files, command, typed, backend)
+    verdict = run(*cad_job(completion))
     if isinstance(verdict, Verification):
         return verdict
     status = str(getattr(verdict, "status", "sandbox_error"))

@@ -21,8 +21,9 @@ a :class:`~trainer.verifiers.limits.Limits` (validated with the domain; the defa
 """
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
@@ -172,6 +173,25 @@ def code_tests(
     if isinstance(verdict, Verification):
         return verdict
     return verdict_to_verification(verdict, job, partial_credit=partial_credit)
+
+
+SandboxRun = Callable[[dict, list[str]], Any]
+"""``run(files, command)``: one job in a sandbox stage's sandbox, within the stage's limits (what
+:func:`run_job` returns)."""
+
+
+def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, SandboxRun], Verification]], Callable[..., Verification]]:
+    """A verifier stage that runs jobs in the sandbox, from ``check(completion, task, run)``: the
+    stage takes the params every such stage has (``limits`` over ``defaults``, ``backend``, and
+    the ``context`` that holds the sandbox), and ``check`` runs its jobs with ``run``."""
+    def wrap(check: Callable[[str, Task, SandboxRun], Verification]) -> Callable[..., Verification]:
+        @functools.wraps(check)
+        def stage(completion: str, task: Task, *, limits: dict[str, Any] | Limits | None = None, backend: str | None = None,
+                  context: VerifyContext = NO_CONTEXT) -> Verification:
+            typed = limits if isinstance(limits, Limits) else Limits.from_params({**defaults, **(limits or {})})
+            return check(completion, task, lambda files, command: run_job(context, task, files, command, typed, backend))
+        return stage
+    return wrap
 
 
 def run_job(context: VerifyContext, task: Task, files: dict, command: list[str], limits: Limits,

@@ -8,6 +8,8 @@ frames or returns objects that compare equal to anything passes nothing.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from trainer.verifiers.code_harness import HARNESS_FILE, PROGRAM_FILE, SPEC_FILE, build_job, job_from_files, parse_results
 
 from .types import TestResult
@@ -15,15 +17,10 @@ from .types import TestResult
 __all__ = ["python_test_job", "parse_tests", "SPEC_FILE", "HARNESS_FILE", "PROGRAM_FILE"]
 
 
-def python_test_job(
-    program: str,
-    tests: list[str] | str,
-    *,
-    entry_point: str | None = None,
-    prelude: str | None = None,
-    test_names: list[str] | None = None,
-) -> tuple[dict[str, str | bytes], list[str]]:
-    """Build (files, command) that run `program` against `tests` with per-test pass markers.
+def python_test_job(program: str, tests: list[str] | str, **options: Any) -> tuple[dict[str, str | bytes], list[str]]:
+    """Build (files, command) that run `program` against `tests` with per-test pass markers
+    (``options``: :func:`~trainer.verifiers.code_harness.build_job`'s ``entry_point``, ``prelude``
+    and ``test_names``).
 
     tests: a list of Python snippets (each one test, e.g. "assert add(1, 2) == 3"), or a test
     module string (HumanEval style) defining `check(candidate)`, with `entry_point` naming the
@@ -32,7 +29,7 @@ def python_test_job(
     files and command to execute(); the verdict's `tests` then lists every test, passed only where
     its marker came back.
     """
-    job = build_job(program, tests, entry_point=entry_point, prelude=prelude, test_names=test_names)
+    job = build_job(program, tests, **options)
     return job.files, job.command
 
 

@@ -34,10 +34,8 @@ from trainer.families.swe.repos import PRELUDE, RepoTask, reference_transcript, 
 from trainer.integrity import REGRADE, canary_hidden, tampered_files
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.code import fenced_blocks, run_job, verdict_to_verification
+from trainer.verifiers.code import SandboxRun, fenced_blocks, sandbox_stage, verdict_to_verification
 from trainer.verifiers.code_harness import build_job
-from trainer.verifiers.context import NO_CONTEXT, VerifyContext
-from trainer.verifiers.limits import Limits
 from trainer.verifiers.patches import PatchError, apply_patch
 
 REPO_DIR = "repo"
@@ -104,15 +102,10 @@ def _program(spec: RepoTask) -> str:
     return "\n".join(lines) + "\n"
 
 
-def repo_tests(
-    completion: str,
-    task: Task,
-    *,
-    limits: dict[str, Any] | Limits | None = None,
-    backend: str | None = None,
-    context: VerifyContext = NO_CONTEXT,
-) -> Verification:
-    """Apply the completion's change to the starting tree and run the hidden tests on it."""
+@sandbox_stage(DEFAULT_LIMITS)
+def repo_tests(completion: str, task: Task, run: SandboxRun) -> Verification:
+    """Apply the completion's change to the starting tree and run the hidden tests on it
+    (params: ``limits``, ``backend``)."""
     spec = spec_of(task)
     tree, how = final_tree(completion, task, spec)
     if tree is None:
@@ -129,8 +122,7 @@ def repo_tests(
         return Verification.failed(error="the refactor's shape is wrong", structure=problems[:20], **details)
     job = build_job(_program(spec), hidden_for(spec, task), prelude=PRELUDE)
     files = {**job.files, **{f"{REPO_DIR}/{path}": text for path, text in tree.items()}}
-    typed = Limits.from_params({**DEFAULT_LIMITS, **(limits or {})} if not isinstance(limits, Limits) else limits)
-    verdict = run_job(context, task, files, job.command, typed, backend)
+    verdict = run(files, job.command)
     if isinstance(verdict, Verification):
         return verdict
     result = verdict_to_verification(verdict, job)
