@@ -25,7 +25,8 @@ from trainer.verifiers.rg_score import judge, score
 from trainer.outcomes import Outcome
 from trainer.catalogue import all_domains
 from trainer.tasks.base import Task
-from trainer.verifiers.rg_score import OVERRIDES, expression_reason
+from trainer.verifiers.expressions import expression_reason
+from trainer.verifiers.rg_score import OVERRIDES
 
 RG = {slug: spec for slug, spec in all_domains().items() if spec.family == "reasoning_gym"}
 TASKS_PER_DOMAIN = 3

@@ -111,6 +111,26 @@ def test_code_status_mapping(status, outcome):
     assert code_tests("def f(): pass", task({"tests": ["assert f() is None"]}), context=context).outcome is outcome
 
 
+def test_a_sandbox_stage_reads_its_limits_only_when_a_job_runs():
+    """A sandbox stage's limits (over its defaults) reach the sandbox when a job runs; a completion
+    refused before any job (two code blocks) is refused as a parse error whatever they say."""
+    from trainer.verifiers.cad import DEFAULT_LIMITS, cad_mesh
+
+    asked = []
+
+    def executor(files, command, limits=None, stdin=None, **kw):
+        asked.append(limits)
+        return FakeVerdict("runtime_error")
+
+    cad = Task("cad-box", "1", "model a box", meta={"checks": []})
+    v = cad_mesh("```python\nresult = 1\n```", cad, limits={"pids": 32}, context=VerifyContext(execute=executor))
+    assert v.outcome is Outcome.RUNTIME_ERROR
+    assert (asked[0].pids, asked[0].memory_mb) == (32, DEFAULT_LIMITS["memory_mb"])
+    two = cad_mesh("```python\nresult = 1\n```\n```python\nresult = 2\n```", cad, limits={"memory_mb": 1},
+                   context=VerifyContext(execute=executor))
+    assert two.outcome is Outcome.PARSE_ERROR and len(asked) == 1
+
+
 def test_code_needs_markers_with_this_jobs_nonce():
     """Status ok is not enough: the harness's markers, with the job's nonce, must report every test passed."""
     def executor(files, command, limits=None, stdin=None, **kw):

@@ -188,8 +188,12 @@ def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, Sa
         @functools.wraps(check)
         def stage(completion: str, task: Task, *, limits: dict[str, Any] | Limits | None = None, backend: str | None = None,
                   context: VerifyContext = NO_CONTEXT) -> Verification:
-            typed = limits if isinstance(limits, Limits) else Limits.from_params({**defaults, **(limits or {})})
-            return check(completion, task, lambda files, command: run_job(context, task, files, command, typed, backend))
+            def run(files: dict, command: list[str]) -> Any:
+                # The limits are read when a job is about to run: a completion refused before any
+                # job (two code blocks, no change) is refused whatever its stage's limits say.
+                typed = limits if isinstance(limits, Limits) else Limits.from_params({**defaults, **(limits or {})})
+                return run_job(context, task, files, command, typed, backend)
+            return check(completion, task, run)
         return stage
     return wrap
 
