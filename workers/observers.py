@@ -26,6 +26,7 @@ from django.db import OperationalError as DatabaseOperationalError
 from controlplane.alerts import services as alerts
 from controlplane.domains.pins import domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
+from controlplane.runs import forecast
 from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import MetricPoint, Run, RunDomain
@@ -155,7 +156,8 @@ class Recorder:
 
 
 class HeldOut:
-    """Every ``every`` steps, the in-training evaluation on the held-out split, then its watch."""
+    """Every ``every`` steps, the in-training evaluation on the held-out split, then its watch and
+    the forecast it updates (``forecast/asymptote*`` points, for the charts and alert rules)."""
 
     def __init__(self, job, every: int, db: Callable) -> None:
         self.job, self.every, self.db = job, every, db
@@ -164,6 +166,7 @@ class HeldOut:
         if self.every and done.step % self.every == 0:
             self.db(periodic_eval, self.job, done.run, done.step)
             self.db(watch.run_watch_heldout, run=done.run, step=done.step)
+            self.db(_forecast, done.run, done.step)
 
 
 class Alerts:
@@ -258,6 +261,17 @@ def level_message(slug: str, before: int, after: int, step: int, staleness: int)
     return (f"{slug} moved {way} to curriculum level {after} after step {step} (it passed level {before}): its batches "
             f"from step {step + 1 + staleness} are {'harder' if after > before else 'easier'}, so its reward "
             f"{'drops' if after > before else 'rises'} there by design")
+
+
+def _forecast(run: Run, step: int) -> None:
+    """Record the forecast the step's evaluation updates. A fault in the fit is logged; it never
+    stops the run (a database outage is raised, for the driver's hold, as for the alerts)."""
+    try:
+        forecast.run_record_forecast(run=run, step=step)
+    except (DatabaseOperationalError, DatabaseInterfaceError):
+        raise
+    except Exception:  # noqa: BLE001 - the forecast is a view of the run, not part of it
+        log.exception("run %s: the forecast at step %s failed", run.id, step)
 
 
 def _alerts(run: Run, step: int) -> None:

@@ -15,7 +15,7 @@ from controlplane.common.api import ERRORS, MAX_ID, body_doc, json_body, json_ob
 from controlplane.common.errors import InvalidInput
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
-from controlplane.runs import selectors, series, services, usage
+from controlplane.runs import forecast, selectors, series, services, usage
 from controlplane.runs.schemas import run_body_schema
 from controlplane.runs.spec import RunSpec
 
@@ -483,3 +483,45 @@ def team_usage(request: HttpRequest, slug: str = Path(..., max_length=64), start
         response["Content-Disposition"] = f'attachment; filename="usage-{team.slug}.csv"'
         return response
     return {"team": team.slug, "start": lo, "end": hi, **report}
+
+
+# ----------------------------------------------------------------------------- forecast
+class ForecastCurveOut(Schema):
+    a: float
+    b: float
+    c_mid: float
+
+
+class DomainForecastOut(Schema):
+    domain: str
+    points: list[list[float]]
+    curve: Optional[ForecastCurveOut] = None
+    asymptote_band: Optional[list[float]] = None
+    target: Optional[float] = None
+    compute_to_target: Optional[float] = None
+    compute_band: Optional[list[Optional[float]]] = None
+    reach_share: Optional[float] = None
+    note: str = ""
+    curve_points: list[list[float]] = []
+    final: Optional[dict[str, float]] = None
+
+
+class RunForecastOut(Schema):
+    run: int
+    compute: str
+    compute_label: str
+    target: Optional[float] = None
+    spent: float
+    domains: list[DomainForecastOut]
+
+
+@router.get("/runs/{run_id}/forecast", response={200: RunForecastOut, **ERRORS})
+def run_forecast(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), target: str = Query("", max_length=40),
+                 compute: str = Query("tokens", max_length=20)):
+    """Where each domain's held-out reward is heading: ScaleRL's curve ``A / (1 + (C_mid / C)^B)``
+    fitted to the run's evaluations against the compute spent by then (``compute``: ``tokens``,
+    ``gpu_s`` or ``cpu_s``), the asymptote ``A`` with a bootstrap band, and the compute to reach
+    ``target`` (a reward in (0, 1)) with its band; a domain with fewer than 4 evaluations says so."""
+    run = selectors.run_get(actor=request.auth, run_id=run_id)
+    value, kind = forecast.parse_options(target, compute)
+    return forecast.run_forecast(run, target=value, compute=kind)

@@ -23,14 +23,14 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.selectors import current_team
 from controlplane.alerts import selectors as alert_selectors
-from controlplane.common.errors import NotFound
+from controlplane.common.errors import InvalidInput, NotFound
 from controlplane.common.validation import is_row_id
 from controlplane.common.views import get_or_404
 from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.selectors import domain_list
 from controlplane.registry import selectors as registry_selectors
 from controlplane.runs import selectors as run_selectors
-from controlplane.runs import usage
+from controlplane.runs import forecast, usage
 from controlplane.runs.models import RunState
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
 from controlplane.web import pages
@@ -77,6 +77,7 @@ def runs_compare(request: HttpRequest) -> HttpResponse:
     runs = [] if error else [get_or_404(run_selectors.run_get, actor=actor, run_id=int(i)) for i in ids]
     domains = list(dict.fromkeys(rd.domain.slug for r in runs for rd in r.run_domains.select_related("domain")))
     return render(request, "runs/compare.html", {
+        **_forecasts_compared(runs, request.GET),
         "runs": runs, "error": error, "diff": pages.settings_diff(runs) if runs else [],
         "page_data": {"runs": [{"id": r.id, "name": r.name, "state": r.state} for r in runs], "domains": domains},
     })
@@ -113,6 +114,40 @@ def run_new(request: HttpRequest) -> HttpResponse:
     })
 
 
+def _forecasts_compared(runs: list, query) -> dict:
+    """The compare page's forecast table: per domain, each run's asymptote and compute to the
+    target, side by side (the same options as the run page's card)."""
+    options = _forecast_options(query)
+    if options["errors"] or not runs:
+        return {"forecast_rows": [], "forecast_options": options}
+    target, compute = forecast.parse_options(options["target"], options["compute"])
+    fits = [{d["domain"]: d for d in forecast.run_forecast(run, target=target, compute=compute)["domains"]} for run in runs]
+    rows = [{"domain": domain, "cells": [f.get(domain) for f in fits]}
+            for domain in dict.fromkeys(domain for f in fits for domain in f)]
+    return {"forecast_rows": rows, "forecast_options": {**options, "label": forecast.COMPUTE[compute][1], "target_value": target}}
+
+
+def _forecast_options(query) -> dict:
+    """The forecast options a page's query asks (``target``, ``compute``), with their errors."""
+    options = {"target": query.get("target") or None, "compute": query.get("compute") or "tokens",
+               "kinds": [(k, label) for k, (_, label) in forecast.COMPUTE.items()], "errors": []}
+    try:
+        forecast.parse_options(options["target"], options["compute"])
+    except InvalidInput as exc:
+        options["errors"] = exc.errors
+    return options
+
+
+def _forecast_context(run, query) -> dict:
+    """The forecast card's figures for the target and compute the page's query asks (their
+    errors shown beside the form, never a failed page)."""
+    options = _forecast_options(query)
+    if options["errors"]:
+        return {"forecast": None, "forecast_options": options}
+    target, compute = forecast.parse_options(options["target"], options["compute"])
+    return {"forecast": forecast.run_forecast(run, target=target, compute=compute), "forecast_options": options}
+
+
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """The live run page: charts, what the run waits on, its events, controls for those allowed."""
@@ -126,6 +161,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     suite_domains = [i["domain"] for i in eval_source["items"]] if eval_source and eval_source["kind"] == "suite" else []
     return render(request, "runs/detail.html", {
         "usage": usage.run_usage(run),  # the card is whole on first render, running or finished
+        **_forecast_context(run, request.GET),
         "eval_source": eval_source,
         "warnings": run_selectors.run_warnings(run=run),
         "integrity": run_selectors.run_integrity(run=run, firing=alert_selectors.firing_keys(run=run)),

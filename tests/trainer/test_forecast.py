@@ -1,0 +1,69 @@
+"""ScaleRL's curve fitted on synthetic runs whose parameters are known (trainer/forecast.py)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trainer.forecast import MIN_POINTS, Curve, fit_curve, forecast
+
+TRUTH = [Curve(a=0.8, b=1.5, c_mid=1e5), Curve(a=0.35, b=0.7, c_mid=3e7), Curve(a=0.95, b=3.0, c_mid=2e3)]
+
+
+def _run(truth: Curve, *, points: int = 16, noise: float = 0.01, seed: int = 3, upto: float = 30.0) -> tuple[list[float], list[float]]:
+    """Held-out results at log-spaced compute from ``c_mid / 100`` to ``upto * c_mid``, with noise."""
+    rng = random.Random(seed)
+    lo, hi = truth.c_mid / 100, truth.c_mid * upto
+    xs = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    return xs, [truth(x) + rng.gauss(0, noise) for x in xs]
+
+
+@pytest.mark.parametrize("truth", TRUTH, ids=["scalerl-like", "slow", "sharp"])
+def test_the_fit_recovers_known_parameters(truth):
+    xs, ys = _run(truth)
+    fit = fit_curve(xs, ys)
+    assert fit.a == pytest.approx(truth.a, abs=0.03)
+    assert fit.b == pytest.approx(truth.b, rel=0.25)
+    assert fit.c_mid == pytest.approx(truth.c_mid, rel=0.3)
+
+
+@pytest.mark.parametrize("truth", TRUTH, ids=["scalerl-like", "slow", "sharp"])
+def test_the_band_holds_the_truth_and_the_compute_to_a_target(truth):
+    xs, ys = _run(truth)
+    target = truth.a * 0.75
+    f = forecast(xs, ys, target=target)
+    lo, hi = f.asymptote_band
+    assert lo <= truth.a <= hi and hi - lo < 0.1
+    c_lo, c_hi = f.compute_band
+    assert c_lo <= truth.compute_for(target) <= c_hi and f.reach_share == 1.0
+    assert f.compute_to_target == pytest.approx(truth.compute_for(target), rel=0.3)
+
+
+def test_a_fit_on_the_first_30_percent_of_compute_brackets_where_the_run_ends():
+    """What the run page shows early: the band is wider, and still holds the final reward."""
+    truth = TRUTH[0]
+    xs, ys = _run(truth, points=24, upto=30.0)
+    early = [(x, y) for x, y in zip(xs, ys) if x <= 0.3 * xs[-1]]
+    f = forecast([x for x, _ in early], [y for _, y in early], target=0.6)
+    lo, hi = f.asymptote_band
+    assert lo <= truth(xs[-1]) <= hi
+    assert hi - lo > forecast(xs, ys).asymptote_band[1] - forecast(xs, ys).asymptote_band[0]  # less known early
+
+
+def test_a_target_at_or_above_the_asymptote_is_never_reached():
+    truth = TRUTH[0]
+    xs, ys = _run(truth, noise=0.0)
+    f = forecast(xs, ys, target=0.9)
+    assert f.compute_to_target is None and f.reach_share < 0.05 and f.compute_band == (None, None)
+    assert truth.compute_for(0.8) is None and truth.compute_for(0.0) is None
+
+
+def test_too_few_results_give_no_curve_and_say_why():
+    f = forecast([10.0, 20.0, 20.0, 0.0], [0.1, 0.2, 0.25, 0.0], target=0.5)
+    assert f.curve is None and f.used == 3 and f"needs {MIN_POINTS}" in f.note
+    assert forecast([1.0, 2.0, 3.0, 4.0], [0.1, float("nan"), 0.2, 0.3]).curve is None  # a non-finite result is left out
+
+
+def test_the_band_is_the_same_for_the_same_points():
+    xs, ys = _run(TRUTH[1])
+    assert forecast(xs, ys, target=0.2).to_dict() == forecast(xs, ys, target=0.2).to_dict()
