@@ -263,28 +263,27 @@ def level_message(slug: str, before: int, after: int, step: int, staleness: int)
             f"{'drops' if after > before else 'rises'} there by design")
 
 
-def _forecast(run: Run, step: int) -> None:
-    """Record the forecast the step's evaluation updates. A fault in the fit is logged; it never
-    stops the run (a database outage is raised, for the driver's hold, as for the alerts)."""
+def _aside(what: str, record: Callable[..., Any], run: Run, step: int) -> None:
+    """``record(run=run, step=step)``, a side channel of the run (its alert rules, its forecast): a
+    fault there is logged and never stops the run. A database outage is not such a fault: it is
+    raised, for the driver's hold to retry it once the database is back."""
     try:
-        forecast.run_record_forecast(run=run, step=step)
+        record(run=run, step=step)
     except (DatabaseOperationalError, DatabaseInterfaceError):
         raise
-    except Exception:  # noqa: BLE001 - the forecast is a view of the run, not part of it
-        log.exception("run %s: the forecast at step %s failed", run.id, step)
+    except Exception:  # noqa: BLE001 - a side channel of the run, not part of it
+        log.exception("run %s: %s at step %s failed", run.id, what, step)
+
+
+def _forecast(run: Run, step: int) -> None:
+    """Record the forecast the step's evaluation updates (``forecast/asymptote*`` points)."""
+    _aside("the forecast", forecast.run_record_forecast, run, step)
 
 
 def _alerts(run: Run, step: int) -> None:
     """Evaluate the run's alert rules on what its steps wrote (controlplane/alerts): a rule whose
-    condition holds at this step fires now. A fault here is logged; it never stops the run. A
-    database outage is not such a fault: it is raised, for the driver's hold to retry the step's
-    alerts once the database is back."""
-    try:
-        alerts.alerts_after_step(run=run, step=step)
-    except (DatabaseOperationalError, DatabaseInterfaceError):
-        raise
-    except Exception:  # noqa: BLE001 - alerting is a side channel of the run, not part of it
-        log.exception("run %s: alert evaluation at step %s failed", run.id, step)
+    condition holds at this step fires now."""
+    _aside("alert evaluation", alerts.alerts_after_step, run, step)
 
 
 def step_latencies(trajs) -> dict[str, list[float]]:
