@@ -4,12 +4,13 @@ The demo's recipe (bench/learn_tiny.py: a weak base from the SFT stage, then GRP
 addition, on CPU) runs ``--steps`` steps; every ``--eval-every`` steps the held-out result is the
 sampled reward on the whole addition table (``--eval-n`` samples a task), set against the
 generated tokens spent so far. The forecast (trainer/forecast.py, as the run page draws it) is
-fitted on the results of the first ``--fraction`` of the steps and on all of them, and compared
-with the final held-out result (the mean of the last three evaluations).
+fitted on the results of the first ``--fraction`` of the steps and on all of them; the early
+fit's prediction at the run's final compute (with its bootstrap band) is compared with the final
+held-out result (the mean of the last three evaluations).
 
 Prints the results and, as its last line, one JSON object: the early forecast's asymptote and
-band, the full forecast's, the final held-out result, whether the early band holds it, its error,
-and wall seconds.
+band, the full forecast's, the final held-out result, the early prediction of it with its band,
+whether the band holds it, the error, and wall seconds.
 
     python bench/forecast.py [--steps 150] [--eval-every 5] [--fraction 0.3] [--seed 0]
 """
@@ -72,17 +73,20 @@ def main() -> None:
         curve = held_out_curve(job, tasks, args.steps, args.eval_every, args.eval_n)
         job.close()
     early = [p for p in curve if p[0] <= args.fraction * args.steps]
-    fit_early = forecast([c for _, c, _ in early], [r for _, _, r in early])
+    fit_early = forecast([c for _, c, _ in early], [r for _, _, r in early], at=curve[-1][1])
     fit_all = forecast([c for _, c, _ in curve], [r for _, _, r in curve])
     final = sum(r for _, _, r in curve[-3:]) / len(curve[-3:])
     early_s, all_s = summary(fit_early), summary(fit_all)
-    holds = early_s["band"] is not None and early_s["band"][0] <= final <= early_s["band"][1]
+    predicted = None if fit_early.predicted is None else round(fit_early.predicted, 4)
+    band = None if fit_early.predicted_band is None else [round(v, 4) for v in fit_early.predicted_band]
+    holds = band is not None and band[0] <= final <= band[1]
     print(f"early ({len(early)} results, first {args.fraction:.0%} of the steps): {early_s}")
     print(f"all ({len(curve)} results): {all_s}")
-    print(f"final held-out reward (mean of the last 3): {final:.4f}")
+    print(f"final held-out reward (mean of the last 3): {final:.4f}; the early fit predicted {predicted} there "
+          f"(band {band})")
     print(json.dumps({"steps": args.steps, "fraction": args.fraction, "early": early_s, "all": all_s,
-                      "final_held_out": round(final, 4), "early_band_holds_final": holds,
-                      "early_error": None if early_s["asymptote"] is None else round(early_s["asymptote"] - final, 4),
+                      "final_held_out": round(final, 4), "early_predicted_final": predicted, "early_predicted_band": band,
+                      "early_band_holds_final": holds, "early_error": None if predicted is None else round(predicted - final, 4),
                       "wall_s": round(time.perf_counter() - t0, 1)}))
 
 

@@ -24,6 +24,7 @@ twice around the best cell.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
@@ -108,6 +109,12 @@ class Forecast:
     reaches it in more than 5% of them)."""
     reach_share: float | None = None
     """Share of the bootstrap fits that reach ``target`` at all."""
+    at: float | None = None
+    """A compute asked about (a budget's end, where the run ends)."""
+    predicted: float | None = None
+    """The fit's reward at ``at``."""
+    predicted_band: tuple[float, float] | None = None
+    """5th and 95th percentile of the reward at ``at`` over the bootstrap fits."""
     note: str = ""
     """Why there is no curve, when there is none."""
 
@@ -121,10 +128,11 @@ def _percentiles(values: list[float], lo: float = 5.0, hi: float = 95.0) -> tupl
     return float(np.percentile(values, lo)), float(np.percentile(values, hi))
 
 
-def forecast(compute: Sequence[float], reward: Sequence[float], *, target: float | None = None, draws: int = 100,
-             seed: int = 0) -> Forecast:
+def forecast(compute: Sequence[float], reward: Sequence[float], *, target: float | None = None, at: float | None = None,
+             draws: int = 100, seed: int = 0) -> Forecast:
     """The curve through the points and a bootstrap band (``draws`` fits on points resampled with
-    replacement, the generator seeded: the same points give the same band)."""
+    replacement, the generator seeded: the same points give the same band); with ``target``, the
+    compute to reach it; with ``at``, the reward predicted there."""
     pairs = [(float(c), float(r)) for c, r in zip(compute, reward) if c > 0 and math.isfinite(c) and math.isfinite(r)]
     if len({c for c, _ in pairs}) < MIN_POINTS:
         return Forecast(used=len(pairs), target=target,
@@ -138,7 +146,10 @@ def forecast(compute: Sequence[float], reward: Sequence[float], *, target: float
         if len({xs[i] for i in idx}) >= 3:
             fits.append(fit_curve([xs[i] for i in idx], [ys[i] for i in idx]))
     band = _percentiles([f.a for f in fits]) if fits else None
-    result = Forecast(used=len(pairs), curve=curve, asymptote_band=band, target=target)
+    prediction: dict[str, Any] = {}
+    if at is not None and at > 0:
+        prediction = {"at": at, "predicted": curve(at), "predicted_band": _percentiles([f(at) for f in fits]) if fits else None}
+    result = Forecast(used=len(pairs), curve=curve, asymptote_band=band, target=target, **prediction)
     if target is None or not fits:
         return result
     reached = [c for f in fits if (c := f.compute_for(target)) is not None]
@@ -146,5 +157,4 @@ def forecast(compute: Sequence[float], reward: Sequence[float], *, target: float
     lo, hi = _percentiles(reached) if reached else (None, None)
     if share < 0.95:
         hi = None  # in more than 5% of the fits the target is never reached: no upper bound
-    return Forecast(used=len(pairs), curve=curve, asymptote_band=band, target=target,
-                    compute_to_target=curve.compute_for(target), compute_band=(lo, hi), reach_share=share)
+    return dataclasses.replace(result, compute_to_target=curve.compute_for(target), compute_band=(lo, hi), reach_share=share)

@@ -501,6 +501,9 @@ class DomainForecastOut(Schema):
     compute_to_target: Optional[float] = None
     compute_band: Optional[list[Optional[float]]] = None
     reach_share: Optional[float] = None
+    at: Optional[float] = None
+    predicted: Optional[float] = None
+    predicted_band: Optional[list[float]] = None
     note: str = ""
     curve_points: list[list[float]] = []
     final: Optional[dict[str, float]] = None

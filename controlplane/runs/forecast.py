@@ -74,8 +74,10 @@ def _curve_points(fit: Any, lo: float, hi: float) -> list[list[float]]:
 
 def run_forecast(run: Run, *, target: float | None = None, compute: str = "tokens") -> dict[str, Any]:
     """Per domain with held-out results: the points, the fitted curve (asymptote with its band,
-    steepness, compute at half the asymptote), the compute to ``target`` with its band, and the
-    curve sampled for a chart; or the note that says why there is no fit yet."""
+    steepness, compute at half the asymptote), the reward it predicts at the budget's end (the
+    compute spent so far, per step, times the step budget) with its band, the compute to
+    ``target`` with its band, and the curve sampled for a chart; or the note that says why there
+    is no fit yet."""
     field, label = COMPUTE[compute]
     evals = MetricPoint.objects.filter(run=run, key__startswith=EVAL_PREFIX).exclude(key=f"{EVAL_PREFIX}mean")
     key = (run.id, evals.aggregate(m=Max("id"))["m"], UsageRecord.objects.filter(run=run).aggregate(m=Max("id"))["m"], target, compute)
@@ -88,9 +90,11 @@ def run_forecast(run: Run, *, target: float | None = None, compute: str = "token
         i = bisect.bisect_right(steps, step) - 1
         if i >= 0:
             series.setdefault(metric.removeprefix(EVAL_PREFIX), []).append((totals[i], value))
+    # The compute at the budget's end, at the rate so far (steps recorded so far, their compute).
+    at_end = totals[-1] / max(steps[-1], 1) * run.budget_steps if steps and run.budget_steps else None
     domains = []
     for domain, points in sorted(series.items()):
-        fit = forecast([c for c, _ in points], [r for _, r in points], target=target, draws=DRAWS)
+        fit = forecast([c for c, _ in points], [r for _, r in points], target=target, at=at_end, draws=DRAWS)
         entry: dict[str, Any] = {"domain": domain, "points": [[c, r] for c, r in points], **fit.to_dict()}
         if fit.curve is not None:
             spent = max(c for c, _ in points)

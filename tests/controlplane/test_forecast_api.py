@@ -40,6 +40,10 @@ def test_the_forecast_recovers_where_a_domain_saturates_and_the_compute_to_a_tar
     c_lo, c_hi = addition["compute_band"]
     assert c_lo <= TRUTH.compute_for(0.5) <= c_hi
     assert addition["final"]["compute"] == 40 * TOKENS_PER_STEP and len(addition["curve_points"]) == 40
+    # the budget's end (100 steps at 1000 tokens a step so far): the curve's reward there, banded
+    assert addition["at"] == 100 * TOKENS_PER_STEP
+    p_lo, p_hi = addition["predicted_band"]
+    assert p_lo <= TRUTH(100 * TOKENS_PER_STEP) <= p_hi
     assert parity["curve"] is None and "needs 4" in parity["note"] and len(parity["points"]) == 2
 
 

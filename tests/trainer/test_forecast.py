@@ -46,8 +46,11 @@ def test_a_fit_on_the_first_30_percent_of_compute_brackets_where_the_run_ends():
     early = [(x, y) for x, y in zip(xs, ys) if x <= 0.3 * xs[-1]]
     f = forecast([x for x, _ in early], [y for _, y in early], target=0.6)
     lo, hi = f.asymptote_band
-    assert lo <= truth(xs[-1]) <= hi
+    assert lo <= truth.a <= hi
     assert hi - lo > forecast(xs, ys).asymptote_band[1] - forecast(xs, ys).asymptote_band[0]  # less known early
+    at_end = forecast([x for x, _ in early], [y for _, y in early], at=xs[-1])
+    p_lo, p_hi = at_end.predicted_band
+    assert p_lo <= truth(xs[-1]) <= p_hi and at_end.predicted == pytest.approx(truth(xs[-1]), abs=0.05)
 
 
 def test_a_target_at_or_above_the_asymptote_is_never_reached():
