@@ -137,7 +137,7 @@ def impossible_twin(task: Task, rng: random.Random) -> Task | None:
     the twin's ``meta`` says)."""
     if is_canary(task):
         return None
-    if task.meta.get("environment") in SEEDED_HIDDEN_TESTS and "seed" in task.meta:
+    if _seeded(task):
         return _seeded_twin(task, rng)
     if isinstance(task.answer, dict) and task.answer.get("tests") is not None:
         return _code_twin(task, rng)
@@ -152,6 +152,13 @@ def _twin(task: Task, recipe: str, test: int | str, **changes: Any) -> Task:
 SEEDED_HIDDEN_TESTS: dict[str, str] = {"repo": "trainer.families.swe.repos:task_hidden_tests"}
 """Environments whose tasks' hidden tests are regenerated from the task's seed (never carried in
 the task, so the policy never sees them), each with its family's ``(task) -> tests`` function."""
+
+
+def _seeded(task: Task) -> bool:
+    """Whether ``task``'s hidden tests are regenerated from its seed by its family (its meta, data
+    an upload may write, names a registered environment only as a string)."""
+    env = task.meta.get("environment")
+    return isinstance(env, str) and env in SEEDED_HIDDEN_TESTS and "seed" in task.meta
 
 
 def _seeded_twin(task: Task, rng: random.Random) -> Task | None:
@@ -306,7 +313,7 @@ def regrade_twin(task: Task, rng: random.Random) -> Task | None:
     that fits the visible cases rather than the behaviour passes the task and fails its regrade."""
     if is_canary(task) or task.meta.get(REGRADE):
         return None
-    if task.meta.get("environment") in SEEDED_HIDDEN_TESTS and "seed" in task.meta:
+    if _seeded(task):
         meta = {**task.meta, REGRADE: {"of": task.id, "salt": rng.getrandbits(32)}}
         return dataclasses.replace(task, meta=meta)
     answer = task.answer if isinstance(task.answer, dict) else {}

@@ -490,6 +490,7 @@ class ForecastCurveOut(Schema):
     a: float
     b: float
     c_mid: float
+    r0: float = 0.0
 
 
 class DomainForecastOut(Schema):
@@ -521,7 +522,7 @@ class RunForecastOut(Schema):
 @router.get("/runs/{run_id}/forecast", response={200: RunForecastOut, **ERRORS})
 def run_forecast(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), target: str = Query("", max_length=40),
                  compute: str = Query("tokens", max_length=20)):
-    """Where each domain's held-out reward is heading: ScaleRL's curve ``A / (1 + (C_mid / C)^B)``
+    """Where each domain's held-out reward is heading: ScaleRL's curve ``R0 + (A - R0) / (1 + (C_mid / C)^B)``
     fitted to the run's evaluations against the compute spent by then (``compute``: ``tokens``,
     ``gpu_s`` or ``cpu_s``), the asymptote ``A`` with a bootstrap band, and the compute to reach
     ``target`` (a reward in (0, 1)) with its band; a domain with fewer than 4 evaluations says so."""

@@ -19,7 +19,7 @@ from django.db.models import Max, Sum
 
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.runs.models import MetricPoint, Run, UsageRecord
-from trainer.forecast import forecast
+from trainer.forecast import fits
 
 COMPUTE: dict[str, tuple[str, str]] = {
     "tokens": ("generated_tokens", "generated tokens"),
@@ -32,8 +32,8 @@ DRAWS = 100
 """Bootstrap fits per domain."""
 CURVE_POINTS = 40
 """Points of the fitted curve returned for a chart, log-spaced."""
-CACHED = 256
-"""Fits kept in this process (a page view refits only when the run recorded a step since)."""
+CACHED = 64
+"""Runs' fits kept in this process (a page view refits only when the run recorded a step since)."""
 _fits: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 _fits_lock = threading.Lock()
 
@@ -72,43 +72,50 @@ def _curve_points(fit: Any, lo: float, hi: float) -> list[list[float]]:
     return [[c, round(fit.curve(c), 6)] for c in (lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS))]
 
 
-def run_forecast(run: Run, *, target: float | None = None, compute: str = "tokens") -> dict[str, Any]:
-    """Per domain with held-out results: the points, the fitted curve (asymptote with its band,
-    steepness, compute at half the asymptote), the reward it predicts at the budget's end (the
-    compute spent so far, per step, times the step budget) with its band, the compute to
-    ``target`` with its band, and the curve sampled for a chart; or the note that says why there
-    is no fit yet."""
-    field, label = COMPUTE[compute]
+def _run_fits(run: Run, compute: str) -> dict[str, Any]:
+    """The run's results per domain against its compute and their fits (kept until the run
+    records a step: every target and page view is answered from them)."""
     evals = MetricPoint.objects.filter(run=run, key__startswith=EVAL_PREFIX).exclude(key=f"{EVAL_PREFIX}mean")
-    key = (run.id, evals.aggregate(m=Max("id"))["m"], UsageRecord.objects.filter(run=run).aggregate(m=Max("id"))["m"], target, compute)
+    key = (run.id, evals.aggregate(m=Max("id"))["m"], UsageRecord.objects.filter(run=run).aggregate(m=Max("id"))["m"], compute)
     with _fits_lock:
         if (hit := _fits.get(key)) is not None:
             return hit
-    steps, totals = _spent(run, field)
+    steps, totals = _spent(run, COMPUTE[compute][0])
     series: dict[str, list[tuple[float, float]]] = {}
     for metric, step, value in evals.order_by("step").values_list("key", "step", "value"):
         i = bisect.bisect_right(steps, step) - 1
         if i >= 0:
             series.setdefault(metric.removeprefix(EVAL_PREFIX), []).append((totals[i], value))
-    # The compute at the budget's end, at the rate so far (steps recorded so far, their compute).
-    at_end = totals[-1] / max(steps[-1], 1) * run.budget_steps if steps and run.budget_steps else None
-    domains = []
-    for domain, points in sorted(series.items()):
-        fit = forecast([c for c, _ in points], [r for _, r in points], target=target, at=at_end, draws=DRAWS)
-        entry: dict[str, Any] = {"domain": domain, "points": [[c, r] for c, r in points], **fit.to_dict()}
-        if fit.curve is not None:
-            spent = max(c for c, _ in points)
-            reach = fit.compute_to_target or 0.0
-            entry["curve_points"] = _curve_points(fit, min(c for c, _ in points if c > 0), max(10 * spent, 1.2 * reach))
-            entry["final"] = {"compute": spent, "reward": round(points[-1][1], 6)}
-        domains.append(entry)
-    out = {"run": run.id, "compute": compute, "compute_label": label, "target": target, "spent": totals[-1] if totals else 0.0,
-           "domains": domains}
+    out = {"spent": totals[-1] if totals else 0.0,
+           # the compute at the budget's end, at the rate so far (the steps recorded, their compute)
+           "at_end": totals[-1] / max(steps[-1], 1) * run.budget_steps if steps and run.budget_steps else None,
+           "domains": {d: (points, fits([c for c, _ in points], [r for _, r in points], draws=DRAWS))
+                       for d, points in sorted(series.items())}}
     with _fits_lock:
         _fits[key] = out
         while len(_fits) > CACHED:
             _fits.popitem(last=False)
     return out
+
+
+def run_forecast(run: Run, *, target: float | None = None, compute: str = "tokens") -> dict[str, Any]:
+    """Per domain with held-out results: the points, the fitted curve (asymptote with its band,
+    steepness, compute at half the asymptote, start), the reward it predicts at the budget's end
+    (the compute spent so far, per step, times the step budget) with its band, the compute to
+    ``target`` with its band, and the curve sampled for a chart; or the note that says why there
+    is no fit yet."""
+    fitted = _run_fits(run, compute)
+    domains = []
+    for domain, (points, fit) in fitted["domains"].items():
+        f = fit.forecast(target=target, at=fitted["at_end"])
+        entry: dict[str, Any] = {"domain": domain, "points": [[c, r] for c, r in points], **f.to_dict()}
+        if f.curve is not None:
+            spent = max(c for c, _ in points)
+            entry["curve_points"] = _curve_points(f, min(c for c, _ in points if c > 0), max(10 * spent, 1.2 * (f.compute_to_target or 0.0)))
+            entry["final"] = {"compute": spent, "reward": round(points[-1][1], 6)}
+        domains.append(entry)
+    return {"run": run.id, "compute": compute, "compute_label": COMPUTE[compute][1], "target": target,
+            "spent": fitted["spent"], "domains": domains}
 
 
 ASYMPTOTE_KEY = "forecast/asymptote/"

@@ -122,6 +122,32 @@ def test_a_pinned_upload_draws_its_own_tasks_and_a_pinned_code_domain_the_catalo
         catalogue.pinned("up", 1, {**snapshot, "task_source": {"family": "jsonl", "tasks": []}})
 
 
+
+@pytest.mark.parametrize("slug, snapshot, why", [
+    ("builtin-addition", {"title": "x", "kind": "math", "verifier": TAGGED,
+                          "task_source": {"family": "jsonl", "tasks": [{"domain": "d", "id": "1", "prompt": "q"}]}},
+     "may not take the slug of a domain the code defines"),
+    ("up", {"title": "x", "kind": "math", "verifier": TAGGED, "task_source": {"family": "jsonl", "tasks": [{"nope": 1}]}},
+     "uploaded task 0 is not a task"),
+    ("up", {"title": "x", "kind": "math", "verifier": TAGGED, "task_source": {"family": "jsonl", "tasks": ["q"]}},
+     "uploaded task 0 is not a task"),
+    ("builtin-addition", {"kind": "math", "task_source": {"family": "builtin"}}, "has no title, verifier"),
+])
+def test_a_pin_the_trainer_cannot_use_is_a_value_error_naming_the_domain(slug, snapshot, why):
+    """What admission turns into a refusal at ``domains.<slug>`` (controlplane/runs/preflight.py)."""
+    with pytest.raises(ValueError, match=why):
+        catalogue.pinned(slug, 1, snapshot)
+
+
+def test_data_never_replaces_a_domain_the_code_defines():
+    upload = catalogue.DomainSpec(slug="builtin-addition", title="x", kind="math", family="jsonl",
+                                  source=catalogue.get("builtin-addition").source, verifier_spec=TAGGED,
+                                  task_source_spec={"family": "jsonl"})
+    with pytest.raises(ValueError, match="defined by the code"):
+        catalogue.register(upload, replace=True, data=True)
+    assert catalogue.code_domains()["builtin-addition"].family == "builtin"
+
+
 @pytest.mark.parametrize("slug", ["builtin-addition", "builtin-parity"])
 def test_builtin_domains_audit_clean(slug):
     report = audit_catalogue_domain(slug)

@@ -169,3 +169,13 @@ def test_a_repository_regrade_passes_the_reference_and_fails_a_change_fit_to_the
     assert verify(real.answer, strict).outcome is Outcome.PASS  # the reference: no disagreement
     assert verify(completion, real).outcome is Outcome.PASS  # fit to the hidden cases: the task passes it...
     assert verify(completion, strict).outcome is Outcome.FAIL  # ...its regrade does not
+
+
+def test_a_task_whose_meta_names_its_environment_oddly_gets_no_twin_and_no_error():
+    """Task meta is data (an upload writes it): an environment that is not a string is no
+    registered family's, never a crash of the step that plants canaries or regrades."""
+    from trainer.integrity import regrade_twin
+
+    for env in (["repo"], {"repo": 1}, None, 3):
+        task = Task("up", "1", "q", answer="a", meta={"environment": env, "seed": 1, "family": "bugfix", "level": 0})
+        assert impossible_twin(task, random.Random(0)) is None and regrade_twin(task, random.Random(0)) is None

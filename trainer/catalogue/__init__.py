@@ -103,23 +103,37 @@ def pinned(slug: str, version: int, snapshot: dict[str, Any]) -> DomainSpec:
     family, verifier and task source): an upload's tasks are the snapshot's, a code domain's task
     source and environment are this catalogue's. ValueError names the slug when there is neither;
     a verifier that does not compile is a CascadeError."""
+    missing = [k for k in ("title", "kind", "verifier") if k not in snapshot]
+    if missing:
+        raise ValueError(f"domain {slug!r}: the pinned version has no {', '.join(missing)}")
     task_source = snapshot.get("task_source") or {}
     environment = None
+    coded = code_domains().get(slug)
     if task_source.get("family") == UPLOAD_FAMILY:
-        tasks = [Task(**t) for t in task_source.get("tasks") or []]
-        if not tasks:
-            raise ValueError(f"domain {slug!r}: the upload holds no tasks")
-        source: TaskSource = UploadedSource(slug, tasks)
+        if coded is not None:
+            raise ValueError(f"domain {slug!r}: an upload may not take the slug of a domain the code defines")
+        source: TaskSource = UploadedSource(slug, _uploaded_tasks(slug, task_source.get("tasks")))
+    elif coded is None:
+        raise ValueError(f"domain {slug!r}: no task source (not in the trainer's catalogue and not an upload)")
     else:
-        try:
-            code = get(slug)
-        except KeyError:
-            raise ValueError(f"domain {slug!r}: no task source (not in the trainer's catalogue and not an upload)") from None
-        source, environment = code.source, code.environment
+        source, environment = coded.source, coded.environment
     return DomainSpec(slug=slug, title=snapshot["title"], kind=snapshot["kind"], source=source,
                       family=snapshot.get("family") or task_source.get("family", ""),
                       verifier_spec=snapshot["verifier"], description=snapshot.get("description", ""),
                       task_source_spec=task_source, environment=environment, version=version)
+
+
+def _uploaded_tasks(slug: str, rows: Any) -> list[Task]:
+    """An upload's tasks as its pin holds them; ValueError names the first that is not one."""
+    if not rows:
+        raise ValueError(f"domain {slug!r}: the upload holds no tasks")
+    tasks = []
+    for i, row in enumerate(rows):
+        try:
+            tasks.append(Task(**row))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"domain {slug!r}: uploaded task {i} is not a task ({exc})") from None
+    return tasks
 
 
 _DOMAINS: dict[str, DomainSpec] = {}
@@ -138,6 +152,8 @@ def register(spec: DomainSpec, *, replace: bool = False, data: bool = False) -> 
     existing = _DOMAINS.get(spec.slug)
     if existing is not None and existing is not spec and not replace:
         raise ValueError(f"domain {spec.slug!r} is registered twice")
+    if data and existing is not None and spec.slug not in _DATA_DEFINED:
+        raise ValueError(f"domain {spec.slug!r} is defined by the code: data may not replace it")
     _DOMAINS[spec.slug] = spec
     if data:
         _DATA_DEFINED.add(spec.slug)

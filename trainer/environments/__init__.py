@@ -25,7 +25,7 @@ a family package's environment is named here without this package importing the 
 
 def environment_class(name: str) -> type[ToolEnvironment]:
     """The environment class registered as ``name``; KeyError lists the known names."""
-    if name not in ENVIRONMENTS:
+    if not isinstance(name, str) or name not in ENVIRONMENTS:
         raise KeyError(f"unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}")
     return imported(ENVIRONMENTS[name])
 
