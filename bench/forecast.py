@@ -45,7 +45,7 @@ def summary(fit) -> dict:
     if fit.curve is None:
         return {"asymptote": None, "band": None, "note": fit.note}
     return {"asymptote": round(fit.curve.a, 4), "band": [round(v, 4) for v in fit.asymptote_band],
-            "b": round(fit.curve.b, 3), "c_mid": round(fit.curve.c_mid, 1), "results": fit.used}
+            "r0": round(fit.curve.r0, 4), "b": round(fit.curve.b, 3), "c_mid": round(fit.curve.c_mid, 1), "results": fit.used}
 
 
 def main() -> None:
