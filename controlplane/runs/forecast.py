@@ -15,7 +15,7 @@ from typing import Any
 
 from collections import OrderedDict
 
-from django.db.models import Max, Sum
+from django.db.models import Sum
 
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.runs.models import MetricPoint, Run, UsageRecord
@@ -73,16 +73,18 @@ def _curve_points(fit: Any, lo: float, hi: float) -> list[list[float]]:
 
 
 def _run_fits(run: Run, compute: str) -> dict[str, Any]:
-    """The run's results per domain against its compute and their fits (kept until the run
-    records a step: every target and page view is answered from them)."""
-    evals = MetricPoint.objects.filter(run=run, key__startswith=EVAL_PREFIX).exclude(key=f"{EVAL_PREFIX}mean")
-    key = (run.id, evals.aggregate(m=Max("id"))["m"], UsageRecord.objects.filter(run=run).aggregate(m=Max("id"))["m"], compute)
+    """The run's results per domain against its compute and their fits. Two queries every time
+    (the compute per step, the evaluations), whether the fits are kept from an earlier call or not:
+    they are refitted only when those changed (a new step recorded)."""
+    steps, totals = _spent(run, COMPUTE[compute][0])
+    rows = list(MetricPoint.objects.filter(run=run, key__startswith=EVAL_PREFIX).exclude(key=f"{EVAL_PREFIX}mean")
+                .order_by("step", "id").values_list("id", "key", "step", "value"))
+    key = (run.id, compute, len(rows), max((r[0] for r in rows), default=None), len(steps), totals[-1] if totals else 0.0)
     with _fits_lock:
         if (hit := _fits.get(key)) is not None:
             return hit
-    steps, totals = _spent(run, COMPUTE[compute][0])
     series: dict[str, list[tuple[float, float]]] = {}
-    for metric, step, value in evals.order_by("step").values_list("key", "step", "value"):
+    for _, metric, step, value in rows:
         i = bisect.bisect_right(steps, step) - 1
         if i >= 0:
             series.setdefault(metric.removeprefix(EVAL_PREFIX), []).append((totals[i], value))
