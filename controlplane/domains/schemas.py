@@ -6,6 +6,7 @@ from typing import Any
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import SLUG_SCHEMA, schema_errors
 from controlplane.domains.models import KIND_VALUES
+from trainer.catalogue import UPLOAD_FAMILY
 from trainer.verifiers import validate_cascade
 
 STAGE_SCHEMA = {
@@ -53,10 +54,6 @@ TASK_SOURCE_SCHEMA = {
     "required": ["family"],
     "properties": {"family": {"type": "string", "pattern": r"^[a-z0-9_]+$", "maxLength": 64}},
 }
-
-UPLOAD_FAMILY = "jsonl"
-"""The task source of an uploaded domain: its tasks are in the domain (``task_source.tasks``)."""
-
 
 def task_source_errors(source: Any) -> list[FieldError]:
     """A task source given in a domain body (create or change): never an upload's. An uploaded

@@ -120,7 +120,7 @@ def _forecasts_compared(runs: list, query) -> dict:
     options = _forecast_options(query)
     if options["errors"] or not runs:
         return {"forecast_rows": [], "forecast_options": options}
-    target, compute = forecast.parse_options(options["target"], options["compute"])
+    target, compute = options["parsed"]
     fits = [{d["domain"]: d for d in forecast.run_forecast(run, target=target, compute=compute)["domains"]} for run in runs]
     rows = [{"domain": domain, "cells": [f.get(domain) for f in fits]}
             for domain in dict.fromkeys(domain for f in fits for domain in f)]
@@ -128,11 +128,12 @@ def _forecasts_compared(runs: list, query) -> dict:
 
 
 def _forecast_options(query) -> dict:
-    """The forecast options a page's query asks (``target``, ``compute``), with their errors."""
+    """The forecast options a page's query asks (``target``, ``compute``) as given, and either
+    ``parsed`` (their values) or their ``errors``."""
     options = {"target": query.get("target") or None, "compute": query.get("compute") or "tokens",
-               "kinds": [(k, label) for k, (_, label) in forecast.COMPUTE.items()], "errors": []}
+               "kinds": [(k, label) for k, (_, label) in forecast.COMPUTE.items()], "errors": [], "parsed": None}
     try:
-        forecast.parse_options(options["target"], options["compute"])
+        options["parsed"] = forecast.parse_options(options["target"], options["compute"])
     except InvalidInput as exc:
         options["errors"] = exc.errors
     return options
@@ -144,7 +145,7 @@ def _forecast_context(run, query) -> dict:
     options = _forecast_options(query)
     if options["errors"]:
         return {"forecast": None, "forecast_options": options}
-    target, compute = forecast.parse_options(options["target"], options["compute"])
+    target, compute = options["parsed"]
     return {"forecast": forecast.run_forecast(run, target=target, compute=compute), "forecast_options": options}
 
 
