@@ -145,3 +145,21 @@ def test_parts_close_in_measure_but_wrong_in_shape_fail(verify):
     task = Task("cad-part", "t", "...", None, 0, {"checks": plate_checks(p)})
     pinhole = plate_script({**p, "diameter": 0.4}).replace("cube([60.0, 40.0, 5.0])", f"cube([60.0, 40.0, {5.0 * (2400 - np.pi * 16) / 2400}])")
     assert verify(f"```python\n{pinhole}```", task).outcome is Outcome.FAIL
+
+
+def test_a_holes_size_is_held_within_five_percent_whatever_the_plates_volume_says(verify):
+    """A hole 8% too wide or too narrow is under 1% of a plate's volume: the rings just inside and
+    just outside its radius fail it; the right size with 32 facets, or 4% off, passes."""
+    p = {"length": 90.0, "width": 64.0, "thick": 12.0, "diameter": 7.0, "holes": [(79.0, 27.0), (18.0, 23.0)]}
+    task = Task("cad-part", "t", "...", None, 0, {"checks": plate_checks(p)})
+
+    def holes(diameter: float, segments: int = 96) -> str:
+        return "```python\n" + plate_script({**p, "diameter": diameter}).replace("circular_segments=96", f"circular_segments={segments}") + "```"
+
+    assert verify(holes(7.0), task).outcome is Outcome.PASS
+    assert verify(holes(7.0, 32), task).outcome is Outcome.PASS
+    assert verify(holes(7.0 * 1.04), task).outcome is Outcome.PASS
+    for wrong in (7.0 * 1.08, 7.0 * 0.92):
+        v = verify(holes(wrong), task)
+        assert v.outcome is Outcome.FAIL and ("outside" in v.details["error"] or "inside" in v.details["error"])
+    assert verify(holes(7.0, 6), task).outcome is Outcome.FAIL  # a hexagon is not a round hole

@@ -33,6 +33,10 @@ SEGMENTS = 96
 """Facets per circle in the reference scripts."""
 ROUND_REL_TOL = 0.01
 """Volume tolerance of parts with round features (a 32-facet hole is within it)."""
+HOLE_FREE, HOLE_SOLID = 0.95, 1.05
+"""A hole's size within 5%: rings of points at these fractions of its radius must be free (inside
+the hole) and solid (around it). The part's volume alone cannot see a hole's size (a hole 18%
+too wide is under 1% of a plate); a 32-facet hole (inscribed radius 0.995) passes."""
 API = """Write a Python script that builds the solid with manifold3d and assigns it to `result`.
 `import manifold3d as m3d` (numpy is available too). Units are millimetres. Useful calls:
 - m3d.Manifold.cube([x, y, z], center=False): a box from the origin (or centred);
@@ -115,9 +119,9 @@ def plate_checks(p: dict[str, Any]) -> list[dict[str, Any]]:
     r, t = p["diameter"] / 2, p["thick"]
     volume = p["length"] * p["width"] * t - len(p["holes"]) * math.pi * r * r * t
     levels = [0.1 * t, 0.5 * t, 0.9 * t]
-    holes_free = [pt for x, y in p["holes"] for pt in ring((x, y), 0.85 * r, levels)] + \
+    holes_free = [pt for x, y in p["holes"] for pt in ring((x, y), HOLE_FREE * r, levels)] + \
         [[x, y, z] for x, y in p["holes"] for z in (0.05 * t, 0.95 * t)]  # each hole open all through, its full size
-    solid = [pt for x, y in p["holes"] for pt in ring((x, y), 1.3 * r, [0.5 * t])]  # and no bigger
+    solid = [pt for x, y in p["holes"] for pt in ring((x, y), HOLE_SOLID * r, [0.5 * t])]  # and no bigger
     solid += away(grid([0.5, 0.5, 0.2 * t], [p["length"] - 0.5, p["width"] - 0.5, 0.8 * t], 4), p["holes"], 1.5 * r)
     return [
         {"check": "components", "expected": 1},
@@ -186,10 +190,10 @@ def _part(rng: random.Random, level: int) -> CadTask:
              f"leg = m3d.Manifold.cube([{thick}, {width}, {height}])", "bracket = base + leg"]
     if diameter:
         levels = [0.1 * thick, 0.5 * thick, 0.9 * thick]
-        checks[-1]["points"] += ring(base_hole, 0.85 * r, levels) + ring(leg_hole, 0.85 * r, levels, axis="x")
+        checks[-1]["points"] += ring(base_hole, HOLE_FREE * r, levels) + ring(leg_hole, HOLE_FREE * r, levels, axis="x")
         checks[-2]["points"] = (away(checks[-2]["points"][:27], [base_hole], 1.5 * r)
                                 + away(checks[-2]["points"][27:], [leg_hole], 1.5 * r, axis="x")
-                                + ring(base_hole, 1.3 * r, [thick / 2]) + ring(leg_hole, 1.3 * r, [thick / 2], axis="x"))
+                                + ring(base_hole, HOLE_SOLID * r, [thick / 2]) + ring(leg_hole, HOLE_SOLID * r, [thick / 2], axis="x"))
         lines += [f"bracket = bracket - m3d.Manifold.cylinder({thick + 2}, {r}, circular_segments={SEGMENTS})"
                   f".translate([{base_hole[0]}, {base_hole[1]}, -1])",
                   f"bracket = bracket - m3d.Manifold.cylinder({thick + 2}, {r}, circular_segments={SEGMENTS})"
