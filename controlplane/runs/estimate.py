@@ -36,6 +36,7 @@ from typing import Any, Callable
 from django.db.models import Count, Q, Sum
 
 from controlplane.accounts.principal import Principal
+from controlplane.common.words import duration
 from controlplane.runs.models import UsageRecord
 from controlplane.runs.services import run_validate
 from controlplane.runs.spec import RunSpec
@@ -227,6 +228,9 @@ def estimate(spec: RunSpec, *, histories: dict[str, Measured], evaluations: dict
     figures = {key: {"value": _rounded(key, None if v is None else v * steps), "per_step": None if v is None else round(v, 3),
                      "source": sources[key], "unmeasured": unmeasured}
                for key, (v, unmeasured) in per_step.items()}
+    for key, f in figures.items():  # seconds in words, as the usage card shows them
+        if key.endswith("_s"):
+            f["text"], f["per_step_text"] = duration(f["value"]), duration(f["per_step"])
     return {
         "steps": {"value": steps, "source": steps_source},
         "figures": figures,
