@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema, Status
@@ -202,7 +202,7 @@ class RunEstimateOut(Schema):
     figures: dict[str, Any]
     """Per figure (``UsageRecord``'s names): ``value`` for the run, ``per_step``, ``source`` and
     the domains it could not measure (``unmeasured``, counted as 0)."""
-    usage: dict[str, Optional[float]]
+    usage: dict[str, Union[int, float, None]]
     """The run's figures alone, as a price list reads a run's usage."""
     domains: list[dict[str, Any]]
     rollout: dict[str, Any]

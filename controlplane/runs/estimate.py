@@ -81,14 +81,17 @@ def history(*, team_id: int, slugs: list[str], base_model: str) -> dict[str, Mea
                   .values("domain", "run_id").annotate(generated=Sum("generated_tokens"), trained=Sum("trained_tokens"),
                                                        completions=Sum("completions"), sandbox=Sum("sandbox_s"),
                                                        judge=Sum("judge_tokens")))
-    per_domain = [r for r in per_domain if r["completions"]]
+    by_domain: dict[str, list[dict]] = {}
+    for r in per_domain:
+        if r["completions"]:
+            by_domain.setdefault(r["domain"], []).append(r)
     runs = {r["run_id"]: r for r in (
-        UsageRecord.objects.filter(run_id__in={r["run_id"] for r in per_domain}).values("run_id")
+        UsageRecord.objects.filter(run_id__in={r["run_id"] for rows in by_domain.values() for r in rows}).values("run_id")
         .annotate(wall=Sum("wall_s", filter=Q(domain="")), cpu=Sum("cpu_s", filter=Q(domain="")),
                   completions=Sum("completions", filter=~Q(domain="")), steps=Count("id", filter=Q(domain=""))))}
     out: dict[str, Measured] = {}
     for slug in slugs:
-        rows = [r for r in per_domain if r["domain"] == slug]
+        rows = by_domain.get(slug)
         if not rows:
             continue
         ran = [runs[r["run_id"]] for r in rows if runs.get(r["run_id"], {}).get("completions")]

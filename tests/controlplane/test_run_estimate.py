@@ -161,6 +161,7 @@ def test_the_api_answers_the_estimate_and_refuses_a_bad_body_naming_the_field(wo
     status, out = post(world.users["member"], body())
     assert status == 200, out
     assert out["usage"]["generated_tokens"] == 3880 and out["steps"]["value"] == 10
+    assert isinstance(out["usage"]["completions"], int) and set(out["usage"]) == set(out["figures"])
 
     bad = [
         (body(domains=[{"slug": "nope", "weight": 1}]), "domains[0].slug"),
