@@ -5,8 +5,8 @@ tasks of ``rollout.n`` completions each, split over the domains by their shares,
 has ``c_d = prompts_per_step * n * share_d`` completions a step. Each domain's figures per
 completion come from the best evidence there is, named in its ``source``:
 
-1. ``history``: the team's earlier runs of the same base model that worked on the domain (their
-   ``UsageRecord`` rows): generated tokens, trained tokens per generated token, sandbox seconds
+1. ``history``: the team's latest ``HISTORY_RUNS`` runs of the same base model that worked on the
+   domain (their ``UsageRecord`` rows): generated tokens, trained tokens per generated token, sandbox seconds
    and judge tokens per completion of the domain's own rows; wall and CPU seconds per completion
    of those runs' step rows (a run's wall time over all its completions, every domain's).
 2. ``evaluation``: the team's latest completed evaluation of the domain (``EvalResult``, read by
@@ -47,6 +47,9 @@ FIGURES = ("completions", "generated_tokens", "trained_tokens", "wall_s", "gpu_s
 INT_FIGURES = frozenset({"completions", "generated_tokens", "trained_tokens", "judge_tokens"})
 CPU_PER_WALL = 1.0
 """Assumed where a domain has no run history: the driver keeps one core busy while it runs."""
+HISTORY_RUNS = 5
+"""A domain's run history: the team's latest this many runs of the base model that worked on it
+(older runs may have run on other hardware or code)."""
 TRAINED_PER_GENERATED = 1.0
 """Assumed where a domain has no run history: the update trains on every generated completion
 (dropped groups of equal rewards make it less)."""
@@ -75,15 +78,15 @@ class Measured:
 
 
 def history(*, team_id: int, slugs: list[str], base_model: str) -> dict[str, Measured]:
-    """Per domain of ``slugs``, its figures from the team's earlier runs of ``base_model`` that
-    worked on it (two queries); a domain no such run worked on is left out."""
+    """Per domain of ``slugs``, its figures from the team's latest ``HISTORY_RUNS`` runs of
+    ``base_model`` that worked on it (two queries); a domain no such run worked on is left out."""
     per_domain = (UsageRecord.objects.filter(team_id=team_id, domain__in=slugs, run__base_model=base_model)
                   .values("domain", "run_id").annotate(generated=Sum("generated_tokens"), trained=Sum("trained_tokens"),
                                                        completions=Sum("completions"), sandbox=Sum("sandbox_s"),
                                                        judge=Sum("judge_tokens")))
     by_domain: dict[str, list[dict]] = {}
-    for r in per_domain:
-        if r["completions"]:
+    for r in sorted(per_domain, key=lambda r: -r["run_id"]):  # the latest runs first
+        if r["completions"] and len(by_domain.get(r["domain"], ())) < HISTORY_RUNS:
             by_domain.setdefault(r["domain"], []).append(r)
     runs = {r["run_id"]: r for r in (
         UsageRecord.objects.filter(run_id__in={r["run_id"] for rows in by_domain.values() for r in rows}).values("run_id")
@@ -250,8 +253,8 @@ def assumptions(cfg: TrainerConfig) -> list[str]:
     out = [
         "Every step draws rollout.prompts_per_step tasks of rollout.n completions, split by the domains' shares"
         + (" (the adaptive budget varies n per task: the mean is taken as rollout.n)" if cfg.sampler.adaptive_budget else "") + ".",
-        "Run history counts only the team's earlier runs of the same base model; a domain's wall and CPU seconds "
-        "per completion are those runs' time over all their completions.",
+        f"Run history counts only the team's latest {HISTORY_RUNS} runs of the same base model on a domain; its wall "
+        "and CPU seconds per completion are those runs' time over all their completions.",
         "An evaluation times generation and verification, not the update, on the hardware it ran on: a domain "
         "measured only by one is likely faster there than in a run.",
         f"Without run history: CPU seconds = wall seconds x {CPU_PER_WALL:g}, trained tokens = generated x "

@@ -14,7 +14,7 @@ from django.utils import timezone
 from controlplane.registry.models import EvalResult, EvalRun, ModelVersion
 from controlplane.registry import selectors as registry_selectors
 from controlplane.registry import services as registry_services
-from controlplane.runs.estimate import CPU_PER_WALL, estimate, run_estimate
+from controlplane.runs.estimate import CPU_PER_WALL, HISTORY_RUNS, estimate, history, run_estimate
 from controlplane.runs.models import Run, UsageRecord
 from controlplane.runs.spec import RunSpec
 from tests import factories
@@ -131,6 +131,16 @@ def test_a_wall_limit_ends_the_run_first_and_gpus_multiply_the_wall(world, measu
     out = estimate(spec, histories={}, evaluations=registry_selectors.eval_task_costs(team_id=world.team.id, slugs=["parity"], base_model=BASE))
     assert out["usage"]["gpu_s"] == pytest.approx(2 * out["usage"]["wall_s"], abs=1e-2)
     assert "2 GPU(s)" in out["figures"]["gpu_s"]["source"]
+
+
+def test_history_reads_the_latest_runs_of_a_domain(world):
+    oldest = history_run(world.team, wall=1000.0, generated=4000)  # other hardware, long ago
+    latest = [history_run(world.team) for _ in range(HISTORY_RUNS)]
+    add = history(team_id=world.team.id, slugs=["addition", "parity"], base_model=BASE)
+    assert set(add) == {"addition"}  # parity: no run worked on it
+    m = add["addition"]
+    assert (m.tokens, m.seconds, m.cpu_s) == (50.0, 1.25, 1.875)
+    assert f"#{oldest.id}" not in m.detail and all(f"#{r.id}" in m.detail for r in latest)
 
 
 def test_with_nothing_measured_time_is_unknown_and_tokens_are_the_allowance(world):
