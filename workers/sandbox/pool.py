@@ -74,8 +74,11 @@ class Backend(Protocol):
     def acquire(self, domain: str, limits: Limits) -> Any:
         """A ready slot for `domain` and these limits (raises SandboxError on infrastructure failure)."""
 
-    def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None) -> Verdict:
-        """Run one job in the slot; raises SandboxError only when the job did not reach it."""
+    def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None, *,
+            env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
+        """Run one job in the slot; raises SandboxError only when the job did not reach it. ``env``
+        replaces the sandbox environment; ``keep`` (a shell session's turn) leaves the slot's files
+        for the next job, so such a slot must be released with verdict None (retired)."""
 
     def release(self, slot: Any, verdict: Verdict | None) -> None:
         """Return the slot; verdict None (it failed before the job), a limit status or a sandbox
@@ -155,6 +158,30 @@ class SandboxPool:
                     return verdict  # the job's outcome, whatever it is: never retried
             assert last is not None
             return last
+        finally:
+            self._leave(domain)
+
+    def hold(self, domain: str, limits: Limits) -> Any:
+        """A slot held for a shell session: counted as one running execution of ``domain`` (and
+        against the global limit) until :meth:`let_go`. Infrastructure failures are retried on a
+        fresh slot as in :meth:`execute`; SandboxError (SandboxBusy when no place came free)
+        after the last attempt."""
+        self._admit(domain)
+        last: SandboxError | None = None
+        for _attempt in range(1 + self.config.retries):
+            try:
+                return self.backend.acquire(domain, limits)
+            except SandboxError as e:
+                last = e
+        self._leave(domain)
+        assert last is not None
+        raise last
+
+    def let_go(self, domain: str, slot: Any) -> None:
+        """End a held slot: the sandbox is retired (never reused, so nothing of the session reaches
+        another job) and its place freed."""
+        try:
+            self.backend.release(slot, None)
         finally:
             self._leave(domain)
 
