@@ -22,15 +22,16 @@ sandbox (so nothing a command started, ``&``, ``nohup`` or a double fork, outliv
 but does not empty /work, /tmp and /dev/shm.
 
 **What persists** between turns is the working tree (/work), /tmp and the shell's directory and
-exported environment: ``TURN_SCRIPT`` sources :data:`STATE` (after unsetting every exported
+exported environment: ``TURN_SCRIPT`` reads :data:`STATE` (after unsetting every exported
 variable, so an ``unset`` persists too), runs the command with ``eval`` in that shell, and on
-exit (an EXIT trap, so ``exit N`` keeps its state too) writes ``export -p`` and ``cd`` of its
-directory to :data:`STATE`. Shell variables that are not exported, functions, aliases and options
-do not persist, nor do processes. The state file is the session's own, as a ``.bashrc`` would
-be: a command may rewrite it, remove it (the next turn starts in /work with the session's
-environment) or replace the trap (its turn's state is then not saved); whatever it puts there
-runs in its own sandbox with its own rights, and the turn boundary and exit status never depend
-on it.
+exit (an EXIT trap, so ``exit N`` keeps its state too) writes its directory and every exported
+``NAME=value`` to :data:`STATE`, NUL-separated. The state is data, never code: it is read with
+``read`` and applied with ``export`` and ``cd`` only (bash builtins), so a command that rewrites
+the file can set the next turn's variables and directory, which it may do anyway, and nothing
+else. Shell variables that are not exported, functions, aliases and options do not persist,
+nor do processes. A command that removes the file starts the next turn in /work with the
+session's first environment; one that replaces the trap or ``exec``s leaves its turn's state
+unsaved. The turn boundary and exit status never depend on the file.
 
 **Budgets**, all enforced outside the sandbox (:class:`~trainer.verifiers.limits.SessionLimits`):
 per command, wall time (the agent, pid 1, kills every process of the sandbox; the host gives up
@@ -72,20 +73,26 @@ SESSION_ENV = {**ENV_ALLOW, "HOME": HOME, "TERM": "dumb", "PAGER": "cat", "GIT_P
 """The first turn's environment (and the one :meth:`ShellSession.files` runs with)."""
 TURN_SCRIPT = r'''
 if [ -r /tmp/.temper-shell/state ]; then
-  for __temper_v in $(compgen -e); do unset "$__temper_v" 2>/dev/null; done
-  . /tmp/.temper-shell/state
+  for __temper_v in $(builtin compgen -e); do builtin unset "$__temper_v" 2>/dev/null; done
+  {
+    IFS= builtin read -r -d '' __temper_dir
+    while IFS= builtin read -r -d '' __temper_v; do builtin export "$__temper_v" 2>/dev/null; done
+  } < /tmp/.temper-shell/state
+  builtin cd -- "$__temper_dir" 2>/dev/null || builtin cd /work
 fi
 __temper_save() {
   __temper_status=$?
-  { export -p; printf 'cd -- %q 2>/dev/null || cd /work\n' "$PWD"; } > /tmp/.temper-shell/state.new 2>/dev/null &&
-    mv -f /tmp/.temper-shell/state.new /tmp/.temper-shell/state 2>/dev/null
-  exit "$__temper_status"
+  {
+    builtin printf '%s\0' "$PWD"
+    for __temper_v in $(builtin compgen -e); do builtin printf '%s=%s\0' "$__temper_v" "${!__temper_v}"; done
+  } > /tmp/.temper-shell/state 2>/dev/null
+  builtin exit "$__temper_status"
 }
-trap __temper_save EXIT
+builtin trap __temper_save EXIT
 __temper_cmd=$1
-unset __temper_v
-set --
-eval "$__temper_cmd"
+builtin unset __temper_v __temper_dir
+builtin set --
+builtin eval "$__temper_cmd"
 '''
 """The trusted part of a turn (see the module docstring); the command is its first argument."""
 SETUP_SCRIPT = "mkdir -p -m 700 /tmp/.temper-shell /tmp/home && cd /work && "
@@ -132,6 +139,8 @@ class ShellSession:
         """Bytes of output the commands wrote in all."""
         self.ended = ""
         """Why the session ended ('' while it is open)."""
+        self.broken = False
+        """True once the sandbox failed or a command broke it: nothing more can be read from it."""
 
     def _job(self, command: list[str], files: dict, limits: Limits) -> Verdict:
         """One job of the held sandbox with ``keep``, then the agent's ready frame; SandboxError
@@ -139,16 +148,16 @@ class ShellSession:
         try:
             verdict = self.pool.backend.run(self.slot, files, command, limits, None, env=SESSION_ENV, keep=True)
         except SandboxError as e:
-            self._end(f"the sandbox failed: {e}")
+            self._break(f"the sandbox failed: {e}")
             raise
         stream = self.slot.stream
         if stream.lost:
-            self._end("the command broke its sandbox: " + stream.lost)
+            self._break("the command broke its sandbox: " + stream.lost)
             return verdict
         try:
             stream.wait_for(4, READY_S)
         except SandboxError as e:
-            self._end(f"the sandbox did not come back after the command: {e}")
+            self._break(f"the sandbox did not come back after the command: {e}")
         return verdict
 
     def _setup(self, files: dict, setup: str) -> None:
@@ -188,9 +197,9 @@ class ShellSession:
     def files(self, max_bytes: int = 4 << 20) -> dict[str, bytes]:
         """The working tree's regular files (``.git`` left out), read by a trusted ``tar`` run
         with the session's first environment (not the shell's state) and parsed here; symbolic
-        links and other kinds are skipped. SandboxError when it cannot be read within
-        ``max_bytes`` or the session has ended."""
-        if self.ended:
+        links and other kinds are skipped. Works after a budget ended the session; SandboxError
+        when the tree cannot be read within ``max_bytes`` or the sandbox is broken or closed."""
+        if self.broken or self.slot is None:
             raise SessionEnded(self.ended)
         command = ["tar", "-C", "/work", "--exclude=./.git", "-cf", "-", "."]
         limits = dataclasses.replace(self.limits.command_limits(), output_bytes=max(1024, max_bytes))
@@ -207,6 +216,10 @@ class ShellSession:
 
     def _end(self, why: str) -> None:
         self.ended = self.ended or why
+
+    def _break(self, why: str) -> None:
+        self.broken = True
+        self._end(why)
 
     def close(self) -> None:
         """Tear the session down: the sandbox is retired (never reused) and its place freed."""
