@@ -4,7 +4,9 @@ the loss; `submit` ends the episode with the final tree as the submission; every
 down when its episode ends, cut or not."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 from sandbox_helpers import bwrap_ready, require
 from trainer.environments import make_environment
@@ -88,7 +90,7 @@ def test_shell_episodes_through_the_multi_turn_runner():
         assert all(lp == 0.0 for lp, m in zip(traj.behaviour_logprobs, traj.loss_mask) if m == 0)
         assert traj.completion == ("diff --git a/greet.py b/greet.py\n--- a/greet.py\n+++ b/greet.py\n"
                                    "@@ -1 +1 @@\n-print('helo')\n+print('hello')\n")
-    assert get_runtime("bwrap").stats()["per_domain"].get(DOMAIN, 0) == 0  # every session given back
+    assert get_runtime("bwrap").stats()["held"] == 0  # every session given back
 
 
 def test_a_cut_episode_still_submits_its_tree_and_gives_its_sandbox_back():
@@ -104,7 +106,7 @@ def test_a_cut_episode_still_submits_its_tree_and_gives_its_sandbox_back():
     assert trajs[0].truncated and trajs[0].turns == 3
     assert trajs[0].completion.startswith("diff --git a/notes.txt b/notes.txt\nnew file mode 100644\n")
     assert trajs[0].completion.count("+more") == 3
-    assert get_runtime("bwrap").stats()["per_domain"].get(DOMAIN, 0) == 0
+    assert get_runtime("bwrap").stats()["held"] == 0
 
 
 def test_budget_end_and_sandbox_failure():
@@ -130,3 +132,28 @@ def test_budget_end_and_sandbox_failure():
     env.reset(TASK)
     result = env.step(ACTIONS[0])
     assert result.done and result.outcome.outcome is Outcome.SANDBOX_ERROR and result.outcome.reward is None
+
+
+def test_a_batch_larger_than_the_sandbox_quota_does_not_wait_on_itself():
+    """The domain's quota is taken per job of a session (setup, each command, the final read),
+    not per episode: three episodes under a quota of one all finish."""
+    require(*bwrap_ready())
+    quota = threading.Semaphore(1)
+    entered = []
+
+    @contextlib.contextmanager
+    def slot(domain, limits):
+        if not quota.acquire(timeout=30):
+            raise TimeoutError("no sandbox place came free")
+        entered.append((domain, limits.wall_s))
+        try:
+            yield
+        finally:
+            quota.release()
+
+    ctx = VerifyContext(open_session=functools.partial(open_session, backend="bwrap"), sandbox_slot=slot)
+    trajs = multi_turn(ScriptedEngine(ACTIONS), CharTokenizer(), [(TASK, 3, 0)], None, lambda t: ShellEnv(ctx),
+                       max_turns=10, max_episode_tokens=20_000, max_prompt_tokens=4_000)
+    assert [t.completion.count("+print('hello')") for t in trajs] == [1, 1, 1]
+    assert entered == [(DOMAIN, 10.0)] * (3 * 4)  # setup, two commands, the final read
+    assert get_runtime("bwrap").stats()["held"] == 0

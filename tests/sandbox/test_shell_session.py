@@ -23,6 +23,7 @@ def session(backend, files=None, limits=FAST, setup=""):
 def test_directory_environment_and_files_persist_across_turns(clean):
     with session(clean, {"src/app.py": "print('hi')\n"}, setup="git init -q && git add -A && git commit -qm start") as sh:
         assert sh.run("pwd").stdout == b"/work\n"
+        assert get_runtime(clean).stats()["held"] == 1
         sh.run("cd src && export GREETING='a b' MULTI=$'one\\ntwo' && echo changed >> app.py && X=notexported")
         v = sh.run('pwd; echo "$GREETING"; echo "$MULTI"; echo "[$X]"; cat app.py; git status --short')
         assert v.stdout == b"/work/src\na b\none\ntwo\n[]\nprint('hi')\nchanged\n M app.py\n", v
@@ -172,4 +173,4 @@ def test_hostile_commands_cannot_forge_the_boundary_or_the_status(clean):
 def test_a_failed_setup_holds_nothing(clean):
     with pytest.raises(SandboxError, match="setup failed"):
         session(clean, setup="echo broken >&2; exit 3")
-    assert get_runtime(clean).stats()["per_domain"].get("shell-test", 0) == 0
+    assert get_runtime(clean).stats()["held"] == 0

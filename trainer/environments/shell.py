@@ -3,7 +3,7 @@
 The episode owns one shell session (``VerifyContext.open_session``, the sandbox runtime's
 ``open_session``: bubblewrap or Docker), opened at :meth:`ShellEnv.reset` with the task's files
 in /work and its trusted ``setup`` script run, held behind the domain's sandbox quota
-(``VerifyContext.slot``) and torn down when the episode ends. The working tree, the shell's
+(``VerifyContext.slot``, taken for each of its jobs) and torn down when the episode ends. The working tree, the shell's
 directory and its exported environment persist across turns; every budget (per command: wall
 and CPU time, output; per episode: command time, commands, output) is the session's,
 :class:`~trainer.verifiers.limits.SessionLimits` from the task's ``session_limits``. No code of
@@ -25,7 +25,6 @@ the domain's verifier judges in a fresh sandbox.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import Any
 
 from trainer.environments.base import ActionError, StepResult, parse_action
@@ -76,7 +75,7 @@ class ShellEnv:
         self.context = context
         self.task: Task | None = None
         self.session: Any = None
-        self._held = ExitStack()
+        self.limits = SessionLimits()
         self.done = False
         self.steps = 0
         self.base: dict[str, str] = {}
@@ -94,16 +93,16 @@ class ShellEnv:
         meta = task.meta
         self.base = {k: v if isinstance(v, str) else v.decode("utf-8", "replace")
                      for k, v in dict(meta.get("files") or {}).items()}
-        limits = SessionLimits.from_params(meta.get("session_limits"))
+        self.limits = limits = SessionLimits.from_params(meta.get("session_limits"))
         opener = self.context.open_session
         if opener is None:
             self.failure = Verification.failed(Outcome.SANDBOX_ERROR, reason="no sandbox in this process: "
                                                "the environment was not given a context with open_session")
             return task.prompt + INSTRUCTIONS
         try:
-            self._held.enter_context(self.context.slot(task.domain, limits.command_limits()))
-            self.session = opener(dict(meta.get("files") or {}), limits=limits, setup=str(meta.get("setup", "")),
-                                  domain=task.domain)
+            with self._slot():
+                self.session = opener(dict(meta.get("files") or {}), limits=limits, setup=str(meta.get("setup", "")),
+                                      domain=task.domain)
         except Exception as exc:  # no place or sandbox came free, or the trusted setup failed
             self.close()
             self.failure = Verification.failed(Outcome.SANDBOX_ERROR, reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -134,6 +133,12 @@ class ShellEnv:
             return self._finish(observation + f"\n[session over: {self.session.ended}]")
         return StepResult(observation, False)
 
+    def _slot(self) -> Any:
+        """The domain's sandbox quota, held for one job of the session (its setup, a command, the
+        final read): held for a whole episode, a batch larger than the quota would wait on itself."""
+        assert self.task is not None
+        return self.context.slot(self.task.domain, self.limits.command_limits())
+
     def _fail(self) -> StepResult:
         """End the episode with its infrastructure outcome (masked out of training)."""
         self.done = True
@@ -142,7 +147,8 @@ class ShellEnv:
 
     def _run(self, command: str) -> str:
         try:
-            verdict = self.session.run(command)
+            with self._slot():
+                verdict = self.session.run(command)
         except ValueError as exc:
             raise ActionError(str(exc)) from None
         except Exception as exc:  # the sandbox failed under the session: infrastructure
@@ -163,7 +169,8 @@ class ShellEnv:
     def _read_final(self) -> str:
         """Read the final tree (trusted code) into ``final``; why it could not be ('' when it was)."""
         try:
-            tree = self.session.files(MAX_TREE_BYTES)
+            with self._slot():
+                tree = self.session.files(MAX_TREE_BYTES)
         except Exception as exc:  # a tree too large to read back, or a session that broke: the episode's own
             return str(exc) or type(exc).__name__
         self.final = {k: v.decode("utf-8", "replace") for k, v in tree.items()}
@@ -178,11 +185,7 @@ class ShellEnv:
         return tree_diff(self.base, self.final) if self.final is not None else ""
 
     def close(self) -> None:
-        """Tear the session down and free its sandbox place (safe to call twice)."""
+        """Tear the session down (safe to call twice)."""
         session, self.session = self.session, None
-        try:
-            if session is not None:
-                session.close()
-        finally:
-            self._held.close()
-            self._held = ExitStack()
+        if session is not None:
+            session.close()

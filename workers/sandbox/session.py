@@ -8,8 +8,10 @@
         shell.files()                           # the working tree, read by trusted code
 
 The session is a sandbox of the pool (warm bwrap, cold bwrap or Docker: every backend runs the
-Temper agent as the sandbox's pid 1), held for the whole episode (one running execution of its
-domain against the pool's limits) and retired at the end, never reused.
+Temper agent as the sandbox's pid 1), held for the whole episode and retired at the end, never
+reused. Each of its jobs takes a place of the pool's execution limits (per domain and global)
+for its own length, as any job does: a batch of episodes all holding sandboxes while the model
+generates never waits on itself.
 
 **A turn** is one job of the agent: ``bash --noprofile --norc -c TURN_SCRIPT bash COMMAND``,
 forked by the agent as every job is (a new session, the job's rlimits, stdin /dev/null). The
@@ -143,10 +145,12 @@ class ShellSession:
         """True once the sandbox failed or a command broke it: nothing more can be read from it."""
 
     def _job(self, command: list[str], files: dict, limits: Limits) -> Verdict:
-        """One job of the held sandbox with ``keep``, then the agent's ready frame; SandboxError
-        (the session ended) when the job did not reach the sandbox."""
+        """One job of the held sandbox with ``keep`` (behind the pool's execution limits for its
+        length), then the agent's ready frame; SandboxError (the session ended) when the job did
+        not reach the sandbox or no place came free."""
         try:
-            verdict = self.pool.backend.run(self.slot, files, command, limits, None, env=SESSION_ENV, keep=True)
+            with self.pool.admitted(self.domain):
+                verdict = self.pool.backend.run(self.slot, files, command, limits, None, env=SESSION_ENV, keep=True)
         except SandboxError as e:
             self._break(f"the sandbox failed: {e}")
             raise
@@ -222,11 +226,11 @@ class ShellSession:
         self._end(why)
 
     def close(self) -> None:
-        """Tear the session down: the sandbox is retired (never reused) and its place freed."""
+        """Tear the session down: the sandbox is retired (never reused)."""
         self._end("the session was closed")
         slot, self.slot = self.slot, None
         if slot is not None:
-            self.pool.let_go(self.domain, slot)
+            self.pool.let_go(slot)
 
     def __enter__(self) -> "ShellSession":
         return self
