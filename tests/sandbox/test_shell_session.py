@@ -59,8 +59,8 @@ def test_output_is_truncated_with_a_stated_marker(clean):
         assert not sh.ended and sh.run("echo still").stdout == b"still\n"
 
 
-def test_a_hung_command_is_killed_at_its_budget_and_the_session_goes_on(clean):
-    limits = SessionLimits(**{**FAST.__dict__, "command_wall_s": 1.0, "command_cpu_s": 0.5})
+def test_a_command_at_a_limit_is_killed_and_the_session_goes_on(clean):
+    limits = SessionLimits(**{**FAST.__dict__, "command_wall_s": 3.0, "command_cpu_s": 1.0})
     with session(clean, limits=limits) as sh:
         sh.run("mkdir kept && cd kept && export K=1")
         v = sh.run("sleep 1000")
@@ -69,6 +69,10 @@ def test_a_hung_command_is_killed_at_its_budget_and_the_session_goes_on(clean):
         assert v.status in ("timeout_cpu", "timeout_wall")
         assert sh.run('pwd; echo $K').stdout == b"/work/kept\n1\n"  # from before the kills
         assert not sh.ended
+    with session(clean) as sh:
+        v = sh.run("echo kept > f; python3 -c 'x = bytearray(1 << 30)'")  # over the session's 512 MiB
+        assert v.status == "memory_limit" and v.exit_code == 137, v  # bash saw its child killed
+        assert sh.run("cat f").stdout == b"kept\n" and not sh.ended
 
 
 def test_episode_budgets_end_the_session(clean):
@@ -79,7 +83,7 @@ def test_episode_budgets_end_the_session(clean):
         with pytest.raises(SessionEnded):
             sh.run("true")
         assert sh.files() == {}  # the tree is still readable once a budget ended the episode
-    limits = SessionLimits(**{**FAST.__dict__, "episode_wall_s": 1.0})
+    limits = SessionLimits(**{**FAST.__dict__, "episode_wall_s": 2.0})
     with session(clean, limits=limits) as sh:
         v = sh.run("sleep 1000")  # the command gets what is left of the episode's time
         assert v.status == "timeout_wall" and "command time" in sh.ended
