@@ -59,10 +59,12 @@ RUN pip install --no-deps --only-binary=:all: --target /opt/temper-sandbox -r re
  && cp requirements/sandbox.txt /opt/temper-sandbox/.temper-requirements
 
 FROM ${BASE_IMAGE} AS runtime
+# git and python3-pytest: the shell sessions' programs (with bash), which the bubblewrap sandboxes
+# take from this image's /usr (workers/sandbox/session.py)
 ARG RUNTIME_PACKAGES=
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 bubblewrap ca-certificates default-jre-headless $RUNTIME_PACKAGES \
+ && apt-get install -y --no-install-recommends python3 bubblewrap ca-certificates default-jre-headless git python3-pytest $RUNTIME_PACKAGES \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/temper --shell /usr/sbin/nologin temper \
  && mkdir -p /var/lib/temper && chown temper:temper /var/lib/temper

@@ -14,6 +14,9 @@ need=""
 command -v bwrap >/dev/null 2>&1 || need="$need bubblewrap"
 command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
 command -v debootstrap >/dev/null 2>&1 || need="$need debootstrap"
+# shell sessions (workers/sandbox/session.py): bwrap sandboxes bind the host's /usr read-only
+command -v git >/dev/null 2>&1 || need="$need git"
+/usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || need="$need python3-pytest"
 if [ -n "$need" ]; then
   echo "sandbox_setup: installing$need"
   apt-get update -qq

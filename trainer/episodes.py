@@ -108,12 +108,30 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
     ``max_episode_tokens`` tokens after the prompt.
     """
     episodes: list[tuple[Trajectory, Environment]] = []
-    for task, n, group in requests:
-        for _ in range(n):
-            env = make_env(task)
-            first = env.reset(task)
-            ids = tokenizer(first)["input_ids"][-max_prompt_tokens:]
-            episodes.append((Trajectory(task=task, group=group, prompt_ids=ids), env))
+    try:
+        for task, n, group in requests:
+            for _ in range(n):
+                env = make_env(task)
+                episodes.append((Trajectory(task=task, group=group, prompt_ids=[]), env))
+                first = env.reset(task)
+                episodes[-1][0].prompt_ids = tokenizer(first)["input_ids"][-max_prompt_tokens:]
+        _run_turns(engine, tokenizer, episodes, params, max_turns=max_turns,
+                   max_episode_tokens=max_episode_tokens)
+    finally:  # an environment that holds a sandbox (a shell session) gives it back, whatever happened
+        for _, env in episodes:
+            _close(env)
+    return [traj for traj, _ in episodes]
+
+
+def _close(env: "Environment") -> None:
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
+
+
+def _run_turns(engine: RolloutEngine, tokenizer, episodes: list[tuple[Trajectory, "Environment"]],
+               params: SamplingParams, *, max_turns: int, max_episode_tokens: int) -> None:
+    """The turn loop of :func:`multi_turn`: every active episode's next model turn, batched."""
     active = list(range(len(episodes)))
     while active:
         contexts = [episodes[i][0].prompt_ids + episodes[i][0].response_ids for i in active]
@@ -146,7 +164,6 @@ def multi_turn(engine: RolloutEngine, tokenizer, requests: list[tuple[Task, int,
             traj.behaviour_logprobs += [0.0] * len(obs)
             still.append(i)
         active = still
-    return [traj for traj, _ in episodes]
 
 
 def _conclude(traj: Trajectory, env: "Environment", outcome: Verification | None, cut: str) -> None:
@@ -159,6 +176,7 @@ def _conclude(traj: Trajectory, env: "Environment", outcome: Verification | None
     submission = getattr(env, "submission", None)
     if submission is not None:
         traj.completion = submission()
+        _close(env)  # the episode is over: a held sandbox goes back now, not after the batch
         return
     traj.verification = Verification.failed(details={"reason": cut or "the environment gave no verdict",
                                                      "turns": traj.turns})

@@ -85,14 +85,15 @@ def verify_context(spec: dict, max_concurrent_sandboxes: int | None = None):
 
 
 def environment_context(limit_of: Callable[[str], int | None]):
-    """The VerifyContext a run's environments use during episodes (a repository's ``run_tests``):
+    """The VerifyContext a run's environments use during episodes (a repository's ``run_tests``,
+    a shell episode's session):
     the sandbox, behind each domain's sandbox quota where ``limit_of(domain)`` (asked at every
     sandbox, so a changed quota applies to the next one) gives one."""
     def slot(domain: str, job_limits):
         limit = limit_of(domain)
         return sandbox_slot(limit)(domain, job_limits) if limit is not None else nullcontext()
 
-    return VerifyContext(execute=sandbox.execute, sandbox_slot=slot)
+    return VerifyContext(execute=sandbox.execute, sandbox_slot=slot, open_session=sandbox.open_session)
 
 
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:

@@ -18,6 +18,7 @@ ENVIRONMENTS: dict[str, str] = {
     "repo": "trainer.families.swe.environment:RepoEnv",
     "textgame": "trainer.environments.textgame:TextGameEnv",
     "bfcl_multi": "trainer.environments.bfcl_multi:BfclMultiEnv",
+    "shell": "trainer.environments.shell:ShellEnv",
 }
 """The tool-use environments by name, each as ``module:Class`` imported when one is made (so that
 a family package's environment is named here without this package importing the family)."""

@@ -27,6 +27,10 @@ verdict has ``status``, ``stdout``, ``stderr`` (and ``exit_code``, ``wall_s``, `
 SandboxSlot = Callable[[str, Limits], ContextManager[Any]]
 """``slot(domain, limits)``: hold one of the domain's sandbox places while a job runs; raising
 means no place came free (an infrastructure outcome)."""
+SessionOpener = Callable[..., Any]
+"""``open_session(files, *, limits: SessionLimits, setup: str, domain: str) -> session``: a shell
+session held until its ``close()``, with ``run(command) -> verdict``, ``files(max_bytes)`` and
+``ended`` (the sandbox runtime's ``open_session``)."""
 JudgeResolver = Callable[[str], Any]
 """``judges(name) -> Judge | None``."""
 
@@ -41,6 +45,8 @@ class VerifyContext:
     """Finds a judge by name (``judge``)."""
     sandbox_slot: SandboxSlot | None = None
     """The per-domain sandbox concurrency limit (the domain's live ``max_concurrent_sandboxes``)."""
+    open_session: SessionOpener | None = None
+    """Opens a shell session for an episode (the ``shell`` environment)."""
 
     def judge(self, name: str) -> Any:
         """The judge named ``name``, or None."""

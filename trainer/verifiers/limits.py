@@ -48,35 +48,100 @@ class Limits:
     """Size of each of the tmpfs mounts /work, /tmp and /dev/shm."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-                raise ValueError(f"Limits.{f.name} must be a number, got {value!r}")
-            if f.type == "int" and not isinstance(value, int):
-                raise ValueError(f"Limits.{f.name} must be a whole number, got {value!r}")
-            low, high, strict = f.metadata["low"], f.metadata["high"], f.metadata["exclusive_low"]
-            if value < low or (strict and value == low):
-                raise ValueError(f"Limits.{f.name} must be {'greater than' if strict else 'at least'} {low}, got {value!r}")
-            if value > high:
-                raise ValueError(f"Limits.{f.name} must be at most {high}, got {value!r}")
+        _check_bounds(self)
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | Limits | None) -> Limits:
         """Limits from a stage's ``params.limits`` (None: the defaults); ValueError names the field."""
-        if params is None:
-            return cls()
-        if isinstance(params, cls):
-            return params
-        if not isinstance(params, dict):
-            raise ValueError(f"limits must be an object, got {type(params).__name__}")
-        unknown = sorted(set(params) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"Limits has no field {unknown[0]!r}")
-        return cls(**params)
+        return _from_params(cls, params)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe copy."""
         return dataclasses.asdict(self)
+
+
+def _check_bounds(obj: Any) -> None:
+    """ValueError naming the field of a bounded dataclass whose value is not a number in bounds."""
+    kind = type(obj).__name__
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise ValueError(f"{kind}.{f.name} must be a number, got {value!r}")
+        if f.type == "int" and not isinstance(value, int):
+            raise ValueError(f"{kind}.{f.name} must be a whole number, got {value!r}")
+        low, high, strict = f.metadata["low"], f.metadata["high"], f.metadata["exclusive_low"]
+        if value < low or (strict and value == low):
+            raise ValueError(f"{kind}.{f.name} must be {'greater than' if strict else 'at least'} {low}, got {value!r}")
+        if value > high:
+            raise ValueError(f"{kind}.{f.name} must be at most {high}, got {value!r}")
+
+
+def _from_params(cls: Any, params: Any) -> Any:
+    """An instance of the bounded dataclass ``cls`` from a dict (None: the defaults)."""
+    if params is None:
+        return cls()
+    if isinstance(params, cls):
+        return params
+    if not isinstance(params, dict):
+        raise ValueError(f"limits must be an object, got {type(params).__name__}")
+    unknown = sorted(set(params) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field {unknown[0]!r}")
+    return cls(**params)
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Budgets of one shell session (an episode of the ``shell`` environment), every one enforced
+    outside the sandbox: per command by the sandbox's supervision (wall time by its agent, CPU and
+    output by the host), per episode by the host's session object.
+
+    >>> SessionLimits(command_wall_s=5).command_limits(2.5).wall_s
+    2.5
+    >>> SessionLimits(shown_bytes=10)
+    Traceback (most recent call last):
+    ...
+    ValueError: SessionLimits.shown_bytes must be at least 256, got 10
+    """
+
+    command_wall_s: float = _bounded(30.0, low=0, high=3600, exclusive_low=True)
+    """Wall seconds one command may run; then every process it started is killed."""
+    command_cpu_s: float = _bounded(30.0, low=0, high=3600, exclusive_low=True)
+    """CPU seconds one command's processes may use together."""
+    command_output_bytes: int = _bounded(1 << 20, low=1024, high=1 << 30)
+    """Bytes one command may write to stdout and to stderr each; more kills it (output_limit)."""
+    shown_bytes: int = _bounded(8192, low=256, high=1 << 20)
+    """Bytes of stdout and of stderr each shown to the model per command (head and tail, with a
+    marker stating what was left out)."""
+    episode_wall_s: float = _bounded(600.0, low=0, high=86400, exclusive_low=True)
+    """Wall seconds the episode's commands may run in all (sandbox time, not the model's)."""
+    episode_commands: int = _bounded(64, low=1, high=10_000)
+    """Commands one episode may run."""
+    episode_output_bytes: int = _bounded(8 << 20, low=1024, high=1 << 32)
+    """Bytes of output the episode's commands may write in all."""
+    memory_mb: int = _bounded(1024, low=16, high=65536)
+    """Memory of the session's sandbox (RAM, swap and tmpfs pages)."""
+    pids: int = _bounded(256, low=8, high=4096)
+    """Processes and threads alive at once."""
+    tmpfs_mb: int = _bounded(256, low=1, high=16384)
+    """Size of each of /work (the working tree), /tmp and /dev/shm."""
+    file_size_mb: int = _bounded(64, low=1, high=4096)
+    """Largest file a command may write."""
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | SessionLimits | None) -> SessionLimits:
+        """From a task's or domain's ``session_limits`` (None: the defaults); ValueError names the field."""
+        return _from_params(cls, params)
+
+    def command_limits(self, wall_s: float | None = None) -> Limits:
+        """The sandbox limits of one command (``wall_s``: what is left of the episode's, if less)."""
+        wall = self.command_wall_s if wall_s is None else min(self.command_wall_s, wall_s)
+        return Limits(cpu_s=self.command_cpu_s, wall_s=wall, memory_mb=self.memory_mb, pids=self.pids,
+                      output_bytes=self.command_output_bytes, file_size_mb=self.file_size_mb,
+                      open_files=1024, tmpfs_mb=self.tmpfs_mb)
 
 
 def limits_json_schema() -> dict[str, Any]:

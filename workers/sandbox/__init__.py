@@ -23,13 +23,15 @@ from .bwrap_pool import WarmBwrapBackend
 from .docker_backend import DockerBackend, reap_containers
 from .outcome import check_command, check_files
 from .pool import PoolConfig, SandboxPool
+from .session import SessionEnded, ShellSession, start_session
 from .testjob import parse_tests, python_test_job
 from .types import STATUSES, Limits, SandboxBusy, SandboxError, TestResult, Verdict
+from trainer.verifiers.limits import SessionLimits
 
 __all__ = [
     "execute", "Limits", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
     "SandboxPool", "PoolConfig", "get_runtime", "close_runtimes", "reap", "python_test_job",
-    "default_backend",
+    "default_backend", "open_session", "ShellSession", "SessionEnded", "SessionLimits",
 ]
 
 _runtimes: dict[str, SandboxPool] = {}
@@ -105,6 +107,16 @@ def execute(
     if verdict.status != "sandbox_error":
         verdict.tests = parse_tests(files, verdict.stdout)
     return verdict
+
+
+def open_session(files: dict[str, str | bytes] | None = None, *, limits: SessionLimits | None = None,
+                 setup: str = "", backend: str | None = None, domain: str = "shell") -> ShellSession:
+    """A shell session (:mod:`workers.sandbox.session`) in a sandbox of the backend's pool, held
+    until its ``close()``: ``files`` written into /work, then ``setup`` run there. Raises
+    SandboxError when no sandbox could be held or the setup failed."""
+    if files is not None:
+        check_files(files)
+    return start_session(get_runtime(backend), files, limits=limits, setup=setup, domain=domain)
 
 
 def reap(*, all_workers: bool = False, docker_client=None) -> dict[str, int]:

@@ -35,7 +35,10 @@ Counters the agent cannot check or reset (the next pid and inode numbers) still 
 from one job to the next in a warm sandbox; `bwrap-cold` leaves nothing at all.
 
 Protocol (big-endian): host -> agent frames `type(1) length(4) payload`: b"J" job (a marshal
-dict: files name -> bytes, stdin, command, env, limits), b"K" kill the running job (payload: why).
+dict: files name -> bytes, stdin, command, env, limits, keep), b"K" kill the running job (payload: why).
+A job with `keep` (a shell session's turn, session.py) is followed by the kill of every process
+but not by the rest of the reset: its files, /tmp and IPC objects stay for the session's next
+turn, and the host retires the sandbox when the session ends.
 Agent -> host frames: 1 stdout bytes, 2 stderr bytes, 3 result (JSON), 4 ready (after start and
 after each job's reset), 5 agent error text.
 """
@@ -423,11 +426,15 @@ while True:
     for kind, payload in read_frames(True):
         if kind != ord("J"):
             continue
+        keep = False
         try:
-            run_job(marshal.loads(payload))
+            job = marshal.loads(payload)
+            keep = job.get("keep") is True
+            run_job(job)
         except Exception as e:
             send(5, repr(e).encode())
-        reset()
+        if not keep:  # a shell session's turn keeps its files: the session's sandbox is never reused
+            reset()
         send(4, b"ready")
 '''
 _AGENT_BODY = _AGENT_HEAD + STATE_SOURCE + _AGENT_TAIL

@@ -216,11 +216,25 @@ class PipeAgentStream:
         self.w = self.r = self.e = -1
 
 
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """A job's environment: names without ``=`` or NUL, string values without NUL."""
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of name -> str, got {type(env).__name__}")
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ValueError(f"env name {name!r}: must be a non-empty string without '=' or NUL")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError(f"env {name}: the value must be a string without NUL")
+    return dict(env)
+
+
 def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | None,
-                address_space: int | None = None) -> bytes:
+                address_space: int | None = None, *, env: dict[str, str] | None = None,
+                keep: bool = False) -> bytes:
     """The job frame's payload for the agent: marshal of plain values (version 4, which every
     Python 3 reads), so the agent needs neither json nor base64 (their imports were most of
-    its start-up)."""
+    its start-up). ``env`` replaces the sandbox environment (``ENV_ALLOW``); ``keep`` (a shell
+    session's turn) skips the reset after the job but for the kill of every process."""
     enc = check_files(files)
     command = check_command(command)
     lim = {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
@@ -228,7 +242,9 @@ def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | 
     if address_space:
         lim["as"] = address_space
     job = {"files": enc, "stdin": bytes(stdin) if stdin else None, "command": command,
-           "env": dict(ENV_ALLOW), "limits": lim}
+           "env": dict(ENV_ALLOW) if env is None else check_env(env), "limits": lim}
+    if keep:
+        job["keep"] = True
     return marshal.dumps(job, 4)
 
 
@@ -247,14 +263,16 @@ def _result(payload: bytes) -> dict:
 
 def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
                   stdin: bytes | None, backend: str, address_space: int | None = None,
-                  oom_killed: Callable[[], bool] | None = None) -> Verdict:
-    """Send one job to an idle agent and supervise it to its verdict (see the module docstring).
+                  oom_killed: Callable[[], bool] | None = None, *, env: dict[str, str] | None = None,
+                  keep: bool = False) -> Verdict:
+    """Send one job to an idle agent and supervise it to its verdict (see the module docstring;
+    ``env`` and ``keep`` as in :func:`job_message`).
 
     Raises SandboxError only when the job did not reach the agent. When the agent is lost after
     that, the verdict is the job's and `stream.lost` says why (the caller retires the sandbox);
     `oom_killed` then tells whether the sandbox was OOM-killed where its cgroup went with it
     (a container whose pid 1 died)."""
-    message = job_message(files, command, limits, stdin, address_space)
+    message = job_message(files, command, limits, stdin, address_space, env=env, keep=keep)
     check_idle(stream)
     if cg is not None:
         cg.reset_peak()

@@ -303,7 +303,7 @@ class WarmBwrapBackend(PooledBackend):
         return sb
 
     def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits,
-            stdin: bytes | None) -> Verdict:
+            stdin: bytes | None, *, env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
         sb.uses += 1
         try:  # a sandbox that died while idle is not the next job's doing (WNOWAIT: not reaped)
             gone = os.waitid(os.P_PID, sb.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -313,7 +313,7 @@ class WarmBwrapBackend(PooledBackend):
             raise SandboxError("warm bwrap sandbox exited while idle")
         address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
         return self._run_busy(sb, lambda: run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin,
-                                                        "bwrap", address_space))
+                                                        "bwrap", address_space, env=env, keep=keep))
 
     def _reset(self, sb: WarmSandbox) -> None:
         """Wait for the agent's ready frame (it killed everything, removed IPC objects and wiped

@@ -361,10 +361,11 @@ class DockerBackend(PooledBackend):
 
     # ---- one job -------------------------------------------------------------------------
     def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
-            stdin: bytes | None) -> Verdict:
+            stdin: bytes | None, *, env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
         cont.uses += 1
         return self._run_busy(cont, lambda: run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin,
-                                                          "docker", oom_killed=lambda: self._oom_killed(cont)))
+                                                          "docker", oom_killed=lambda: self._oom_killed(cont),
+                                                          env=env, keep=keep))
 
     def _oom_killed(self, cont: Container) -> bool:
         """Whether the container's pid 1 was OOM-killed (its cgroup is gone with it): asked once

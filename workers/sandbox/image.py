@@ -15,12 +15,13 @@ from pathlib import Path
 from workers.sandbox.cli import make_or_status
 from workers.sandbox.libs import SANDBOX_LIB, install
 
-IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-2")
+IMAGE = os.environ.get("TEMPER_SANDBOX_IMAGE", "temper-sandbox:bookworm-3")
 """Image tag the docker backend runs; bump the suffix when the recipe below changes."""
 SUITE = "bookworm"
 """Debian release the root filesystem comes from."""
-PACKAGES = ("python3",)
-"""Packages installed on top of the minbase variant."""
+PACKAGES = ("python3", "git", "python3-pytest")
+"""Packages installed on top of the minbase variant (bash comes with it): the shell sessions'
+programs (:mod:`workers.sandbox.session`: bash, git, python3, pytest)."""
 CACHE_DIR = Path(os.environ.get("TEMPER_SANDBOX_ROOTFS_CACHE", "/var/tmp/temper-rootfs"))
 """Where the debootstrapped root filesystem is kept between builds."""
 
@@ -45,8 +46,8 @@ def image_exists(client=None) -> bool:
 
 def build_rootfs(target: Path) -> Path:
     """debootstrap a minimal Debian with python3 into target/rootfs (cached by a done-marker)."""
-    rootfs = target / "rootfs"
-    done = target / "rootfs.done"
+    rootfs = target / ("rootfs-" + IMAGE.partition(":")[2])  # one per recipe (the tag changes with it)
+    done = rootfs.with_name(rootfs.name + ".done")
     if done.exists():
         return rootfs
     if shutil.which("debootstrap") is None:

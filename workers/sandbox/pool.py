@@ -13,7 +13,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from contextlib import contextmanager
+from typing import Any, Iterator, Protocol
 
 from .types import Limits, SandboxBusy, SandboxError, Verdict
 
@@ -74,8 +75,11 @@ class Backend(Protocol):
     def acquire(self, domain: str, limits: Limits) -> Any:
         """A ready slot for `domain` and these limits (raises SandboxError on infrastructure failure)."""
 
-    def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None) -> Verdict:
-        """Run one job in the slot; raises SandboxError only when the job did not reach it."""
+    def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None, *,
+            env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
+        """Run one job in the slot; raises SandboxError only when the job did not reach it. ``env``
+        replaces the sandbox environment; ``keep`` (a shell session's turn) leaves the slot's files
+        for the next job, so such a slot must be released with verdict None (retired)."""
 
     def release(self, slot: Any, verdict: Verdict | None) -> None:
         """Return the slot; verdict None (it failed before the job), a limit status or a sandbox
@@ -95,6 +99,7 @@ class SandboxPool:
         self._running = 0
         self._per_domain: dict[str, int] = {}
         self._waiting = 0
+        self._held = 0
 
     def _can_start(self, domain: str) -> bool:
         return (self._running < self.config.global_limit
@@ -158,10 +163,48 @@ class SandboxPool:
         finally:
             self._leave(domain)
 
+    def hold(self, domain: str, limits: Limits) -> Any:
+        """A slot held for a shell session until :meth:`let_go`. Holding is not running: each job
+        of the session takes a place of the execution limits for its own length
+        (:meth:`admitted`), so a batch of episodes, all holding sandboxes, never waits on itself.
+        Infrastructure failures are retried on a fresh slot as in :meth:`execute`; SandboxError
+        after the last attempt."""
+        last: SandboxError | None = None
+        for _attempt in range(1 + self.config.retries):
+            try:
+                slot = self.backend.acquire(domain, limits)
+            except SandboxError as e:
+                last = e
+                continue
+            with self._cond:
+                self._held += 1
+            return slot
+        assert last is not None
+        raise last
+
+    @contextmanager
+    def admitted(self, domain: str) -> Iterator[None]:
+        """One place of ``domain``'s and the global execution limit while a job of a held slot
+        runs; SandboxBusy when none came free (as :meth:`execute` is refused)."""
+        self._admit(domain)
+        try:
+            yield
+        finally:
+            self._leave(domain)
+
+    def let_go(self, slot: Any) -> None:
+        """End a held slot: the sandbox is retired (never reused, so nothing of the session reaches
+        another job)."""
+        try:
+            self.backend.release(slot, None)
+        finally:
+            with self._cond:
+                self._held -= 1
+
     def stats(self) -> dict[str, Any]:
         """Running and waiting counts, for dashboards."""
         with self._cond:
-            return {"running": self._running, "waiting": self._waiting,
+            return {"running": self._running, "waiting": self._waiting, "held": self._held,
                     "per_domain": dict(self._per_domain), "backend": self.backend.name}
 
     def close(self) -> None:
