@@ -219,6 +219,8 @@ class Budgets:
         self.db = db or (lambda fn, *args, **kwargs: fn(*args, **kwargs))
         self.prices: Prices | None = None
         self.spent: dict[str, Decimal | None] | None = None
+        """The run's cost so far, exact, per part and in all, at ``prices``, up to step ``counted``."""
+        self.counted = 0
         self.warned = False
 
     def after_step(self, done: StepDone) -> str | None:
@@ -234,9 +236,12 @@ class Budgets:
     def _money(self, done: StepDone) -> str | None:
         run, prices = done.run, usage.current_prices()
         if prices != self.prices or self.spent is None or self.spent["total"] is None:  # first step, new prices, unknown
-            self.prices, self.spent = prices, usage.run_cost_sum(run, prices)
+            spent = usage.run_cost_sum(run, prices)
+        elif self.counted == done.step:  # this call retried after a database outage: the step is in already
+            spent = self.spent
         else:
-            self.spent = add_costs([self.spent, *(cost(f, prices, rounded=False) for f in (done.usage or {}).values())])
+            spent = add_costs([self.spent, *(cost(f, prices, rounded=False) for f in (done.usage or {}).values())])
+        self.prices, self.spent, self.counted = prices, spent, done.step
         currency, budget = prices.currency, run.budget_cost
         if self.spent["total"] is None:
             if not self.warned:
