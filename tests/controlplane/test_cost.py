@@ -10,6 +10,7 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from controlplane.accounts.principal import Principal
@@ -235,3 +236,19 @@ def test_a_money_budget_that_cannot_be_checked_says_so_once_and_the_run_goes_on(
     record(run, 3)
     assert budgets.after_step(StepDone(run=run, step=3, metrics={}, trajectories=[], samples=[], tokens=0,
                                        usage=step_usage(3))) == FINISHED
+
+
+def test_prices_from_the_command_line(world):
+    def cli(*args):
+        out = io.StringIO()
+        call_command("temper", "--user", world.staff.username, "pools", *args, stdout=out)
+        return out.getvalue()
+
+    assert "pool gpus: train_gpu x8, 2.75 USD a GPU-hour" in cli("set", "gpus", "--kind", "train_gpu", "--capacity", "8", "--price", "2.75")
+    assert "pool gpus: train_gpu x4, 2.75 USD a GPU-hour" in cli("set", "gpus", "--capacity", "4")  # the price is kept
+    with pytest.raises(CommandError, match=r"pool.price: must be a finite amount of money"):
+        cli("set", "gpus", "--price", "Infinity")
+    assert "pool gpus: train_gpu x4, no price" in cli("set", "gpus", "--price", "none")
+    assert ResourcePool.objects.get(name="gpus").price is None
+    listing = cli("list")
+    assert "gpus" in listing and "not set" in listing and "GPU-hour" in listing
