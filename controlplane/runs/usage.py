@@ -70,11 +70,15 @@ def current_prices() -> Prices:
 
 
 def _costs(rows: list[dict], key, prices: Prices) -> dict[Any, dict[str, Decimal | None]]:
-    """The exact cost of usage rows summed by ``key(row)``: each row priced, then added."""
-    out: dict[Any, list] = {}
+    """The exact cost of usage rows summed by ``key(row)``: the priced figures summed exactly
+    (each as the decimal it prints as), then priced once per key (a cost is linear in them)."""
+    sums: dict[Any, dict[str, Any]] = {}
     for r in rows:
-        out.setdefault(key(r), []).append(cost(r, prices, rounded=False))
-    return {k: add_costs(v) for k, v in out.items()}
+        acc = sums.setdefault(key(r), dict.fromkeys(COST_FIELDS, 0))
+        for f in COST_FIELDS:
+            if v := r[f]:
+                acc[f] += Decimal(repr(v)) if isinstance(v, float) else v
+    return {k: cost(acc, prices, rounded=False) for k, acc in sums.items()}
 
 
 def run_cost(run: Run, rows: list[dict], prices: Prices) -> dict[str, Any]:
@@ -106,8 +110,8 @@ def run_usage(run: Run, prices: Prices | None = None) -> dict[str, Any]:
 def run_cost_sum(run: Run, prices: Prices | None = None) -> dict[str, Decimal | None]:
     """What ``run`` has cost so far per part and in all, exact (None: a figure it used has no
     price): the money budget's check after each step."""
-    rows = UsageRecord.objects.filter(run=run).values(*COST_FIELDS)
-    return add_costs(cost(r, prices or current_prices(), rounded=False) for r in rows)
+    rows = list(UsageRecord.objects.filter(run=run).values(*COST_FIELDS))
+    return add_costs(_costs(rows, lambda r: "", prices or current_prices()).values())
 
 
 def _slope(points: list[tuple[int, float]]) -> float | None:
