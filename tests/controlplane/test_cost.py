@@ -113,6 +113,7 @@ def test_run_and_team_costs_are_usage_times_prices_in_the_api_the_csv_and_the_pa
     assert [(r["kind"], r["cost_total"], r["currency"]) for r in rows if r["kind"] != "domain"] == \
         [("run", r["cost"]["total"], "USD") for r in report["runs"]] + [("total", report["totals"]["cost"]["total"], "USD")]
     page = admin.get("/usage/").content.decode()
+    assert "a GPU-hour 2.4 · a CPU-hour 0.036 · a sandbox-hour 0.72 · a million judge tokens 5." in page
     assert f'data-field="cost_total"><b>{Decimal(report["totals"]["cost"]["total"]):.2f}</b>' in page
     card = admin.get(f"/runs/{runs[0].id}/usage/").content.decode()
     assert f"<b>{totals[0]:.2f}</b>" in card and 'data-testid="cost-steps"' in card
