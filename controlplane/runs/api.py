@@ -436,6 +436,8 @@ class ProjectionOut(Schema):
     gpu_s_to_finish: float
     cpu_s_to_finish: float
     rate_steps: int
+    cost_to_finish: Optional[str] = None
+    """Money for the steps left at the mean cost of the same recent steps; null: unknown."""
     domains: dict[str, DomainProjectionOut]
 
 

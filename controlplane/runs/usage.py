@@ -103,8 +103,25 @@ def run_usage(run: Run, prices: Prices | None = None) -> dict[str, Any]:
     rows = _rows(UsageRecord.objects.filter(run=run))
     totals = _fold(rows, lambda r: "all").get("all", _round(_blank()))
     domains = {k: v for k, v in _fold([r for r in rows if r["domain"]], lambda r: r["domain"]).items()}
-    return {"run": run.id, "totals": totals, "domains": domains, "cost": run_cost(run, rows, prices or current_prices()),
-            "projection": projection(run, rows)}
+    money, ahead = run_cost(run, rows, prices or current_prices()), projection(run, rows)
+    if ahead is not None:
+        ahead["cost_to_finish"] = cost_to_finish(money["steps"], ahead["steps_left"])
+    return {"run": run.id, "totals": totals, "domains": domains, "cost": money, "projection": ahead}
+
+
+def cost_to_finish(steps: list[dict[str, Any]], left: int) -> str | None:
+    """What the steps left cost at the mean cost of the last ``RATE_STEPS`` steps (the rate the
+    projection uses); None where one of those has an unknown cost or there is none.
+
+    >>> cost_to_finish([{"step": 1, "total": "1.000000"}, {"step": 2, "total": "2.000000"}], 10)
+    '15.000000'
+    >>> cost_to_finish([{"step": 1, "total": None}], 10) is None
+    True
+    """
+    recent = [s["total"] for s in steps[-RATE_STEPS:]]
+    if not recent or any(t is None for t in recent):
+        return None
+    return str(round_amount(sum(Decimal(t) for t in recent) / len(recent) * left))
 
 
 def run_cost_sum(run: Run, prices: Prices | None = None) -> dict[str, Decimal | None]:

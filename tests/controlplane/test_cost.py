@@ -104,6 +104,10 @@ def test_run_and_team_costs_are_usage_times_prices_in_the_api_the_csv_and_the_pa
             + Decimal(c["shared"]["total"]) == Decimal(c["totals"]["total"])
         assert c["domains"]["addition"]["judge"] == "0.000000" and c["shared"]["sandbox"] == "0.000000"
         totals.append(Decimal(c["totals"]["total"]))
+        # Running, 100 steps in its budget: the steps left at the mean cost of the recent steps.
+        left = body["projection"]["steps_left"]
+        mean = sum(Decimal(s["total"]) for s in c["steps"]) / len(c["steps"])
+        assert Decimal(body["projection"]["cost_to_finish"]) == (mean * left).quantize(Decimal("0.000001"))
     report = admin.get("/api/teams/acme/usage").json()
     assert Decimal(report["totals"]["cost"]["total"]) == sum(totals) == sum(Decimal(r["cost"]["total"]) for r in report["runs"])
     assert {d["domain"]: d["cost"]["total"] for d in report["domains"]} == {
