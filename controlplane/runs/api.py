@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Optional
 
 from django.http import HttpRequest, HttpResponse
@@ -17,6 +16,7 @@ from controlplane.common.errors import InvalidInput
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
 from controlplane.runs import forecast, selectors, series, services, usage
+from controlplane.runs.cost import amount_text
 from controlplane.runs.schemas import run_body_schema
 from controlplane.runs.spec import RunSpec
 
@@ -41,8 +41,8 @@ class RunOut(Schema):
     budget_steps: int
     budget_tokens: Optional[int] = None
     budget_seconds: Optional[float] = None
-    budget_cost: Optional[Decimal] = None
-    """The money budget in TEMPER_CURRENCY (a decimal string); null: none."""
+    budget_cost: Optional[str] = None
+    """The money budget in TEMPER_CURRENCY (a decimal string, as exact as it was given); null: none."""
     current_step: int
     created_by: Optional[str] = Field(None, alias="created_by.username")
     created_at: datetime
@@ -58,6 +58,10 @@ class RunOut(Schema):
     @staticmethod
     def resolve_tags(obj) -> list[str]:
         return [t.name for t in obj.tags.all()]  # prefetched by the list
+
+    @staticmethod
+    def resolve_budget_cost(obj) -> str | None:
+        return amount_text(obj.budget_cost)
 
     @staticmethod
     def resolve_owned_fields(obj) -> dict[str, Any]:
