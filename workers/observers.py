@@ -209,7 +209,7 @@ class Silence:
 
 class Budgets:
     """The run's wall-clock budget (from when its loop started), token budget and money budget:
-    spent, the run completes. The money budget is checked after the recorder wrote the step: the
+    spent, the run completes at this step, with a ``budget`` event saying which. The money budget is checked after the recorder wrote the step: the
     run's cost so far (its usage at the pools' prices, read each step) reaching ``budget_cost``
     ends it at this step with a ``budget`` event; a cost that cannot be known (a figure it used
     has no price) is one ``budget`` event saying why, and the run goes on."""
@@ -225,13 +225,21 @@ class Budgets:
 
     def after_step(self, done: StepDone) -> str | None:
         run = done.run
-        if run.budget_seconds and time.monotonic() - self.started > run.budget_seconds:
-            return FINISHED
+        if run.budget_seconds and (spent := time.monotonic() - self.started) > run.budget_seconds:
+            return self._spent(done, "wall_s", f"wall-clock budget of {run.budget_seconds:g} s spent at step {done.step} "
+                                               f"({spent:.0f} s)", spent=round(spent, 1), limit=run.budget_seconds)
         if run.budget_tokens and run.tokens_used >= run.budget_tokens:
-            return FINISHED
+            return self._spent(done, "tokens", f"token budget of {run.budget_tokens} spent at step {done.step} "
+                                               f"({run.tokens_used} tokens)", spent=run.tokens_used, limit=run.budget_tokens)
         if run.budget_cost is not None:
             return self.db(self._money, done)
         return None
+
+    def _spent(self, done: StepDone, budget: str, message: str, **data: Any) -> str:
+        """A ``budget`` event for a wall or token budget spent; the run completes."""
+        self.db(runs.run_event_record, run=done.run, kind="budget", data={"budget": budget, "step": done.step, **data},
+                message=f"{message}; the run completes")
+        return FINISHED
 
     def _money(self, done: StepDone) -> str | None:
         run, prices = done.run, usage.current_prices()

@@ -257,3 +257,14 @@ def test_prices_from_the_command_line(world):
     assert ResourcePool.objects.get(name="gpus").price is None
     listing = cli("list")
     assert "gpus" in listing and "not set" in listing and "GPU-hour" in listing
+
+
+def test_a_wall_or_token_budget_spent_says_so_in_the_same_kind_of_event(world):
+    run = driven(world.team)
+    Run.objects.filter(pk=run.pk).update(budget_tokens=100, tokens_used=150)
+    run.refresh_from_db()
+    done = StepDone(run=run, step=4, metrics={}, trajectories=[], samples=[], tokens=0, usage={})
+    assert Budgets().after_step(done) == FINISHED
+    event = RunEvent.objects.get(run=run, kind="budget")
+    assert event.data == {"budget": "tokens", "step": 4, "spent": 150, "limit": 100}
+    assert event.message == "token budget of 100 spent at step 4 (150 tokens); the run completes"
