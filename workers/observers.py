@@ -209,10 +209,10 @@ class Silence:
 
 class Budgets:
     """The run's wall-clock budget (from when its loop started), token budget and money budget:
-    spent, the run completes at this step, with a ``budget`` event saying which. The money budget is checked after the recorder wrote the step: the
-    run's cost so far (its usage at the pools' prices, read each step) reaching ``budget_cost``
-    ends it at this step with a ``budget`` event; a cost that cannot be known (a figure it used
-    has no price) is one ``budget`` event saying why, and the run goes on."""
+    spent, the run completes at this step, with a ``budget`` event saying which. The money budget
+    is checked after the recorder wrote the step: the run's cost so far (its usage at the pools'
+    prices, read each step) reaching ``budget_cost`` ends it; a cost that cannot be known (a
+    figure it used has no price) is one ``budget`` event saying why, and the run goes on."""
 
     def __init__(self, db: Callable[..., Any] | None = None) -> None:
         self.started = time.monotonic()

@@ -8,9 +8,8 @@ import csv
 import io
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
-from typing import Any
-
 from decimal import Decimal
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
@@ -19,7 +18,6 @@ from django.utils import timezone
 
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.runs.cost import PARTS, Prices, add_costs, amount_text, as_json, cost, prices_from_pools, round_amount
-
 from controlplane.runs.models import MetricPoint, Run, RunState, UsageRecord
 
 USAGE_FIELDS = ("generated_tokens", "trained_tokens", "completions", "wall_s", "cpu_s", "gpu_s", "sandbox_s",
