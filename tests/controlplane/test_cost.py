@@ -19,7 +19,7 @@ from controlplane.runs.cost import Prices, amount_text, cost, prices_from_pools
 from controlplane.runs.models import Run, RunEvent
 from controlplane.runs.services import run_record_step
 from controlplane.scheduling.models import ResourcePool
-from controlplane.scheduling.services import pool_set
+from controlplane.scheduling.services import _capacity, pool_set
 from controlplane.web.pages import run_as_form_data
 from tests import factories
 from workers.observers import FINISHED, Budgets, StepDone
@@ -268,3 +268,11 @@ def test_a_wall_or_token_budget_spent_says_so_in_the_same_kind_of_event(world):
     event = RunEvent.objects.get(run=run, kind="budget")
     assert event.data == {"budget": "tokens", "step": 4, "spent": 150, "limit": 100}
     assert event.message == "token budget of 100 spent at step 4 (150 tokens); the run completes"
+
+
+def test_a_judge_pool_is_a_price_only_and_adds_no_slots_to_the_scheduler(world):
+    priced(world, cpus=("cpu", "0.04"), judges=("judge", "5"))
+    assert _capacity() == {"cpu": 4}
+    page = client_for(world.users["member"]).get("/queue/").content.decode()
+    kinds = page.split('data-testid="pools"')[1].split("</table>")[0]
+    assert "<td>cpu</td>" in kinds and "judge" not in kinds
