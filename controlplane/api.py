@@ -15,6 +15,7 @@ from controlplane.common.api import BodyParser, error_payload, pydantic_errors
 from controlplane.common.body import body_limit
 from controlplane.common.errors import FieldError, InvalidInput, ServiceError
 from controlplane.domains.api import router as domains_router
+from controlplane.registry.api import estimate_router
 from controlplane.registry.api import router as registry_router
 from controlplane.review.api import router as review_router
 from controlplane.runs.api import router as runs_router
@@ -31,6 +32,7 @@ api = NinjaAPI(
 api.add_router("", accounts_router)
 api.add_router("", scheduling_router)
 api.add_router("", domains_router)
+api.add_router("", estimate_router)  # before runs_router: its /runs/{run_id} would take /runs/estimate
 api.add_router("", runs_router)
 api.add_router("", registry_router)
 api.add_router("", review_router)

@@ -184,6 +184,11 @@ class Fits:
     draws: list[Curve] = field(default_factory=list)
     note: str = ""
 
+    def band_at(self, c: float) -> tuple[float, float] | None:
+        """The :data:`BAND` percentiles of the reward at compute ``c`` over the bootstrap fits
+        (the curve's band, drawn around it); None without fits."""
+        return _percentiles([f(c) for f in self.draws]) if self.curve is not None and self.draws else None
+
     def forecast(self, *, target: float | None = None, at: float | None = None) -> Forecast:
         """The asymptote's band; with ``target`` the compute to it; with ``at`` the reward there."""
         if self.curve is None:

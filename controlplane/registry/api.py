@@ -2,20 +2,25 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from controlplane.accounts.models import Team
-from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, body_doc, json_object
+from controlplane.common.api import ERRORS, MAX_ID, MAX_VERSION, body_doc, json_body, json_object
 from controlplane.common.errors import InvalidInput, NotFound
 from controlplane.common.validation import validate
 from controlplane.registry import aliases, selectors, services
 from controlplane.registry.models import ALIASES
+from controlplane.runs.api import RUN_BODY
+from controlplane.runs.estimate import run_estimate
 
 router = Router(tags=["registry"])
+estimate_router = Router(tags=["runs"])
+"""``POST /api/runs/estimate``: mounted before the runs app's router, whose ``/runs/{run_id}`` would
+otherwise take the path."""
 
 
 class AliasRefOut(Schema):
@@ -189,6 +194,28 @@ class BaseModelOut(Schema):
     @staticmethod
     def resolve_reference(obj) -> str:
         return f"base:{obj.name}"
+
+
+class RunEstimateOut(Schema):
+    steps: dict[str, Any]
+    """The steps the run would take and why (``budget.steps``, or its wall limit)."""
+    figures: dict[str, Any]
+    """Per figure (``UsageRecord``'s names): ``value`` for the run, ``per_step``, ``source`` and
+    the domains it could not measure (``unmeasured``, counted as 0)."""
+    usage: dict[str, Union[int, float, None]]
+    """The run's figures alone, as a price list reads a run's usage."""
+    domains: list[dict[str, Any]]
+    rollout: dict[str, Any]
+    assumptions: list[str]
+
+
+@estimate_router.post("/runs/estimate", response={200: RunEstimateOut, **ERRORS}, openapi_extra=RUN_BODY)
+def run_estimate_view(request: HttpRequest):
+    """What a run body would consume (steps, completions, tokens, wall, GPU, CPU and sandbox
+    seconds, judge tokens), from its domains' run history or evaluations, each figure with its
+    source. The body is validated as ``POST /api/runs`` validates it; nothing is saved. Served
+    here because the evaluations are the registry's (the registry reads the runs app)."""
+    return run_estimate(actor=request.auth, data=json_body(request), evaluations=selectors.eval_task_costs)
 
 
 @router.get("/registry/base-models", response={200: list[BaseModelOut], **ERRORS})

@@ -8,8 +8,10 @@ from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput, NotFound, found
 from controlplane.common.queries import filter_given
 from controlplane.common.validation import MAX_ROW_ID, is_row_id
-from controlplane.registry.models import Alias, AliasMove, BaseModel, EvalRun, EvalState, EvalSuite, EvalSuiteVersion, ModelVersion
+from controlplane.registry.models import (Alias, AliasMove, BaseModel, EvalResult, EvalRun, EvalState, EvalSuite, EvalSuiteVersion,
+                                         ModelVersion)
 from controlplane.registry.stats import bootstrap_ci, paired_delta, task_scores
+from controlplane.runs.estimate import Measured
 from controlplane.runs.models import Run
 from trainer.config import EvalConfig
 
@@ -259,3 +261,35 @@ def promotion_gate(*, candidate: ModelVersion, current: ModelVersion | None, sui
     else:
         verdict["reason"] = "no domain regresses beyond the threshold"
     return verdict
+
+
+# ----------------------------------------------------------------------------- a run's estimate
+def eval_task_costs(*, team_id: int, slugs: list[str], base_model: str) -> dict[str, Measured]:
+    """Per domain of ``slugs``, its measured cost per completion from the team's latest completed
+    evaluation of it (one query): a version of ``base_model`` (its base or one of its runs'
+    checkpoints) first, else any of the team's; tokens and seconds per task over the samples per
+    task. A domain no evaluation measured is left out. The run form's estimate reads these where
+    a domain has no run history (controlplane/runs/estimate.py)."""
+    rows = (EvalResult.objects.filter(eval_run__version__team_id=team_id, eval_run__state=EvalState.COMPLETED,
+                                      domain__in=slugs, tasks__gt=0, samples__gt=0)
+            .order_by("-eval_run__finished_at", "-id")
+            .values("domain", "layer", "tasks", "samples", "tokens_per_task", "seconds_per_task", "eval_run_id",
+                    "eval_run__finished_at", "eval_run__version__name", "eval_run__version__base_model",
+                    "eval_run__suite_version__suite__slug", "eval_run__suite_version__version"))
+    best: dict[str, dict] = {}
+    for r in rows:  # newest first: the first of the same base model wins, else the first of any
+        held = best.get(r["domain"])
+        same = r["eval_run__version__base_model"] == base_model
+        if held is None or (same and held["eval_run__version__base_model"] != base_model):
+            best[r["domain"]] = r
+    out = {}
+    for slug, r in best.items():
+        per_task = r["samples"] / r["tasks"]
+        when = r["eval_run__finished_at"]
+        out[slug] = Measured(
+            source="evaluation",
+            detail=(f"evaluation #{r['eval_run_id']} of {r['eval_run__version__name']} on "
+                    f"{r['eval_run__suite_version__suite__slug']}@v{r['eval_run__suite_version__version']} ({r['layer']}), "
+                    f"{r['tasks']} tasks x {per_task:g} samples{f', {when:%Y-%m-%d}' if when else ''}"),
+            tokens=r["tokens_per_task"] / per_task, seconds=r["seconds_per_task"] / per_task)
+    return out

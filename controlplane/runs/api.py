@@ -565,6 +565,9 @@ class DomainForecastOut(Schema):
     predicted_band: Optional[list[float]] = None
     note: str = ""
     curve_points: list[list[float]] = []
+    """The fitted curve for a chart: ``[compute, reward]``, log-spaced."""
+    curve_band: list[list[float]] = []
+    """Its 95% bootstrap band at the same computes: ``[compute, low, high]``."""
     final: Optional[dict[str, float]] = None
 
 

@@ -19,7 +19,7 @@ from django.db.models import Sum
 
 from controlplane.common.errors import FieldError, InvalidInput
 from controlplane.runs.models import MetricPoint, Run, UsageRecord
-from trainer.forecast import fits
+from trainer.forecast import Fits, fits
 
 COMPUTE: dict[str, tuple[str, str]] = {
     "tokens": ("generated_tokens", "generated tokens"),
@@ -68,8 +68,13 @@ def _spent(run: Run, field: str) -> tuple[list[int], list[float]]:
     return steps, totals
 
 
-def _curve_points(fit: Any, lo: float, hi: float) -> list[list[float]]:
-    return [[c, round(fit.curve(c), 6)] for c in (lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS))]
+def _curve_points(fit: Fits, lo: float, hi: float) -> tuple[list[list[float]], list[list[float]]]:
+    """The fitted curve at ``CURVE_POINTS`` log-spaced computes from ``lo`` to ``hi`` (``[c, R]``),
+    and its bootstrap band there (``[c, low, high]``; empty without bootstrap fits)."""
+    cs = [lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS)]
+    bands = [(c, fit.band_at(c)) for c in cs]
+    return ([[c, round(fit.curve(c), 6)] for c in cs],
+            [[c, round(band[0], 6), round(band[1], 6)] for c, band in bands if band is not None])
 
 
 def _run_fits(run: Run, compute: str) -> dict[str, Any]:
@@ -104,8 +109,8 @@ def run_forecast(run: Run, *, target: float | None = None, compute: str = "token
     """Per domain with held-out results: the points, the fitted curve (asymptote with its band,
     steepness, compute at half the asymptote, start), the reward it predicts at the budget's end
     (the compute spent so far, per step, times the step budget) with its band, the compute to
-    ``target`` with its band, and the curve sampled for a chart; or the note that says why there
-    is no fit yet."""
+    ``target`` with its band, and the curve sampled for a chart with its band (``curve_points``
+    ``[c, R]``, ``curve_band`` ``[c, low, high]``); or the note that says why there is no fit yet."""
     fitted = _run_fits(run, compute)
     domains = []
     for domain, (points, fit) in fitted["domains"].items():
@@ -113,7 +118,8 @@ def run_forecast(run: Run, *, target: float | None = None, compute: str = "token
         entry: dict[str, Any] = {"domain": domain, "points": [[c, r] for c, r in points], **f.to_dict()}
         if f.curve is not None:
             spent = max(c for c, _ in points)
-            entry["curve_points"] = _curve_points(f, min(c for c, _ in points if c > 0), max(10 * spent, 1.2 * (f.compute_to_target or 0.0)))
+            entry["curve_points"], entry["curve_band"] = _curve_points(
+                fit, min(c for c, _ in points if c > 0), max(10 * spent, 1.2 * (f.compute_to_target or 0.0)))
             entry["final"] = {"compute": spent, "reward": round(points[-1][1], 6)}
         domains.append(entry)
     return {"run": run.id, "compute": compute, "compute_label": COMPUTE[compute][1], "target": target,

@@ -51,6 +51,7 @@ ENDPOINTS = [
     Endpoint("domain-versions", "get", lambda w, t, r, d: f"/api/domains/{d.slug}/versions", ALL),
     Endpoint("domain-diff", "get", lambda w, t, r, d: f"/api/domains/{d.slug}/diff?a=1&b=1", ALL),
     Endpoint("run-validate", "post", lambda w, t, r, d: "/api/runs/validate", RUNNERS, body=_run_body),
+    Endpoint("run-estimate", "post", lambda w, t, r, d: "/api/runs/estimate", RUNNERS, body=_run_body),
     Endpoint("run-create", "post", lambda w, t, r, d: "/api/runs", RUNNERS, ok=201, body=_run_body),
     Endpoint("runs-list", "get", lambda w, t, r, d: "/api/runs", ALL, other=200),
     Endpoint("run-detail", "get", lambda w, t, r, d: f"/api/runs/{r.id}", ALL),

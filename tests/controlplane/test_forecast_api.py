@@ -40,6 +40,11 @@ def test_the_forecast_recovers_where_a_domain_saturates_and_the_compute_to_a_tar
     c_lo, c_hi = addition["compute_band"]
     assert c_lo <= TRUTH.compute_for(0.5) <= c_hi
     assert addition["final"]["compute"] == 40 * TOKENS_PER_STEP and len(addition["curve_points"]) == 40
+    # the curve's band for the chart: at every compute of the curve, around it
+    band = addition["curve_band"]
+    assert [c for c, _, _ in band] == [c for c, _ in addition["curve_points"]]
+    assert all(lo <= r <= hi for (_, lo, hi), (_, r) in zip(band, addition["curve_points"]))
+    assert band[-1][2] - band[-1][1] > band[0][2] - band[0][1]  # wider far past the results than at the first
     # the budget's end (100 steps at 1000 tokens a step so far): the curve's reward there, banded
     assert addition["at"] == 100 * TOKENS_PER_STEP
     p_lo, p_hi = addition["predicted_band"]

@@ -101,6 +101,7 @@
           onclick: () => { mix.delete(slug); renderMix(); renderList(); } })));
     });
     document.querySelector("#mix tbody").replaceChildren(...rows);
+    form.dispatchEvent(new Event("mixchange")); // the estimate (run_estimate.js) follows the mix
   }
 
   function renderShares() {
