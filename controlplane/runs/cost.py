@@ -92,9 +92,9 @@ def _amount(value: float | int | Decimal) -> Decimal:
 def cost(usage: Mapping[str, float | int | Decimal], prices: Prices, *, rounded: bool = True) -> dict[str, Decimal | None]:
     """Each part's cost (``gpu``, ``cpu``, ``sandbox``, ``judge``) and the ``total``, as Decimals
     rounded to :data:`CENT_PLACES` (``rounded=False``: exact, for sums that round once at the
-    end): the figure (``gpu_s``, ``cpu_s``, ``sandbox_s``, ``judge_tokens``; a missing one is 0)
-    over its unit, times its price. A part with usage and no price is None, and then so is the
-    total.
+    end): the figure (``gpu_s``, ``cpu_s``, ``sandbox_s``, ``judge_tokens``; a missing one is 0,
+    one given as None is not known) over its unit, times its price. A part with usage and no
+    price, or with a figure not known, is None, and then so is the total.
 
     >>> p = Prices(gpu=Decimal("2.40"), cpu=Decimal("0.036"), sandbox=Decimal("0.72"), judge=Decimal("5"))
     >>> c = cost({"gpu_s": 1800, "cpu_s": 100.0, "sandbox_s": 5.0, "judge_tokens": 2000}, p)
@@ -104,9 +104,14 @@ def cost(usage: Mapping[str, float | int | Decimal], prices: Prices, *, rounded:
     {'gpu': Decimal('0.000000'), 'cpu': Decimal('0.010000'), 'sandbox': Decimal('0.000000'), 'judge': Decimal('0.000000'), 'total': Decimal('0.010000')}
     >>> cost({"gpu_s": 3600}, Prices())["total"] is None
     True
+    >>> cost({"gpu_s": None, "cpu_s": 3600}, Prices(gpu=Decimal(2), cpu=Decimal(1)))["gpu"] is None
+    True
     """
     out: dict[str, Decimal | None] = {}
     for part, figure, _, unit in PARTS:
+        if figure in usage and usage[figure] is None:  # not known (an estimate that could not measure it)
+            out[part] = None
+            continue
         amount = _amount(usage.get(figure) or 0)
         price = getattr(prices, part)
         if amount == 0:
