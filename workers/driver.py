@@ -265,7 +265,7 @@ class RunDriver:
         self.observers = [self.lanes, Levels(self.job, self.db), self.mix, VerifyCounters(self.gatherer),
                           Recorder(self.worker, self.versions, self.db), HeldOut(self.job, self.eval_every(fresh=ckpt is None), self.db),
                           Alerts(self.db), Checkpoints(every, self.checkpoint), Silence(self.needs, self.worker, self.checkpoint),
-                          Budgets()]
+                          Budgets(self.db)]
         return self.job
 
     def sft(self) -> None:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable
 
 from django.conf import settings
@@ -26,7 +27,8 @@ from django.db import OperationalError as DatabaseOperationalError
 from controlplane.alerts import services as alerts
 from controlplane.domains.pins import domain_quotas
 from controlplane.domains.policy import Quarantine, capped_shares
-from controlplane.runs import forecast
+from controlplane.runs import forecast, usage
+from controlplane.runs.cost import Prices, add_costs, amount_text, cost, round_amount
 from controlplane.runs import services as runs
 from controlplane.runs import watch
 from controlplane.runs.models import MetricPoint, Run, RunDomain
@@ -206,19 +208,65 @@ class Silence:
 
 
 class Budgets:
-    """The run's wall-clock budget (from when its loop started) and token budget: spent, the run
-    completes."""
+    """The run's wall-clock budget (from when its loop started), token budget and money budget:
+    spent, the run completes at this step, with a ``budget`` event saying which. The money budget
+    is checked after the recorder wrote the step: the run's cost so far (its usage at the pools'
+    prices, read each step) reaching ``budget_cost`` ends it; a cost that cannot be known (a
+    figure it used has no price) is one ``budget`` event saying why, and the run goes on."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: Callable[..., Any] | None = None) -> None:
         self.started = time.monotonic()
+        self.db = db or (lambda fn, *args, **kwargs: fn(*args, **kwargs))
+        self.prices: Prices | None = None
+        self.spent: dict[str, Decimal | None] | None = None
+        """The run's cost so far, exact, per part and in all, at ``prices``, up to step ``counted``."""
+        self.counted = 0
+        self.warned = False
 
     def after_step(self, done: StepDone) -> str | None:
         run = done.run
-        if run.budget_seconds and time.monotonic() - self.started > run.budget_seconds:
-            return FINISHED
+        if run.budget_seconds and (spent := time.monotonic() - self.started) > run.budget_seconds:
+            return self._spent(done, "wall_s", f"wall-clock budget of {run.budget_seconds:g} s spent at step {done.step} "
+                                               f"({spent:.0f} s)", spent=round(spent, 1), limit=run.budget_seconds)
         if run.budget_tokens and run.tokens_used >= run.budget_tokens:
-            return FINISHED
+            return self._spent(done, "tokens", f"token budget of {run.budget_tokens} spent at step {done.step} "
+                                               f"({run.tokens_used} tokens)", spent=run.tokens_used, limit=run.budget_tokens)
+        if run.budget_cost is not None:
+            return self.db(self._money, done)
         return None
+
+    def _spent(self, done: StepDone, budget: str, message: str, **data: Any) -> str:
+        """A ``budget`` event for a wall or token budget spent; the run completes."""
+        self.db(runs.run_event_record, run=done.run, kind="budget", data={"budget": budget, "step": done.step, **data},
+                message=f"{message}; the run completes")
+        return FINISHED
+
+    def _money(self, done: StepDone) -> str | None:
+        run, prices = done.run, usage.current_prices()
+        if prices != self.prices or self.spent is None or self.spent["total"] is None:  # first step, new prices, unknown
+            spent = usage.run_cost_sum(run, prices)
+        elif self.counted == done.step:  # this call retried after a database outage: the step is in already
+            spent = self.spent
+        else:
+            spent = add_costs([self.spent, *(cost(f, prices, rounded=False) for f in (done.usage or {}).values())])
+        self.prices, self.spent, self.counted = prices, spent, done.step
+        currency, budget = prices.currency, run.budget_cost
+        if self.spent["total"] is None:
+            if not self.warned:
+                self.warned = True
+                unpriced = [part for part, value in self.spent.items() if value is None and part != "total"]
+                runs.run_event_record(run=run, kind="budget", data={"budget": "cost", "step": done.step, "unpriced": unpriced},
+                                      message=f"money budget of {amount_text(budget)} {currency} not checked: the run used "
+                                              f"a resource without a price (unset: {', '.join(unpriced)}); it goes on")
+            return None
+        if self.spent["total"] < budget:
+            return None
+        spent = round_amount(self.spent["total"])
+        runs.run_event_record(run=run, kind="budget", data={"budget": "cost", "step": done.step, "spent": str(spent),
+                                                            "limit": amount_text(budget), "currency": currency},
+                              message=f"money budget reached at step {done.step}: {spent} {currency} spent of "
+                                      f"{amount_text(budget)} {currency}; the run completes")
+        return FINISHED
 
 
 def lane_seed(slugs: list[str], runs: int = 5, steps: int = 20) -> dict[str, list[float]]:

@@ -16,6 +16,7 @@ from controlplane.common.errors import InvalidInput
 from controlplane.domains.selectors import domain_get
 from controlplane.accounts.selectors import team_get
 from controlplane.runs import forecast, selectors, series, services, usage
+from controlplane.runs.cost import amount_text
 from controlplane.runs.schemas import run_body_schema
 from controlplane.runs.spec import RunSpec
 
@@ -40,6 +41,8 @@ class RunOut(Schema):
     budget_steps: int
     budget_tokens: Optional[int] = None
     budget_seconds: Optional[float] = None
+    budget_cost: Optional[str] = None
+    """The money budget in TEMPER_CURRENCY (a decimal string, as exact as it was given); null: none."""
     current_step: int
     created_by: Optional[str] = Field(None, alias="created_by.username")
     created_at: datetime
@@ -55,6 +58,10 @@ class RunOut(Schema):
     @staticmethod
     def resolve_tags(obj) -> list[str]:
         return [t.name for t in obj.tags.all()]  # prefetched by the list
+
+    @staticmethod
+    def resolve_budget_cost(obj) -> str | None:
+        return amount_text(obj.budget_cost)
 
     @staticmethod
     def resolve_owned_fields(obj) -> dict[str, Any]:
@@ -433,22 +440,69 @@ class ProjectionOut(Schema):
     gpu_s_to_finish: float
     cpu_s_to_finish: float
     rate_steps: int
+    cost_to_finish: Optional[str] = None
+    """Money for the steps left at the mean cost of the same recent steps; null: unknown."""
     domains: dict[str, DomainProjectionOut]
+
+
+class CostOut(Schema):
+    """A cost in money, as decimal strings in the report's currency; null: unknown (a figure
+    above 0 whose pool has no price), never 0."""
+    gpu: Optional[str] = None
+    cpu: Optional[str] = None
+    sandbox: Optional[str] = None
+    judge: Optional[str] = None
+    total: Optional[str] = None
+
+
+class PricesOut(Schema):
+    """The prices the costs were computed at (the pools', now): per GPU-hour, CPU-hour,
+    sandbox-hour and million judge tokens; null: not set."""
+    gpu: Optional[str] = None
+    cpu: Optional[str] = None
+    sandbox: Optional[str] = None
+    judge: Optional[str] = None
+    currency: str
+
+
+class StepCostOut(Schema):
+    step: int
+    total: Optional[str] = None
+
+
+class RunCostOut(Schema):
+    currency: str
+    prices: PricesOut
+    totals: CostOut
+    domains: dict[str, CostOut]
+    """Each domain's own rows: its sandbox and judge cost."""
+    shared: CostOut
+    """The steps' own rows: GPU and CPU time, not split among domains (totals = domains + shared)."""
+    steps: list[StepCostOut]
+    """Cost per step, in step order: the series."""
+    budget: Optional[str] = None
+    budget_left: Optional[str] = None
+    """What is left of the money budget; null with no budget or an unknown cost."""
 
 
 class RunUsageOut(Schema):
     run: int
     totals: UsageFigures
     domains: dict[str, UsageFigures]
+    cost: RunCostOut
     projection: Optional[ProjectionOut] = None
 
 
-class RunUsageRow(UsageFigures):
+class CostedFigures(UsageFigures):
+    cost: CostOut
+
+
+class RunUsageRow(CostedFigures):
     run: int
     name: str
 
 
-class DomainUsageRow(UsageFigures):
+class DomainUsageRow(CostedFigures):
     domain: str
 
 
@@ -456,15 +510,18 @@ class TeamUsageOut(Schema):
     team: str
     start: Optional[datetime] = None
     end: Optional[datetime] = None
-    totals: UsageFigures
+    currency: str
+    prices: PricesOut
+    totals: CostedFigures
     runs: list[RunUsageRow]
     domains: list[DomainUsageRow]
 
 
 @router.get("/runs/{run_id}/usage", response={200: RunUsageOut, **ERRORS})
 def run_usage(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
-    """What the run consumed (totals and per domain, recorded with each step) and, while it runs,
-    the time and compute to finish and each domain's cost of one more point of reward."""
+    """What the run consumed (totals and per domain, recorded with each step), what that cost in
+    money at the pools' prices (totals, per domain, per step, and its money budget) and, while
+    it runs, the time and compute to finish and each domain's cost of one more point of reward."""
     return usage.run_usage(selectors.run_get(actor=request.auth, run_id=run_id))
 
 
@@ -472,7 +529,8 @@ def run_usage(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID)):
 def team_usage(request: HttpRequest, slug: str = Path(..., max_length=64), start: str = Query("", max_length=40),
                end: str = Query("", max_length=40), format: str = Query("json", pattern="^(json|csv)$")):
     """A team's usage between ``start`` and ``end`` (ISO dates or times; a date ``end`` includes
-    that day): totals, per run, per domain. Team admins and platform admins; ``format=csv``."""
+    that day): totals, per run, per domain, each with its cost in money at the pools' prices.
+    Team admins and platform admins; ``format=csv``."""
     team = team_get(actor=request.auth, slug=slug)
     if not request.auth.platform_admin:
         request.auth.require(team.id, "team.admin", "team")

@@ -63,6 +63,9 @@ class Run(models.Model):
     budget_steps = models.IntegerField()
     budget_tokens = models.BigIntegerField(null=True, blank=True)
     budget_seconds = models.FloatField(null=True, blank=True)
+    budget_cost = models.DecimalField(max_digits=18, decimal_places=9, null=True, blank=True, help_text=(
+        "Money budget in TEMPER_CURRENCY: the run completes at the step where its cost (usage times the pools' prices) "
+        "reaches it; empty: no limit."))
     owned = models.JSONField(default=dict, blank=True,
                              help_text="Run fields that fill a trainer setting and have no column of their own, by field.")
     priority = models.IntegerField(default=50)
@@ -101,6 +104,7 @@ class Run(models.Model):
             models.CheckConstraint(condition=Q(budget_steps__gte=1), name="run_budget_steps_gte_1"),
             models.CheckConstraint(condition=Q(budget_tokens__isnull=True) | Q(budget_tokens__gte=1), name="run_budget_tokens_gte_1"),
             models.CheckConstraint(condition=Q(budget_seconds__isnull=True) | Q(budget_seconds__gt=0), name="run_budget_seconds_gt_0"),
+            models.CheckConstraint(condition=Q(budget_cost__isnull=True) | Q(budget_cost__gt=0), name="run_budget_cost_gt_0"),
             models.CheckConstraint(condition=Q(current_step__gte=0), name="run_current_step_gte_0"),
         ]
 

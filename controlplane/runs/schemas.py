@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from controlplane.common.errors import FieldError
 from controlplane.common.validation import TEAM_SCHEMA, schema_errors
+from controlplane.runs.cost import parse_amount
 from trainer import run_fields
 from trainer.config import ConfigError, has_path, load_config, put_path
 from trainer.run_fields import RUN_DEFAULTS
@@ -86,6 +87,10 @@ _RUN_BODY = {
             "additionalProperties": False,
             "properties": {
                 "tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_BUDGET_TOKENS},
+                "cost": {"type": ["number", "string", "null"], "maxLength": 40,
+                         "description": "Money budget in the installation's currency (TEMPER_CURRENCY), a number or a "
+                                        "decimal string above 0: the run completes at the step where its cost reaches "
+                                        "it. Null: no limit."},
             },
         },
         "priority": {"type": "integer", "minimum": 1, "maximum": 99},
@@ -193,6 +198,7 @@ def run_schema_errors(data: Any) -> list[FieldError]:
     not hide a bad setting); a run field with an error of its own is not lent to the config's
     cross-setting rules."""
     errors = schema_errors(data, run_schema())
+    errors += budget_cost_errors(data, [e.path for e in errors])
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         bad = [e.path for e in errors]
         run = copy.deepcopy(data)
@@ -201,6 +207,25 @@ def run_schema_errors(data: Any) -> list[FieldError]:
                 _drop(run, o.source)
         errors += trainer_config_errors(data["config"], run=run)
     return errors
+
+
+def budget_cost_errors(data: Any, bad: list[str]) -> list[FieldError]:
+    """``budget.cost`` that the schema let through but is no positive finite amount of money
+    (NaN, Infinity, 0, a string that is no number), unless the schema already named it.
+
+    >>> budget_cost_errors({"budget": {"cost": float("nan")}}, [])
+    [FieldError(path='budget.cost', message="must be a finite amount of money, got 'nan'")]
+    >>> budget_cost_errors({"budget": {"cost": "12.50"}}, []), budget_cost_errors({"budget": {"cost": None}}, [])
+    ([], [])
+    """
+    value = body_field(data, "budget.cost") if isinstance(data, dict) else None
+    if value is None or "budget.cost" in bad or not isinstance(value, (int, float, str)):
+        return []
+    try:
+        parse_amount(value, positive=True)
+    except ValueError as exc:
+        return [FieldError("budget.cost", str(exc))]
+    return []
 
 
 def _drop(data: dict[str, Any], dotted: str) -> None:

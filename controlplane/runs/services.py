@@ -64,6 +64,7 @@ class RunPlan:
         return {
             "team": self.team.slug,
             **self.fields,
+            "budget_cost": None if self.spec.budget_cost is None else str(self.spec.budget_cost),  # JSON: exact text
             "domains": [
                 {"slug": d.slug, "version": d.version, "weight": w, "share": w / total} for d, w in self.domains
             ],

@@ -20,9 +20,11 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from controlplane.domains.policy import capped_shares
+from controlplane.runs.cost import parse_amount
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY, body_field, owned_fields
 from trainer import run_fields
 from trainer.config import has_path, put_path
@@ -32,6 +34,11 @@ from trainer.config_schema import config_setting
 COLUMNS: dict[str, str] = {"staleness": "staleness", "budget.steps": "budget_steps", "budget.wall_s": "budget_seconds"}
 """The ``Run`` columns of the run fields that have one (the scheduler, the pages and the alerts
 query them); every other run field that fills a trainer setting is kept in ``Run.owned``."""
+
+
+def _amount(value: Any) -> Decimal | None:
+    """A money field of a body that passed the run schema, as a Decimal (None stays None)."""
+    return None if value is None else parse_amount(value, positive=True)
 
 
 def _paths() -> dict[str, str]:
@@ -61,6 +68,8 @@ class RunSpec:
     """``(source, value)`` of each run field that fills a trainer setting (``owned_fields``); None
     is the setting's default."""
     budget_tokens: int | None = None
+    budget_cost: Decimal | None = None
+    """The money budget (``budget.cost``), in TEMPER_CURRENCY."""
     priority: int = MAX_MEMBER_PRIORITY
     gpus: int = 0
 
@@ -74,6 +83,7 @@ class RunSpec:
                    owned=tuple((source, body_field(data, source) if body_field(data, source) is not None else schema.get("default"))
                                for source, schema in owned_fields().items()),
                    budget_tokens=(data.get("budget") or {}).get("tokens"),
+                   budget_cost=_amount((data.get("budget") or {}).get("cost")),
                    priority=data.get("priority", MAX_MEMBER_PRIORITY), gpus=data.get("gpus", 0))
 
     @classmethod
@@ -83,7 +93,7 @@ class RunSpec:
                    domains=tuple((rd.domain.slug, float(rd.weight)) for rd in domains),
                    config_json=json.dumps(run.config if isinstance(run.config, dict) else {}, sort_keys=True),
                    owned=tuple(owned_values(run).items()),
-                   budget_tokens=run.budget_tokens, priority=run.priority, gpus=run.gpus)
+                   budget_tokens=run.budget_tokens, budget_cost=run.budget_cost, priority=run.priority, gpus=run.gpus)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -99,7 +109,7 @@ class RunSpec:
         return {"name": self.name, "base_model": self.base_model, "config": self.config,
                 **{COLUMNS[source]: value for source, value in self.owned if source in COLUMNS},
                 "owned": {source: value for source, value in self.owned if source not in COLUMNS},
-                "budget_tokens": self.budget_tokens, "priority": self.priority, "gpus": self.gpus}
+                "budget_tokens": self.budget_tokens, "budget_cost": self.budget_cost, "priority": self.priority, "gpus": self.gpus}
 
     def body(self) -> dict[str, Any]:
         """The run fields that fill trainer settings as a run body has them (``budget.steps``

@@ -8,18 +8,23 @@ import csv
 import io
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
+from decimal import Decimal
 from typing import Any
 
+from django.apps import apps
+from django.conf import settings
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from controlplane.common.errors import FieldError, InvalidInput
-
+from controlplane.runs.cost import PARTS, Prices, add_costs, amount_text, as_json, cost, prices_from_pools, round_amount
 from controlplane.runs.models import MetricPoint, Run, RunState, UsageRecord
 
 USAGE_FIELDS = ("generated_tokens", "trained_tokens", "completions", "wall_s", "cpu_s", "gpu_s", "sandbox_s",
                 "judge_calls", "judge_tokens")
 """The additive figures of a usage row; ``outcomes`` (verification outcome -> count) adds per key."""
+COST_FIELDS = tuple(figure for _, figure, _, _ in PARTS)
+"""The figures that have a price (controlplane/runs/cost.py)."""
 INT_FIELDS = frozenset({"generated_tokens", "trained_tokens", "completions", "judge_calls", "judge_tokens"})
 RATE_STEPS = 20
 """The projection's rate: the mean of the last this many steps."""
@@ -54,12 +59,74 @@ def _rows(qs: QuerySet) -> list[dict]:
     return list(qs.values("run_id", "run__name", "domain", "step", *USAGE_FIELDS, "outcomes"))
 
 
-def run_usage(run: Run) -> dict[str, Any]:
-    """The run's totals, per domain, and (while it runs) its projection."""
+def current_prices() -> Prices:
+    """The platform admin's prices, from the resource pools (read through the app registry: this
+    app imports nothing of the scheduling app), in ``TEMPER_CURRENCY``; the rule that picks one
+    price per kind is :func:`controlplane.runs.cost.prices_from_pools`."""
+    pools = apps.get_model("scheduling", "ResourcePool").objects.values_list("kind", "price")
+    return prices_from_pools(pools, settings.TEMPER_CURRENCY)
+
+
+def _costs(rows: list[dict], key, prices: Prices) -> dict[Any, dict[str, Decimal | None]]:
+    """The exact cost of usage rows summed by ``key(row)``: the priced figures summed exactly
+    (each as the decimal it prints as), then priced once per key (a cost is linear in them)."""
+    sums: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        acc = sums.setdefault(key(r), dict.fromkeys(COST_FIELDS, 0))
+        for f in COST_FIELDS:
+            if v := r[f]:
+                acc[f] += Decimal(repr(v)) if isinstance(v, float) else v
+    return {k: cost(acc, prices, rounded=False) for k, acc in sums.items()}
+
+
+def run_cost(run: Run, rows: list[dict], prices: Prices) -> dict[str, Any]:
+    """The run's cost in money: totals, per domain (what its domains' rows record: sandbox and
+    judge), ``shared`` (the steps' own rows: GPU and CPU, not split among domains), per step (a
+    series), and its money budget and what is left of it (None where a price is missing)."""
+    totals = add_costs(_costs(rows, lambda r: "all", prices).values())
+    budget = run.budget_cost
+    left = None if budget is None or totals["total"] is None else max(budget - totals["total"], Decimal(0))
+    return {
+        "currency": prices.currency, "prices": prices.as_dict(), "totals": as_json(totals),
+        "domains": {d: as_json(c) for d, c in sorted(_costs([r for r in rows if r["domain"]], lambda r: r["domain"], prices).items())},
+        "shared": as_json(add_costs(_costs([r for r in rows if not r["domain"]], lambda r: "", prices).values())),
+        "steps": [{"step": step, "total": as_json(c)["total"]} for step, c in sorted(_costs(rows, lambda r: r["step"], prices).items())],
+        "budget": amount_text(budget), "budget_left": None if left is None else str(round_amount(left)),
+    }
+
+
+def run_usage(run: Run, prices: Prices | None = None) -> dict[str, Any]:
+    """The run's totals, per domain, its cost (:func:`run_cost`, at ``prices`` or the current
+    ones) and (while it runs) its projection."""
     rows = _rows(UsageRecord.objects.filter(run=run))
     totals = _fold(rows, lambda r: "all").get("all", _round(_blank()))
     domains = {k: v for k, v in _fold([r for r in rows if r["domain"]], lambda r: r["domain"]).items()}
-    return {"run": run.id, "totals": totals, "domains": domains, "projection": projection(run, rows)}
+    money, ahead = run_cost(run, rows, prices or current_prices()), projection(run, rows)
+    if ahead is not None:
+        ahead["cost_to_finish"] = cost_to_finish(money["steps"], ahead["steps_left"])
+    return {"run": run.id, "totals": totals, "domains": domains, "cost": money, "projection": ahead}
+
+
+def cost_to_finish(steps: list[dict[str, Any]], left: int) -> str | None:
+    """What the steps left cost at the mean cost of the last ``RATE_STEPS`` steps (the rate the
+    projection uses); None where one of those has an unknown cost or there is none.
+
+    >>> cost_to_finish([{"step": 1, "total": "1.000000"}, {"step": 2, "total": "2.000000"}], 10)
+    '15.000000'
+    >>> cost_to_finish([{"step": 1, "total": None}], 10) is None
+    True
+    """
+    recent = [s["total"] for s in steps[-RATE_STEPS:]]
+    if not recent or any(t is None for t in recent):
+        return None
+    return str(round_amount(sum(Decimal(t) for t in recent) / len(recent) * left))
+
+
+def run_cost_sum(run: Run, prices: Prices | None = None) -> dict[str, Decimal | None]:
+    """What ``run`` has cost so far per part and in all, exact (None: a figure it used has no
+    price): the money budget's check after each step."""
+    rows = list(UsageRecord.objects.filter(run=run).values(*COST_FIELDS))
+    return add_costs(_costs(rows, lambda r: "", prices or current_prices()).values())
 
 
 def _slope(points: list[tuple[int, float]]) -> float | None:
@@ -121,34 +188,53 @@ def projection(run: Run, rows: list[dict] | None = None) -> dict[str, Any] | Non
     return out
 
 
-def team_usage(team_id: int, *, start: datetime | None = None, end: datetime | None = None) -> dict[str, Any]:
+def team_usage(team_id: int, *, start: datetime | None = None, end: datetime | None = None,
+               prices: Prices | None = None) -> dict[str, Any]:
     """A team's usage in ``[start, end)`` (by when each step was recorded): totals, per run and
-    per domain. The totals are the sum of the per-run figures, which are the sums of their steps."""
+    per domain, each with its cost at ``prices`` (the current ones by default). The totals are the
+    sum of the per-run figures, which are the sums of their steps; a domain's cost is its sandbox
+    and judge parts (GPU and CPU time is the steps', not split among domains)."""
     qs = UsageRecord.objects.filter(team_id=team_id)
     if start is not None:
         qs = qs.filter(at__gte=start)
     if end is not None:
         qs = qs.filter(at__lt=end)
     rows = _rows(qs)
+    prices = prices or current_prices()
     per_run = _fold(rows, lambda r: (r["run_id"], r["run__name"]))
+    run_costs = _costs(rows, lambda r: (r["run_id"], r["run__name"]), prices)
+    domains = [r for r in rows if r["domain"]]
+    domain_costs = _costs(domains, lambda r: r["domain"], prices)
     return {
-        "totals": _fold(rows, lambda r: "all").get("all", _round(_blank())),
-        "runs": [{"run": rid, "name": name, **figures} for (rid, name), figures in sorted(per_run.items())],
-        "domains": [{"domain": d, **figures} for d, figures in sorted(_fold([r for r in rows if r["domain"]], lambda r: r["domain"]).items())],
+        "currency": prices.currency, "prices": prices.as_dict(),
+        "totals": {**_fold(rows, lambda r: "all").get("all", _round(_blank())), "cost": as_json(add_costs(run_costs.values()))},
+        "runs": [{"run": rid, "name": name, **figures, "cost": as_json(run_costs[(rid, name)])}
+                 for (rid, name), figures in sorted(per_run.items())],
+        "domains": [{"domain": d, **figures, "cost": as_json(domain_costs[d])}
+                    for d, figures in sorted(_fold(domains, lambda r: r["domain"]).items())],
     }
 
 
+COST_COLUMNS = tuple(part for part, *_ in PARTS) + ("total",)
+"""The CSV's cost columns (``cost_gpu`` ... ``cost_total``), in the report's currency."""
+
+
 def usage_csv(report: dict[str, Any]) -> str:
-    """A team report as CSV: one line per run, then one per domain, then the total."""
+    """A team report as CSV: one line per run, then one per domain, then the total; each with
+    its cost per part and in all (empty: unknown, a figure without a price) and the currency."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["kind", "run", "name", "domain", *USAGE_FIELDS, "verifications"])
+    w.writerow(["kind", "run", "name", "domain", *USAGE_FIELDS, "verifications", *[f"cost_{c}" for c in COST_COLUMNS], "currency"])
+
+    def money(row: dict) -> list:
+        return [*["" if row["cost"][c] is None else row["cost"][c] for c in COST_COLUMNS], report["currency"]]
+
     for r in report["runs"]:
-        w.writerow(["run", r["run"], r["name"], "", *[r[f] for f in USAGE_FIELDS], r["verifications"]])
+        w.writerow(["run", r["run"], r["name"], "", *[r[f] for f in USAGE_FIELDS], r["verifications"], *money(r)])
     for d in report["domains"]:
-        w.writerow(["domain", "", "", d["domain"], *[d[f] for f in USAGE_FIELDS], d["verifications"]])
+        w.writerow(["domain", "", "", d["domain"], *[d[f] for f in USAGE_FIELDS], d["verifications"], *money(d)])
     t = report["totals"]
-    w.writerow(["total", "", "", "", *[t[f] for f in USAGE_FIELDS], t["verifications"]])
+    w.writerow(["total", "", "", "", *[t[f] for f in USAGE_FIELDS], t["verifications"], *money(t)])
     return buf.getvalue()
 
 

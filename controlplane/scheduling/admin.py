@@ -11,7 +11,7 @@ class TeamQuotaAdmin(AuditedAdmin):
 
 @admin.register(ResourcePool)
 class ResourcePoolAdmin(AuditedAdmin):
-    list_display = ("name", "kind", "capacity", "updated_at")
+    list_display = ("name", "kind", "capacity", "price", "updated_at")
 
 
 @admin.register(WorkerHeartbeat)

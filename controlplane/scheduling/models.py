@@ -43,21 +43,46 @@ class PoolKind(models.TextChoices):
     ROLLOUT_GPU = "rollout_gpu", "Rollout GPU slots"
     CPU = "cpu", "CPU slots (machines without GPUs)"
     SANDBOX = "sandbox", "Sandbox slots"
+    JUDGE = "judge", "Judge tokens (model endpoints: a price only)"
+
+
+PRICE_UNITS = {PoolKind.TRAIN_GPU: "GPU-hour", PoolKind.CPU: "CPU-hour", PoolKind.SANDBOX: "sandbox-hour",
+               PoolKind.JUDGE: "million judge tokens"}
+"""What one unit of a pool's ``price`` buys, by kind (controlplane/runs/cost.py prices the usage
+figures with them). A rollout_gpu pool has no price: no usage figure counts rollout GPU time apart
+from a run's GPUs, which are its train_gpu slots."""
 
 
 class ResourcePool(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=PoolKind.choices)
-    capacity = models.IntegerField()
+    capacity = models.IntegerField(help_text="Slots the scheduler admits runs to (not read for a judge pool: "
+                                             "a judge limits its own requests in flight).")
     description = models.CharField(max_length=200, blank=True)
+    price = models.DecimalField(max_digits=18, decimal_places=9, null=True, blank=True, help_text=(
+        "What one unit costs in the installation's currency (TEMPER_CURRENCY): a GPU-hour (train_gpu), CPU-hour "
+        "(cpu), sandbox-hour (sandbox) or million judge tokens (judge); empty: not set, costs show as unknown."))
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["kind", "name"]
         constraints = [
             models.CheckConstraint(condition=Q(capacity__gte=0), name="resourcepool_capacity_gte_0"),
+            models.CheckConstraint(condition=Q(price__isnull=True) | Q(price__gte=0), name="resourcepool_price_gte_0"),
+            models.CheckConstraint(condition=Q(price__isnull=True) | ~Q(kind="rollout_gpu"), name="resourcepool_rollout_unpriced"),
             models.CheckConstraint(condition=Q(kind__in=[k.value for k in PoolKind]), name="resourcepool_kind_valid"),
         ]
+
+    @property
+    def price_unit(self) -> str:
+        """What one unit of ``price`` buys ("" for a kind without a price)."""
+        return PRICE_UNITS.get(self.kind, "")
+
+    def clean(self) -> None:
+        """A price only where a usage figure takes it (:data:`PRICE_UNITS`)."""
+        if self.price is not None and self.kind not in PRICE_UNITS:
+            raise ValidationError({"price": "no usage figure counts rollout GPU time apart from a run's GPUs (priced by "
+                                            "the train_gpu pools): leave it empty"})
 
     def __str__(self) -> str:
         return f"{self.name} ({self.kind} x{self.capacity})"

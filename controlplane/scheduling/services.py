@@ -19,9 +19,10 @@ from controlplane.domains.selectors import audit_gates
 from controlplane.domains.services import audit_ensure
 from controlplane.registry.services import eval_holds_release
 from controlplane.runs.ceilings import DEFAULT_CPU_SLOTS
+from controlplane.runs.cost import amount_text, parse_amount
 from controlplane.runs.services import RESUME_WHEN_SERVED, lease_s, run_pause_system
 from controlplane.runs.models import Run, RunDomain, RunEvent, RunState
-from controlplane.scheduling.models import ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
+from controlplane.scheduling.models import PRICE_UNITS, PoolKind, ResourcePool, SchedulerTick, TeamQuota, WorkerHeartbeat
 from controlplane.scheduling.scheduler import Decision, Quota, RunView, schedule
 from controlplane.scheduling.selectors import TRAIN_QUEUE, QueueService, direct_queue, queue_service, train_workers
 from trainer.ceilings import ceiling_map_errors
@@ -46,9 +47,13 @@ POOL_SCHEMA = {
     "additionalProperties": False,
     "required": ["kind", "capacity"],
     "properties": {
-        "kind": {"type": "string", "enum": ["train_gpu", "rollout_gpu", "cpu", "sandbox"]},
+        "kind": {"type": "string", "enum": ["train_gpu", "rollout_gpu", "cpu", "sandbox", "judge"]},
         "capacity": {"type": "integer", "minimum": 0, "maximum": 1000000},
         "description": {"type": "string", "maxLength": 200},
+        "price": {"type": ["number", "string", "null"], "maxLength": 40,
+                  "description": "What one unit costs in TEMPER_CURRENCY (a GPU-hour, CPU-hour, sandbox-hour or million "
+                                 "judge tokens, by kind), as a number or a decimal string; null: not set (left out: "
+                                 "unchanged)."},
     },
 }
 
@@ -105,15 +110,28 @@ def pool_set(*, actor: Principal, name: str, data: dict) -> ResourcePool:
     validate(data, POOL_SCHEMA, "pool")
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise InvalidInput.one("name", "must be letters, digits, - or _")
+    data = dict(data)
+    if data.get("price") is not None:
+        try:
+            data["price"] = parse_amount(data["price"])
+        except ValueError as exc:
+            raise InvalidInput.one("pool.price", str(exc)) from None
+        if data["kind"] not in PRICE_UNITS:
+            raise InvalidInput.one("pool.price", f"a {data['kind']} pool has no price: no usage figure counts its time "
+                                                 "apart from a run's GPUs (priced by the train_gpu pools); leave it empty")
     pool = ResourcePool.objects.select_for_update().filter(name=name).first()
-    before = None if pool is None else {"kind": pool.kind, "capacity": pool.capacity}
+    before = None if pool is None else _pool_view(pool)
     pool = pool or ResourcePool(name=name)
     for key, value in data.items():
         setattr(pool, key, value)
     pool.full_clean()
     pool.save()
-    audit_record(actor=actor, obj=pool, action="pool.set", before=before, after={"kind": pool.kind, "capacity": pool.capacity}, team=None)
+    audit_record(actor=actor, obj=pool, action="pool.set", before=before, after=_pool_view(pool), team=None)
     return pool
+
+
+def _pool_view(pool: ResourcePool) -> dict:
+    return {"kind": pool.kind, "capacity": pool.capacity, "price": amount_text(pool.price)}
 
 
 def heartbeat_record(*, worker: str, queues: list[str], meta: dict | None = None) -> WorkerHeartbeat:
@@ -140,7 +158,7 @@ def min_run_s() -> float:
 
 def _capacity() -> dict[str, int]:
     capacity: dict[str, int] = {}
-    for kind, total in ResourcePool.objects.values_list("kind", "capacity"):
+    for kind, total in ResourcePool.objects.exclude(kind=PoolKind.JUDGE).values_list("kind", "capacity"):
         capacity[kind] = capacity.get(kind, 0) + total
     capacity.setdefault("cpu", DEFAULT_CPU_SLOTS)
     return capacity

@@ -187,6 +187,10 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 
 TEMPER_DRIVER_LEASE_S = float(os.environ.get("TEMPER_DRIVER_LEASE_S", 40))
 TEMPER_MIN_RUN_S = float(os.environ.get("TEMPER_MIN_RUN_S", 60))
+TEMPER_CURRENCY = (os.environ.get("TEMPER_CURRENCY", "").strip() or "USD").upper()
+"""The one currency of every price (``ResourcePool.price``) and cost, an ISO 4217 code (USD)."""
+if not (len(TEMPER_CURRENCY) == 3 and TEMPER_CURRENCY.isascii() and TEMPER_CURRENCY.isalpha()):
+    raise ImproperlyConfigured(f"TEMPER_CURRENCY: {TEMPER_CURRENCY!r} is not a three-letter ISO 4217 code (USD, EUR)")
 TEMPER_PROMOTION_MAX_REGRESSION = float(os.environ.get("TEMPER_PROMOTION_MAX_REGRESSION", 0.02))
 TEMPER_VERIFY_DEADLINE_S = float(os.environ.get("TEMPER_VERIFY_DEADLINE_S", 0))  # 0: from the domains' task timeouts
 TEMPER_MODEL_DIRS = [VAR_DIR / "models"] + [

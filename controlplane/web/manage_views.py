@@ -11,6 +11,7 @@ import functools
 import math
 from typing import Callable
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -124,6 +125,7 @@ def _render(request: HttpRequest, actor: Principal, *, status: int = 200, team_e
     return render(request, "manage/index.html", {
         "rows": rows, "platform_admin": actor.platform_admin,
         "pools": list(ResourcePool.objects.all()), "pool_kinds": PoolKind.choices,
+        "currency": settings.TEMPER_CURRENCY,
         "pool_errors": (pool_errors or {}).get("errors", {}), "pool_values": (pool_errors or {}).get("values", {}),
         "base_models": list(registry_selectors.base_model_list()),
         "base_errors": (base_errors or {}).get("errors", {}), "base_values": (base_errors or {}).get("values", {}),
@@ -250,14 +252,16 @@ def member_save(request: HttpRequest, actor: Principal, team: Team) -> HttpRespo
 
 @_manage_post
 def pool_save(request: HttpRequest, actor: Principal) -> HttpResponse:
-    """Create a resource pool or change its kind, capacity or description (platform admins)."""
-    values = {k: request.POST.get(k, "").strip() for k in ("name", "kind", "capacity", "description")}
+    """Create a resource pool or change its kind, capacity, description or price (platform
+    admins); an empty price is none set."""
+    values = {k: request.POST.get(k, "").strip() for k in ("name", "kind", "capacity", "description", "price")}
     errors: list[FieldError] = []
     capacity = _int_field(request.POST, "capacity", errors)
     try:
         if errors:
             raise InvalidInput(errors)
-        data = {"kind": values["kind"], "capacity": capacity, "description": values["description"][:200]}
+        data = {"kind": values["kind"], "capacity": capacity, "description": values["description"][:200],
+                "price": values["price"][:40] or None}
         scheduling_services.pool_set(actor=actor, name=values["name"], data=data)
     except InvalidInput as exc:
         return _render(request, actor, status=422, pool_errors={"errors": _by_field(exc, "pool"), "values": values})

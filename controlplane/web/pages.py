@@ -19,6 +19,7 @@ from controlplane.domains import selectors as domain_selectors
 from controlplane.domains.models import DomainKind, DomainVersion
 from controlplane.domains.selectors import domain_list
 from controlplane.registry.models import BaseModel
+from controlplane.runs.cost import amount_text
 from controlplane.runs.models import MetricPoint, Run, RunState, RunTag
 from controlplane.runs.schemas import owned_fields, run_config_schema
 from controlplane.runs.spec import RunSpec, owned_values
@@ -192,7 +193,8 @@ def run_as_form_data(run: Run) -> dict[str, Any]:
                     for rd in run.run_domains.select_related("domain")],
         "config": run.config or {},
         "priority": run.priority if run.initial_priority is None else run.initial_priority, "gpus": run.gpus,
-        **_merged({"budget": {"tokens": run.budget_tokens}}, RunSpec.from_run(run, []).body()),
+        **_merged({"budget": {"tokens": run.budget_tokens, "cost": amount_text(run.budget_cost)}},
+                  RunSpec.from_run(run, []).body()),
         "clone_from": run.id,
     }
 
@@ -293,7 +295,8 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
         pools.append({"name": "cpu (default)", "kind": "cpu", "capacity": DEFAULT_CPU_SLOTS, "description": "no cpu pool configured"})
     capacity: dict[str, int] = {}
     for p in pools:
-        capacity[p["kind"]] = capacity.get(p["kind"], 0) + p["capacity"]
+        if p["kind"] != "judge":  # a price only: no slots
+            capacity[p["kind"]] = capacity.get(p["kind"], 0) + p["capacity"]
     kinds = [{"kind": k, "capacity": c, "used": used.get(k, 0)} for k, c in sorted(capacity.items())]
     teams = Team.objects.filter(id__in=actor.team_ids).order_by("slug")
     quotas = {q.team_id: q for q in TeamQuota.objects.filter(team__in=teams)}
@@ -371,7 +374,8 @@ def run_settings(run: Run) -> dict[str, Any]:
     """What a run was configured with, flattened for a diff: its own fields, its domains' current
     weights, and each trainer setting it set (``config.algorithm.clip_high``)."""
     out: dict[str, Any] = {"base_model": run.base_model, "priority": run.priority, "gpus": run.gpus,
-                           "budget.tokens": run.budget_tokens, **owned_values(run)}
+                           "budget.tokens": run.budget_tokens,
+                           "budget.cost": amount_text(run.budget_cost), **owned_values(run)}
     for rd in run.run_domains.select_related("domain"):
         out[f"domains.{rd.domain.slug}"] = rd.weight
     out.update({f"config.{k}": v for k, v in _flatten(run.config or {}).items() if k})

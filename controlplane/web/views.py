@@ -100,7 +100,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/new.html", {
         "can_create": bool(team) and actor.can(team.id, "run.control"),
         "is_admin": bool(team) and actor.can(team.id, "team.admin"),
-        "max_member_priority": MAX_MEMBER_PRIORITY,
+        "max_member_priority": MAX_MEMBER_PRIORITY, "currency": settings.TEMPER_CURRENCY,
         "run_fields": (fields := pages.run_form_fields()),
         "run_field_groups": pages.run_form_groups(fields),
         "form_data": {

@@ -233,7 +233,7 @@
       team: data.team, name: value("name"), base_model: value("base_model"),
       domains: [...mix.entries()].map(([slug, weight]) => ({ slug, weight: Number.isNaN(weight) ? 0 : weight })),
       config: configBody(), priority: optionalNumber("priority"), gpus: optionalNumber("gpus"),
-      budget: { tokens: optionalNumber("budget.tokens") },
+      budget: { tokens: optionalNumber("budget.tokens"), cost: value("budget.cost") || null }, // cost as text: exact
     };
     for (const input of ownedInputs()) putPath(b, input.name, readValue(input));
     if (cloneFrom) b.clone_from = cloneFrom;
@@ -345,7 +345,7 @@
       if (i && v !== null && v !== undefined) { setInput(i, v); i.dataset.cloned = String(v); }
     };
     set("name", c.name); set("base_model", c.base_model); set("priority", c.priority); set("gpus", c.gpus);
-    set("budget.tokens", c.budget.tokens);
+    set("budget.tokens", c.budget.tokens); set("budget.cost", c.budget.cost);
     for (const input of ownedInputs()) set(input.name, pathValue(c, input.name));
     c.domains.forEach((d) => mix.set(d.slug, d.weight));
     prefillConfig(c.config || {}, "config");
@@ -431,7 +431,7 @@
   function applyBody(b) {
     const set = (name, v) => { const i = form.querySelector(`[name="${name}"]`); if (i) i.value = v ?? ""; };
     set("name", b.name); set("base_model", b.base_model); set("priority", b.priority ?? 50); set("gpus", b.gpus ?? 0);
-    set("budget.tokens", (b.budget || {}).tokens);
+    set("budget.tokens", (b.budget || {}).tokens); set("budget.cost", (b.budget || {}).cost);
     for (const input of ownedInputs()) { // a field of the run itself left out keeps the form's value
       const v = pathValue(b, input.name);
       if (v !== undefined || input.name.includes(".")) setInput(input, v);

@@ -185,4 +185,4 @@ class Command(BaseCommand):
         w(f"     (or: manage.py temper --user {user.username} runs create run.yaml --start)")
         w(f"  2. add people: manage.py createsuperuser, then manage.py temper teams add-member {team.slug} USER member")
         w(f"  3. quotas: manage.py temper quota set {team.slug} --gpus N --runs N; pools of GPU and sandbox slots: "
-          "/admin/ (docs/orchestration.md)")
+          "/manage/ or /admin/, with their prices (docs/orchestration.md)")

@@ -9,6 +9,7 @@ import argparse
 import json
 import time
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from tqdm import tqdm
@@ -24,9 +25,10 @@ from controlplane.runs import selectors as run_selectors
 from controlplane.runs import services as run_services
 from controlplane.runs.models import TERMINAL_STATES
 from controlplane.runs.ceilings import team_ceilings
-from controlplane.scheduling.models import TeamQuota
+from controlplane.runs.cost import amount_text
+from controlplane.scheduling.models import PoolKind, ResourcePool, TeamQuota
 from controlplane.scheduling.selectors import gpu_quota_note
-from controlplane.scheduling.services import team_quota_set
+from controlplane.scheduling.services import pool_set, team_quota_set
 
 
 class Command(ServiceCommand):
@@ -72,6 +74,13 @@ class Command(ServiceCommand):
                             "sequences_per_step=4096 (added to the team's ceilings; repeat it)")
         p.add_argument("--clear-ceilings", action="store_true", help="remove the team's ceilings first")
         p = quota.add_parser("show"); p.add_argument("team")
+
+        pools = sub.add_parser("pools", help="resource pools and their prices").add_subparsers(dest="action", required=True)
+        pools.add_parser("list")
+        p = pools.add_parser("set", help="create a pool or change it (what is left out keeps its value)"); p.add_argument("name")
+        p.add_argument("--kind", choices=[k.value for k in PoolKind]); p.add_argument("--capacity", type=int)
+        p.add_argument("--description"); p.add_argument("--price", help="in TEMPER_CURRENCY a GPU-hour, CPU-hour, "
+                                                                     "sandbox-hour or million judge tokens, by kind; 'none' unsets it")
 
         # Everything after "registry" is the registry command's own arguments, its --help included:
         # this parser has no options (no prefix character it would recognise), so none is taken as its.
@@ -243,6 +252,22 @@ class Command(ServiceCommand):
         team = account_selectors.team_get(actor=self.actor, slug=o["team"])
         q, _ = TeamQuota.objects.get_or_create(team=team)
         self._quota_out(q)
+
+    # -- pools ------------------------------------------------------------------------------
+    def do_pools_list(self, o):
+        self.out(table([(p.name, p.kind, p.capacity, "not set" if p.price is None else f"{amount_text(p.price)} {settings.TEMPER_CURRENCY}",
+                         p.price_unit, p.description) for p in ResourcePool.objects.all()],
+                       ["pool", "kind", "capacity", "price", "per", "description"]))
+
+    def do_pools_set(self, o):
+        pool = ResourcePool.objects.filter(name=o["name"]).first()
+        data = {} if pool is None else {"kind": pool.kind, "capacity": pool.capacity}
+        data.update({k: o[k] for k in ("kind", "capacity", "description") if o[k] is not None})
+        if o["price"] is not None:
+            data["price"] = None if o["price"].strip().lower() == "none" else o["price"]
+        pool = pool_set(actor=self.actor, name=o["name"], data=data)
+        price = "no price" if pool.price is None else f"{amount_text(pool.price)} {settings.TEMPER_CURRENCY} a {pool.price_unit}"
+        self.out(f"pool {pool.name}: {pool.kind} x{pool.capacity}, {price}")
 
     def _quota_out(self, q):
         self.out(f"{q.team.slug}: {q.max_gpus} GPUs, {q.max_concurrent_runs} concurrent runs")
