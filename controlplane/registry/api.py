@@ -207,6 +207,10 @@ class RunEstimateOut(Schema):
     domains: list[dict[str, Any]]
     rollout: dict[str, Any]
     assumptions: list[str]
+    cost: dict[str, Any]
+    """The figures in money at the platform admin's prices: each part and ``total`` as decimal
+    text (None where a figure has no price or was not measured), ``currency``, ``prices``, the
+    money ``budget`` and ``within_budget``."""
 
 
 @estimate_router.post("/runs/estimate", response={200: RunEstimateOut, **ERRORS}, openapi_extra=RUN_BODY)

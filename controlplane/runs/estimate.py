@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any, Callable
 
 from django.db.models import Count, Q, Sum
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.words import duration
+from controlplane.runs.cost import Prices, amount_text, as_json, cost
 from controlplane.runs.models import UsageRecord
 from controlplane.runs.services import run_validate
 from controlplane.runs.spec import RunSpec
+from controlplane.runs.usage import current_prices
 from trainer.config import TrainerConfig, load_config
 
 FIGURES = ("completions", "generated_tokens", "trained_tokens", "wall_s", "gpu_s", "cpu_s", "sandbox_s", "judge_tokens")
@@ -272,4 +275,17 @@ def run_estimate(*, actor: Principal, data: Any, evaluations: Callable[..., dict
     plan = run_validate(actor=actor, data=data)
     slugs = [slug for slug, _ in plan.spec.domains]
     where = {"team_id": plan.team.id, "slugs": slugs, "base_model": plan.spec.base_model}
-    return estimate(plan.spec, histories=history(**where), evaluations=evaluations(**where))
+    out = estimate(plan.spec, histories=history(**where), evaluations=evaluations(**where))
+    out["cost"] = priced(out["usage"], current_prices(), plan.spec.budget_cost)
+    return out
+
+
+def priced(usage: dict[str, Any], prices: Prices, budget: Decimal | None) -> dict[str, Any]:
+    """The estimate's cost in money: its figures times the platform admin's prices
+    (:func:`controlplane.runs.cost.cost`: a part unknown where a figure above 0, or not measured,
+    has no price), with the money budget and whether the estimate stays within it."""
+    parts = cost(usage, prices)
+    total = parts["total"]
+    return {**as_json(parts), "currency": prices.currency, "prices": prices.as_dict(),
+            "budget": amount_text(budget),
+            "within_budget": None if budget is None or total is None else total <= budget}

@@ -3,11 +3,14 @@ are picked, names each domain's source (run history for one, an assumption for t
 follows the step budget as it is typed, and shows the server's refusal of a bad body."""
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
 from controlplane.runs.models import Run, UsageRecord
+from controlplane.scheduling.models import ResourcePool
 from tests import factories
 from tests.browser.conftest import browser_user, screenshot
 
@@ -31,6 +34,9 @@ def test_the_estimate_follows_the_form_and_names_its_sources(server, browser):
         UsageRecord.objects.create(run=earlier, team=team, step=step, domain="builtin-addition", at=timezone.now(),
                                    generated_tokens=160, trained_tokens=160, completions=8)
 
+    ResourcePool.objects.filter(kind="cpu").delete()
+    ResourcePool.objects.create(name="cpus", kind="cpu", capacity=4, price=Decimal("3.6"))  # 0.001 a CPU-second
+
     page = server.logged_in_page(browser, "estimate", "alice")
     page.goto("/runs/new/")
     assert "Pick domains" in page.inner_text("[data-testid=estimate-state]")
@@ -52,11 +58,15 @@ def test_the_estimate_follows_the_form_and_names_its_sources(server, browser):
     assert page.text_content("[data-testid=estimate-source-builtin-addition]").startswith("history")
     assert page.text_content("[data-testid=estimate-source-builtin-parity]").startswith("assumed")
     wall = _value(page, "wall_s")
+    cost = float(page.get_attribute("[data-testid=estimate-cost]", "data-total"))
+    assert cost == pytest.approx(_value(page, "cpu_s") * 0.001, abs=1e-6) and cost > 0
+    assert "USD" in page.inner_text("[data-testid=estimate-cost]")
     screenshot(page, "estimate-10-steps")
 
     page.fill("[data-testid=budget-steps]", "20")
     page.wait_for_function("() => document.querySelector('[data-testid=estimate-completions]')?.dataset.value === '160'")
     assert _value(page, "wall_s") == pytest.approx(2 * wall, rel=1e-3)
+    assert float(page.get_attribute("[data-testid=estimate-cost]", "data-total")) == pytest.approx(2 * cost, rel=1e-3)
     screenshot(page, "estimate-20-steps")
 
     page.fill("[data-testid=cfg-rollout-n]", "0")  # refused by the server, naming the field

@@ -189,3 +189,35 @@ def test_the_api_answers_the_estimate_and_refuses_a_bad_body_naming_the_field(wo
     status, out = post(world.users["viewer"], body())
     assert status == 403, out
     assert Run.objects.filter(name="my run").count() == 0
+
+
+def test_the_estimate_is_priced_at_the_admins_prices_and_checked_against_a_money_budget(world, measured):
+    """The estimate's cost is its figures times the pools' prices (per hour of GPU, CPU and
+    sandbox, per million judge tokens); a part with usage and no price is unknown, and so is the
+    total; a money budget below the cost is reported as over it."""
+    from decimal import Decimal
+
+    from controlplane.scheduling.models import ResourcePool
+
+    ResourcePool.objects.all().delete()
+    prices = {"cpu": Decimal("0.36"), "sandbox": Decimal("1.8"), "judge": Decimal("4")}
+    for kind, price in prices.items():
+        ResourcePool.objects.create(name=f"p-{kind}", kind=kind, capacity=4, price=price)
+    status, out = post(world.users["member"], body())
+    assert status == 200, out
+    usage = out["usage"]
+    assert usage["cpu_s"] and usage["sandbox_s"] and usage["judge_tokens"] and not usage["gpu_s"]
+    expected = (Decimal(repr(usage["cpu_s"])) * prices["cpu"] / 3600 + Decimal(repr(usage["sandbox_s"])) * prices["sandbox"] / 3600
+                + Decimal(repr(usage["judge_tokens"])) * prices["judge"] / 1_000_000)
+    assert Decimal(out["cost"]["total"]) == expected.quantize(Decimal("0.000001"))
+    assert out["cost"]["gpu"] == "0.000000" and out["cost"]["currency"] == "USD" and out["cost"]["budget"] is None
+
+    under = (expected / 2).quantize(Decimal("0.01"))
+    status, out = post(world.users["member"], body(budget={"steps": 10, "cost": str(under)}))
+    assert status == 200 and out["cost"]["budget"] == f"{under.normalize():f}" and out["cost"]["within_budget"] is False
+    status, out = post(world.users["member"], body(budget={"steps": 10, "cost": str(expected * 2)}))
+    assert out["cost"]["within_budget"] is True
+
+    ResourcePool.objects.filter(kind="sandbox").update(price=None)
+    status, out = post(world.users["member"], body(budget={"steps": 10, "cost": "5"}))
+    assert out["cost"]["sandbox"] is None and out["cost"]["total"] is None and out["cost"]["within_budget"] is None

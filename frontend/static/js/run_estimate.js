@@ -12,6 +12,7 @@
   const state = document.getElementById("estimate-state");
   const table = document.getElementById("estimate-figures");
   const details = document.getElementById("estimate-details");
+  const costEl = document.getElementById("estimate-cost");
   const LABELS = {
     completions: "Completions", generated_tokens: "Generated tokens", trained_tokens: "Trained tokens",
     wall_s: "Wall (ETA)", gpu_s: "GPU", cpu_s: "CPU (driver)", sandbox_s: "Sandbox", judge_tokens: "Judge tokens",
@@ -33,6 +34,7 @@
         el("td", { class: "muted", text: f.source + "." + missing }));
     });
     table.querySelector("tbody").replaceChildren(...rows);
+    costLine(out.cost);
     const domainRows = out.domains.map((d) => el("tr", { "data-slug": d.slug },
       el("td", { text: d.slug }), el("td", { text: (100 * d.share).toFixed(1) + "%" }), el("td", { text: fmt(d.completions_per_step) }),
       el("td", { text: fmt(d.tokens_per_completion) }), el("td", { text: fmt(d.seconds_per_completion) }),
@@ -42,16 +44,32 @@
     table.hidden = details.hidden = false;
   }
 
+  // The figures in money at the admin's prices: each priced part, the parts without a price, and
+  // the money budget when one is set.
+  function costLine(c) {
+    const parts = { gpu: "GPU", cpu: "CPU", sandbox: "sandbox", judge: "judge tokens" };
+    const known = Object.keys(parts).filter((p) => c[p] !== null && Number(c[p]) > 0).map((p) => `${parts[p]} ${c[p]}`);
+    const unknown = Object.keys(parts).filter((p) => c[p] === null).map((p) => parts[p]);
+    const total = c.total === null ? "unknown" : `${c.total} ${c.currency}`;
+    let text = `Cost: ${total}` + (known.length ? ` (${known.join(", ")})` : "") + ".";
+    if (unknown.length) text += ` No price or no measurement for: ${unknown.join(", ")}.`;
+    if (c.budget !== null) text += c.within_budget === null ? ` Budget ${c.budget} ${c.currency}: cannot tell.`
+      : c.within_budget ? ` Within the budget of ${c.budget} ${c.currency}.` : ` Over the budget of ${c.budget} ${c.currency}: the run would stop early.`;
+    costEl.textContent = text;
+    costEl.dataset.total = c.total ?? "";
+    costEl.hidden = false;
+  }
+
   function refused(err) {
     const errors = err.errors && err.errors.length ? err.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)) : [err.detail];
     state.textContent = "No estimate: " + errors.join("; ");
     state.dataset.state = "invalid";
-    table.hidden = details.hidden = true;
+    table.hidden = details.hidden = costEl.hidden = true;
   }
 
   async function refresh() {
     const body = window.TemperRunForm.body();
-    if (!body.domains.length) { state.textContent = "Pick domains to see an estimate."; state.dataset.state = ""; table.hidden = details.hidden = true; return; }
+    if (!body.domains.length) { state.textContent = "Pick domains to see an estimate."; state.dataset.state = ""; table.hidden = details.hidden = costEl.hidden = true; return; }
     if (!String(body.name || "").trim()) body.name = "estimate"; // the name changes nothing in the estimate
     const mine = ++sent;
     state.dataset.state = "pending";
