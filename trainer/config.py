@@ -509,6 +509,9 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     if cfg.rollout.verify_budget_s > 0 and cfg.rollout.staleness < 1:
         errors.append(("rollout.verify_budget_s", "needs rollout.staleness of at least 1 (a group left "
                                                   "verifying joins a later step, one update staler)"))
+    if cfg.rollout.autoscale == "on" and cfg.rollout.staleness < 1:
+        errors.append(("rollout.autoscale", "on needs rollout.staleness of at least 1 (a run in turn has no staleness "
+                                            "in force or verify lanes to change between steps)"))
     if cfg.rollout.tensor_parallel_size > 1 and cfg.rollout.engine != "vllm":
         errors.append(("rollout.tensor_parallel_size", "tensor parallel generation needs rollout.engine vllm"))
     deepspeed = cfg.optimizer.backend == "deepspeed" or (cfg.optimizer.backend == "auto" and cfg.optimizer.zero_stage > 0)
