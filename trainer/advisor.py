@@ -181,8 +181,8 @@ def proposals(window: Window, knobs: Knobs, bounds: Bounds) -> list[Proposal]:
         return [p for p in out if p.gain >= MIN_GAIN]
     if knobs.verify_lanes < bounds.verify_lanes and neck == "verify":
         out.append(_change(window, knobs, "verify_lanes", min(2 * knobs.verify_lanes, bounds.verify_lanes),
-                             reason=f"verification is the bottleneck ({words}): more verify lanes "
-                                    f"divide it (at most {bounds.verify_lanes}: what the verify workers can take)"))
+                           reason=f"verification is the bottleneck ({words}): more verify lanes "
+                                  f"divide it (at most {bounds.verify_lanes}: what the verify workers can take)"))
     if knobs.verify_lanes >= bounds.verify_lanes and neck == "verify":
         out.append(_proposal(window, knobs, "verify_workers", bounds.verify_lanes, 2 * bounds.verify_lanes,
                              replace(knobs, verify_lanes=2 * knobs.verify_lanes), applicable=False,
@@ -190,23 +190,23 @@ def proposals(window: Window, knobs: Knobs, bounds: Bounds) -> list[Proposal]:
                                     f"verify workers take: twice the verify workers or the domain's sandbox slots"))
     if knobs.staleness < bounds.staleness:
         out.append(_change(window, knobs, "staleness", knobs.staleness + 1,
-                             reason=f"{neck} is the bottleneck and the step has "
-                                    f"{max(window.window_s - window.busy(neck), 0):.2f} s that no overlap hides "
-                                    f"({words}): one more batch queued ahead, within the run's bound of {bounds.staleness}"))
+                           reason=f"{neck} is the bottleneck and the step has "
+                                  f"{max(window.window_s - window.busy(neck), 0):.2f} s that no overlap hides "
+                                  f"({words}): one more batch queued ahead, within the run's bound of {bounds.staleness}"))
     speedups = sorted((p for p in out if p.gain >= MIN_GAIN), key=lambda p: -p.gain)
     if speedups:
         return speedups
     spare: list[Proposal] = []
     if knobs.verify_lanes > 1 and idle["verify"] >= SPARE_IDLE:
         fewer = _change(window, knobs, "verify_lanes", knobs.verify_lanes - 1,
-                          reason=f"verification idles {idle['verify']:.0%} of the step ({words}): one verify lane "
-                                 f"fewer leaves the step as fast and frees the verify workers for other runs")
+                        reason=f"verification idles {idle['verify']:.0%} of the step ({words}): one verify lane "
+                               f"fewer leaves the step as fast and frees the verify workers for other runs")
         if fewer.gain > -FRESHER_COST:
             spare.append(fewer)
     if knobs.staleness > 1:
         fresher = _change(window, knobs, "staleness", knobs.staleness - 1,
-                            reason=f"little of the step waits on the pipeline ({words}): one batch fewer queued "
-                                   f"ahead costs almost nothing and trains on fresher batches")
+                          reason=f"little of the step waits on the pipeline ({words}): one batch fewer queued "
+                                 f"ahead costs almost nothing and trains on fresher batches")
         if fresher.gain > -FRESHER_COST:
             spare.append(fresher)
     return spare

@@ -415,7 +415,7 @@ class OverlappedPipeline(Pipeline):
         return self.rollout_thread.submit(fn).result()
 
     def verify(self, trajs: list[Trajectory]) -> None:
-        self._verifier("").submit(self._verify, trajs).result()
+        self._verify_on("", trajs).result()
 
     def ahead(self) -> list[Batch]:
         return [self._wait_all(b) for b in self.carried] + [self._ready(f) for f in self.pending]
@@ -436,11 +436,16 @@ class OverlappedPipeline(Pipeline):
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _verifier(self, domain: str) -> cf.ThreadPoolExecutor:
-        """``domain``'s verify threads."""
+        """``domain``'s verify threads (the caller holds ``_threads_lock``)."""
+        if domain not in self.verify_threads:
+            self.verify_threads[domain] = cf.ThreadPoolExecutor(self.verify_lanes, f"verify-{domain}" if domain else "verify")
+        return self.verify_threads[domain]
+
+    def _verify_on(self, domain: str, trajs: list[Trajectory]) -> cf.Future:
+        """Verify ``trajs`` on ``domain``'s verify threads (under the lock, so :meth:`set_knobs`
+        never retires the threads between the choice and the submission)."""
         with self._threads_lock:
-            if domain not in self.verify_threads:
-                self.verify_threads[domain] = cf.ThreadPoolExecutor(self.verify_lanes, f"verify-{domain}" if domain else "verify")
-            return self.verify_threads[domain]
+            return self._verifier(domain).submit(self._verify, trajs)
 
     def _produce(self, requests: list[Request]) -> Batch:
         """On the rollout thread: generate a batch chunk by chunk, each chunk's completions going to
@@ -454,7 +459,7 @@ class OverlappedPipeline(Pipeline):
             for t in trajs:
                 by_domain.setdefault(t.task.domain, []).append(t)
             for domain, part in by_domain.items():
-                batch.checks.append((part, self._verifier(domain).submit(self._verify, part)))
+                batch.checks.append((part, self._verify_on(domain, part)))
         return batch
 
     def _submit(self, requests: list[Request]) -> cf.Future:

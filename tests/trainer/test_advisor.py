@@ -111,11 +111,13 @@ def test_overlapped_pipeline_turns_its_knobs_between_steps_within_the_bound():
     pipe = OverlappedPipeline(None, None, lambda reqs: [], lambda items: [], StageClocks(), staleness=2, chunk_size=8)
     try:
         assert pipeline_knobs(pipe) == Knobs(staleness=2, verify_lanes=VERIFY_THREADS)
-        first = pipe._verifier("code")
+        pipe._verify_on("code", []).result()  # the domain's verify threads start
+        first = pipe.verify_threads["code"]
         best = proposals(Window(0.6, 1.8, 0.4, 2.0), pipeline_knobs(pipe), Bounds(staleness=2, verify_lanes=4))[0]
         apply(pipe, best)
         assert pipeline_knobs(pipe) == Knobs(staleness=2, verify_lanes=4)
-        assert pipe._verifier("code") is not first and pipe._verifier("code")._max_workers == 4
+        pipe._verify_on("code", []).result()
+        assert pipe.verify_threads["code"] is not first and pipe.verify_threads["code"]._max_workers == 4
         assert first in pipe.retired  # still finishing what was queued on it, shut down at close
         pipe.set_knobs(staleness=1)
         assert pipe.lookahead == 1 and pipe.staleness == 2  # every batch is still checked against the run's bound
