@@ -129,3 +129,27 @@ def test_overlapped_pipeline_turns_its_knobs_between_steps_within_the_bound():
     assert pipeline_knobs(in_turn) == Knobs(staleness=0, verify_lanes=1)
     with pytest.raises(ValueError, match="in turn"):
         in_turn.set_knobs(verify_lanes=4)
+
+
+def test_a_job_takes_new_knobs_between_steps_and_stays_within_its_bound(base_config):
+    """A real job at staleness 2: the staleness in force lowered to 1 between steps drains the batch
+    queued ahead (no batch is refused, none is older than the run's bound), then trains one update
+    behind; raised back to 2 it queues two again. More verify lanes verify every sample as before."""
+    from trainer.job import Job
+
+    base_config["rollout"]["staleness"] = 2
+    base_config["limits"]["max_steps"] = 12
+    job = Job(base_config)
+    try:
+        lags = [job.step()["batch/policy_lag"] for _ in range(3)]
+        job.pipeline.set_knobs(staleness=1, verify_lanes=4)
+        lags += [job.step()["batch/policy_lag"] for _ in range(4)]
+        assert pipeline_knobs(job.pipeline) == Knobs(staleness=1, verify_lanes=4)
+        assert all(t.verification is not None for t in job.last_generated)
+        job.pipeline.set_knobs(staleness=2)
+        lags += [job.step()["batch/policy_lag"] for _ in range(4)]
+    finally:
+        job.close()
+    assert lags[:3] == [0.0, 1.0, 2.0]
+    assert max(lags) == 2.0 and lags[5:7] == [1.0, 1.0]  # the batch queued at 2 drained, then one behind
+    assert lags[-1] == 2.0
