@@ -171,6 +171,8 @@ class SplitAdvice:
                     message=f"autoscale: {made.knob} {made.before} -> {made.after} from step {done.step + 1}; "
                             f"{made.reason}; expected step {made.step_s[0]:.2f} s -> {made.step_s[1]:.2f} s")
             return
+        if steady is None and self.advisor.current is not None:
+            return  # a proposal not steady yet: what was shown stands
         key = (steady.knob, steady.after) if steady is not None else None
         if key != self.shown:
             self.shown = key

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.advisor import Advisor, Bounds, Knobs, Window, apply, pipeline_knobs, proposals
+from trainer.job import Job
 from trainer.pipeline import VERIFY_THREADS, OverlappedPipeline, StageClocks, SyncPipeline
 
 
@@ -135,8 +136,6 @@ def test_a_job_takes_new_knobs_between_steps_and_stays_within_its_bound(base_con
     """A real job at staleness 2: the staleness in force lowered to 1 between steps drains the batch
     queued ahead (no batch is refused, none is older than the run's bound), then trains one update
     behind; raised back to 2 it queues two again. More verify lanes verify every sample as before."""
-    from trainer.job import Job
-
     base_config["rollout"]["staleness"] = 2
     base_config["limits"]["max_steps"] = 12
     job = Job(base_config)

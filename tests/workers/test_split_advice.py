@@ -4,13 +4,17 @@ makes the change at a step boundary, as an event with before, after and why, and
 with it from the next step; with it off the proposal is an event and the run page shows it."""
 from __future__ import annotations
 
+from types import SimpleNamespace as NS
+
 import pytest
 
 from controlplane.runs.models import MetricPoint, RunEvent
 from tests import factories
 from tests.workers.driving import SMALL, Replies, code_domain, running_run
-from trainer.pipeline import VERIFY_THREADS, StageClocks
+from trainer.advisor import Advisor
+from trainer.pipeline import VERIFY_THREADS, OverlappedPipeline, StageClocks
 from workers.driver import drive
+from workers.observers import SplitAdvice, StepDone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,3 +83,25 @@ def test_autoscale_off_only_proposes_and_the_run_page_shows_it(slow_verify_run, 
     client.force_login(factories.member(run.team, "viewer", "advice-viewer"))
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-kind="advice" data-knob="verify_lanes"' in page and "proposed at step 2" in page
+
+
+def test_the_observer_records_advice_only_when_the_steady_proposal_changes():
+    """The observer alone (a real overlapped pipeline, the driver's hold replaced by a list): a
+    proposal is an event once steady, a window that only unsettles it records nothing, and a
+    balanced pipeline after a proposal is one ``balanced`` event."""
+    pipeline = OverlappedPipeline(None, None, lambda reqs: [], lambda items: [], StageClocks(), staleness=1, chunk_size=8)
+    job = NS(config=NS(rollout=NS(autoscale="off", staleness=1)), pipeline=pipeline)
+    events = []
+    advice = SplitAdvice(job, lambda: 4, lambda fn, **kw: events.append(kw))
+    balanced = {**VERIFY_BOUND, "pipeline/generate_busy_s": 1.9, "pipeline/verify_busy_s": 1.85, "pipeline/update_busy_s": 1.9}
+    # one step where generation was slow and verification idled: it leads to giving a lane back
+    # for one window only (not steady, so not shown; the advisor reads one window at a time here)
+    slow_generation = {**VERIFY_BOUND, "pipeline/generate_busy_s": 1.9, "pipeline/verify_busy_s": 0.3}
+    advice.advisor = Advisor(advice.advisor.knobs, advice.advisor.bounds, history=1)
+    try:
+        for step, metrics in enumerate([VERIFY_BOUND, VERIFY_BOUND, slow_generation, VERIFY_BOUND, VERIFY_BOUND, balanced], 1):
+            advice.after_step(StepDone(run=NS(id=1), step=step, metrics=dict(metrics), trajectories=[], samples=[], tokens=0, usage=None))
+    finally:
+        pipeline.close()
+    assert [(e["kind"], e["data"]["knob"], e["data"]["step"]) for e in events] == [("advice", "verify_lanes", 2), ("advice", None, 6)]
+    assert "balanced" in events[1]["message"]
