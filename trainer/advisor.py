@@ -133,7 +133,7 @@ class Proposal:
         """JSON-safe (a run event's data, the run page's card)."""
         out = asdict(self)
         out.update(step_s=[round(x, 4) for x in self.step_s], gain=round(self.gain, 4),
-                   idle={s: [round(a, 4), round(b, 4)] for s, (a, b) in self.idle.items()})
+                   idle=[[s, round(a, 4), round(b, 4)] for s, (a, b) in self.idle.items()])  # a list keeps the stages' order
         return out
 
 

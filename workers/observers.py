@@ -203,7 +203,7 @@ def advice_message(proposal, autoscale: bool) -> str:
     if proposal is None:
         return "split advisor: balanced as far as the driver can change it; no change proposed"
     who = ("autoscale makes it at a step boundary" if autoscale and proposal.applicable
-           else "autoscale is off: set the run's autoscale to on, or make it by hand" if proposal.applicable
+           else "autoscale is off: a run with autoscale on, such as a clone of this one, makes it itself" if proposal.applicable
            else "a person makes it (the deployment or the next run)")
     return (f"split advisor proposes {proposal.knob} {proposal.before} -> {proposal.after}: {proposal.reason}; expected "
             f"step {proposal.step_s[0]:.2f} s -> {proposal.step_s[1]:.2f} s ({who})")

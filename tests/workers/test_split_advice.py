@@ -83,6 +83,8 @@ def test_autoscale_off_only_proposes_and_the_run_page_shows_it(slow_verify_run, 
     client.force_login(factories.member(run.team, "viewer", "advice-viewer"))
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-kind="advice" data-knob="verify_lanes"' in page and "proposed at step 2" in page
+    assert "<td>step seconds</td><td>2.00</td><td>1.10</td>" in page
+    assert "<td>generate idle</td><td>70%</td><td>45%</td></tr><tr><td>verify idle</td>" in page  # the stages in order
 
 
 def test_the_observer_records_advice_only_when_the_steady_proposal_changes():
