@@ -30,6 +30,16 @@ staleness), speedup_1_vs_0, generator_idle (by staleness) and the bound.
 
     .venv/bin/python bench/pipeline.py [--steps 12] [--backend bwrap|docker] [--verify-in processes|threads]
                                        [--slots 8] [--max-new-tokens 0] [--engine-batch 8] [--check harness|exec]
+
+``--mode advisor`` measures the split advisor (trainer/advisor.py) instead: one domain whose
+verification is slow (``--verify-s``, 0.5 s a check by default in this mode), staleness 2, the
+pipeline's default verify lanes; each round runs the same job with the advisor off and on (on: after
+every step its steady proposal is made when due, as the run driver does with ``autoscale: on``, with
+the verify lanes bounded by ``--slots // --engine-batch``, the lanes the sandbox slots can take).
+Per setting: steps per hour, each stage's idle fraction, the slowest stage (busy longest with the
+advisor off) and its idle, idle seconds per step summed over the stages, and the changes made.
+
+    .venv/bin/python bench/pipeline.py --mode advisor [--steps 16] [--slots 16] [--engine-batch 4] [--verify-s 0.5]
 """
 from __future__ import annotations
 
@@ -45,20 +55,21 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-PROGRAM = "import time\ntime.sleep(0.2)\nprint('checked')\n"
+PROGRAM = "import time\ntime.sleep({sleep_s})\nprint('checked')\n"
 PROBE_TOKENS = 64
 """Generation length at which sampling a batch is timed for the calibration."""
 STALENESS = (0, 1, 2)
 
 
-def sandbox_check(backend: str | None, check: str = "harness") -> str:
+def sandbox_check(backend: str | None, check: str = "harness", sleep_s: float = 0.2) -> str:
     """One sandboxed execution of the checker (in a verify process); its verdict's status."""
     from workers.sandbox import Limits, execute
 
+    program = PROGRAM.format(sleep_s=sleep_s)
     if check == "harness":  # as trainer/verifiers/code_harness.py starts the tests
-        return execute({}, ["python3", "-I", "-S", "-c", PROGRAM], Limits(cpu_s=5, wall_s=10),
+        return execute({}, ["python3", "-I", "-S", "-c", program], Limits(cpu_s=5, wall_s=10),
                        backend=backend, domain="bench-pipeline").status
-    return execute({"check.py": PROGRAM}, ["python3", "check.py"], Limits(cpu_s=5, wall_s=10),
+    return execute({"check.py": program}, ["python3", "check.py"], Limits(cpu_s=5, wall_s=10),
                    backend=backend, domain="bench-pipeline").status
 
 
@@ -102,7 +113,13 @@ def main() -> int:
     parser.add_argument("--verify-in", choices=["threads", "processes"], default="processes",
                         help="supervise the sandboxes from threads of the trainer's process, or from --slots "
                              "separate processes (as verify workers do for the run driver)")
+    parser.add_argument("--mode", choices=["staleness", "advisor"], default="staleness",
+                        help="staleness 0, 1 and 2 side by side, or the split advisor off and on (one slow domain)")
+    parser.add_argument("--verify-s", type=float, default=None,
+                        help="seconds each check sleeps in its sandbox (default 0.2; 0.5 with --mode advisor)")
     args = parser.parse_args()
+    if args.verify_s is None:
+        args.verify_s = 0.5 if args.mode == "advisor" else 0.2
     # The pool admits --slots executions at once (its default is 2 per CPU).
     os.environ["TEMPER_SANDBOX_GLOBAL_LIMIT"] = os.environ["TEMPER_SANDBOX_DOMAIN_LIMIT"] = str(args.slots)
 
@@ -124,7 +141,7 @@ def main() -> int:
     exact = get("builtin-addition").verify
 
     def verify_batch(items):
-        statuses = pool.map(sandbox_check, [args.backend] * len(items), [args.check] * len(items))
+        statuses = pool.map(sandbox_check, [args.backend] * len(items), [args.check] * len(items), [args.verify_s] * len(items))
         return [exact(completion, task) if status == "ok" else Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": status})
                 for (completion, task), status in zip(items, statuses)]
 
@@ -137,6 +154,12 @@ def main() -> int:
                    "optimizer": {"lr": 5e-4}}, verify_batch=verify_batch)
         job.params = replace(job.params, ignore_eos=True)  # the same work in every setting
         return job
+
+    if args.mode == "advisor":
+        out = advisor_bench(args, new_job, args.max_new_tokens or 32)
+        pool.shutdown()
+        print(json.dumps(out))
+        return 0
 
     calibration = None
     tokens = args.max_new_tokens
@@ -221,13 +244,67 @@ def main() -> int:
         "max_policy_lag": {str(s): r["max_policy_lag"] for s, r in results.items()},
         "generator_cpu_wait_s": {str(s): r["generator_cpu_wait_s"] for s, r in results.items()},
         "generator_on_cpu_s": {str(s): r["generator_on_cpu_s"] for s, r in results.items()},
-        "samples_per_step": 32, "verify_s_per_sample": 0.2, "sandbox_slots": args.slots,
+        "samples_per_step": 32, "verify_s_per_sample": args.verify_s, "sandbox_slots": args.slots,
         "max_new_tokens": tokens, "calibration": calibration, "check": args.check, "verify_in": args.verify_in,
         "engine_batch": args.engine_batch, "steps": {str(s): t["steps"] for s, t in totals.items()},
         "sandbox_cpu_weight": sandbox_cpu_weight(args.backend),
     }
     print(json.dumps(out))
     return 0
+
+
+def advisor_bench(args, new_job, tokens: int) -> dict:
+    """The advisor off and on, side by side, in alternating rounds (see the module's docstring)."""
+    from trainer.advisor import Advisor, Bounds, apply, pipeline_knobs
+
+    stages = ("generate", "verify", "update")
+    lanes_bound = max(1, args.slots // args.engine_batch)
+    per_round = max(1, args.steps // args.rounds)
+    totals = {m: {"steps": 0, "elapsed": 0.0, "windows": 0.0, "busy": dict.fromkeys(stages, 0.0), "changes": [], "knobs": []}
+              for m in ("off", "on")}
+    for r in range(args.rounds):
+        for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+            job = new_job(2, tokens)
+            advisor = Advisor(pipeline_knobs(job.pipeline), Bounds(staleness=2, verify_lanes=lanes_bound))
+            total = totals[mode]
+            for i in range(2 + per_round):  # 2 warm-up steps, which the advisor sees too
+                t0 = time.perf_counter()
+                metrics = job.step()
+                if i >= 2:
+                    total["elapsed"] += time.perf_counter() - t0
+                    total["windows"] += metrics["pipeline/window_s"]
+                    for stage in stages:
+                        total["busy"][stage] += metrics[f"pipeline/{stage}_busy_s"]
+                steady = advisor.observe(metrics)
+                if mode == "on" and advisor.due(steady):  # at the step boundary, as the driver does
+                    apply(job.pipeline, steady)
+                    advisor.applied(steady)
+                    total["changes"].append({"round": r + 1, "after_step": i + 1, "knob": steady.knob, "from": steady.before,
+                                             "to": steady.after, "expected_step_s": [round(x, 3) for x in steady.step_s]})
+            total["steps"] += per_round
+            total["knobs"].append(dict(zip(("staleness", "verify_lanes"), job.pipeline.knobs())))
+            job.close()
+            print(f"round {r + 1} advisor {mode}: {3600 * total['steps'] / total['elapsed']:.1f} steps/h so far", flush=True)
+    results = {}
+    for mode, t in totals.items():
+        idle = {s: round(1 - t["busy"][s] / t["windows"], 3) for s in stages}
+        results[mode] = {"steps_per_hour": round(3600 * t["steps"] / t["elapsed"], 1), "idle_frac": idle,
+                         "busy_s_per_step": {s: round(t["busy"][s] / t["steps"], 3) for s in stages},
+                         "idle_s_per_step": round(sum(t["windows"] - b for b in t["busy"].values()) / t["steps"], 3),
+                         "changes": t["changes"], "knobs_at_end": t["knobs"]}
+        print(f"advisor {mode}: {results[mode]}", flush=True)
+    slowest = max(stages, key=lambda s: results["off"]["busy_s_per_step"][s])
+    own = {m: max(stages, key=lambda s: results[m]["busy_s_per_step"][s]) for m in results}
+    return {"mode": "advisor", "steps_per_hour": {m: r["steps_per_hour"] for m, r in results.items()},
+            "speedup_on_vs_off": round(results["on"]["steps_per_hour"] / results["off"]["steps_per_hour"], 3),
+            "slowest_stage": slowest, "slowest_stage_idle": {m: r["idle_frac"][slowest] for m, r in results.items()},
+            "own_slowest_stage": {m: [own[m], results[m]["idle_frac"][own[m]]] for m in results},
+            "idle_s_per_step": {m: r["idle_s_per_step"] for m, r in results.items()},
+            "idle_frac": {m: r["idle_frac"] for m, r in results.items()},
+            "changes_on": results["on"]["changes"], "knobs_at_end": {m: r["knobs_at_end"] for m, r in results.items()},
+            "verify_s_per_check": args.verify_s, "sandbox_slots": args.slots, "engine_batch": args.engine_batch,
+            "verify_lanes_bound": lanes_bound, "max_new_tokens": tokens, "samples_per_step": 32,
+            "steps": {m: t["steps"] for m, t in totals.items()}}
 
 
 if __name__ == "__main__":

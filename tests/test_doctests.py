@@ -17,7 +17,7 @@ MODULES = [
     "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",
     "workers.devices", "trainer.parallel", "controlplane.web.manage_views", "tests.suite_env", "trainer.evaluation",
     "controlplane.scheduling.scheduler", "controlplane.scheduling.selectors", "workers.launch", "controlplane.runs.ceilings", "trainer.ranks", "trainer.algorithms", "trainer.tasks.filings", "trainer.tasks.statements",
-    "trainer.integrity",
+    "trainer.integrity", "trainer.advisor", "controlplane.runs.spec", "controlplane.web.pages",
 ]
 
 

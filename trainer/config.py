@@ -149,6 +149,10 @@ class RolloutConfig:
     verify_budget_s: float = _num(0.0, ge=0, le=86_400)
     """Seconds a step waits for its batch's verification once generated; groups still verifying
     then join the next step, within the staleness bound (needs staleness >= 1; 0 = wait for all)."""
+    autoscale: Literal["off", "on"] = "off"
+    """``on``: the run driver re-plans the split from the stages' measured idle at step boundaries
+    (trainer/advisor.py): the staleness in force, up to ``staleness``, and the verify lanes, each
+    change a run event; ``off``: it only shows what it proposes."""
     max_turns: int = _num(1, ge=1, le=256)
     """Model turns per episode in multi-turn environments."""
     max_episode_tokens: int = _num(1024, ge=1, le=262_144)
@@ -505,6 +509,9 @@ def _cross_check(cfg: TrainerConfig) -> list[tuple[str, str]]:
     if cfg.rollout.verify_budget_s > 0 and cfg.rollout.staleness < 1:
         errors.append(("rollout.verify_budget_s", "needs rollout.staleness of at least 1 (a group left "
                                                   "verifying joins a later step, one update staler)"))
+    if cfg.rollout.autoscale == "on" and cfg.rollout.staleness < 1:
+        errors.append(("rollout.autoscale", "on needs rollout.staleness of at least 1 (a run in turn has no staleness "
+                                            "in force or verify lanes to change between steps)"))
     if cfg.rollout.tensor_parallel_size > 1 and cfg.rollout.engine != "vllm":
         errors.append(("rollout.tensor_parallel_size", "tensor parallel generation needs rollout.engine vllm"))
     deepspeed = cfg.optimizer.backend == "deepspeed" or (cfg.optimizer.backend == "auto" and cfg.optimizer.zero_stage > 0)

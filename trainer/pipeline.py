@@ -217,6 +217,17 @@ class Pipeline:
         self.engine_version = 0
         """Policy updates reflected in the engine's weights (the generating side's view)."""
 
+    def knobs(self) -> tuple[int, int]:
+        """``(staleness in force, verify lanes)``: what a split advisor may change between steps
+        (:mod:`trainer.advisor`); in turn, ``(0, 1)``."""
+        return 0, 1
+
+    def set_knobs(self, *, staleness: int | None = None, verify_lanes: int | None = None) -> None:
+        """Change the split from the next step on (between steps only): the staleness in force, from
+        1 to the bound this pipeline was built with (which every batch is still checked against),
+        and the verify calls in flight per domain. In turn there is nothing to change."""
+        raise ValueError("a pipeline in turn (staleness 0) has no staleness or verify lanes to change")
+
     def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
         """This step's verified batch (of requests from ``draw()``); adds the seconds the caller
         waited for generation, then verification, to ``stage/generate_s`` and ``stage/verify_s``."""
@@ -340,12 +351,35 @@ class OverlappedPipeline(Pipeline):
         self.lookahead = self.staleness - 1 if self.verify_budget_s > 0 else self.staleness
         """Batches generated ahead of the one a step consumes (one fewer with a budget, so that a
         group carried to the next step is still within the staleness bound there)."""
+        self.verify_lanes = VERIFY_THREADS
+        """Verify threads per domain (:meth:`set_knobs` changes it between steps)."""
+        self.retired: list[cf.ThreadPoolExecutor] = []
+        """Verify threads replaced by :meth:`set_knobs`, finishing what was queued on them."""
         self.pending: list[cf.Future] = []
         """Batches queued ahead (futures of :class:`Batch`), oldest first: at most ``lookahead``."""
         self.carried: list[Batch] = []
         """Groups of earlier batches still verifying when their step's budget ran out."""
         self.syncs: list[cf.Future] = []
         """Weight syncs queued on the rollout thread whose outcome nobody has looked at yet."""
+
+    def knobs(self) -> tuple[int, int]:
+        return self.lookahead + (1 if self.verify_budget_s > 0 else 0), self.verify_lanes
+
+    def set_knobs(self, *, staleness: int | None = None, verify_lanes: int | None = None) -> None:
+        if staleness is not None:
+            if not 1 <= staleness <= self.staleness:
+                raise ValueError(f"staleness {staleness} is outside 1..{self.staleness} (the run's bound)")
+            # Fewer batches ahead: those queued already are consumed first (each within the bound).
+            self.lookahead = staleness - 1 if self.verify_budget_s > 0 else staleness
+        if verify_lanes is not None and verify_lanes != self.verify_lanes:
+            if verify_lanes < 1:
+                raise ValueError(f"verify lanes must be at least 1, not {verify_lanes}")
+            with self._threads_lock:
+                self.verify_lanes = verify_lanes
+                old, self.verify_threads = list(self.verify_threads.values()), {}
+                self.retired += old
+            for pool in old:  # new verifications go to new threads; what was queued here still runs
+                pool.shutdown(wait=False)
 
     def next_batch(self, draw: Callable[[], list[Request]], metrics: dict) -> Batch:
         while len(self.pending) < self.lookahead + 1:  # queue the batches generated ahead
@@ -381,7 +415,7 @@ class OverlappedPipeline(Pipeline):
         return self.rollout_thread.submit(fn).result()
 
     def verify(self, trajs: list[Trajectory]) -> None:
-        self._verifier("").submit(self._verify, trajs).result()
+        self._verify_on("", trajs).result()
 
     def ahead(self) -> list[Batch]:
         return [self._wait_all(b) for b in self.carried] + [self._ready(f) for f in self.pending]
@@ -397,16 +431,21 @@ class OverlappedPipeline(Pipeline):
     def close(self) -> None:
         self.rollout_thread.shutdown(wait=True, cancel_futures=True)
         with self._threads_lock:
-            pools = list(self.verify_threads.values())
+            pools = list(self.verify_threads.values()) + self.retired
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _verifier(self, domain: str) -> cf.ThreadPoolExecutor:
-        """``domain``'s verify threads."""
+        """``domain``'s verify threads (the caller holds ``_threads_lock``)."""
+        if domain not in self.verify_threads:
+            self.verify_threads[domain] = cf.ThreadPoolExecutor(self.verify_lanes, f"verify-{domain}" if domain else "verify")
+        return self.verify_threads[domain]
+
+    def _verify_on(self, domain: str, trajs: list[Trajectory]) -> cf.Future:
+        """Verify ``trajs`` on ``domain``'s verify threads (under the lock, so :meth:`set_knobs`
+        never retires the threads between the choice and the submission)."""
         with self._threads_lock:
-            if domain not in self.verify_threads:
-                self.verify_threads[domain] = cf.ThreadPoolExecutor(VERIFY_THREADS, f"verify-{domain}" if domain else "verify")
-            return self.verify_threads[domain]
+            return self._verifier(domain).submit(self._verify, trajs)
 
     def _produce(self, requests: list[Request]) -> Batch:
         """On the rollout thread: generate a batch chunk by chunk, each chunk's completions going to
@@ -420,7 +459,7 @@ class OverlappedPipeline(Pipeline):
             for t in trajs:
                 by_domain.setdefault(t.task.domain, []).append(t)
             for domain, part in by_domain.items():
-                batch.checks.append((part, self._verifier(domain).submit(self._verify, part)))
+                batch.checks.append((part, self._verify_on(domain, part)))
         return batch
 
     def _submit(self, requests: list[Request]) -> cf.Future:

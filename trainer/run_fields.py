@@ -46,6 +46,7 @@ RUN_OWNED: tuple[RunOwned, ...] = (
     RunOwned("model.path", "base_model", scalar=False),
     RunOwned("domains", "domains", scalar=False),
     RunOwned("rollout.staleness", "staleness"),
+    RunOwned("rollout.autoscale", "autoscale"),
     RunOwned("limits.max_steps", "budget.steps", schema=(("minimum", 1),)),  # a run takes at least one step
     RunOwned("limits.max_wall_s", "budget.wall_s",  # null, not 0, means no limit in a run body
              schema=(("type", ["number", "null"]), ("minimum", None), ("exclusiveMinimum", 0), ("default", None),

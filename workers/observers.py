@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -34,6 +34,8 @@ from controlplane.runs import watch
 from controlplane.runs.models import MetricPoint, Run, RunDomain
 from controlplane.runs.selectors import run_quarantined_domains, run_weights
 from controlplane.scheduling.selectors import QueueService, queue_service
+from trainer import advisor as advisor_
+from trainer.pipeline import VERIFY_THREADS
 from workers import lanes as lanes_
 from workers.evaluate import periodic_eval
 from workers.verify import LOST, NO_WORKER
@@ -139,6 +141,87 @@ class VerifyCounters:
     def after_step(self, done: StepDone) -> None:
         done.metrics["verify/resent_batches"] = float(self.gatherer.stats["resent"])
         done.metrics["verify/lost_items"] = float(self.gatherer.stats["lost_items"])
+
+
+class SplitAdvice:
+    """The split advisor (trainer/advisor.py) on each step's stage clocks: the knobs in force as
+    metrics (``advisor/staleness``, ``advisor/verify_lanes``, and ``advisor/expected_gain``, the
+    share of a step the steady proposal would save); a steady proposal that changes is an
+    ``advice`` event (the run page shows the latest); with the run's ``autoscale: on`` a due one is
+    made in the job's pipeline, between this step and the next, as an ``autoscale`` event with
+    before, after and why. A fault of the advisor is logged and never stops the run."""
+
+    def __init__(self, job, lanes_bound: Callable[[], int], db: Callable) -> None:
+        self.job, self.lanes_bound, self.db = job, lanes_bound, db
+        self.autoscale = job.config.rollout.autoscale == "on"
+        bounds = advisor_.Bounds(staleness=job.config.rollout.staleness, verify_lanes=lanes_bound())
+        self.advisor = advisor_.Advisor(advisor_.pipeline_knobs(job.pipeline), bounds)
+        self.shown: tuple[str, int] | None = None
+        """``(knob, to)`` of the last ``advice`` event (None: none, or balanced)."""
+
+    def after_step(self, done: StepDone) -> None:
+        if "pipeline/window_s" not in done.metrics:
+            return
+        try:
+            steady, made = self._advise(done.metrics)
+        except Exception:  # noqa: BLE001 - a side channel of the run, not part of it
+            log.exception("run %s: the split advisor at step %s failed", done.run.id, done.step)
+            return
+        if made is not None:
+            self.shown = None
+            self.db(runs.run_event_record, run=done.run, kind="autoscale", data={**made.as_dict(), "step": done.step},
+                    message=f"autoscale: {made.knob} {made.before} -> {made.after} from step {done.step + 1}; "
+                            f"{made.reason}; expected step {made.step_s[0]:.2f} s -> {made.step_s[1]:.2f} s")
+            return
+        if steady is None and self.advisor.current is not None:
+            return  # a proposal not steady yet: what was shown stands
+        key = (steady.knob, steady.after) if steady is not None else None
+        if key != self.shown:
+            self.shown = key
+            self.db(runs.run_event_record, run=done.run, kind="advice", message=advice_message(steady, self.autoscale),
+                    data={**(steady.as_dict() if steady else {"knob": None}), "step": done.step, "autoscale": self.autoscale})
+
+    def _advise(self, metrics: dict[str, float]):
+        """Fold the step in; ``(steady proposal, the change made now)``."""
+        self.advisor.bounds = replace(self.advisor.bounds, verify_lanes=self.lanes_bound())
+        steady = self.advisor.observe(metrics)
+        made = None
+        if self.autoscale and self.advisor.due(steady):
+            advisor_.apply(self.job.pipeline, steady)
+            self.advisor.applied(steady)
+            made, steady = steady, None
+        knobs = advisor_.pipeline_knobs(self.job.pipeline)  # what the pipeline runs with now
+        metrics.update({"advisor/staleness": float(knobs.staleness), "advisor/verify_lanes": float(knobs.verify_lanes),
+                        "advisor/expected_gain": round(steady.gain, 4) if steady is not None else 0.0})
+        return steady, made
+
+
+def advice_message(proposal, autoscale: bool) -> str:
+    """An ``advice`` event's words.
+
+    >>> advice_message(None, False)
+    'split advisor: balanced as far as the driver can change it; no change proposed'
+    """
+    if proposal is None:
+        return "split advisor: balanced as far as the driver can change it; no change proposed"
+    who = ("autoscale makes it at a step boundary" if autoscale and proposal.applicable
+           else "autoscale is off: a run with autoscale on, such as a clone of this one, makes it itself" if proposal.applicable
+           else "a person makes it (the deployment or the next run)")
+    return (f"split advisor proposes {proposal.knob} {proposal.before} -> {proposal.after}: {proposal.reason}; expected "
+            f"step {proposal.step_s[0]:.2f} s -> {proposal.step_s[1]:.2f} s ({who})")
+
+
+def verify_lanes_bound(needs: dict[str, str | None], sandboxes: dict[str, int]) -> int:
+    """The most verify lanes the run's verify workers can take: a lane keeps at least one of a
+    domain's sandboxes busy, so the largest sandbox quota among the domains verified on workers,
+    at most ``MAX_VERIFY_LANES``; a run verified in the driver's process only keeps the pipeline's
+    lanes (more threads there only contend for the interpreter).
+
+    >>> verify_lanes_bound({"code": "verify", "add": None}, {"code": 4, "add": 16}), verify_lanes_bound({"add": None}, {})
+    (4, 2)
+    """
+    quotas = [sandboxes.get(slug, 1) for slug, queue in needs.items() if queue is not None]
+    return max(1, min(advisor_.MAX_VERIFY_LANES, max(quotas))) if quotas else VERIFY_THREADS
 
 
 class Recorder:

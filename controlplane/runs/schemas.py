@@ -171,13 +171,16 @@ def trainer_config_errors(config: dict[str, Any], prefix: str = "config",
     checked = _without(config, [o.path for o in owned])
     for o in run_fields.RUN_OWNED:
         value = body_field(run or {}, o.source)
-        if not o.assigned and isinstance(value, (int, float)) and not isinstance(value, bool) \
+        if not o.assigned and isinstance(value, (int, float, str)) and not isinstance(value, bool) \
                 and _mappings_on_the_way(checked, o.path):  # else load_config says the section is wrong
             put_path(checked, o.path, value)
     try:
         load_config(checked)
     except ConfigError as exc:
-        errors += [FieldError(f"{prefix}.{path}" if path else prefix, message) for path, message in exc.errors]
+        fields = {o.path: o.source for o in run_fields.RUN_OWNED if not o.assigned and o.scalar}
+        # a cross-setting rule on a setting the run owns names the run field that sets it
+        errors += [FieldError(fields[path] if path in fields else f"{prefix}.{path}" if path else prefix, message)
+                   for path, message in exc.errors]
     return errors
 
 

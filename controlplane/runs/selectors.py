@@ -31,6 +31,16 @@ def run_warnings(*, run: Run) -> list[str]:
     return [w for _, warnings in run_warnings_wanted.send(sender=Run, run=run) for w in warnings]
 
 
+ADVICE_KINDS = ("advice", "autoscale")
+"""The run events of the split advisor (workers/observers.py ``SplitAdvice``): a proposal, or a
+change autoscale made."""
+
+
+def run_split_advice(*, run: Run) -> RunEvent | None:
+    """The split advisor's latest word on ``run`` (its proposal or the change it made), or None."""
+    return RunEvent.objects.filter(run=run, kind__in=ADVICE_KINDS).order_by("-at", "-id").first()
+
+
 def run_list(*, actor: Principal, state: str = "", team: str = "", tag: str = "") -> QuerySet[Run]:
     qs = Run.objects.filter(team_id__in=actor.team_ids).select_related("team", "created_by").prefetch_related("tags")
     return filter_given(qs, tags__name=tag, state=state, team__slug=team)

@@ -13,7 +13,7 @@ the run schema) or :meth:`RunSpec.from_run` (a stored run and its domains), and
 (0, None, 'r')
 >>> cfg = spec.trainer_config()
 >>> cfg["rollout"], cfg["limits"], cfg["domains"]
-({'n': 4, 'staleness': 0}, {'max_steps': 7, 'max_wall_s': 0.0}, {'add': 2.0})
+({'n': 4, 'staleness': 0, 'autoscale': 'off'}, {'max_steps': 7, 'max_wall_s': 0.0}, {'add': 2.0})
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def run_form_fields() -> list[dict[str, Any]]:
     JSON Schema (default, bounds, help). The form renders each in its group's row.
 
     >>> [(f["name"], f["label"], f["group"], f["kind"]) for f in run_form_fields()]
-    [('staleness', 'Staleness', '', 'integer'), ('budget.steps', 'Budget: steps', 'budget', 'integer'), ('budget.wall_s', 'Budget: wall seconds', 'budget', 'number')]
+    [('staleness', 'Staleness', '', 'integer'), ('autoscale', 'Autoscale', '', 'enum'), ('budget.steps', 'Budget: steps', 'budget', 'integer'), ('budget.wall_s', 'Budget: wall seconds', 'budget', 'number')]
     """
     paths = {o.source: o.path for o in run_fields.RUN_OWNED}
     out = []

@@ -168,6 +168,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "integrity": run_selectors.run_integrity(run=run, firing=alert_selectors.firing_keys(run=run)),
         "run": run, "can_control": can_control, "terminal": run.is_terminal,
         "run_fields": pages.run_field_values(run),
+        "advice": run_selectors.run_split_advice(run=run),
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
         "page_data": {
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,

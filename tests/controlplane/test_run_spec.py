@@ -94,3 +94,31 @@ def test_a_body_and_its_stored_run_give_the_same_trainer_config(world):
     assert (body["rollout"]["staleness"], body["limits"]["max_steps"], body["limits"]["max_wall_s"]) == (2, 9, 60.5)
     with pytest.raises(AttributeError):
         from_body.name = "changed"  # frozen
+
+
+@pytest.mark.django_db
+def test_autoscale_is_a_run_field_refused_when_invalid_at_its_name(client, world):
+    """``autoscale`` (trainer/run_fields.py: ``rollout.autoscale``) reaches the API, the form and the
+    trainer; a value it does not take, the setting in the config section, and ``on`` for a run in
+    turn are each refused naming the field, and nothing is saved."""
+    client.force_login(world.users["member"])
+    payload = factories.run_payload(["addition"], team="acme", staleness=2)
+    before = Run.objects.count()
+    for bad, path, words in [({"autoscale": "maybe"}, "autoscale", "one of: off, on"),
+                             ({"autoscale": True}, "autoscale", "off, on"),
+                             ({"autoscale": "on", "staleness": 0}, "autoscale", "staleness of at least 1"),
+                             ({"config": {"rollout": {"autoscale": "on"}}}, "config.rollout.autoscale", "'autoscale' field")]:
+        refused = _api(client, "post", "/api/runs", {**payload, **bad})
+        assert refused.status_code == 422, (bad, refused.content)
+        errors = refused.json()["errors"]
+        assert [e["path"] for e in errors] == [path], (bad, errors)
+        assert words in errors[0]["message"], (bad, errors)
+    assert Run.objects.count() == before
+    created = _api(client, "post", "/api/runs", {**payload, "autoscale": "on"})
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(pk=created.json()["id"])
+    assert _api(client, "get", f"/api/runs/{run.id}").json()["owned_fields"]["autoscale"] == "on"
+    assert load_config(trainer_config(run, run_domains(run=run), {})).rollout.autoscale == "on"
+    assert RunSpec.from_body(payload).trainer_config()["rollout"]["autoscale"] == "off"  # left out: the default
+    page = client.get("/runs/new/").content.decode()
+    assert re.search(r'<select name="autoscale"[^>]*data-owned', page)

@@ -152,7 +152,7 @@ def test_a_run_defaults_count_against_the_ceilings(world):
 
 def test_the_run_body_fills_the_settings_the_run_owns():
     cfg = body_trainer_config({"config": {"rollout": {"n": 4}}, "staleness": 2, "budget": {"steps": 7, "wall_s": None}})
-    assert cfg["rollout"] == {"n": 4, "staleness": 2} and cfg["limits"] == {"max_steps": 7, "max_wall_s": 0.0}
+    assert cfg["rollout"] == {"n": 4, "staleness": 2, "autoscale": "off"} and cfg["limits"] == {"max_steps": 7, "max_wall_s": 0.0}
     assert cfg["checkpoint"]["every_steps"] == 5  # RUN_DEFAULTS
     assert api_field("limits.max_wall_s") == "budget.wall_s" and api_field("eval.seed") == "config.eval.seed"
 
