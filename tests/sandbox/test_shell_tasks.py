@@ -57,3 +57,47 @@ def test_reference_passes_wrong_and_nothing_fail(family, seed, level):
     assert nothing == ""  # the trusted setup leaves the tree as the task's files
     assert idle.outcome is Outcome.FAIL and idle.reward == 0.0
     assert get_runtime("bwrap").stats()["held"] == 0
+
+
+def test_attacks_on_the_final_state_fail():
+    """Deleting the inputs, writing a plausible output without the transformation, replacing the
+    checked script, and hand-writing a merge's lists without merging: each earns 0."""
+    require(*bwrap_ready())
+    data = make_task("data", 11, 0)
+    out = shell_task("data", 11, 0).outputs[0]
+    other = shell_task("data", 99, 0)  # another seed's right answer: same format, other data
+    guesses = {
+        "deleted everything": ["rm -rf ./*"],
+        "inputs deleted, output guessed": [f"mkdir -p out && printf %s {json.dumps(next(iter(other.expected.values())))} "
+                                           f"> {out} && rm -rf data"],
+        "empty output": [f"mkdir -p out && : > {out}"],
+    }
+    for what, commands in guesses.items():
+        _, verdict = episode(data, commands)
+        assert verdict.outcome is Outcome.FAIL, what
+
+    config = make_task("config", 0, 1)  # faults: the .env line and a renamed import
+    spec = shell_task("config", 0, 1)
+    env_fix = spec.reference[0]
+    forged = f"printf '#!/bin/sh\\necho {spec.check_stdout.strip()}\\n' > run.sh && bash run.sh"
+    _, verdict = episode(config, [env_fix, forged])  # the import still broken; run.sh forged
+    assert verdict.outcome is Outcome.FAIL and verdict.details["exit_code"] == 1, verdict.details
+    assert verdict.details["stdout"] == ""  # the real program ran (and failed), not the forged script
+    _, verdict = episode(config, [forged])  # the configuration left broken
+    assert verdict.outcome is Outcome.FAIL and verdict.details["wrong_files"] == ["config/runtime.env"]
+
+    merge = make_task("git", 1, 0)
+    lists = {p: t for p, t in shell_task("git", 1, 0).expected.items() if p.startswith("lists/")}
+    by_hand = [f"printf %s {json.dumps(text)} > {path}" for path, text in lists.items()]
+    _, verdict = episode(merge, by_hand)  # the lists right, but nothing merged: feature's file is missing
+    assert verdict.outcome is Outcome.FAIL and verdict.details["wrong_files"][0].startswith("docs/")
+
+
+def test_each_family_has_over_50_distinct_reproducible_instances():
+    for family in ("data", "config", "git"):
+        source = ShellSource(f"shell-{family}", family)
+        answers = {source.generate(seed, seed % 4)[1] for seed in range(60)}
+        assert len(answers) == 60, family  # no two answers alike: none is a constant
+        assert source.generate(7, 2) == source.generate(7, 2)
+    with pytest.raises(ValueError, match="family must be one of"):
+        shell_task("nope", 1, 0)
