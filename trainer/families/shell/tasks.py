@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import zlib
 from dataclasses import dataclass, field
 
 FAMILIES = ("data", "config", "git")
@@ -172,8 +173,6 @@ FAULTS = ("json", "ini", "env", "import")
 
 def config_task(rng: random.Random, level: int) -> ShellTask:
     """A program broken by ``level + 1`` configuration faults (see the module docstring)."""
-    import zlib  # lazy: only this family digests the values
-
     name, host, helpers = word(rng), f"db-{word(rng, 2)}.internal", f"{word(rng, 2)}_util"
     port, pool, workers = rng.randint(1024, 65000), rng.randint(2, 64), rng.randint(1, 32)
     faults = set(rng.sample(FAULTS, level + 1))
