@@ -28,7 +28,8 @@ from workers.slots import default_slots, domain_slot
 
 log = logging.getLogger(__name__)
 
-REMOTE_STAGES = {"code_tests": "temper.verify.batch", "repo_tests": "temper.verify.batch", "cad_mesh": "temper.verify.batch", "judge": "temper.judge.batch"}
+REMOTE_STAGES = {"code_tests": "temper.verify.batch", "repo_tests": "temper.verify.batch", "cad_mesh": "temper.verify.batch",
+                 "shell_state": "temper.verify.batch", "judge": "temper.judge.batch"}
 BATCH_SIZE = 16
 MAX_ATTEMPTS = 3
 WAIT_SLICE_S = 2.0

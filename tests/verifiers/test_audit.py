@@ -267,3 +267,13 @@ def test_multi_turn_function_calling_domains_audit_clean(slug):
     report = audit_catalogue_domain(slug, tasks=4, chance_tasks=4)
     classes = report.to_dict()["classes"]
     assert report.false_negatives_gold == 0 and report.false_positives == 0 and report.masked == 0, classes
+
+
+@pytest.mark.parametrize("slug", ["shell-data", "shell-config", "shell-git"])
+def test_shell_domains_audit_clean(real_sandbox, slug):
+    report = audit_catalogue_domain(slug, tasks=6, chance_tasks=6, context=real_sandbox)
+    classes = report.to_dict()["classes"]
+    assert {"gold", "equivalent", "perturbed", "empty", "constant", "hedge", "long"} <= set(classes)
+    assert classes["constant"]["probes"] == 18 and classes["perturbed"]["probes"] == 12
+    assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
+    assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}

@@ -115,6 +115,8 @@ def answer_format(verifier: dict[str, Any]) -> AnswerFormat:
         return AnswerFormat("code")
     if "repo_tests" in types:
         return AnswerFormat("repo")
+    if "shell_state" in types:
+        return AnswerFormat("shell")
     if "function_calls" in types:
         return AnswerFormat("calls")
     if "cad_mesh" in types:

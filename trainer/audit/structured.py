@@ -1,4 +1,5 @@
-"""Probes of the structured answer kinds: tool transcripts, programs, CAD solids, calls, repositories.
+"""Probes of the structured answer kinds: tool transcripts, programs, CAD solids, calls, repositories,
+shell tasks' final trees.
 
 Each kind's probes are built from the task's reference (a transcript, a solution, a solid, the
 expected calls, the repository's fix) and the hostile inputs that kind invites (trainer/audit/probes.py
@@ -289,4 +290,45 @@ def repo_probes(task: Task) -> list[Probe]:
             add("code.copy_in_block", then_submit(edits + [json.dumps({"tool": "write", "path": old_path, "content":
                                                                        tree[old_path] + f"\nif True:\n    {indented}\n"})]),
                 "a copy of the moved function kept inside an if block")
+    return probes
+
+
+# ---- shell tasks' final trees -------------------------------------------------------------------
+
+def shell_probes(task: Task) -> list[Probe]:
+    """Probes for a shell task (``shell-*``; the completion is the final tree as a diff): the
+    reference tree, and the same with the checked files' final newline dropped; the tree with a
+    line added to each checked file, and with one file the reference changes as the task left it; nothing; every
+    file deleted; the checked files written empty; another seed's reference tree (a guess of the
+    right form); the reference and a wrong change to the same files together; the reference after
+    two megabytes of filler."""
+    from trainer.families.shell.catalogue import wrong_diff  # lazy: the catalogue imports the verifiers
+    from trainer.families.shell.tasks import shell_task
+    from trainer.verifiers.patches import tree_diff
+
+    meta = task.meta
+    family, seed, level = str(meta["family"]), int(meta["seed"]), int(meta["level"])
+    spec = shell_task(family, seed, level)
+    final = spec.final()
+    probes: list[Probe] = []
+
+    def add(cls: str, tree: dict[str, str] | str, note: str) -> None:
+        completion = tree if isinstance(tree, str) else tree_diff(spec.files, tree)
+        probes.append(Probe(cls, completion, task, CLASSES[cls], note))
+
+    add("gold", final, "the reference's final tree")
+    add("equivalent", {**final, **{p: t.rstrip("\n") for p, t in spec.expected.items()}},
+        "the reference with the checked files' final newline dropped")
+    add("perturbed", wrong_diff(task), "a line added to each checked file")
+    first = next(p for p in sorted(final) if spec.files.get(p) != final[p])  # the reference's first change
+    add("perturbed", {p: t for p, t in final.items() if p != first} | ({first: spec.files[first]} if first in spec.files else {}),
+        f"{first} as the task left it")
+    add("empty", "", "nothing changed")
+    add("constant", {}, "every file deleted")
+    add("constant", {**spec.files, **{p: "" for p in spec.expected}}, "the checked files written empty")
+    other = shell_task(family, seed + 1, level)
+    add("constant", {**spec.files, **{p: t for p, t in other.final().items() if p not in spec.files}},
+        "another seed's reference outputs")
+    add("hedge", tree_diff(spec.files, final) + wrong_diff(task), "the reference and a wrong change, both")
+    add("long", "+" * 2_000_001 + tree_diff(spec.files, final), "the reference after two megabytes of filler")
     return probes

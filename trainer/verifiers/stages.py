@@ -187,6 +187,10 @@ for _stage in [
         "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
     }), "A repository task's hidden tests on the final tree (the completion's diff or tool calls applied), in the sandbox.", 3,
         isolation="thread", default_timeout_s=90.0, needs_context=True),
+    StageType("shell_state", "trainer.families.shell.verifier:shell_state", params_schema({
+        "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
+    }), "A shell task's final tree checked by trusted code (files compared; a check command rerun in a fresh sandbox).", 3,
+        isolation="thread", default_timeout_s=60.0, needs_context=True),
     StageType("cad_mesh", _V + "cad:cad_mesh", params_schema({
         "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
     }), "A modelling script (manifold3d) run in the sandbox; its solid checked by geometry against the task's checks.", 3,

@@ -1,0 +1,108 @@
+"""Stage ``shell_state``: a shell task's final tree checked by trusted code.
+
+The completion is the episode's final working tree as a diff from the task's files
+(:meth:`ShellEnv.submission <trainer.environments.shell.ShellEnv.submission>`). Trusted code
+rebuilds the task from its family, seed and level (:func:`~trainer.families.shell.tasks.shell_task`),
+applies the diff, and checks the files the task names: each must hold what trusted code computed
+(a JSON file compared as JSON, an INI file by its sections, an ``.env`` file by its
+``KEY=VALUE`` lines; any other file exactly, its trailing whitespace aside). A task with a
+``check`` command then runs it in a fresh sandbox on the final tree with the task's own copy of
+its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output.
+Nothing the candidate printed during the episode, and no file it wrote that claims success,
+enters the verdict; an empty diff (the do-nothing episode) fails.
+
+>>> from trainer.tasks.base import Task
+>>> task = Task("shell-data", "x", "...", meta={"family": "data", "seed": 3, "level": 0})
+>>> shell_state("", task).details["error"]
+'no change: the working tree is as the task left it'
+>>> shell_state(reference_diff(task), task).outcome.value
+'pass'
+>>> same("a.json", '{"a": 1}', '{ "a" : 1 }\\n'), same("a.txt", "x\\n", "x"), same("a.txt", "x\\n", None)
+(True, True, False)
+"""
+from __future__ import annotations
+
+import configparser
+import json
+from typing import Any
+
+from trainer.families.shell.tasks import ShellTask, shell_task
+from trainer.outcomes import Outcome, Verification
+from trainer.tasks.base import Task
+from trainer.verifiers.code import SandboxRun, sandbox_stage
+from trainer.verifiers.patches import PatchError, apply_patch, tree_diff
+
+DEFAULT_LIMITS = {"cpu_s": 10.0, "wall_s": 20.0, "memory_mb": 512}
+MAX_COMPLETION_CHARS = 2_000_000
+
+
+def spec_of(task: Task) -> ShellTask:
+    """The generated shell task a ``shell-*`` task stands for."""
+    meta = task.meta
+    return shell_task(str(meta["family"]), int(meta["seed"]), int(meta["level"]))
+
+
+def reference_diff(task: Task) -> str:
+    """The final tree trusted code expects, as a diff from the task's files."""
+    spec = spec_of(task)
+    return tree_diff(spec.files, spec.final())
+
+
+def _ini(text: str) -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    return {name: dict(parser[name]) for name in parser.sections()}
+
+
+def _env(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def same(path: str, want: str, got: str | None) -> bool:
+    """Whether the final file ``got`` holds what ``want`` does (see the module docstring)."""
+    if got is None:
+        return False
+    try:
+        if path.endswith(".json"):
+            return json.loads(got) == json.loads(want)
+        if path.endswith(".ini"):
+            return _ini(got) == _ini(want)
+    except (ValueError, configparser.Error):
+        return False
+    if path.endswith(".env"):
+        return _env(got) == _env(want)
+    return got.rstrip() == want.rstrip()
+
+
+@sandbox_stage(DEFAULT_LIMITS)
+def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
+    """Check the final tree the completion's diff leaves (params: ``limits``, ``backend``)."""
+    if len(completion) > MAX_COMPLETION_CHARS:
+        return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff has {len(completion)} characters; at most "
+                                   f"{MAX_COMPLETION_CHARS}")
+    if not completion.strip():
+        return Verification.failed(error="no change: the working tree is as the task left it")
+    spec = spec_of(task)
+    try:
+        tree = apply_patch(spec.files, completion)
+    except PatchError as exc:
+        return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
+    wrong = sorted(path for path, want in spec.expected.items() if not same(path, want, tree.get(path)))
+    details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected)}
+    if wrong:
+        return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
+    if not spec.check:
+        return Verification.passed(**details)
+    files = {**tree, **{path: spec.files[path] for path in spec.restore}}
+    verdict = run(files, ["bash", "-c", spec.check])
+    if isinstance(verdict, Verification):
+        return verdict
+    status = str(getattr(verdict.status, "value", verdict.status))
+    if status == "sandbox_error":  # infrastructure: masked, never the candidate's reward
+        return Verification.failed(Outcome.SANDBOX_ERROR, error=str(getattr(verdict, "error", ""))[:500])
+    stdout = verdict.stdout.decode("utf-8", "replace") if isinstance(verdict.stdout, bytes) else str(verdict.stdout or "")
+    details.update(check=spec.check, status=status, exit_code=getattr(verdict, "exit_code", None),
+                   stdout=stdout[-500:])
+    if status != "ok" or getattr(verdict, "exit_code", None) != 0 or stdout != spec.check_stdout:
+        return Verification.failed(error=f"`{spec.check}` did not succeed with the expected output", **details)
+    return Verification.passed(**details)
