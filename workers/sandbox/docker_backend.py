@@ -206,6 +206,8 @@ class Container:
     """Removed from the engine (once)."""
     busy: bool = False
     """A job's thread is using its stream (the stream is closed only after)."""
+    idle_since: float = 0.0
+    """When it last became idle (the pool's clock): long-idle containers above the target go."""
 
 
 class DockerBackend(PooledBackend):
@@ -310,19 +312,6 @@ class DockerBackend(PooledBackend):
                 pass
         if not cont.busy:
             cont.stream.close()
-
-    def _top_up(self, key: tuple) -> None:
-        with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
-            missing = self.config.warm_per_domain - sum(c.key == key and not c.retiring for c in self._all)
-        for _ in range(max(0, missing)):
-            if self._closed:
-                return
-            try:
-                cont = self._create(key)
-            except SandboxError:
-                return
-            with self._lock:
-                self._idle.setdefault(key, []).append(cont)
 
     def acquire(self, domain: str, limits: Limits) -> Container:
         key = pool_key(domain, limits)
