@@ -46,7 +46,7 @@ from workers import broker, outage
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
 from workers.observers import (FINISHED, Alerts, Budgets, Checkpoints, DomainMix, HeldOut, Levels, LiveQuotas, QueueWatch,
-                               Recorder, Silence, StepDone, VerifyCounters, VerifyLanes, _alerts)
+                               Recorder, SandboxPools, Silence, StepDone, VerifyCounters, VerifyLanes, _alerts)
 from workers.usage import step_usage
 from workers.verify import environment_context, make_verify_batch, worker_queue
 
@@ -262,7 +262,7 @@ class RunDriver:
             ranks.on_rank_lost(rank_lost)
         self.mix = DomainMix(self.job, run, self.admitted.domains, self.live, self.db)
         every = self.job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
-        self.observers = [self.lanes, Levels(self.job, self.db), self.mix, VerifyCounters(self.gatherer),
+        self.observers = [self.lanes, SandboxPools(), Levels(self.job, self.db), self.mix, VerifyCounters(self.gatherer),
                           Recorder(self.worker, self.versions, self.db), HeldOut(self.job, self.eval_every(fresh=ckpt is None), self.db),
                           Alerts(self.db), Checkpoints(every, self.checkpoint), Silence(self.needs, self.worker, self.checkpoint),
                           Budgets()]

@@ -286,6 +286,38 @@ def _alerts(run: Run, step: int) -> None:
     _aside("alert evaluation", alerts.alerts_after_step, run, step)
 
 
+class SandboxPools:
+    """Each sandboxed domain's pool figures of the step, from what its verifications carried
+    (``details["sandbox_wait_s"]``, ``sandbox_pool_size``, ``sandbox_creations_per_s``):
+    ``sandbox/<d>/wait_p50_s``, ``wait_p99_s``, ``pool_size`` and ``creations_per_s``."""
+
+    def after_step(self, done: StepDone) -> None:
+        done.metrics.update(pool_metrics([t.verification.details for t in done.trajectories if t.verification is not None],
+                                         [t.task.domain for t in done.trajectories if t.verification is not None]))
+
+
+def pool_metrics(details: list[dict], domains: list[str]) -> dict[str, float]:
+    """Per domain, the sandbox waits' p50 and p99 and the largest pool size and creation rate its
+    verifications saw (verifications without a sandbox carry none and count for nothing).
+
+    >>> pool_metrics([{"sandbox_wait_s": 0.1, "sandbox_pool_size": 2, "sandbox_creations_per_s": 0.05},
+    ...               {"sandbox_wait_s": 0.3, "sandbox_pool_size": 4, "sandbox_creations_per_s": 0.1}, {}], ["d", "d", "m"])
+    {'sandbox/d/wait_p50_s': 0.2, 'sandbox/d/wait_p99_s': 0.298, 'sandbox/d/pool_size': 4.0, 'sandbox/d/creations_per_s': 0.1}
+    """
+    seen: dict[str, list[dict]] = {}
+    for d, domain in zip(details, domains):
+        if isinstance(d.get("sandbox_wait_s"), (int, float)):
+            seen.setdefault(domain, []).append(d)
+    out: dict[str, float] = {}
+    for domain, rows in seen.items():
+        waits = [float(d["sandbox_wait_s"]) for d in rows]
+        out[f"sandbox/{domain}/wait_p50_s"] = round(statistics.median(waits), 6)
+        out[f"sandbox/{domain}/wait_p99_s"] = lanes_.percentile(waits, 0.99)
+        for name in ("pool_size", "creations_per_s"):
+            out[f"sandbox/{domain}/{name}"] = max(float(d.get("sandbox_" + name) or 0.0) for d in rows)
+    return out
+
+
 def step_latencies(trajs) -> dict[str, list[float]]:
     """Each domain's verification latencies (``details["verify_s"]``) over a step's trajectories."""
     out: dict[str, list[float]] = {}
