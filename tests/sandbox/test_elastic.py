@@ -4,15 +4,18 @@ group's sandboxes in one allocation. The policy runs on a backend whose sandboxe
 objects (no processes) and a fake clock; one test runs it on real bwrap sandboxes."""
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from dataclasses import dataclass, field
 
 import pytest
 
+from conftest import ROOT
 from sandbox_helpers import own_pool, ready, require, wait_no_sandbox_processes
 from workers.sandbox import Limits, PoolConfig, SandboxError, SandboxPool
 from workers.sandbox.agent_host import PooledBackend, pool_key
-from workers.sandbox.elastic import Ceilings, CreationBudget, Headroom
+from workers.sandbox.elastic import Ceilings, CreationBudget, Headroom, HostBudget
 from workers.sandbox.types import Verdict
 
 LIMITS = Limits(memory_mb=256, pids=32)
@@ -48,9 +51,10 @@ class FakeBackend(PooledBackend):
 
     name = "fake"
 
-    def __init__(self, config: PoolConfig, clock: Clock):
+    def __init__(self, config: PoolConfig, clock: Clock, budget_file):
         self._init_pool(config, workers=1, thread_name="fake")
         self.clock = clock
+        self.budget = HostBudget(budget_file, rate=config.create_rate, burst=config.create_burst, clock=clock)
         self._stop_shrink.set()  # the tests call rebalance() themselves, at the fake clock's times
         self.headroom = lambda: PLENTY
         self.created: list[Fake] = []
@@ -85,19 +89,19 @@ class FakeBackend(PooledBackend):
         self._remove_all()
 
 
-def fake_pool(clock: Clock, **overrides) -> FakeBackend:
+def fake_pool(clock: Clock, tmp_path, **overrides) -> FakeBackend:
     config = PoolConfig(**{"global_limit": 8, "domain_limit": 6, "warm_per_domain": 1, "idle_s": 30.0,
                            "create_rate": 1000.0, "create_burst": 100, **overrides})
-    return FakeBackend(config, clock)
+    return FakeBackend(config, clock, tmp_path / "budget.json")
 
 
 def size(backend: FakeBackend, domain: str) -> int:
     return backend.sizes().get(domain, {}).get("size", 0)
 
 
-def test_the_pool_grows_with_its_queue_and_shrinks_to_the_floor_when_idle():
+def test_the_pool_grows_with_its_queue_and_shrinks_to_the_floor_when_idle(tmp_path):
     clock = Clock()
-    backend = fake_pool(clock)
+    backend = fake_pool(clock, tmp_path)
     key = pool_key("d", LIMITS)
     backend.warm("d", LIMITS)
     assert size(backend, "d") == 1  # the floor, warm before any job
@@ -134,10 +138,10 @@ def test_only_the_long_idle_sandboxes_above_the_target_go():
 
 def test_a_burst_in_one_domain_does_not_starve_another():
     budget = CreationBudget(rate=10.0, burst=4, now=0.0)
-    for _ in range(50):
-        budget.request("burst")
-    budget.request("quiet")
-    budget.request("quiet")
+    for i in range(50):
+        budget.request("burst", f"b{i}")
+    budget.request("quiet", "q0")
+    budget.request("quiet", "q1")
     granted: list[tuple[float, str]] = []
     t = 0.0
     while budget.pending("quiet"):
@@ -149,9 +153,9 @@ def test_a_burst_in_one_domain_does_not_starve_another():
     assert [d for _, d in granted[:4]] == ["burst", "quiet", "burst", "quiet"]
 
 
-def test_the_creation_budget_bounds_what_a_pool_starts_and_refills_with_time():
+def test_the_creation_budget_bounds_what_a_pool_starts_and_refills_with_time(tmp_path):
     clock = Clock()
-    backend = fake_pool(clock, create_rate=2.0, create_burst=3, warm_per_domain=0)
+    backend = fake_pool(clock, tmp_path, create_rate=2.0, create_burst=3, warm_per_domain=0)
     key = pool_key("busy", LIMITS)
     with backend._lock:
         backend._waiting[key] = 6
@@ -168,9 +172,9 @@ def test_the_creation_budget_bounds_what_a_pool_starts_and_refills_with_time():
     assert backend._start(pool_key("other", LIMITS), 0.0).key[0] == "other"
 
 
-def test_the_host_ceilings_refuse_a_creation_with_the_reason():
+def test_the_host_ceilings_refuse_a_creation_with_the_reason(tmp_path):
     clock = Clock()
-    backend = fake_pool(clock, host_memory_reserve_mb=512, host_pids_reserve=100)
+    backend = fake_pool(clock, tmp_path, host_memory_reserve_mb=512, host_pids_reserve=100)
     backend.headroom = lambda: Headroom(memory_mb=700, pids=10_000)
     with pytest.raises(SandboxError, match="host memory ceiling: 700 MiB available, a sandbox of 256 MiB"):
         backend.acquire("d", LIMITS)
@@ -185,9 +189,9 @@ def test_the_host_ceilings_refuse_a_creation_with_the_reason():
     backend.close()
 
 
-def test_a_group_gets_its_sandboxes_in_one_allocation_or_none():
+def test_a_group_gets_its_sandboxes_in_one_allocation_or_none(tmp_path):
     clock = Clock()
-    backend = fake_pool(clock)
+    backend = fake_pool(clock, tmp_path)
     backend.warm("g", LIMITS)
     first = backend.created[0]
     group = backend.acquire_many("g", LIMITS, 4)
@@ -204,9 +208,9 @@ def test_a_group_gets_its_sandboxes_in_one_allocation_or_none():
     backend.close()
 
 
-def test_a_group_takes_its_places_together_and_runs_each_job_in_its_own_sandbox():
+def test_a_group_takes_its_places_together_and_runs_each_job_in_its_own_sandbox(tmp_path):
     clock = Clock()
-    backend = fake_pool(clock, domain_limit=3, global_limit=3)
+    backend = fake_pool(clock, tmp_path, domain_limit=3, global_limit=3)
     pool = SandboxPool(backend, backend.config)
     with pytest.raises(ValueError, match="jobs: a group needs 1 to 3 jobs"):
         pool.execute_group([({"a.py": "pass"}, ["python3", "a.py"])] * 4, LIMITS, domain="g")
@@ -225,6 +229,30 @@ def test_a_group_takes_its_places_together_and_runs_each_job_in_its_own_sandbox(
     pool._leave("g")
     assert done.wait(10)
     backend.close()
+
+
+def test_the_hosts_processes_share_one_budget_and_a_dead_processs_turn_is_dropped(tmp_path):
+    """Two processes' budgets on one file: tokens one takes the other does not get; a ticket
+    left by a process that died does not hold the others' turn."""
+    import subprocess
+
+    clock = Clock()
+    path = tmp_path / "host-budget.json"
+    mine = HostBudget(path, rate=1.0, burst=2, clock=clock)
+    assert mine.take("a", 0.0) and mine.take("a", 0.0)
+    other_process = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from workers.sandbox.elastic import HostBudget;"
+         " b = HostBudget(sys.argv[2], rate=1.0, burst=2, clock=lambda: 1000.0); print(b.take('b', 0.0))", ROOT, str(path)],
+        capture_output=True, text=True, check=True)
+    assert other_process.stdout.strip() == "False"  # the burst was spent by this process
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state = json.loads(path.read_text())
+    state["queues"], state["order"] = {"ghost": [f"{dead.pid}:1:0"]}, ["ghost"]
+    path.write_text(json.dumps(state))
+    clock.now += 1.0
+    assert mine.take("b", 0.0)  # the dead process's ticket no longer comes first
+    assert "ghost" not in json.loads(path.read_text())["queues"]
 
 
 def test_pool_settings_are_checked_with_their_names():

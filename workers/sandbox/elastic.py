@@ -10,18 +10,26 @@ a clock, so the tests drive it with a synthetic queue and a fake clock; the pool
 - **Host ceiling**: a sandbox is started only while the host keeps ``host_memory_reserve_mb`` of
   available memory and ``host_pids_reserve`` free processes beyond the new sandbox's own limits
   (read with psutil and /proc: the whole host, whoever uses it).
-- **Creation-rate budget**: a token bucket (``create_rate`` per second, ``create_burst`` at once)
-  handed out round-robin over the domains that wait for a creation, so a burst of one domain
-  takes its turn beside the others instead of in front of them.
+- **Creation-rate budget**: a token bucket per host (``create_rate`` per second, ``create_burst``
+  at once; one file every worker process of the host shares under flock) handed out round-robin
+  over the domains that wait for a creation, so a burst of one domain takes its turn beside the
+  others instead of in front of them.
 """
 from __future__ import annotations
 
+import fcntl
+import itertools
+import json
 import math
+import os
+import tempfile
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Hashable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import psutil
 
@@ -110,65 +118,72 @@ class Ceilings:
 
 
 class CreationBudget:
-    """A per-host token bucket for sandbox creations, handed out round-robin over the domains
-    waiting for one. Pure: :meth:`grant` is given the time; the caller decides how to wait.
+    """A token bucket for sandbox creations, handed out round-robin over the domains waiting for
+    one. Pure: :meth:`grant` is given the time; the caller decides how to wait. Its state is plain
+    JSON (:meth:`state`), so the processes of a host can share one (:class:`HostBudget`).
 
     >>> b = CreationBudget(rate=1.0, burst=2, now=0.0)
-    >>> for d in ["a"] * 5 + ["b"]:
-    ...     _ = b.request(d)
+    >>> for i, d in enumerate(["a"] * 5 + ["b"]):
+    ...     b.request(d, f"t{i}")
     >>> b.grant(0.0)          # two tokens: one per domain, not both to the first burst
     ['a', 'b']
     >>> b.grant(1.0), b.grant(1.5), b.grant(2.0)
     (['a'], [], ['a'])
     """
 
-    def __init__(self, *, rate: float, burst: int, now: float) -> None:
+    def __init__(self, *, rate: float, burst: int, now: float, state: dict | None = None) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError(f"creation budget: rate must be > 0 and burst >= 1, not rate={rate}, burst={burst}")
         self.rate, self.burst = float(rate), int(burst)
-        self.tokens, self.at = float(burst), now
-        self._queues: dict[Hashable, deque[int]] = {}
-        self._order: deque[Hashable] = deque()  # round-robin over domains with requests
-        self._next = 0
-        self.granted: set[int] = set()
+        state = state or {}
+        self.tokens = float(state.get("tokens", burst))
+        self.at = float(state.get("at", now))
+        self.queues: dict[str, list[str]] = {d: list(q) for d, q in (state.get("queues") or {}).items() if q}
+        self.order: list[str] = [d for d in state.get("order") or [] if d in self.queues]
+        self.granted: set[str] = set(state.get("granted") or [])
 
-    def request(self, domain: Hashable) -> int:
-        """Queue one creation for ``domain``; the ticket :meth:`grant` will name as granted."""
-        self._next += 1
-        q = self._queues.setdefault(domain, deque())
-        if not q:
-            self._order.append(domain)
-        q.append(self._next)
-        return self._next
+    def state(self) -> dict:
+        """The bucket, the waiting tickets and the granted ones, as JSON-safe data."""
+        return {"tokens": self.tokens, "at": self.at, "queues": self.queues, "order": self.order,
+                "granted": sorted(self.granted)}
 
-    def cancel(self, ticket: int) -> None:
-        """Withdraw a request (its caller gave up) or forget a granted ticket."""
+    def request(self, domain: str, ticket: str) -> None:
+        """Queue one creation of ``domain`` under ``ticket`` (a name unique to its caller)."""
+        if domain not in self.queues:
+            self.queues[domain] = []
+            self.order.append(domain)
+        self.queues[domain].append(ticket)
+
+    def cancel(self, ticket: str) -> None:
+        """Withdraw a request (its caller gave up or died) or forget a granted ticket."""
         self.granted.discard(ticket)
-        for domain, q in self._queues.items():
+        for domain, q in list(self.queues.items()):
             if ticket in q:
                 q.remove(ticket)
                 if not q:
-                    self._order.remove(domain)
-                return
+                    del self.queues[domain]
+                    self.order.remove(domain)
 
-    def pending(self, domain: Hashable) -> int:
+    def pending(self, domain: str) -> int:
         """Creations of ``domain`` waiting for a token."""
-        return len(self._queues.get(domain, ()))
+        return len(self.queues.get(domain, ()))
 
-    def grant(self, now: float) -> list[Hashable]:
+    def grant(self, now: float) -> list[str]:
         """Refill the bucket to ``now`` and hand its whole tokens out, one domain at a time in
         turn; the domains granted, in order (their tickets join ``granted``)."""
         self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.at) * self.rate)
         self.at = now
         out = []
-        while self._order and self.tokens >= 1.0:
-            domain = self._order.popleft()
-            q = self._queues[domain]
-            self.granted.add(q.popleft())
+        while self.order and self.tokens >= 1.0:
+            domain = self.order.pop(0)
+            q = self.queues[domain]
+            self.granted.add(q.pop(0))
             self.tokens -= 1.0
             out.append(domain)
             if q:
-                self._order.append(domain)
+                self.order.append(domain)
+            else:
+                del self.queues[domain]
         return out
 
     def next_token_s(self) -> float:
@@ -176,31 +191,75 @@ class CreationBudget:
         return max(0.0, (1.0 - self.tokens) / self.rate)
 
 
-class BlockingBudget:
-    """:class:`CreationBudget` for threads: :meth:`take` waits (on a condition, woken by each
-    token's time) until this creation's turn comes, or gives up after ``timeout_s``."""
+class HostBudget:
+    """The creation budget of a host: one :class:`CreationBudget` in a small file that every
+    worker process of the host takes turns on under ``flock``. :meth:`take` queues this creation,
+    then looks again each time a token is due until its turn came (or ``timeout_s`` passed);
+    tickets of processes that died are dropped. ``clock`` must be one every process shares
+    (wall time), or a test's."""
 
-    def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self.budget = CreationBudget(rate=rate, burst=burst, now=clock())
-        self._cond = threading.Condition()
+    def __init__(self, path: str | Path, *, rate: float, burst: int, clock: Callable[[], float] = time.time) -> None:
+        CreationBudget(rate=rate, burst=burst, now=0.0)  # checks rate and burst
+        self.path, self.rate, self.burst, self.clock = Path(path), rate, burst, clock
+        self._seq = itertools.count()
 
-    def take(self, domain: Hashable, timeout_s: float) -> bool:
+    @contextmanager
+    def _budget(self) -> Iterator[CreationBudget]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.read(fd, 1 << 20)
+            try:
+                state = json.loads(raw) if raw else {}
+            except ValueError:  # a torn or foreign file: start the bucket again
+                state = {}
+            budget = CreationBudget(rate=self.rate, burst=self.burst, now=self.clock(), state=state)
+            yield budget
+            data = json.dumps(budget.state()).encode()
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, data)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def take(self, domain: str, timeout_s: float) -> bool:
         """Wait for a creation token for ``domain``; False when none came within ``timeout_s``."""
+        ticket = f"{os.getpid()}:{threading.get_ident()}:{next(self._seq)}"
         end = time.monotonic() + timeout_s
-        with self._cond:
-            ticket = self.budget.request(domain)
-            while True:
-                if self.budget.grant(self.clock()):
-                    self._cond.notify_all()  # a token may have gone to another waiter
-                if ticket in self.budget.granted:
-                    self.budget.granted.discard(ticket)
+        with self._budget() as b:
+            b.request(domain, ticket)
+        while True:
+            with self._budget() as b:
+                for other in {t for q in b.queues.values() for t in q} | b.granted:
+                    if not _alive(int(other.split(":", 1)[0])):
+                        b.cancel(other)
+                b.grant(self.clock())
+                if ticket in b.granted:
+                    b.granted.discard(ticket)
                     return True
                 left = end - time.monotonic()
                 if left <= 0:
-                    self.budget.cancel(ticket)
+                    b.cancel(ticket)
                     return False
-                self._cond.wait(min(left, max(self.budget.next_token_s(), 0.001)))
+                pause = min(left, max(b.next_token_s(), 0.005))
+            time.sleep(pause)  # a token is due then: the bucket refills with time, nothing signals it
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this host is alive (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def default_budget_path() -> Path:
+    """The host's creation budget file (the same for every worker process of the host)."""
+    return Path(tempfile.gettempdir()) / "temper-sandbox-creation-budget.json"
 
 
 class PoolFigures:
@@ -251,4 +310,5 @@ def percentile(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
-__all__ = ["Ceilings", "CreationBudget", "BlockingBudget", "Headroom", "PoolFigures", "host_headroom", "percentile"]
+__all__ = ["Ceilings", "CreationBudget", "HostBudget", "Headroom", "PoolFigures", "default_budget_path", "host_headroom",
+           "percentile"]

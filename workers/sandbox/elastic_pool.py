@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
-from .elastic import BlockingBudget, Headroom, PoolFigures, host_headroom
+from .elastic import Headroom, HostBudget, PoolFigures, default_budget_path, host_headroom
 from .types import Limits, SandboxError
 
 if TYPE_CHECKING:
@@ -30,17 +30,27 @@ class ElasticSizing:
     def _init_elastic(self, config: "PoolConfig", thread_name: str) -> None:
         """The elastic policy's state (the shrink thread starts with the first idle sandbox and
         stops with ``_stop_shrink``: a backend whose constructor failed leaves no thread)."""
-        self.clock: Callable[[], float] = time.monotonic
-        """The elastic policy's clock (idle times, the creation budget, creations per second)."""
         self.headroom: Callable[[], Headroom] = host_headroom
         """The host's memory and process headroom now (the ceilings are checked before each creation)."""
         self.ceilings = config.ceilings()
-        self.budget = BlockingBudget(rate=config.create_rate, burst=config.create_burst, clock=lambda: self.clock())
-        self.figures = PoolFigures(clock=lambda: self.clock())
+        self.budget = HostBudget(config.budget_file or default_budget_path(), rate=config.create_rate, burst=config.create_burst)
+        """The host's creation budget (every worker process of the host shares its file)."""
+        self.figures = PoolFigures(clock=time.monotonic)  # (no lambda over self: a backend whose
+        # constructor failed is freed at once, with the sockets it opened, not at a later GC)
         self._waiting: dict[tuple, int] = {}
+        self._starting: dict[tuple, int] = {}
         self._stop_shrink = threading.Event()
         self._shrinker: threading.Thread | None = None
         self._shrink_name = thread_name + "-shrink"
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The elastic policy's clock (idle times, creations per second); a test sets its own."""
+        return self.figures.clock
+
+    @clock.setter
+    def clock(self, value: Callable[[], float]) -> None:
+        self.figures.clock = value
 
     def _counts(self, key: tuple) -> tuple[int, int]:
         """Live (not retiring) and busy-or-resetting sandboxes of ``key``; call with the lock held."""
@@ -48,22 +58,29 @@ class ElasticSizing:
         return live, live - len(self._idle.get(key, ()))
 
     def _missing(self, key: tuple) -> int:
-        """Sandboxes ``key`` lacks against its target (busy ones count: they come back)."""
+        """Sandboxes ``key`` lacks against its target (busy ones count: they come back; so do
+        those being started, for a waiting job or by another top-up)."""
         with self._lock:
             live, busy = self._counts(key)
-            return self.ceilings.target(busy, self._waiting.get(key, 0)) - live
+            return self.ceilings.target(busy, self._waiting.get(key, 0)) - live - self._starting.get(key, 0)
 
     def _start(self, key: tuple, wait_s: float):
         """A new sandbox of ``key`` within the host's ceilings and the creation budget (waiting up
         to ``wait_s`` for this domain's turn); SandboxError when either refuses."""
         domain, memory_mb, pids, _tmpfs = key
-        why = self.ceilings.refusal(self.headroom(), memory_mb, pids)
-        if why:
-            raise SandboxError(why)
-        if not self.budget.take(domain, wait_s):
-            raise SandboxError(f"sandbox creation budget: no turn for domain {domain!r} within {wait_s:.1f} s "
-                               f"({self.config.create_rate:g} creations/s per host)")
-        sb = self._create(key)
+        with self._lock:
+            self._starting[key] = self._starting.get(key, 0) + 1
+        try:
+            why = self.ceilings.refusal(self.headroom(), memory_mb, pids)
+            if why:
+                raise SandboxError(why)
+            if not self.budget.take(domain, wait_s):
+                raise SandboxError(f"sandbox creation budget: no turn for domain {domain!r} within {wait_s:.1f} s "
+                                   f"({self.config.create_rate:g} creations/s per host)")
+            sb = self._create(key)
+        finally:
+            with self._lock:
+                self._starting[key] -= 1
         self.figures.created(domain)
         return sb
 

@@ -55,10 +55,14 @@ class PoolConfig:
     """An idle warm sandbox above its domain's target (busy + waiting, at least
     ``warm_per_domain``) is removed after this many seconds idle (elastic.Ceilings.surplus)."""
     create_rate: float = 20.0
-    """Sandbox creations per second this process may start (a token bucket shared round-robin by
-    the domains waiting for one: a burst of one domain does not starve the others)."""
+    """Sandbox creations per second the host's worker processes may start together (a token bucket
+    in ``budget_file``, shared round-robin by the domains waiting for one: a burst of one domain
+    does not starve the others)."""
     create_burst: int = 8
     """Creations that may start at once before ``create_rate`` applies."""
+    budget_file: str = ""
+    """The host's creation budget file, shared by its worker processes under flock (empty: the
+    system temporary directory's ``temper-sandbox-creation-budget.json``)."""
     host_memory_reserve_mb: int = 512
     """Available host memory (MiB) a new sandbox may never take: no sandbox is started when its
     ``memory_mb`` would leave less than this available."""
