@@ -33,6 +33,8 @@ from typing import Callable, Iterator
 
 import psutil
 
+from .cgroups import pid_alive
+
 WAIT_WINDOW = 1024
 """Recent acquire waits kept per domain for the p50 / p99."""
 RATE_WINDOW_S = 60.0
@@ -232,7 +234,7 @@ class HostBudget:
         while True:
             with self._budget() as b:
                 for other in {t for q in b.queues.values() for t in q} | b.granted:
-                    if not _alive(int(other.split(":", 1)[0])):
+                    if not pid_alive(int(other.split(":", 1)[0])):
                         b.cancel(other)
                 b.grant(self.clock())
                 if ticket in b.granted:
@@ -244,17 +246,6 @@ class HostBudget:
                     return False
                 pause = min(left, max(b.next_token_s(), 0.005))
             time.sleep(pause)  # a token is due then: the bucket refills with time, nothing signals it
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process of this host is alive (one of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def default_budget_path() -> Path:

@@ -17,6 +17,8 @@ from typing import Any
 
 import psutil
 
+from .cgroups import pid_alive
+
 FIGURES_MAX_AGE_S = 600.0
 """A process's figures older than this are not shown (it ran no sandbox job since)."""
 
@@ -56,16 +58,6 @@ def write_pool_figures(directory: Path, figures: dict[str, dict[str, Any]]) -> N
     os.replace(tmp, path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_pool_figures(directory: Path, now: float | None = None, pids: set[int] | None = None) -> dict[str, dict[str, Any]]:
     """The merged figures of this host's live processes (of ``pids``; default: this process and
     its children, a Celery worker's pool) written within FIGURES_MAX_AGE_S; the files of this
@@ -80,7 +72,7 @@ def read_pool_figures(directory: Path, now: float | None = None, pids: set[int] 
         pid = path.stem.rsplit("-", 1)[-1]
         if not pid.isdigit():
             continue
-        if not _alive(int(pid)):
+        if not pid_alive(int(pid)):
             path.unlink(missing_ok=True)
             continue
         if int(pid) not in pids:
