@@ -74,7 +74,11 @@ class ElasticSizing:
             why = self.ceilings.refusal(self.headroom(), memory_mb, pids)
             if why:
                 raise SandboxError(why)
-            if not self.budget.take(domain, wait_s):
+            try:
+                turn = self.budget.take(domain, wait_s)
+            except OSError as e:  # the budget file cannot be opened or locked
+                raise SandboxError(f"sandbox creation budget {self.config.budget_file or 'file'}: {e}") from e
+            if not turn:
                 raise SandboxError(f"sandbox creation budget: no turn for domain {domain!r} within {wait_s:.1f} s "
                                    f"({self.config.create_rate:g} creations/s per host)")
             sb = self._create(key)
