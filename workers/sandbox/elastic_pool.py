@@ -159,19 +159,20 @@ class ElasticSizing:
         if self._closed:
             raise SandboxError("the sandbox backend is closed")
         with self._lock:
-            self._waiting[key] = self._waiting.get(key, 0) + n
             idle = self._idle.setdefault(key, [])
             got = [idle.pop() for _ in range(min(n, len(idle)))]
+            missing = n - len(got)  # the group's jobs still without a sandbox: the pool's queue
+            self._waiting[key] = self._waiting.get(key, 0) + missing
         try:
-            if len(got) < n:
-                with ThreadPoolExecutor(max_workers=n - len(got), thread_name_prefix="sandbox-group") as ex:
-                    futures = [ex.submit(self._start, key, self.config.queue_timeout_s) for _ in range(n - len(got))]
+            if missing:
+                with ThreadPoolExecutor(max_workers=missing, thread_name_prefix="sandbox-group") as ex:
+                    futures = [ex.submit(self._start, key, self.config.queue_timeout_s) for _ in range(missing)]
                 errors = []
                 for fut in futures:
                     try:
                         got.append(fut.result())
-                    except SandboxError as e:
-                        errors.append(str(e))
+                    except Exception as e:  # noqa: BLE001 - all or none: whatever failed, the others go back
+                        errors.append(str(e) or type(e).__name__)
                 if errors:
                     with self._lock:
                         for sb in got:
@@ -180,5 +181,5 @@ class ElasticSizing:
             return got
         finally:
             with self._lock:
-                self._waiting[key] -= n
+                self._waiting[key] -= missing
 
