@@ -11,7 +11,7 @@ PACKAGES = ["trainer.verifiers", "trainer.catalogue", "trainer.environments", "t
 MODULES = [
     "trainer.outcomes", "trainer.pyast", "trainer.pipeline", "trainer.checkpoint", "trainer.catalogue.builtin", "controlplane.common.cli", "controlplane.common.validation",
     "controlplane.domains.selectors", "controlplane.domains.schemas", "controlplane.common.model_refs", "controlplane.review.services",
-    "controlplane.runs.services", "controlplane.runs.watch", "controlplane.scheduling.services", "controlplane.registry.services", "controlplane.domains.policy", "workers.driver", "workers.observers", "workers.verify",
+    "controlplane.runs.services", "controlplane.runs.watch", "controlplane.scheduling.services", "controlplane.registry.services", "controlplane.domains.policy", "workers.driver", "workers.observers", "workers.compute_observers", "workers.verify",
     "controlplane.accounts.throttle", "controlplane.common.security", "controlplane.settings.security",
     "controlplane.runs.usage", "workers.usage", "trainer.rollout", "controlplane.registry.selectors",
     "controlplane.alerts.rules", "controlplane.alerts.services", "controlplane.alerts.transport", "workers.lanes",

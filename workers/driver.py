@@ -45,9 +45,9 @@ from trainer.run_fields import RUN_DEFAULTS
 from workers import broker, outage
 from workers.domains import register_data_domains, worker_name
 from workers.evaluate import periodic_eval
-from workers.observers import (FINISHED, Alerts, Budgets, Checkpoints, DomainMix, HeldOut, Levels, LiveQuotas, QueueWatch,
-                               Recorder, Silence, SplitAdvice, StepDone, VerifyCounters, VerifyLanes, _alerts,
-                               verify_lanes_bound)
+from workers.compute_observers import Budgets, SandboxPools, SplitAdvice, verify_lanes_bound
+from workers.observers import (FINISHED, Alerts, Checkpoints, DomainMix, HeldOut, Levels, LiveQuotas, QueueWatch, Recorder,
+                               Silence, StepDone, VerifyCounters, VerifyLanes, _alerts)
 from workers.usage import step_usage
 from workers.verify import environment_context, make_verify_batch, worker_queue
 
@@ -264,7 +264,7 @@ class RunDriver:
         self.mix = DomainMix(self.job, run, self.admitted.domains, self.live, self.db)
         every = self.job.config.checkpoint.every_steps or DEFAULT_CHECKPOINT_EVERY
         advice = SplitAdvice(self.job, lambda: verify_lanes_bound(self.needs, self.live.sandboxes), self.db)
-        self.observers = [self.lanes, Levels(self.job, self.db), self.mix, VerifyCounters(self.gatherer), advice,
+        self.observers = [self.lanes, SandboxPools(), Levels(self.job, self.db), self.mix, VerifyCounters(self.gatherer), advice,
                           Recorder(self.worker, self.versions, self.db), HeldOut(self.job, self.eval_every(fresh=ckpt is None), self.db),
                           Alerts(self.db), Checkpoints(every, self.checkpoint), Silence(self.needs, self.worker, self.checkpoint),
                           Budgets(self.db)]

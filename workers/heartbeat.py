@@ -1,5 +1,6 @@
 """Each worker records a heartbeat row every CELERY_HEARTBEAT_PERIOD_S from a daemon thread: its
-queues, its pid and its host's GPUs (workers/devices.py). A worker on the train queue also consumes
+queues, its pid, its host's GPUs (workers/devices.py) and its host's sandbox pools (sizes, waits,
+creations per second: workers/sandbox/figures.py). A worker on the train queue also consumes
 its own direct queue (``train.<worker>``), where the scheduler sends the GPU runs it assigned to
 this worker's devices."""
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
 from django.conf import settings
@@ -15,16 +17,37 @@ from django.db import close_old_connections
 from controlplane.scheduling.selectors import TRAIN_QUEUE, direct_queue
 from controlplane.scheduling.services import heartbeat_record
 from workers.devices import device_inventory
+from workers import sandbox
 from workers.sandbox import close_runtimes
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
+def sandbox_figures_dir() -> Path:
+    """Where this host's worker processes leave their sandbox pools' figures (workers/sandbox/figures.py)."""
+    return Path(settings.VAR_DIR) / "sandbox-pools"
+
+
+def publish_sandbox_figures() -> None:
+    """After a task that ran sandbox jobs: this process's pool figures, for the next heartbeat."""
+    figures = sandbox.pool_figures()
+    if figures:
+        try:
+            sandbox.write_pool_figures(sandbox_figures_dir(), figures)
+        except OSError:  # the figures are for the queue page: never fail the batch over them
+            log.exception("could not write the sandbox pool figures")
+
+
+def heartbeat_meta(devices: list[dict]) -> dict:
+    """What a heartbeat says of its worker: its pid, its GPUs and its processes' sandbox pools."""
+    return {"pid": os.getpid(), "devices": devices, "sandbox_pools": sandbox.read_pool_figures(sandbox_figures_dir())}
+
+
 def _record(hostname: str, queues: list[str], devices: list[dict]) -> None:
     try:
         close_old_connections()
-        heartbeat_record(worker=hostname, queues=queues, meta={"pid": os.getpid(), "devices": devices})
+        heartbeat_record(worker=hostname, queues=queues, meta=heartbeat_meta(devices))
     except Exception:  # the database may be briefly unavailable; try again next period
         log.exception("heartbeat failed for %s", hostname)
 

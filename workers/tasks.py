@@ -15,6 +15,7 @@ from workers.audit import run_audit
 from workers.domains import worker_name
 from workers.driver import drive
 from workers.evaluate import run_eval
+from workers.heartbeat import publish_sandbox_figures
 from workers.judge import shadow_run
 from workers.launch import JOIN_TASK, drive_launched, drive_on_devices, join_node
 
@@ -108,7 +109,10 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
     domain's live sandbox quota)."""
     verifier = pinned_verifier(slug=domain, version=version)
     quota = domain_quotas(slugs=[domain])[domain]
-    return verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
+    try:
+        return verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
+    finally:
+        publish_sandbox_figures()
 
 
 @shared_task(name="temper.verify.batch_long", queue="verify_long", acks_late=True, soft_time_limit=600, time_limit=660)

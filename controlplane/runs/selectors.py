@@ -32,7 +32,7 @@ def run_warnings(*, run: Run) -> list[str]:
 
 
 ADVICE_KINDS = ("advice", "autoscale")
-"""The run events of the split advisor (workers/observers.py ``SplitAdvice``): a proposal, or a
+"""The run events of the split advisor (workers/compute_observers.py ``SplitAdvice``): a proposal, or a
 change autoscale made."""
 
 

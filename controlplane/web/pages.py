@@ -316,6 +316,7 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
     for w in workers:
         w.device_rows = [{**d, "held_by": held.get((w.worker, d.get("index")), "")}
                          for d in (w.meta or {}).get("devices") or [] if isinstance(d, dict)]
+        w.sandbox_rows = sandbox_pool_rows(w.meta)
     return {
         "kinds": kinds, "pools": pools, "team_rows": team_rows,
         "queued": [{"run": r, "note": r.scheduler_note or {}, "waiting_s": (now - r.queued_at).total_seconds() if r.queued_at else None}
@@ -328,11 +329,31 @@ def queue_view(*, actor: Principal) -> dict[str, Any]:
                      "phase": (r.inflight or {}).get("phase", "") if mine else ""}
                     for r in running for mine in [r.team_id in actor.roles]],
         "workers": workers,
+        "has_sandbox_pools": any(w.sandbox_rows for w in workers),
         "gpu_note": _gpu_note(capacity.get("train_gpu", 0), workers),
         "scheduler": scheduler_status(now=now),
         "lanes": lanes_view(now=now),
         "long_lane": _long_lane_domains([r for r in running if r.team_id in actor.roles]),
     }
+
+
+def sandbox_pool_rows(meta: dict | None) -> list[dict[str, Any]]:
+    """A worker's sandbox pools from its heartbeat (workers/sandbox/figures.py), one row per domain.
+
+    >>> sandbox_pool_rows({"sandbox_pools": {"b": {"size": 3, "idle": 1, "target": 3, "wait_p50_s": 0.002,
+    ...     "wait_p99_s": 0.3, "creations_per_s": 0.05}, "a": "junk"}})
+    [{'domain': 'b', 'size': 3, 'idle': 1, 'target': 3, 'wait_p50_ms': 2.0, 'wait_p99_ms': 300.0, 'creations_per_s': 0.05}]
+    """
+    pools = (meta or {}).get("sandbox_pools") or {}
+    rows = []
+    for domain, f in sorted(pools.items()) if isinstance(pools, dict) else []:
+        if not isinstance(f, dict):
+            continue
+        ms = {f"{name}_ms": round(f[f"{name}_s"] * 1000, 1) if isinstance(f.get(f"{name}_s"), (int, float)) else None
+              for name in ("wait_p50", "wait_p99")}
+        rows.append({"domain": domain, "size": f.get("size", 0), "idle": f.get("idle", 0), "target": f.get("target", 0),
+                     **ms, "creations_per_s": f.get("creations_per_s", 0.0)})
+    return rows
 
 
 def _gpu_note(pool_gpus: int, workers: list[WorkerHeartbeat]) -> str:

@@ -22,7 +22,8 @@ from controlplane.scheduling.models import ResourcePool
 from controlplane.scheduling.services import _capacity, pool_set
 from controlplane.web.pages import run_as_form_data
 from tests import factories
-from workers.observers import FINISHED, Budgets, StepDone
+from workers.compute_observers import Budgets
+from workers.observers import FINISHED, StepDone
 
 pytestmark = pytest.mark.django_db
 

@@ -26,6 +26,7 @@ def require(cond: bool, reason: str) -> None:
 
 def docker_ready() -> tuple[bool, str]:
     """(ok, reason) for the Docker engine and the sandbox image."""
+    client = None
     try:
         import docker
 
@@ -37,6 +38,9 @@ def docker_ready() -> tuple[bool, str]:
         return True, ""
     except Exception as e:  # engine down, image missing, SDK missing
         return False, f"Docker engine or sandbox image unavailable: {e}"
+    finally:  # its socket closes now, not at a garbage collection inside a later test's fd count
+        if client is not None:
+            client.close()
 
 
 def ready(name: str) -> tuple[bool, str]:

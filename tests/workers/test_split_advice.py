@@ -1,4 +1,4 @@
-"""The split advisor in the run driver (workers/observers.py ``SplitAdvice``): on a run whose
+"""The split advisor in the run driver (workers/compute_observers.py ``SplitAdvice``): on a run whose
 verification is the bottleneck it proposes more verify lanes; with ``autoscale: on`` the driver
 makes the change at a step boundary, as an event with before, after and why, and the pipeline runs
 with it from the next step; with it off the proposal is an event and the run page shows it."""
@@ -14,7 +14,8 @@ from tests.workers.driving import SMALL, Replies, code_domain, running_run
 from trainer.advisor import Advisor
 from trainer.pipeline import VERIFY_THREADS, OverlappedPipeline, StageClocks
 from workers.driver import drive
-from workers.observers import SplitAdvice, StepDone
+from workers.compute_observers import SplitAdvice
+from workers.observers import StepDone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

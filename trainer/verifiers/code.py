@@ -126,6 +126,10 @@ def verdict_to_verification(verdict: Any, job: CodeTestJob, *, partial_credit: b
         value = _field(verdict, key)
         if value is not None:
             details[key] = value
+    for key in ("wait_s", "pool_size", "creations_per_s"):  # the sandbox pool's figures, for the run's metrics
+        value = _field(verdict, key)
+        if value is not None:
+            details["sandbox_" + key] = value
     if status == "runtime_error" and _field(verdict, "exit_code") == LOAD_FAILED_EXIT:
         details["error"] = results[0]["message"] if results else "the program failed to load"
     if status != "ok":

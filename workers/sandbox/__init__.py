@@ -21,6 +21,7 @@ from . import bwrap, cgroups
 from .bwrap_backend import BwrapBackend
 from .bwrap_pool import WarmBwrapBackend
 from .docker_backend import DockerBackend, reap_containers
+from .figures import process_pool_figures, read_pool_figures, write_pool_figures
 from .outcome import check_command, check_files
 from .pool import PoolConfig, SandboxPool
 from .session import SessionEnded, ShellSession, start_session
@@ -32,6 +33,7 @@ __all__ = [
     "execute", "Limits", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
     "SandboxPool", "PoolConfig", "get_runtime", "close_runtimes", "reap", "python_test_job",
     "default_backend", "open_session", "ShellSession", "SessionEnded", "SessionLimits",
+    "pool_figures", "read_pool_figures", "write_pool_figures",
 ]
 
 _runtimes: dict[str, SandboxPool] = {}
@@ -72,6 +74,14 @@ def get_runtime(backend: str | None = None, config: PoolConfig | None = None) ->
             pool = SandboxPool(_make_backend(name, config or PoolConfig.from_env()), config or PoolConfig.from_env())
             _runtimes[name] = pool
         return pool
+
+
+def pool_figures() -> dict[str, dict]:
+    """Per domain, the figures of this process's pools (size, idle, target, waits p50/p99,
+    creations per second; figures.merge over the backends); empty when no sandbox ran here."""
+    with _lock:
+        pools = list(_runtimes.values())
+    return process_pool_figures(pools)
 
 
 def close_runtimes() -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import cgroups
 from .agent import PYTHON_PREFIX
 from .bwrap import ENV_ALLOW
+from .elastic_pool import ElasticSizing
 from .outcome import Capture, check_command, check_files, classify
 from .types import Limits, SandboxError, Verdict
 
@@ -385,7 +386,7 @@ def pool_key(domain: str, limits: Limits) -> tuple:
     return (domain, limits.memory_mb, limits.pids, limits.tmpfs_mb)
 
 
-class PooledBackend(BackgroundWork):
+class PooledBackend(BackgroundWork, ElasticSizing):
     """What the pooled backends (warm bwrap sandboxes, Docker containers) share: sandboxes kept
     by :func:`pool_key` (all of them, the idle ones, how many are being reset), warming a domain,
     marking a sandbox busy for a job, a release that resets or retires it, the end of a reset
@@ -408,6 +409,7 @@ class PooledBackend(BackgroundWork):
         """Sandboxes (containers) started so far."""
         self.retired = 0
         """Sandboxes (containers) removed so far."""
+        self._init_elastic(config, thread_name)
 
     def warm(self, domain: str, limits: Limits | None = None) -> None:
         """Start the warm sandboxes (containers) for a domain now (blocks until they are up)."""
@@ -431,7 +433,13 @@ class PooledBackend(BackgroundWork):
                 if not self._resetting.get(key) or not self._returned.wait(max(0.0, end - time.monotonic())):
                     if not idle:
                         break
-        return self._create(key)
+        with self._lock:
+            self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            return self._start(key, self.config.queue_timeout_s)
+        finally:
+            with self._lock:
+                self._waiting[key] -= 1
 
     def _run_busy(self, sb, job: Callable[[], Verdict]) -> Verdict:
         """``job()``'s verdict, with ``sb`` marked busy while it runs; a sandbox lost while this
@@ -465,7 +473,7 @@ class PooledBackend(BackgroundWork):
         with self._lock:
             self._resetting[sb.key] -= 1
             if healthy and not self._closed:
-                self._idle.setdefault(sb.key, []).append(sb)
+                self._put_idle(sb)
             self._returned.notify_all()
         if not (healthy and not self._closed):
             sb.retiring = True
@@ -475,6 +483,7 @@ class PooledBackend(BackgroundWork):
     def _remove_all(self) -> None:
         """For a close (``_closed`` already set): remove every sandbox, wait for the background
         work, then remove any sandbox it started meanwhile."""
+        self._stop_shrink.set()
         with self._lock:
             sandboxes = list(self._all)
             self._idle.clear()

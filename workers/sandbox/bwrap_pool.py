@@ -86,6 +86,8 @@ class WarmSandbox:
     """A job's thread is using its stream (the stream is closed only after)."""
     created: float = field(default_factory=time.monotonic)
     """When it was started."""
+    idle_since: float = 0.0
+    """When it last became idle (the pool's clock): long-idle sandboxes above the target go."""
 
 
 def _key_owners() -> set[int]:
@@ -271,28 +273,6 @@ class WarmBwrapBackend(PooledBackend):
                     self.retired += 1
         if not sb.busy:
             sb.stream.close()
-
-    def _missing(self, key: tuple) -> int:
-        """Warm sandboxes this key lacks (idle, busy or resetting ones count: busy ones come back)."""
-        with self._lock:
-            return self.config.warm_per_domain - sum(sb.key == key and not sb.retiring for sb in self._all)
-
-    def _top_up(self, key: tuple) -> None:
-        for _ in range(max(0, self._missing(key))):
-            if self._closed:
-                return
-            try:
-                sb = self._create(key)
-            except SandboxError:
-                return
-            with self._lock:
-                if self._closed:
-                    break
-                self._idle.setdefault(key, []).append(sb)
-                self._returned.notify_all()
-        else:
-            return
-        self._remove(sb)
 
     # ---- Backend protocol ----------------------------------------------------------------
     def acquire(self, domain: str, limits: Limits) -> WarmSandbox:

@@ -379,7 +379,7 @@ def leftover_cgroups(only_dead_owners: bool = True) -> list[Path]:
             if not child.is_dir():
                 continue
             owner = child.name.split("-", 1)[0]
-            if only_dead_owners and owner.isdigit() and _alive(int(owner)):
+            if only_dead_owners and owner.isdigit() and pid_alive(int(owner)):
                 continue
             found.append(child)
     return found
@@ -413,7 +413,8 @@ def cgroup_dirs_of(pid: int) -> dict[str, Path] | None:
     return out
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host is alive (one of another user counts as alive)."""
     try:
         os.kill(pid, 0)
         return True

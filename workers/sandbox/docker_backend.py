@@ -67,6 +67,7 @@ def _worker_alive(labels: dict[str, str]) -> bool:
 
 
 def _client(timeout: int = 60):
+    client = None
     try:
         import docker
 
@@ -74,7 +75,12 @@ def _client(timeout: int = 60):
         client.ping()
         return client
     except Exception as e:  # docker raises several unrelated types when the engine is down
-        raise SandboxError(f"Docker engine unreachable: {e}") from e
+        error = f"Docker engine unreachable: {e}"
+        if client is not None:
+            client.close()
+    # Raised outside the handler: the failed connection's exception (and, through its frames, its
+    # socket) is freed now rather than by a later garbage collection, wherever that falls.
+    raise SandboxError(error)
 
 
 def reap_containers(*, all_workers: bool = False, client=None) -> int:
@@ -206,6 +212,8 @@ class Container:
     """Removed from the engine (once)."""
     busy: bool = False
     """A job's thread is using its stream (the stream is closed only after)."""
+    idle_since: float = 0.0
+    """When it last became idle (the pool's clock): long-idle containers above the target go."""
 
 
 class DockerBackend(PooledBackend):
@@ -223,20 +231,36 @@ class DockerBackend(PooledBackend):
         self._uids = itertools.count(JOB_UID_BASE + (os.getpid() % 1000) * 1000)
         self._stop = threading.Event()
         try:
+            self._check_engine(image)
+        except SandboxError:
+            if self._own_client:  # its socket closes now, not whenever the failed object is collected
+                self.client.close()
+            raise
+        if reap_on_start:
+            reap_containers(client=self.client)
+        self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="sandbox-reaper")
+        self._reaper.start()
+
+    def _check_engine(self, image: str) -> None:
+        """The image is there and the engine answers (SandboxError naming which is not; raised
+        outside the handlers, so the engine's exception and the response and socket its frames
+        hold are freed at once, not by a later garbage collection)."""
+        error = ""
+        try:
             self.client.images.get(image)
         except Exception as e:
-            raise SandboxError(f"sandbox image {image!r} missing: run `python -m workers.sandbox.image build` ({e})") from e
+            error = f"sandbox image {image!r} missing: run `python -m workers.sandbox.image build` ({e})"
+        if error:
+            raise SandboxError(error)
         # With the cgroupfs driver every container becomes a top-level cgroup, so each competes
         # for CPU like one process rather than all containers sharing the single weight of the
         # /docker group (under load that made 4 concurrent containers run as slowly as 1).
         try:
             self._cgroup_parent = "/" if self.client.info().get("CgroupDriver") == "cgroupfs" else None
         except Exception as e:
-            raise SandboxError(f"Docker engine unreachable: {e}") from e
-        if reap_on_start:
-            reap_containers(client=self.client)
-        self._reaper = threading.Thread(target=self._reap_loop, daemon=True, name="sandbox-reaper")
-        self._reaper.start()
+            error = f"Docker engine unreachable: {e}"
+        if error:
+            raise SandboxError(error)
 
     def agent_pids(self) -> set[int]:
         """Host pids of the agents of this pool's containers and their zygotes."""
@@ -310,19 +334,6 @@ class DockerBackend(PooledBackend):
                 pass
         if not cont.busy:
             cont.stream.close()
-
-    def _top_up(self, key: tuple) -> None:
-        with self._lock:  # containers of this key, idle, busy or resetting: busy ones come back
-            missing = self.config.warm_per_domain - sum(c.key == key and not c.retiring for c in self._all)
-        for _ in range(max(0, missing)):
-            if self._closed:
-                return
-            try:
-                cont = self._create(key)
-            except SandboxError:
-                return
-            with self._lock:
-                self._idle.setdefault(key, []).append(cont)
 
     def acquire(self, domain: str, limits: Limits) -> Container:
         key = pool_key(domain, limits)

@@ -81,6 +81,12 @@ class Verdict:
     """Explanation for sandbox_error and limit statuses; empty when ok."""
     backend: str = ""
     """Backend that ran it: bwrap or docker."""
+    wait_s: float = 0.0
+    """Seconds the job waited for its sandbox (a place in the pool, then an idle or new sandbox)."""
+    pool_size: int = 0
+    """Live sandboxes of the job's domain in this process when it got its own (0: not pooled)."""
+    creations_per_s: float = 0.0
+    """Sandboxes of the job's domain started per second over the last minute (0: not pooled)."""
 
     @property
     def ok(self) -> bool:

@@ -100,6 +100,10 @@
     "chart-policy": { keys: () => RUN_KEYS.policy, label: (k) => k },
     "chart-length": { keys: () => RUN_KEYS.length, label: (k) => k, y2: ["response/length"], y2title: "response/length" },
     "chart-level": { keys: () => domains.filter((d) => visible.has(d)).map((d) => `sampler/level/${d}`), label: (k) => k.slice(14), ytitle: "curriculum level", step: true },
+    // The sandbox pool of each visible domain (workers/sandbox/elastic.py): its size and creations per
+    // second, and the waits for a sandbox (p50, p99) on the right axis.
+    "chart-sandbox": { keys: () => domains.filter((d) => visible.has(d)).flatMap((d) => ["pool_size", "creations_per_s", "wait_p50_s", "wait_p99_s"].map((n) => `sandbox/${d}/${n}`)),
+      label: (k) => k.slice(8), y2: (k) => k.includes("/wait_"), y2title: "wait for a sandbox (s)", ytitle: "sandboxes, creations/s" },
   };
 
   let chartsOfKey = null; // key -> chart ids, rebuilt when the visible keys change
@@ -141,7 +145,7 @@
       const x = xValues(s);
       const color = spec.stacked ? OUTCOME_COLORS[key.split("/").pop()] : PALETTE[i % PALETTE.length];
       const name = spec.label(key);
-      const yaxis = spec.y2 && spec.y2.includes(key) ? "y2" : "y";
+      const yaxis = spec.y2 && (typeof spec.y2 === "function" ? spec.y2(key) : spec.y2.includes(key)) ? "y2" : "y";
       if (spec.stacked) {
         out.push({ x, y: s.last, customdata: s.step, meta: key, name, type: "scatter", mode: "lines", stackgroup: "one",
           line: { width: 0.5, color }, fillcolor: color, hovertemplate: `${name}: %{y}<br>step %{customdata}<extra></extra>` });
@@ -596,7 +600,7 @@
     redrawAll(["chart-outcomes"]);
   });
 
-  const PER_DOMAIN = ["chart-reward", "chart-pass", "chart-eval", "chart-level"];
+  const PER_DOMAIN = ["chart-reward", "chart-pass", "chart-eval", "chart-level", "chart-sandbox"];
   async function showDomains() {
     await fetchMissing(PER_DOMAIN.flatMap((id) => CHARTS[id].keys()));
     redrawAll(PER_DOMAIN);
@@ -681,6 +685,7 @@
       fetchSeries(CHARTS["chart-eval"].keys()).then(show(["chart-eval"])),
       outcomeDomain ? fetchSeries(CHARTS["chart-outcomes"].keys()).then(show(["chart-outcomes"])) : null,
       fetchSeries(CHARTS["chart-level"].keys()).then(show(["chart-level"])),
+      fetchSeries(CHARTS["chart-sandbox"].keys()).then(show(["chart-sandbox"])),
       fetchSeries(Object.values(RUN_KEYS).flat()),
     ]);
     redrawAll(Object.keys(CHARTS));
