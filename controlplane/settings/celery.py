@@ -26,12 +26,15 @@ if _REDIS:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 else:
     _broker = _VAR / "celery" / "broker"
-    for sub in ("in", "processed", "control"):
+    for sub in ("in", "staging", "processed", "control"):
         (_broker / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "controlplane.common.fs_broker:Transport"
+    """kombu's file-system transport with messages renamed into place whole (controlplane/common/fs_broker.py)."""
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "in"),
         "data_folder_out": str(_broker / "in"),
+        "staging_folder": str(_broker / "staging"),
         "processed_folder": str(_broker / "processed"),
         "control_folder": str(_broker / "control"),  # the exchange tables (kombu's default: ./control)
         "store_processed": False,
