@@ -144,7 +144,7 @@ def _path(header: str, prefix: str) -> str | None:
     if name.startswith(prefix):
         name = name[len(prefix):]
     if not name or name.startswith("/") or "\0" in name or any(p in ("", ".", "..") for p in name.split("/")):
-        raise PatchError(f"file {name!r}: a path must be relative and inside the tree (no empty, '.' or '..' part)")
+        raise PatchError(f"invalid path {name!r}: a path must be relative and inside the tree (no empty, '.' or '..' part)")
     return name
 
 
