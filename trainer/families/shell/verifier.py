@@ -7,7 +7,10 @@ applies the diff, and checks the files the task names: each must hold what trust
 (a JSON file compared as JSON, an INI file by its sections, an ``.env`` file by its
 ``KEY=VALUE`` lines; any other file exactly, its trailing whitespace aside). A task with a
 ``check`` command then runs it in a fresh sandbox on the final tree with the task's own copy of
-its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output.
+its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output;
+then once more in another fresh sandbox for each of the task's ``probes``, with the configuration
+replaced by other well-formed values, whose output must follow (a program that prints the digest
+of the task's own values without reading them fails there).
 Nothing the candidate printed during the episode, and no file it wrote that claims success,
 enters the verdict; an empty diff (the do-nothing episode) fails.
 
@@ -93,16 +96,27 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
         return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
     if not spec.check:
         return Verification.passed(**details)
-    files = {**tree, **{path: spec.files[path] for path in spec.restore}}
-    verdict = run(files, ["bash", "-c", spec.check])
+    restored = {path: spec.files[path] for path in spec.restore}
+    runs = [({}, spec.check_stdout), *spec.probes]
+    for number, (over, want) in enumerate(runs):
+        verdict = run({**tree, **over, **restored}, ["bash", "-c", spec.check])
+        failed = _judge(verdict, spec.check, want, details)
+        if failed is not None:
+            if number:
+                failed.details["probe"] = f"the check rerun on other values of the configuration ({sorted(over)})"
+            return failed
+    return Verification.passed(**details)
+
+
+def _judge(verdict: Any, check: str, want: str, details: dict[str, Any]) -> Verification | None:
+    """None when one ``check`` run exited 0 with exactly ``want``; else the failed Verification."""
     if isinstance(verdict, Verification):
         return verdict
     status = str(getattr(verdict.status, "value", verdict.status))
     if status == "sandbox_error":  # infrastructure: masked, never the candidate's reward
         return Verification.failed(Outcome.SANDBOX_ERROR, error=str(getattr(verdict, "error", ""))[:500])
     stdout = verdict.stdout.decode("utf-8", "replace") if isinstance(verdict.stdout, bytes) else str(verdict.stdout or "")
-    details.update(check=spec.check, status=status, exit_code=getattr(verdict, "exit_code", None),
-                   stdout=stdout[-500:])
-    if status != "ok" or getattr(verdict, "exit_code", None) != 0 or stdout != spec.check_stdout:
-        return Verification.failed(error=f"`{spec.check}` did not succeed with the expected output", **details)
-    return Verification.passed(**details)
+    details.update(check=check, status=status, exit_code=getattr(verdict, "exit_code", None), stdout=stdout[-500:])
+    if status != "ok" or getattr(verdict, "exit_code", None) != 0 or stdout != want:
+        return Verification.failed(error=f"`{check}` did not succeed with the expected output", **details)
+    return None

@@ -12,6 +12,7 @@ from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.verifiers.context import VerifyContext
 from trainer.verifiers.patches import tree_diff
+from sandbox_helpers import bwrap_ready, require
 from workers.sandbox import execute
 
 
@@ -29,3 +30,21 @@ def test_a_path_outside_the_tree_is_the_candidates_parse_error_not_a_masked_sand
                           context=VerifyContext(execute=functools.partial(execute, backend="bwrap")))
     assert verdict.outcome is Outcome.PARSE_ERROR, verdict.details
     assert "inside the tree" in verdict.details["error"] and verdict.reward == 0.0
+
+
+def bwrap_context() -> VerifyContext:
+    return VerifyContext(execute=functools.partial(execute, backend="bwrap"))
+
+
+def test_a_program_that_prints_the_digest_without_reading_the_configuration_fails():
+    """The configuration fixed, then app/main.py replaced by one line printing ``OK <digest>`` (the
+    digest of the task's values, which a candidate can compute from the tree): the first run
+    passes, the rerun on other values does not. The reference still passes both."""
+    require(*bwrap_ready())
+    task = make_task("config", 5, 3)
+    spec = spec_of(task)
+    assert shell_state(tree_diff(spec.files, spec.final()), task, context=bwrap_context()).outcome is Outcome.PASS
+    forged = {**spec.final(), "app/main.py": f"print({spec.check_stdout.strip()!r})\n"}
+    verdict = shell_state(tree_diff(spec.files, forged), task, context=bwrap_context())
+    assert verdict.outcome is Outcome.FAIL and verdict.reward == 0.0, verdict.details
+    assert "other values" in verdict.details["probe"] and verdict.details["stdout"] == spec.check_stdout
