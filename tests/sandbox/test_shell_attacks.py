@@ -2,11 +2,14 @@
 a pass, never a masked infrastructure outcome)."""
 from __future__ import annotations
 
+import collections
 import functools
+import re
 
 import pytest
 
 from trainer.families.shell.catalogue import ShellSource
+from trainer.families.shell.tasks import shell_task
 from trainer.families.shell.verifier import shell_state, spec_of
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
@@ -48,3 +51,17 @@ def test_a_program_that_prints_the_digest_without_reading_the_configuration_fail
     verdict = shell_state(tree_diff(spec.files, forged), task, context=bwrap_context())
     assert verdict.outcome is Outcome.FAIL and verdict.reward == 0.0, verdict.details
     assert "other values" in verdict.details["probe"] and verdict.details["stdout"] == spec.check_stdout
+
+
+def test_no_position_in_the_history_is_a_good_guess_for_the_first_bad_commit():
+    """A candidate that skips the bisection and writes the subject of a fixed commit (say the last
+    one) wins as often as that position is the first bad one. Over 600 seeds per level, no
+    position is right more than 1 time in 5 (it was 1 in 2 at level 0: HEAD or HEAD~1)."""
+    for level in range(4):
+        positions: collections.Counter = collections.Counter()
+        for seed in range(600):
+            spec = shell_task("git", seed, level)
+            if "FIRST_BAD" in spec.expected:
+                subjects = re.findall(r"git commit -q -m '([^']*)'", spec.setup)
+                positions[len(subjects) - subjects.index(spec.expected["FIRST_BAD"].strip())] += 1
+        assert positions and max(positions.values()) / sum(positions.values()) < 0.2, (level, positions.most_common(3))

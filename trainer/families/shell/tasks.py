@@ -350,10 +350,11 @@ CHECK = "from calc import average, total\n\nassert total([4, -2, 7]) == 9\nasser
 
 
 def bisect_task(rng: random.Random, depth: int) -> ShellTask:
+    depth *= 2  # 7 to 63 candidate commits, each as likely to be the first bad one: a guess wins 1 in 7 at best
     history = History()
     notes = [f"# {word(rng)}: {word(rng, 2)}" for _ in range(4)]
     history.commit("Start the ledger", {"calc.py": CALC.format(notes="\n".join(notes)), "check_calc.py": CHECK})
-    bad = rng.randint(2, depth - 1)
+    bad = rng.randint(1, depth - 1)
     old, new = rng.choice(BUGS)
     subjects = []
     broken = False
@@ -374,7 +375,7 @@ def bisect_task(rng: random.Random, depth: int) -> ShellTask:
     return ShellTask("git", prompt, dict(history.tree), history.setup(),
                      expected={"FIRST_BAD": first_bad + "\n", "calc.py": history.tree["calc.py"]}, outputs=["FIRST_BAD"],
                      reference=[find, "cat FIRST_BAD"],
-                     wrong=[f"echo '{subjects[bad - 2]}' > FIRST_BAD"])
+                     wrong=[f"echo '{subjects[bad - 2 if bad > 1 else bad]}' > FIRST_BAD"])
 
 
 GENERATORS = {"data": data_task, "config": config_task, "git": git_task}
