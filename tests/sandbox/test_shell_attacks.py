@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
 import re
 
 import pytest
@@ -65,3 +66,20 @@ def test_no_position_in_the_history_is_a_good_guess_for_the_first_bad_commit():
                 subjects = re.findall(r"git commit -q -m '([^']*)'", spec.setup)
                 positions[len(subjects) - subjects.index(spec.expected["FIRST_BAD"].strip())] += 1
         assert positions and max(positions.values()) / sum(positions.values()) < 0.2, (level, positions.most_common(3))
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_json_file_that_only_compares_equal_or_breaks_the_parser_fails(nested):
+    """``"debug": 0`` and ``"port": 8080.0`` compare equal to ``false`` and ``8080`` in Python
+    (they passed); JSON nested past the parser's depth raised RecursionError out of the stage."""
+    task = make_task("config", 5, 3)
+    spec = spec_of(task)
+    good = spec.final()["config/app.json"]
+    port = json.loads(good)["port"]
+    text = good.replace("false", "0").replace(f'"port": {port}', f'"port": {port}.0')
+    assert json.loads(text) == json.loads(good) and text != good
+    if nested:
+        text = "[" * 150_000 + "]" * 150_000 + "\n"
+    final = {**spec.final(), "config/app.json": text}
+    verdict = shell_state(tree_diff(spec.files, final), task, context=bwrap_context())
+    assert verdict.outcome is Outcome.FAIL and verdict.details["wrong_files"] == ["config/app.json"], verdict.details

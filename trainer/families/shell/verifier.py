@@ -4,7 +4,7 @@ The completion is the episode's final working tree as a diff from the task's fil
 (:meth:`ShellEnv.submission <trainer.environments.shell.ShellEnv.submission>`). Trusted code
 rebuilds the task from its family, seed and level (:func:`~trainer.families.shell.tasks.shell_task`),
 applies the diff, and checks the files the task names: each must hold what trusted code computed
-(a JSON file compared as JSON, an INI file by its sections, an ``.env`` file by its
+(a JSON file compared as JSON, types included, an INI file by its sections, an ``.env`` file by its
 ``KEY=VALUE`` lines; any other file exactly, its trailing whitespace aside). A task with a
 ``check`` command then runs it in a fresh sandbox on the final tree with the task's own copy of
 its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output;
@@ -22,6 +22,8 @@ enters the verdict; an empty diff (the do-nothing episode) fails.
 'pass'
 >>> same("a.json", '{"a": 1}', '{ "a" : 1 }\\n'), same("a.txt", "x\\n", "x"), same("a.txt", "x\\n", None)
 (True, True, False)
+>>> same("a.json", '{"debug": false}', '{"debug": 0}'), same("a.json", '{"port": 80}', '{"port": 80.0}')
+(False, False)
 """
 from __future__ import annotations
 
@@ -61,16 +63,20 @@ def _env(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=True)
+
+
 def same(path: str, want: str, got: str | None) -> bool:
     """Whether the final file ``got`` holds what ``want`` does (see the module docstring)."""
     if got is None:
         return False
     try:
-        if path.endswith(".json"):
-            return json.loads(got) == json.loads(want)
+        if path.endswith(".json"):  # compared with types: false is not 0, 8080 is not 8080.0
+            return _canonical(json.loads(got)) == _canonical(json.loads(want))
         if path.endswith(".ini"):
             return _ini(got) == _ini(want)
-    except (ValueError, configparser.Error):
+    except (ValueError, RecursionError, configparser.Error):  # nested past the parser's depth: not the file
         return False
     if path.endswith(".env"):
         return _env(got) == _env(want)
