@@ -6,18 +6,20 @@ import collections
 import functools
 import json
 import re
+import shlex
 
 import pytest
 
+from trainer.environments.shell import ShellEnv
 from trainer.families.shell.catalogue import ShellSource
 from trainer.families.shell.tasks import shell_task
 from trainer.families.shell.verifier import shell_state, spec_of
 from trainer.outcomes import Outcome
 from trainer.tasks.base import Task
 from trainer.verifiers.context import VerifyContext
-from trainer.verifiers.patches import tree_diff
+from trainer.verifiers.patches import apply_patch, tree_diff
 from sandbox_helpers import bwrap_ready, require
-from workers.sandbox import execute
+from workers.sandbox import execute, open_session
 
 
 def make_task(family: str, seed: int, level: int) -> Task:
@@ -38,6 +40,11 @@ def test_a_path_outside_the_tree_is_the_candidates_parse_error_not_a_masked_sand
 
 def bwrap_context() -> VerifyContext:
     return VerifyContext(execute=functools.partial(execute, backend="bwrap"))
+
+
+def bwrap_session_context() -> VerifyContext:
+    return VerifyContext(execute=functools.partial(execute, backend="bwrap"),
+                         open_session=functools.partial(open_session, backend="bwrap"))
 
 
 def test_a_program_that_prints_the_digest_without_reading_the_configuration_fails():
@@ -83,3 +90,24 @@ def test_a_json_file_that_only_compares_equal_or_breaks_the_parser_fails(nested)
     final = {**spec.final(), "config/app.json": text}
     verdict = shell_state(tree_diff(spec.files, final), task, context=bwrap_context())
     assert verdict.outcome is Outcome.FAIL and verdict.details["wrong_files"] == ["config/app.json"], verdict.details
+
+
+def test_a_file_name_cannot_write_the_diffs_headers():
+    """A file's name went into the submission's headers as it was: a newline let it write its own
+    ``---``/``+++``/``@@`` lines, a tab cut it (``t\tu`` was judged as a file ``t``), and a name
+    that is not UTF-8 became a lone surrogate. The verifier must judge the tree trusted code read:
+    such names are left out, and the rest of the tree is judged."""
+    require(*bwrap_ready())
+    task = make_task("data", 11, 0)
+    spec = spec_of(task)
+    out, want = next(iter(spec.expected.items()))
+    body = "".join("+" + line for line in want.splitlines(keepends=True))
+    header = f"x\n--- /dev/null\n+++ b/{out}\n@@ -0,0 +1,{len(want.splitlines())} @@\n{body}"
+    env = ShellEnv(bwrap_session_context())
+    env.reset(task)
+    command = f"printf '' > {shlex.quote(header)}; printf 'a\\tb' > $'t\\tu'; touch $'\\xff'; echo kept > kept.txt"
+    assert not env.step(json.dumps({"tool": "bash", "command": command})).done
+    assert env.step('{"tool": "submit"}').done
+    completion = env.submission()
+    assert apply_patch(spec.files, completion) == {**spec.files, "kept.txt": "kept\n"}
+    assert shell_state(completion, task, context=bwrap_context()).outcome is Outcome.FAIL
