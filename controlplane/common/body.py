@@ -286,6 +286,23 @@ def string_problem(text: str) -> str | None:
     return f"contains a lone surrogate (\\u{ord(char):04x}), which is not valid Unicode"
 
 
+def storable(value: Any) -> Any:
+    """``value`` with every NUL and lone surrogate in its strings (keys too) replaced by U+FFFD:
+    for text that is a record of what a program or a model wrote (a completion, a check's
+    output), kept rather than refused.
+
+    >>> storable({"out\\x00": ["a\\x00b", "\\udcff", 1.5]})
+    {'out\ufffd': ['a\ufffdb', '\ufffd', 1.5]}
+    """
+    if isinstance(value, str):
+        return _BAD_CHAR.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return value
+
+
 def _safe_key(key: str) -> str:
     """A key fit to appear in a path of the error response (its bad characters escaped)."""
     return _BAD_CHAR.sub(lambda m: f"\\u{ord(m.group()):04x}", key)

@@ -21,6 +21,7 @@ A figure of 0 costs 0 whatever its price; a figure above 0 without a price has a
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Iterable, Mapping
@@ -161,6 +162,8 @@ def as_json(c: Mapping[str, Decimal | None]) -> dict[str, str | None]:
 
 
 MAX_AMOUNT = Decimal("999999999")
+_AMOUNT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|snan|inf|infinity)", re.ASCII | re.IGNORECASE)
+"""A decimal as text: ASCII digits (``Decimal`` would also take ``1_000`` and other scripts' digits)."""
 """A price or a money budget at most (the database keeps 9 digits before the point, 9 after)."""
 
 
@@ -181,6 +184,8 @@ def parse_amount(value: object, *, positive: bool = False) -> Decimal:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise ValueError(f"must be a number or a decimal string, got {type(value).__name__}")
+    if isinstance(value, str) and not _AMOUNT_TEXT.fullmatch(value.strip()):
+        raise ValueError(f"must be a decimal number, got {value[:40]!r}")
     try:
         amount = Decimal(repr(value) if isinstance(value, float) else value.strip() if isinstance(value, str) else value)
     except ArithmeticError:

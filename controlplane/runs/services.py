@@ -26,6 +26,7 @@ from controlplane import dispatch
 from controlplane.accounts.models import Team
 from controlplane.accounts.principal import Principal
 from controlplane.accounts.services import audit_record
+from controlplane.common.body import storable
 from controlplane.common.engines import engine_errors
 from controlplane.common.errors import FieldError, InvalidInput, found
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
@@ -440,6 +441,7 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
     series.rollup(points)
     Trajectory.objects.filter(run=run, step=step).delete()
+    samples = [storable(s) for s in samples]  # a completion or a check's output may hold NUL: kept, replaced
     Trajectory.objects.bulk_create([
         Trajectory(
             run=run, step=step, domain=s["domain"], task_id=str(s.get("task_id", ""))[:200], prompt=s["prompt"],

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Sum
 
+from controlplane.common.body import storable
 from controlplane.runs.models import MetricPoint, Run, RunEvent
 from trainer.audit.code_probes import tampering_signatures
 
@@ -100,7 +101,7 @@ def run_watch_tampering(*, run: Run, step: int, counts: dict[str, dict[str, int]
                             .values_list("data", flat=True) if d.get("domain") == domain and d.get("signature") == signature), default=0)
             if reported and total < 2 * reported:
                 continue
-            example = ((examples or {}).get(domain) or {}).get(signature, "")
+            example = storable(((examples or {}).get(domain) or {}).get(signature, ""))  # a completion: NUL replaced
             created.append(RunEvent.objects.create(
                 run=run, kind="tampering",
                 data={"domain": domain, "signature": signature, "step": step, "count": n, "total": total, "example": example[:2000]},

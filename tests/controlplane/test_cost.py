@@ -142,6 +142,7 @@ def test_a_price_not_set_is_an_unknown_cost_never_zero(world):
 @pytest.mark.parametrize("price, message", [
     ("NaN", "must be a finite amount of money"), ("-1", "must be 0 or more"), ("abc", "must be a decimal number"),
     ("0.0000000001", "may have 9 decimal places at most"), (True, "must be a number"),
+    ("1_000", "must be a decimal number"), ("\u0661\u0662", "must be a decimal number"), ("0x10", "must be a decimal number"),
 ])
 def test_a_bad_price_is_refused_naming_the_field_and_nothing_is_saved(world, price, message):
     staff = client_for(world.staff)
@@ -175,6 +176,7 @@ def test_prices_are_set_by_platform_admins_on_pools_by_api_and_page(world):
 @pytest.mark.parametrize("cost, message", [
     (0, "must be above 0"), (-5, "must be above 0"), ("NaN", "must be a finite amount of money"),
     ("Infinity", "must be a finite amount of money"), ("ten", "must be a decimal number"), (True, "must be a number"),
+    ("1_000", "must be a decimal number"), ("\u0661\u0662", "must be a decimal number"),
 ])
 def test_a_money_budget_that_is_not_a_positive_finite_amount_is_refused_naming_the_field(world, cost, message):
     member = client_for(world.users["member"])

@@ -25,6 +25,7 @@ the domain's verifier judges in a fresh sandbox.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from trainer.environments.base import ActionError, StepResult, parse_action
@@ -46,6 +47,9 @@ LIMIT_WORDS = {"timeout_wall": "wall time limit", "timeout_cpu": "CPU time limit
 """How a command a limit ended is described to the model."""
 MAX_TREE_BYTES = 4 << 20
 """Largest final working tree read back for the submission."""
+_UNDIFFABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+"""Characters a file's name in a diff cannot hold: a newline or a tab in a name would write
+headers of the candidate's choosing, a name that is not UTF-8 decodes to lone surrogates."""
 
 
 def render(*, exit_code: int | None, signal: int | None, status: str, error: str, stdout: bytes,
@@ -173,7 +177,9 @@ class ShellEnv:
                 tree = self.session.files(MAX_TREE_BYTES)
         except Exception as exc:  # a tree too large to read back, or a session that broke: the episode's own
             return str(exc) or type(exc).__name__
-        self.final = {k: v.decode("utf-8", "replace") for k, v in tree.items()}
+        # A file whose name a diff cannot carry is left out (as symbolic links are): the diff is
+        # then the tree trusted code read, never headers written by a file's name.
+        self.final = {k: v.decode("utf-8", "replace") for k, v in tree.items() if not _UNDIFFABLE.search(k)}
         return ""
 
     def submission(self) -> str:

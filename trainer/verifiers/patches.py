@@ -6,7 +6,8 @@ deleted files, ``@@`` hunks with three lines of context); :func:`apply_patch` ap
 written by this module or by a model, to a tree. A hunk applies where its old lines match exactly,
 at the line it names (shifted by what the hunks before it added) or, failing that, at the nearest
 place they match; a hunk that matches nowhere, a file that a hunk adds but that exists, or one it
-changes but that does not exist, is a :class:`PatchError` naming the file and the hunk. Work is
+changes but that does not exist, is a :class:`PatchError` naming the file and the hunk; so is a
+path that is absolute or has an empty, ``.`` or ``..`` part (it would name a file outside the tree). Work is
 bounded by a budget linear in the patch and the tree (hunks that match in many places, or
 nowhere in a long file, exhaust it: a ``PatchError``); diffs of files too large for difflib's
 quadratic matching are written as one block.
@@ -135,11 +136,15 @@ class _FilePatch:
 
 
 def _path(header: str, prefix: str) -> str | None:
+    """The file a ``---``/``+++`` header names: a relative path inside the tree (``PatchError``
+    for an absolute one or one with an empty, ``.`` or ``..`` part, which would leave the tree)."""
     name = header.split("\t", 1)[0].strip()
     if name == "/dev/null":
         return None
     if name.startswith(prefix):
         name = name[len(prefix):]
+    if not name or name.startswith("/") or "\0" in name or any(p in ("", ".", "..") for p in name.split("/")):
+        raise PatchError(f"invalid path {name!r}: a path must be relative and inside the tree (no empty, '.' or '..' part)")
     return name
 
 

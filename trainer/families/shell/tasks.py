@@ -59,6 +59,10 @@ class ShellTask:
     """The command's exact standard output."""
     restore: list[str] = field(default_factory=list)
     """Files taken from the task, not the final tree, when ``check`` runs."""
+    probes: list[tuple[dict[str, str], str]] = field(default_factory=list)
+    """Further ``check`` runs, each in its own fresh sandbox: files put over the final tree (other
+    values in the same well-formed configuration) and the exact standard output they must give, so
+    a program that prints the answer for the task's own values without reading them fails."""
     reference: list[str] = field(default_factory=list)
     """Commands that solve the task in the shell."""
     wrong: list[str] = field(default_factory=list)
@@ -171,15 +175,28 @@ def read_env(path):
 FAULTS = ("json", "ini", "env", "import")
 
 
+def _configs(name: str, port: int, host: str, pool: int, workers: int) -> dict[str, str]:
+    """The well-formed configuration files holding these values."""
+    return {"config/app.json": json.dumps({"name": name, "port": port, "debug": False}, indent=2) + "\n",
+            "config/db.ini": f"[database]\nhost = {host}\npool = {pool}\n",
+            "config/runtime.env": f"# worker processes\nWORKERS={workers}\nMODE=production\n"}
+
+
+def _config_values(rng: random.Random) -> tuple[str, int, str, int, int]:
+    return word(rng), rng.randint(1024, 65000), f"db-{word(rng, 2)}.internal", rng.randint(2, 64), rng.randint(1, 32)
+
+
+def _digest(values: tuple[str, int, str, int, int]) -> str:
+    return format(zlib.crc32("|".join(str(v) for v in values).encode()), "08x")
+
+
 def config_task(rng: random.Random, level: int) -> ShellTask:
     """A program broken by ``level + 1`` configuration faults (see the module docstring)."""
     name, host, helpers = word(rng), f"db-{word(rng, 2)}.internal", f"{word(rng, 2)}_util"
     port, pool, workers = rng.randint(1024, 65000), rng.randint(2, 64), rng.randint(1, 32)
     faults = set(rng.sample(FAULTS, level + 1))
     good = {
-        "config/app.json": json.dumps({"name": name, "port": port, "debug": False}, indent=2) + "\n",
-        "config/db.ini": f"[database]\nhost = {host}\npool = {pool}\n",
-        "config/runtime.env": f"# worker processes\nWORKERS={workers}\nMODE=production\n",
+        **_configs(name, port, host, pool, workers),
         "app/__init__.py": "",
         f"app/{helpers}.py": HELPERS,
         "app/main.py": MAIN.format(helpers=helpers),
@@ -199,13 +216,15 @@ def config_task(rng: random.Random, level: int) -> ShellTask:
     if "import" in faults:
         broken["app/main.py"] = good["app/main.py"].replace(f"app.{helpers}", f"app.{helpers}s")
         fixes.append(f"sed -i 's/app\\.{helpers}s /app.{helpers} /' app/main.py")
-    digest = format(zlib.crc32("|".join(str(v) for v in [name, port, host, pool, workers]).encode()), "08x")
+    digest = _digest((name, port, host, pool, workers))
     configs = [p for p in good if p.startswith("config/")]
+    other = _config_values(random.Random(f"probe-{name}-{port}-{host}-{pool}-{workers}"))
+    probe = (_configs(*other), f"OK {_digest(other)}\n")
     prompt = ("`bash run.sh` in /work should start this small service's self-check and print `OK` and a digest, but "
               f"it fails. Find what is broken in its configuration or code ({len(faults)} problem(s)) and repair it so "
               "that `bash run.sh` exits 0; change no value in the configuration, and do not edit run.sh.")
     return ShellTask("config", prompt, broken, expected={p: good[p] for p in configs}, solved=good, check="bash run.sh",
-                     check_stdout=f"OK {digest}\n", restore=["run.sh"],
+                     check_stdout=f"OK {digest}\n", restore=["run.sh"], probes=[probe],
                      reference=fixes + ["bash run.sh"], wrong=fixes[1:] + ["bash run.sh"])
 
 
@@ -331,10 +350,11 @@ CHECK = "from calc import average, total\n\nassert total([4, -2, 7]) == 9\nasser
 
 
 def bisect_task(rng: random.Random, depth: int) -> ShellTask:
+    depth *= 2  # 7 to 63 candidate commits, each as likely to be the first bad one: a guess wins 1 in 7 at best
     history = History()
     notes = [f"# {word(rng)}: {word(rng, 2)}" for _ in range(4)]
     history.commit("Start the ledger", {"calc.py": CALC.format(notes="\n".join(notes)), "check_calc.py": CHECK})
-    bad = rng.randint(2, depth - 1)
+    bad = rng.randint(1, depth - 1)
     old, new = rng.choice(BUGS)
     subjects = []
     broken = False
@@ -355,7 +375,7 @@ def bisect_task(rng: random.Random, depth: int) -> ShellTask:
     return ShellTask("git", prompt, dict(history.tree), history.setup(),
                      expected={"FIRST_BAD": first_bad + "\n", "calc.py": history.tree["calc.py"]}, outputs=["FIRST_BAD"],
                      reference=[find, "cat FIRST_BAD"],
-                     wrong=[f"echo '{subjects[bad - 2]}' > FIRST_BAD"])
+                     wrong=[f"echo '{subjects[bad - 2 if bad > 1 else bad]}' > FIRST_BAD"])
 
 
 GENERATORS = {"data": data_task, "config": config_task, "git": git_task}

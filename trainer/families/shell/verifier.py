@@ -4,10 +4,13 @@ The completion is the episode's final working tree as a diff from the task's fil
 (:meth:`ShellEnv.submission <trainer.environments.shell.ShellEnv.submission>`). Trusted code
 rebuilds the task from its family, seed and level (:func:`~trainer.families.shell.tasks.shell_task`),
 applies the diff, and checks the files the task names: each must hold what trusted code computed
-(a JSON file compared as JSON, an INI file by its sections, an ``.env`` file by its
+(a JSON file compared as JSON, types included, an INI file by its sections, an ``.env`` file by its
 ``KEY=VALUE`` lines; any other file exactly, its trailing whitespace aside). A task with a
 ``check`` command then runs it in a fresh sandbox on the final tree with the task's own copy of
-its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output.
+its ``restore`` files put back, and passes only on exit 0 with the exact expected standard output;
+then once more in another fresh sandbox for each of the task's ``probes``, with the configuration
+replaced by other well-formed values, whose output must follow (a program that prints the digest
+of the task's own values without reading them fails there).
 Nothing the candidate printed during the episode, and no file it wrote that claims success,
 enters the verdict; an empty diff (the do-nothing episode) fails.
 
@@ -19,6 +22,8 @@ enters the verdict; an empty diff (the do-nothing episode) fails.
 'pass'
 >>> same("a.json", '{"a": 1}', '{ "a" : 1 }\\n'), same("a.txt", "x\\n", "x"), same("a.txt", "x\\n", None)
 (True, True, False)
+>>> same("a.json", '{"debug": false}', '{"debug": 0}'), same("a.json", '{"port": 80}', '{"port": 80.0}')
+(False, False)
 """
 from __future__ import annotations
 
@@ -58,16 +63,20 @@ def _env(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=True)
+
+
 def same(path: str, want: str, got: str | None) -> bool:
     """Whether the final file ``got`` holds what ``want`` does (see the module docstring)."""
     if got is None:
         return False
     try:
-        if path.endswith(".json"):
-            return json.loads(got) == json.loads(want)
+        if path.endswith(".json"):  # compared with types: false is not 0, 8080 is not 8080.0
+            return _canonical(json.loads(got)) == _canonical(json.loads(want))
         if path.endswith(".ini"):
             return _ini(got) == _ini(want)
-    except (ValueError, configparser.Error):
+    except (ValueError, RecursionError, configparser.Error):  # nested past the parser's depth: not the file
         return False
     if path.endswith(".env"):
         return _env(got) == _env(want)
@@ -93,16 +102,27 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
         return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
     if not spec.check:
         return Verification.passed(**details)
-    files = {**tree, **{path: spec.files[path] for path in spec.restore}}
-    verdict = run(files, ["bash", "-c", spec.check])
+    restored = {path: spec.files[path] for path in spec.restore}
+    runs = [({}, spec.check_stdout), *spec.probes]
+    for number, (over, want) in enumerate(runs):
+        verdict = run({**tree, **over, **restored}, ["bash", "-c", spec.check])
+        failed = _judge(verdict, spec.check, want, details)
+        if failed is not None:
+            if number:
+                failed.details["probe"] = f"the check rerun on other values of the configuration ({sorted(over)})"
+            return failed
+    return Verification.passed(**details)
+
+
+def _judge(verdict: Any, check: str, want: str, details: dict[str, Any]) -> Verification | None:
+    """None when one ``check`` run exited 0 with exactly ``want``; else the failed Verification."""
     if isinstance(verdict, Verification):
         return verdict
     status = str(getattr(verdict.status, "value", verdict.status))
     if status == "sandbox_error":  # infrastructure: masked, never the candidate's reward
         return Verification.failed(Outcome.SANDBOX_ERROR, error=str(getattr(verdict, "error", ""))[:500])
     stdout = verdict.stdout.decode("utf-8", "replace") if isinstance(verdict.stdout, bytes) else str(verdict.stdout or "")
-    details.update(check=spec.check, status=status, exit_code=getattr(verdict, "exit_code", None),
-                   stdout=stdout[-500:])
-    if status != "ok" or getattr(verdict, "exit_code", None) != 0 or stdout != spec.check_stdout:
-        return Verification.failed(error=f"`{spec.check}` did not succeed with the expected output", **details)
-    return Verification.passed(**details)
+    details.update(check=check, status=status, exit_code=getattr(verdict, "exit_code", None), stdout=stdout[-500:])
+    if status != "ok" or getattr(verdict, "exit_code", None) != 0 or stdout != want:
+        return Verification.failed(error=f"`{check}` did not succeed with the expected output", **details)
+    return None
