@@ -8,6 +8,11 @@ VerifyContext as a verify worker does.
 
 Usage: python bench/verify_throughput.py [--seconds 3] [--tasks 40]
 The last line is one JSON object with keys domains_registered, per_family, per_stage, ...
+
+``--groups G`` instead measures the verify worker's path (``workers.verify.verify_items``) on
+``--tasks`` HumanEval tasks x G completions (reference and wrong alternated): one item at a time
+(the path before groups) beside a batch whose task groups are verified together, their sandboxes
+in one allocation; repeats alternated, items/s of each and whether every verdict agreed.
 """
 from __future__ import annotations
 
@@ -57,11 +62,55 @@ def stage_cases() -> dict[str, tuple[dict, list[tuple[str, Task]]]]:
     }
 
 
+def groups_bench(n_tasks: int, size: int, repeats: int) -> None:
+    """Items/s of verify_items one item at a time and with task groups, side by side."""
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    import django  # lazy: only the --groups mode verifies through the worker's path (Django settings)
+
+    django.setup()
+    from workers.verify import task_to_dict, verify_items  # lazy: needs the settings above
+
+    spec = all_domains()["code-humaneval"]
+    rng = random.Random(0)
+    items = []
+    for _ in range(n_tasks):
+        task = spec.source.sample(rng, 0)
+        items += [{"completion": reference_completion(spec, task) if g % 2 == 0 else wrong_completion(spec, task),
+                   "task": task_to_dict(task)} for g in range(size)]
+    cascade = spec.verifier_spec
+    verify_items(cascade, items[:size])  # start the pool
+    variants = {"one_at_a_time": lambda: [verify_items(cascade, [item])[0] for item in items],
+                "grouped": lambda: verify_items(cascade, items)}
+    rates: dict[str, list[float]] = defaultdict(list)
+    results: dict[str, list] = {}
+    for _ in range(repeats):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            results[name] = [(r["outcome"], r["score"]) for r in run()]
+            rates[name].append(len(items) / (time.perf_counter() - start))
+    best = {name: round(max(r), 1) for name, r in rates.items()}
+    median = {name: round(sorted(r)[len(r) // 2], 1) for name, r in rates.items()}
+    for name, r in rates.items():
+        print(f"{name:14s} {best[name]:7.1f} items/s best, {median[name]:7.1f} median of {repeats} ({', '.join(f'{x:.1f}' for x in r)})")
+    print(json.dumps({"tasks": n_tasks, "group": size, "items_per_s": best, "median_items_per_s": median,
+                      "ratio": round(best["grouped"] / best["one_at_a_time"], 2),
+                      "median_ratio": round(median["grouped"] / median["one_at_a_time"], 2),
+                      "same_verdicts": results["grouped"] == results["one_at_a_time"],
+                      "outcomes": dict(sorted({o: [r[0] for r in results["grouped"]].count(o) for o, _ in results["grouped"]}.items()))}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     parser.add_argument("--tasks", type=int, default=40, help="tasks drawn per domain family")
+    parser.add_argument("--groups", type=int, default=0, help="G: measure grouped vs one-at-a-time verification instead")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated repeats of each variant (--groups)")
     args = parser.parse_args()
+    if args.groups:
+        groups_bench(args.tasks, args.groups, args.repeats)
+        return
 
     domains = all_domains()
     print(f"domains registered: {len(domains)}")

@@ -187,6 +187,32 @@ def domain_slot(slots, domain: str, limit: int, wait_s: float, poll_s: float = 0
         slots.release(domain, holder)
 
 
+@contextmanager
+def domain_slots_now(slots, domain: str, limit: int, n: int, lease_s: float | None = None):
+    """Hold ``n`` of ``limit`` slots of ``domain`` at once when they are free now (a group's
+    sandboxes); yields whether they were. Never waits and never holds part of them: a group that
+    cannot have all its slots now leaves them for its jobs to take one at a time (no worker holds
+    some of a domain's slots while waiting for the rest)."""
+    held: list[str] = []
+    try:
+        if 0 < n <= limit:
+            for _ in range(n):
+                holder = slots.try_acquire(domain, limit, lease_s=lease_s)
+                if holder is None:
+                    break
+                held.append(holder)
+        if len(held) < n:
+            for holder in held:
+                slots.release(domain, holder)
+            held = []
+            yield False
+        else:
+            yield True
+    finally:
+        for holder in held:
+            slots.release(domain, holder)
+
+
 _default = None
 _default_lock = threading.Lock()
 

@@ -11,6 +11,7 @@ toward quarantine and answers by pausing the run (workers/driver.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -25,11 +26,14 @@ from trainer.tasks.base import Task
 from trainer.verifiers import NO_CONTEXT, VerifyContext, compile_cascade
 from workers import judge, sandbox
 from workers.slots import default_slots, domain_slot
+from workers.verify_group import verify_group, verify_item
 
 log = logging.getLogger(__name__)
 
 REMOTE_STAGES = {"code_tests": "temper.verify.batch", "repo_tests": "temper.verify.batch", "cad_mesh": "temper.verify.batch",
                  "shell_state": "temper.verify.batch", "judge": "temper.judge.batch"}
+SANDBOX_STAGES = frozenset(stage for stage, task in REMOTE_STAGES.items() if task == "temper.verify.batch")
+"""The stage types that run jobs in the sandbox (a cascade with one verifies a task's group together)."""
 BATCH_SIZE = 16
 MAX_ATTEMPTS = 3
 WAIT_SLICE_S = 2.0
@@ -98,15 +102,21 @@ def environment_context(limit_of: Callable[[str], int | None]):
 
 
 def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | None = None) -> list[dict]:
-    """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome."""
-    cascade = compile_cascade(spec, verify_context(spec, max_concurrent_sandboxes))
-    out = []
-    for item in items:
-        try:
-            out.append(cascade(item["completion"], Task(**item["task"])).to_dict())
-        except Exception as exc:  # noqa: BLE001 - a crashing verifier is an outcome, not a dead batch
-            log.exception("verifier crashed")
-            out.append(Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}).to_dict())
+    """Worker side: run a pinned cascade over ``[{completion, task}]``; every item gets an outcome,
+    in the items' order. When the cascade runs a sandbox, the completions of one task (the same
+    task dict: a group of G rollouts) are verified together, their sandboxes taken in one
+    allocation (workers/verify_group.py); the verdicts are those of one item at a time."""
+    context = verify_context(spec, max_concurrent_sandboxes)
+    if not any(stage.get("type") in SANDBOX_STAGES for stage in spec.get("stages", [])):
+        cascade = compile_cascade(spec, context)
+        return [verify_item(cascade, item) for item in items]
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(json.dumps(item.get("task"), sort_keys=True, default=str), []).append(i)
+    out: list[dict] = [{}] * len(items)
+    for idxs in groups.values():
+        for i, result in zip(idxs, verify_group(spec, [items[i] for i in idxs], context, max_concurrent_sandboxes)):
+            out[i] = result
     return out
 
 

@@ -33,7 +33,7 @@ __all__ = [
     "execute", "Limits", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
     "SandboxPool", "PoolConfig", "get_runtime", "close_runtimes", "reap", "python_test_job",
     "default_backend", "open_session", "ShellSession", "SessionEnded", "SessionLimits",
-    "pool_figures", "read_pool_figures", "write_pool_figures",
+    "pool_figures", "read_pool_figures", "write_pool_figures", "execute_group", "group_limit",
 ]
 
 _runtimes: dict[str, SandboxPool] = {}
@@ -117,6 +117,33 @@ def execute(
     if verdict.status != "sandbox_error":
         verdict.tests = parse_tests(files, verdict.stdout)
     return verdict
+
+
+def group_limit(backend: str | None = None) -> int:
+    """The most jobs :func:`execute_group` takes at once on a backend's pool (its domain and
+    global execution limits); 0 when the backend cannot start."""
+    try:
+        config = get_runtime(backend).config
+    except SandboxError:
+        return 0
+    return min(config.domain_limit, config.global_limit)
+
+
+def execute_group(jobs: list[tuple[dict[str, str | bytes], list[str]]], limits: Limits | None = None, *,
+                  backend: str | None = None, domain: str = "default") -> list[Verdict]:
+    """Run a group's jobs (``[(files, command)]``: the G completions of one task) at once, each in
+    its own sandbox of ``domain``, their places and sandboxes taken in one allocation
+    (SandboxPool.execute_group); verdicts in the jobs' order, as :func:`execute` gives them.
+    A group of more than :func:`group_limit` jobs raises ValueError."""
+    try:
+        pool = get_runtime(backend)
+    except SandboxError as e:
+        return [Verdict(status="sandbox_error", error=str(e), backend=backend or "") for _ in jobs]
+    verdicts = pool.execute_group(jobs, limits, domain=domain)
+    for (files, _command), verdict in zip(jobs, verdicts):
+        if verdict.status != "sandbox_error":
+            verdict.tests = parse_tests(files, verdict.stdout)
+    return verdicts
 
 
 def open_session(files: dict[str, str | bytes] | None = None, *, limits: SessionLimits | None = None,
