@@ -21,10 +21,11 @@ A figure of 0 costs 0 whatever its price; a figure above 0 without a price has a
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Iterable, Mapping
+from decimal import ROUND_HALF_EVEN, Context, Decimal, DivisionByZero, InvalidOperation, Overflow, localcontext
+from typing import Callable, Iterable, Mapping, TypeVar
 
 PARTS: tuple[tuple[str, str, str, int], ...] = (
     ("gpu", "gpu_s", "train_gpu", 3600),
@@ -37,6 +38,23 @@ priced unit: seconds per hour, tokens per million)."""
 
 CENT_PLACES = Decimal("0.000001")
 """A cost shown is rounded to this (half to even); sums are of the exact amounts, rounded once."""
+
+
+MONEY_CONTEXT = Context(prec=60, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation, DivisionByZero, Overflow])
+"""The decimal context every amount is computed in: Python's decimal context is per thread and
+libraries change it (reasoning-gym's decimal arithmetic sets the precision to its task's, in the
+processes that generate tasks: the driver, the audit), so money never uses the ambient one."""
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def exact(fn: _F) -> _F:
+    """Run ``fn`` in :data:`MONEY_CONTEXT`, whatever the thread's decimal context is."""
+    @functools.wraps(fn)
+    def in_money_context(*args, **kwargs):
+        with localcontext(MONEY_CONTEXT):
+            return fn(*args, **kwargs)
+    return in_money_context  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ def amount_text(amount: Decimal | None) -> str | None:
     return None if amount is None else f"{amount.normalize():f}"
 
 
+@exact
 def prices_from_pools(pools: Iterable[tuple[str, Decimal | None]], currency: str = "USD") -> Prices:
     """The :class:`Prices` of ``(kind, price)`` pairs, one per pool: per kind the highest price,
     None when no pool of the kind exists or one of them is unpriced.
@@ -90,6 +109,7 @@ def _amount(value: float | int | Decimal) -> Decimal:
     return value if isinstance(value, Decimal) else Decimal(repr(value) if isinstance(value, float) else value)
 
 
+@exact
 def cost(usage: Mapping[str, float | int | Decimal], prices: Prices, *, rounded: bool = True) -> dict[str, Decimal | None]:
     """Each part's cost (``gpu``, ``cpu``, ``sandbox``, ``judge``) and the ``total``, as Decimals
     rounded to :data:`CENT_PLACES` (``rounded=False``: exact, for sums that round once at the
@@ -128,6 +148,7 @@ def cost(usage: Mapping[str, float | int | Decimal], prices: Prices, *, rounded:
     return out
 
 
+@exact
 def round_amount(amount: Decimal) -> Decimal:
     """``amount`` to :data:`CENT_PLACES`, half to even.
 
@@ -137,6 +158,7 @@ def round_amount(amount: Decimal) -> Decimal:
     return amount.quantize(CENT_PLACES, rounding=ROUND_HALF_EVEN)
 
 
+@exact
 def add_costs(costs: Iterable[Mapping[str, Decimal | None]]) -> dict[str, Decimal | None]:
     """The sum of several :func:`cost` results, part by part (unknown where any is unknown).
 
@@ -151,6 +173,7 @@ def add_costs(costs: Iterable[Mapping[str, Decimal | None]]) -> dict[str, Decima
     return out
 
 
+@exact
 def as_json(c: Mapping[str, Decimal | None]) -> dict[str, str | None]:
     """A cost with each amount rounded (:func:`round_amount`) as a decimal string (exact in
     JSON), None where unknown.
@@ -167,6 +190,7 @@ _AMOUNT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|snan
 """A price or a money budget at most (the database keeps 9 digits before the point, 9 after)."""
 
 
+@exact
 def parse_amount(value: object, *, positive: bool = False) -> Decimal:
     """A price or a budget from a JSON number or a decimal string, exactly as written (a number
     through its shortest text: 0.1 is Decimal('0.1')); ValueError saying what is wrong.

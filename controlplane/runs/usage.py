@@ -17,7 +17,7 @@ from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from controlplane.common.errors import FieldError, InvalidInput
-from controlplane.runs.cost import PARTS, Prices, add_costs, amount_text, as_json, cost, prices_from_pools, round_amount
+from controlplane.runs.cost import PARTS, Prices, add_costs, amount_text, as_json, cost, exact, prices_from_pools, round_amount
 from controlplane.runs.models import MetricPoint, Run, RunState, UsageRecord
 
 USAGE_FIELDS = ("generated_tokens", "trained_tokens", "completions", "wall_s", "cpu_s", "gpu_s", "sandbox_s",
@@ -67,6 +67,7 @@ def current_prices() -> Prices:
     return prices_from_pools(pools, settings.TEMPER_CURRENCY)
 
 
+@exact
 def _costs(rows: list[dict], key, prices: Prices) -> dict[Any, dict[str, Decimal | None]]:
     """The exact cost of usage rows summed by ``key(row)``: the priced figures summed exactly
     (each as the decimal it prints as), then priced once per key (a cost is linear in them)."""
@@ -79,6 +80,7 @@ def _costs(rows: list[dict], key, prices: Prices) -> dict[Any, dict[str, Decimal
     return {k: cost(acc, prices, rounded=False) for k, acc in sums.items()}
 
 
+@exact
 def run_cost(run: Run, rows: list[dict], prices: Prices) -> dict[str, Any]:
     """The run's cost in money: totals, per domain (what its domains' rows record: sandbox and
     judge), ``shared`` (the steps' own rows: GPU and CPU, not split among domains), per step (a
@@ -107,6 +109,7 @@ def run_usage(run: Run, prices: Prices | None = None) -> dict[str, Any]:
     return {"run": run.id, "totals": totals, "domains": domains, "cost": money, "projection": ahead}
 
 
+@exact
 def cost_to_finish(steps: list[dict[str, Any]], left: int) -> str | None:
     """What the steps left cost at the mean cost of the last ``RATE_STEPS`` steps (the rate the
     projection uses); None where one of those has an unknown cost or there is none.

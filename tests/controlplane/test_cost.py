@@ -15,7 +15,7 @@ from django.test import Client
 
 from controlplane.accounts.principal import Principal
 from controlplane.common.errors import InvalidInput
-from controlplane.runs.cost import Prices, amount_text, cost, prices_from_pools
+from controlplane.runs.cost import Prices, add_costs, amount_text, cost, parse_amount, prices_from_pools
 from controlplane.runs.models import Run, RunEvent
 from controlplane.runs.services import run_record_step
 from controlplane.scheduling.models import ResourcePool
@@ -279,3 +279,21 @@ def test_a_judge_pool_is_a_price_only_and_adds_no_slots_to_the_scheduler(world):
     page = client_for(world.users["member"]).get("/queue/").content.decode()
     kinds = page.split('data-testid="pools"')[1].split("</table>")[0]
     assert "<td>cpu</td>" in kinds and "judge" not in kinds
+
+
+def test_money_is_exact_whatever_the_threads_decimal_context():
+    """reasoning-gym's decimal tasks set the thread's decimal precision (in the driver and the
+    audit, which generate tasks); a price, a cost and a budget are computed in their own context."""
+    import decimal
+
+    ambient = decimal.getcontext().copy()
+    try:
+        decimal.getcontext().prec = 3
+        prices = Prices(gpu=Decimal("2.40"), cpu=Decimal("0.036"), sandbox=Decimal("0.72"), judge=Decimal("5"))
+        assert parse_amount("123456.789") == Decimal("123456.789") and parse_amount("2.40") == Decimal("2.40")
+        c = cost({"gpu_s": 1234.5, "cpu_s": 100.0, "sandbox_s": 5.0, "judge_tokens": 2000}, prices)
+        assert c["gpu"] == Decimal("0.823000") and c["total"] == Decimal("0.835000")
+        assert add_costs([c, c])["total"] == Decimal("1.670000")
+        assert decimal.getcontext().prec == 3  # the ambient context is left as it was
+    finally:
+        decimal.setcontext(ambient)
