@@ -43,3 +43,17 @@ def pytest_collection_modifyitems(config, items):
     over pytest-xdist workers that take work from each other, and a long test that starts last
     keeps one worker running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def money_context():
+    """A test's own decimal arithmetic (expected costs) in the product's money context: the
+    thread's context may have been changed by an earlier test in the process (reasoning-gym's and
+    BFCL's decimal arithmetic set its precision), which the product's money code ignores
+    (``controlplane.runs.cost.exact``) and the test must too."""
+    import decimal  # lazy: only the money tests use it
+
+    from controlplane.runs.cost import MONEY_CONTEXT  # lazy: the apps are loaded when a test runs, not at collection
+
+    with decimal.localcontext(MONEY_CONTEXT):
+        yield

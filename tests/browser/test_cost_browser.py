@@ -15,7 +15,7 @@ from controlplane.scheduling.models import ResourcePool
 from tests import factories
 from tests.browser.conftest import PASSWORD, browser_user, screenshot
 
-pytestmark = [pytest.mark.browser, pytest.mark.services]
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.usefixtures("money_context")]
 
 
 def test_a_price_on_a_pool_and_a_money_budget_on_the_run_form_reach_the_run_page(server, browser):

@@ -25,7 +25,7 @@ from tests import factories
 from workers.compute_observers import Budgets
 from workers.observers import FINISHED, StepDone
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("money_context")]
 
 PRICES = {"gpus": ("train_gpu", "2.40"), "cpus": ("cpu", "0.036"), "sandboxes": ("sandbox", "0.72"), "judges": ("judge", "5")}
 """Pool name -> (kind, price): GPU-hour, CPU-hour, sandbox-hour, million judge tokens."""

@@ -19,7 +19,7 @@ from controlplane.runs.models import Run, UsageRecord
 from controlplane.runs.spec import RunSpec
 from tests import factories
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("money_context")]
 
 BASE = "tiny-llama"
 

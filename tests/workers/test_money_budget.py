@@ -14,7 +14,7 @@ from tests import factories
 from tests.workers.driving import running_run
 from workers.driver import drive
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("money_context")]
 
 
 def test_the_driver_completes_a_run_at_the_step_its_cost_reaches_its_money_budget(tiny_model, settings, tmp_path, monkeypatch):
