@@ -125,3 +125,16 @@ def test_a_file_system_shared_into_itself_ends_the_episode_and_guessing_a_missin
 
     decoded = [[calls] if calls else [] for calls in guessed]
     assert multi_turn_irrelevance_checker(decoded, truth)["valid"] is False  # BFCL's own rule for such turns agrees
+
+
+def test_a_simulator_call_leaves_the_processs_decimal_context_as_it_was():
+    """BFCL's MathAPI.square_root sets the thread's decimal precision; a call runs in a context of
+    its own, so nothing a policy calls changes the trainer's decimal arithmetic."""
+    import decimal
+
+    from trainer.environments.bfcl_multi import Simulators
+
+    before = decimal.getcontext().prec
+    sims = Simulators({"involved_classes": ["MathAPI"], "initial_config": {}}, False)
+    out = sims.run([("square_root", [2], {"precision": 3})], {"square_root"})
+    assert "1.41" in out[0] and decimal.getcontext().prec == before

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import decimal
 import importlib
 import inspect
 import json
@@ -201,7 +202,10 @@ class Simulators:
                 results.append(f"Error during execution: no function {name} is available")
                 continue
             try:
-                results.append(_result_text(self.methods[name](*args, **kwargs)))
+                # BFCL's MathAPI sets the thread's decimal precision (square_root's ``precision``):
+                # a call's context changes stay in the call, never in the trainer's process.
+                with decimal.localcontext():
+                    results.append(_result_text(self.methods[name](*args, **kwargs)))
             except Exception as exc:  # noqa: BLE001 - what a call does wrong is its result, as in BFCL
                 results.append(f"Error during execution: {str(exc)[:300]}")
             for cls, instance in self.instances.items():
