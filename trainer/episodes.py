@@ -44,7 +44,9 @@ class Trajectory:
     """Filled by the verifier (or the environment for multi-turn episodes)."""
     transcript: list[dict[str, str]] = field(default_factory=list)
     """Multi-turn episodes: each model turn (``{"role": "model", "text"}``) and each observation
-    (``{"role": "tool", "text"}``, not trained on), each cut to :data:`TRANSCRIPT_CHARS`."""
+    (``{"role": "tool", "text"}``, not trained on, with what the environment shows beside it:
+    :attr:`StepResult.shown <trainer.environments.base.StepResult.shown>`), each cut to
+    :data:`TRANSCRIPT_CHARS`."""
 
     def __setstate__(self, state: dict) -> None:
         """Trajectories a checkpoint pickled before a field existed take its default."""
@@ -153,7 +155,8 @@ def _run_turns(engine: RolloutEngine, tokenizer, episodes: list[tuple[Trajectory
             if result.done:
                 _conclude(traj, env, result.outcome, "")
                 continue
-            traj.transcript.append({"role": "tool", "text": result.observation[:TRANSCRIPT_CHARS]})
+            traj.transcript.append({**{k: v[:TRANSCRIPT_CHARS] for k, v in (result.shown or {}).items()},
+                                    "role": "tool", "text": result.observation[:TRANSCRIPT_CHARS]})
             obs = tokenizer(result.observation, add_special_tokens=False)["input_ids"]
             if out_of_budget or len(traj.response_ids) + len(obs) >= max_episode_tokens:
                 traj.truncated = True

@@ -191,7 +191,8 @@ def test_ticked_runs_open_overlaid_with_their_settings(server, browser, world):
 
 def test_the_trajectory_explorer_shows_an_episodes_turns_and_a_solids_thumbnail(server, browser, world):
     """A multi-turn episode: each model turn and each tool output (marked as not trained on), and
-    the final diff the verifier judged; a CAD answer: the picture of its solid the verifier drew."""
+    the final diff the verifier judged; a shell episode: each command with its output and how it
+    ended; a CAD answer: the picture of its solid the verifier drew."""
     import base64
 
     import numpy as np
@@ -211,6 +212,12 @@ def test_the_trajectory_explorer_shows_an_episodes_turns_and_a_solids_thumbnail(
     Trajectory.objects.bulk_create([
         Trajectory(run=run, step=10, domain=d, task_id="repo", prompt="Fix the bug", completion="diff --git a/pkg/text.py b/pkg/text.py",
                    reward=0.0, outcome="fail", details={"details": {"stage": "repo_tests"}, "transcript": transcript, "turns": 2}),
+        Trajectory(run=run, step=10, domain=d, task_id="shell", prompt="Summarise the CSV", completion="diff --git a/out.txt b/out.txt",
+                   reward=None, outcome="timeout", details={"details": {"stage": "shell_state"}, "turns": 2, "transcript": [
+                       {"role": "model", "text": '{"tool": "bash", "command": "wc -l data.csv"}'},
+                       {"role": "tool", "text": "[stdout]\n3 data.csv\n[exit status 0]", "command": "wc -l data.csv", "exit": "exit 0"},
+                       {"role": "model", "text": '{"tool": "bash", "command": "sleep 99"}'},
+                       {"role": "tool", "text": "[killed: wall time limit]", "command": "sleep 99", "exit": "killed: wall time limit"}]}),
         Trajectory(run=run, step=10, domain=d, task_id="cad", prompt="Model a cube", completion="```python\nresult = ...\n```",
                    reward=1.0, outcome="pass", details={"details": {"stage": "cad_mesh", "thumbnail": picture}}),
     ])
@@ -224,6 +231,15 @@ def test_the_trajectory_explorer_shows_an_episodes_turns_and_a_solids_thumbnail(
     assert turns.count() == 3 and "2 turns" in episode.locator("[data-testid=traj-transcript] summary").inner_text()
     assert "not trained on" in turns.nth(1).inner_text() and "def slugify" in turns.nth(1).inner_text()
     assert "diff --git" in episode.inner_text()
+    shell = page.locator("[data-testid=trajectory][data-outcome=timeout]")
+    shell.locator("[data-testid=traj-transcript] summary").click()
+    assert "2 turns · 2 commands" in shell.locator("[data-testid=traj-transcript] summary").inner_text()
+    lines = shell.locator("[data-testid=traj-command-line]")
+    assert [lines.nth(i).inner_text() for i in range(lines.count())] == ["$ wc -l data.csv", "$ sleep 99"]
+    ends = shell.locator("[data-testid=traj-exit]")
+    assert [ends.nth(i).inner_text() for i in range(2)] == ["exit 0", "killed: wall time limit"]
+    assert "exit-bad" in ends.nth(1).get_attribute("class") and "3 data.csv" in shell.inner_text()
+    assert episode.locator("[data-testid=traj-command]").count() == 0  # tool calls that are not commands
     solid = page.locator("[data-testid=trajectory][data-outcome=pass] [data-testid=traj-thumbnail]")
     page.wait_for_function("() => { const i = document.querySelector('[data-testid=traj-thumbnail]'); return i && i.complete && i.naturalWidth === 72; }")
     assert solid.count() == 1

@@ -4,6 +4,8 @@ the loss; `submit` ends the episode with the final tree as the submission; every
 down when its episode ends, cut or not."""
 from __future__ import annotations
 
+import json
+
 import contextlib
 import functools
 import threading
@@ -88,6 +90,11 @@ def test_shell_episodes_through_the_multi_turn_runner():
                                    "[exit status 2]")
         assert observations[1] == "[stdout]\n greet.py | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\nhello\n[exit status 0]"
         assert all(lp == 0.0 for lp, m in zip(traj.behaviour_logprobs, traj.loss_mask) if m == 0)
+        # the explorer's record: each command beside its output and how it ended
+        tools = [x for x in traj.transcript if x["role"] == "tool"]
+        assert [(x["command"], x["exit"]) for x in tools] == [(json.loads(a)["command"], e) for a, e in
+                                                              zip(ACTIONS, ("exit 2", "exit 0"))]
+        assert tools[0]["text"] == observations[0]
         assert traj.completion == ("diff --git a/greet.py b/greet.py\n--- a/greet.py\n+++ b/greet.py\n"
                                    "@@ -1 +1 @@\n-print('helo')\n+print('hello')\n")
     assert get_runtime("bwrap").stats()["held"] == 0  # every session given back

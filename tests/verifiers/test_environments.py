@@ -18,7 +18,7 @@ def test_calculator_kv_episode_needs_several_turns_and_keeps_state():
     observations = [env.step(json.dumps({"tool": "get", "key": k})) for k in sorted(store)]
     assert all(not o.done for o in observations)
     total = round(sum(store[k] * store["qty:" + k.split(":")[1]] for k in store if k.startswith("price:")), 2)
-    obs, done, outcome = env.step(json.dumps({"tool": "set", "key": "total", "value": total}))
+    obs, done, outcome, _ = env.step(json.dumps({"tool": "set", "key": "total", "value": total}))
     assert (done, outcome) == (False, None) and "ok" in obs
     result = env.step('{"tool": "submit"}')
     assert result.done and result.outcome.outcome is Outcome.PARTIAL  # 'discounted' is still missing

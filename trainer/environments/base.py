@@ -1,10 +1,9 @@
 """The multi-turn Environment interface: what the trainer's episode runner drives.
 
-``reset(task) -> observation``; ``step(action) -> StepResult(observation, done, outcome)``. An
+``reset(task) -> observation``; ``step(action) -> StepResult(observation, done, outcome, shown)``. An
 environment keeps its state across the turns of one episode; the tokens of its observations are
 appended to the trajectory with loss mask 0 (:func:`trainer.episodes.multi_turn`).
-:class:`StepResult` is a NamedTuple, so it unpacks as ``observation, done, verification`` and also
-reads as ``.observation``/``.done``/``.outcome``.
+:class:`StepResult` is a NamedTuple read as ``.observation``/``.done``/``.outcome``/``.shown``.
 
 :class:`ToolEnvironment` is the turn loop of the tool-use environments; their ``evaluate()``
 scores the current state (reward from the final state), which is what a replay of a whole
@@ -30,6 +29,9 @@ class StepResult(NamedTuple):
     """True once the episode is over."""
     outcome: Verification | None = None
     """The episode's verification once done."""
+    shown: dict[str, str] | None = None
+    """What the trajectory explorer shows of the turn beside its observation, as strings (the
+    shell's ``command`` and how it ended, ``exit``); recorded in the transcript, never trained on."""
 
 
 class Environment(Protocol):

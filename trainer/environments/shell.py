@@ -70,6 +70,17 @@ def render(*, exit_code: int | None, signal: int | None, status: str, error: str
     return "".join(parts)
 
 
+def ended(exit_code: int | None, signal: int | None, status: str) -> str:
+    """How a command ended, in the words the trajectory explorer shows.
+
+    >>> ended(0, None, "ok"), ended(None, None, "timeout_wall"), ended(None, 9, "runtime_error")
+    ('exit 0', 'killed: wall time limit', 'killed by signal 9')
+    """
+    if status in LIMIT_WORDS:
+        return f"killed: {LIMIT_WORDS[status]}"
+    return f"exit {exit_code}" if exit_code is not None else f"killed by signal {signal}"
+
+
 class ShellEnv:
     """One episode's shell session (see the module docstring)."""
 
@@ -119,6 +130,7 @@ class ShellEnv:
         if self.done:
             return StepResult("", True, None)
         self.steps += 1
+        shown: dict[str, str] = {}
         try:
             call = parse_action(action)
             if call["tool"] == "submit":
@@ -128,14 +140,15 @@ class ShellEnv:
             command = call.get("command")
             if not isinstance(command, str) or not command.strip():
                 raise ActionError('bash needs a "command" string')
-            observation = self._run(command)
+            observation, how = self._run(command)
+            shown = {"command": command, "exit": how}
         except ActionError as exc:
             observation = f"error: {exc}"
         if self.failure is not None:
             return self._fail()
         if self.session.ended:
             return self._finish(observation + f"\n[session over: {self.session.ended}]")
-        return StepResult(observation, False)
+        return StepResult(observation, False, None, shown or None)
 
     def _slot(self) -> Any:
         """The domain's sandbox quota, held for one job of the session (its setup, a command, the
@@ -149,7 +162,8 @@ class ShellEnv:
         self.close()
         return StepResult("", True, self.failure)
 
-    def _run(self, command: str) -> str:
+    def _run(self, command: str) -> tuple[str, str]:
+        """One command's observation, and how it ended in words (``exit 0``, ``killed: ...``)."""
         try:
             with self._slot():
                 verdict = self.session.run(command)
@@ -157,9 +171,10 @@ class ShellEnv:
             raise ActionError(str(exc)) from None
         except Exception as exc:  # the sandbox failed under the session: infrastructure
             self.failure = Verification.failed(Outcome.SANDBOX_ERROR, reason=f"{type(exc).__name__}: {exc}"[:500])
-            return ""
-        return render(exit_code=verdict.exit_code, signal=verdict.signal, status=verdict.status,
-                      error=verdict.error, stdout=verdict.stdout, stderr=verdict.stderr)
+            return "", ""
+        return (render(exit_code=verdict.exit_code, signal=verdict.signal, status=verdict.status,
+                       error=verdict.error, stdout=verdict.stdout, stderr=verdict.stderr),
+                ended(verdict.exit_code, verdict.signal, verdict.status))
 
     def _finish(self, observation: str) -> StepResult:
         """End the episode: read the final tree (trusted code), tear the session down."""

@@ -390,13 +390,27 @@
 
   // A multi-turn episode: the model's turns and the tool outputs between them (masked out of the
   // loss: shown apart, never trained on); the completion column holds what the verifier judged.
+  // A shell episode's observation also names its command and how it ended (exit status or the
+  // limit that killed it): shown as "$ command" above the output, with the ending as a badge.
+  function turnView(x) {
+    if (x.role === "model") {
+      return el("div", { class: "turn model" }, el("div", { class: "muted small", text: "model" }), el("pre", { text: x.text }));
+    }
+    const shell = typeof x.command === "string";
+    const ok = x.exit === "exit 0";
+    return el("div", { class: "turn tool", "data-testid": shell ? "traj-command" : null },
+      el("div", { class: "muted small", text: shell ? "command output (not trained on)" : "tool output (not trained on)" }),
+      shell ? el("pre", { class: "command", "data-testid": "traj-command-line", text: `$ ${x.command}` }) : null,
+      el("pre", { text: x.text }),
+      shell && x.exit ? el("span", { class: `badge ${ok ? "exit-ok" : "exit-bad"}`, "data-testid": "traj-exit", text: x.exit }) : null);
+  }
+
   function transcriptView(transcript) {
     const turns = transcript.filter((x) => x.role === "model").length;
+    const commands = transcript.filter((x) => typeof x.command === "string").length;
     return el("details", { "data-testid": "traj-transcript" },
-      el("summary", { text: `${turns} turn${turns === 1 ? "" : "s"}` }),
-      ...transcript.map((x) => el("div", { class: `turn ${x.role === "model" ? "model" : "tool"}` },
-        el("div", { class: "muted small", text: x.role === "model" ? "model" : "tool output (not trained on)" }),
-        el("pre", { text: x.text }))));
+      el("summary", { text: `${turns} turn${turns === 1 ? "" : "s"}${commands ? ` · ${commands} command${commands === 1 ? "" : "s"}` : ""}` }),
+      ...transcript.map(turnView));
   }
 
   async function showTrajectories(filter) {
