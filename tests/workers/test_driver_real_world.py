@@ -87,3 +87,39 @@ def test_a_run_on_the_cad_function_calling_and_text_game_domains_completes_with_
     assert {d.split("-")[0] for d in outcomes.values_list("domain", flat=True)} == {"cad", "bfcl", "game"}
     assert sorted(set(outcomes.values_list("step", flat=True))) == [1, 2]
     assert not outcomes.filter(key__endswith="/sandbox_error").exists()
+
+
+SHELL_DOMAINS = ["shell-data", "shell-config", "shell-git"]
+
+
+def test_a_run_on_the_shell_domains_holds_a_session_per_episode_and_judges_on_the_verify_queue(settings, tmp_path, monkeypatch, tiny_model):
+    """Shell episodes each hold a real bubblewrap session (opened with the task's files and setup,
+    behind the domain's sandbox quota, given back at the end), and their final trees go to the
+    verify queue as diffs judged there in a fresh sandbox; the tiny model's turns are not
+    commands, so every episode is cut and fails: the point is that the loop runs."""
+    from controlplane import dispatch
+    from workers.sandbox import bwrap, get_runtime
+    from workers.tasks import verify_batch
+
+    require(bwrap.available(), "bubblewrap (apt-get install bubblewrap) for the shell domains' sessions")
+    monkeypatch.setattr(dispatch, "send", lambda name, *args, **kw: None)
+    settings.VAR_DIR = tmp_path
+    _, actor = factories.synced_team(SHELL_DOMAINS)
+    run = running_run(actor, tiny_model, steps=2, domains=SHELL_DOMAINS, config=SMALL)
+    factories.live_worker(["verify"])
+    sent = []
+
+    def send(name, args):
+        sent.append(args)
+        return Replies(verify_batch.run(*args))
+
+    assert drive(run.id, worker="w1", send=send) == "completed"
+    assert sent and {args[0] for args in sent} <= set(SHELL_DOMAINS)
+    assert all(item["completion"] == "" or item["completion"].startswith("diff --git") for args in sent for item in args[2])
+    outcomes = MetricPoint.objects.filter(run=run, key__startswith="outcome/shell-").exclude(domain="")
+    assert sorted(set(outcomes.values_list("step", flat=True))) == [1, 2]
+    assert not outcomes.filter(key__endswith="/sandbox_error").exists()
+    assert not outcomes.filter(key__endswith="/pass").exclude(value=0).exists()
+    stored = Trajectory.objects.filter(run=run, domain__startswith="shell-")
+    assert stored.exists() and all(t.details["transcript"][0]["role"] == "model" for t in stored)
+    assert get_runtime("bwrap").stats()["held"] == 0  # every episode's session given back
