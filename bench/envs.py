@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class TimedSession:
-    """A shell session whose jobs' wall time (each command and the final read) is added to ``total[0]``."""
+    """A shell session whose jobs' wall time (each command and the final reads) is added to ``total[0]``."""
 
     def __init__(self, session, total):
         self.session, self.total = session, total
@@ -51,6 +51,9 @@ class TimedSession:
 
     def files(self, *args):
         return self._timed(self.session.files, *args)
+
+    def read(self, *args):
+        return self._timed(self.session.read, *args)
 
 
 def actions_of(spec, task, commands=None):

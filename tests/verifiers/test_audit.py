@@ -274,6 +274,8 @@ def test_shell_domains_audit_clean(real_sandbox, slug):
     report = audit_catalogue_domain(slug, tasks=6, chance_tasks=6, context=real_sandbox)
     classes = report.to_dict()["classes"]
     assert {"gold", "equivalent", "perturbed", "empty", "constant", "hedge", "long"} <= set(classes)
-    assert classes["constant"]["probes"] == 18 and classes["perturbed"]["probes"] == 12
+    # shell-git adds one or two per task: the reference's tree without its repository, or with the task's own
+    perturbed = range(18, 25) if slug == "shell-git" else [12]
+    assert classes["constant"]["probes"] == 18 and classes["perturbed"]["probes"] in perturbed, classes
     assert report.false_negatives_gold == 0 and report.false_negatives_equivalent == 0, classes
     assert report.false_positives == 0 and report.masked == 0, {k: v for k, v in classes.items() if v.get("false_positives")}

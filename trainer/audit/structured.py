@@ -296,15 +296,17 @@ def repo_probes(task: Task) -> list[Probe]:
 # ---- shell tasks' final trees -------------------------------------------------------------------
 
 def shell_probes(task: Task) -> list[Probe]:
-    """Probes for a shell task (``shell-*``; the completion is the final tree as a diff): the
-    reference tree, and the same with the checked files' final newline dropped; the tree with a
-    line added to each checked file, and with one file the reference changes as the task left it; nothing; every
-    file deleted; the checked files written empty; another seed's reference tree (a guess of the
-    right form); the reference and a wrong change to the same files together; the reference after
-    two megabytes of filler."""
-    from trainer.families.shell.catalogue import wrong_diff  # lazy: the catalogue imports the verifiers
+    """Probes for a shell task (``shell-*``; the completion is the final tree as a diff, then for a
+    git task the repository as a bundle, the reference's unless said): the reference tree, and the
+    same with the checked files' final newline dropped; the tree with a line added to each checked
+    file, and with one file the reference changes as the task left it; nothing; every file
+    deleted; the checked files written empty; another seed's reference tree (a guess of the right
+    form); the reference and a wrong change to the same files together; the reference after two
+    megabytes of filler. A git task adds the reference's tree with no repository, and one that asks
+    for a commit the reference's tree with the repository as the task left it."""
+    from trainer.families.shell.catalogue import submission, wrong_diff  # lazy: the catalogue imports the verifiers
+    from trainer.families.shell.gitstate import MARK
     from trainer.families.shell.tasks import shell_task
-    from trainer.verifiers.patches import tree_diff
 
     meta = task.meta
     family, seed, level = str(meta["family"]), int(meta["seed"]), int(meta["level"])
@@ -313,7 +315,7 @@ def shell_probes(task: Task) -> list[Probe]:
     probes: list[Probe] = []
 
     def add(cls: str, tree: dict[str, str] | str, note: str) -> None:
-        completion = tree if isinstance(tree, str) else tree_diff(spec.files, tree)
+        completion = tree if isinstance(tree, str) else submission(spec, tree)
         probes.append(Probe(cls, completion, task, CLASSES[cls], note))
 
     add("gold", final, "the reference's final tree")
@@ -323,12 +325,17 @@ def shell_probes(task: Task) -> list[Probe]:
     first = next(p for p in sorted(final) if spec.files.get(p) != final[p])  # the reference's first change
     add("perturbed", {p: t for p, t in final.items() if p != first} | ({first: spec.files[first]} if first in spec.files else {}),
         f"{first} as the task left it")
-    add("empty", "", "nothing changed")
+    add("empty", submission(spec, spec.files, spec.before), "nothing changed")
     add("constant", {}, "every file deleted")
     add("constant", {**spec.files, **{p: "" for p in spec.expected}}, "the checked files written empty")
     other = shell_task(family, seed + 1, level)
     add("constant", {**spec.files, **{p: t for p, t in other.final().items() if p not in spec.files}},
         "another seed's reference outputs")
-    add("hedge", tree_diff(spec.files, final) + wrong_diff(task), "the reference and a wrong change, both")
-    add("long", "+" * 2_000_001 + tree_diff(spec.files, final), "the reference after two megabytes of filler")
+    reference = submission(spec, final)
+    add("hedge", reference.split(MARK)[0] + wrong_diff(task), "the reference and a wrong change, both")
+    add("long", "+" * 2_000_001 + reference, "the reference after two megabytes of filler")
+    if spec.git:
+        add("perturbed", reference.split(MARK)[0], "the reference's tree, no repository")
+    if spec.after != spec.before:  # a task that asks for a commit
+        add("perturbed", submission(spec, final, spec.before), "the reference's tree, the repository as the task left it")
     return probes

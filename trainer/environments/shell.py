@@ -13,7 +13,10 @@ back is bounded bytes and an exit status read from the sandbox's supervisor.
 Tools: ``bash`` {command}, ``submit``. The verdict is not the environment's: ``submit`` (or a
 used-up budget) ends the episode, and the trajectory's completion becomes the final working
 tree (read by trusted code) as a diff from the task's files (:meth:`ShellEnv.submission`), which
-the domain's verifier judges in a fresh sandbox.
+the domain's verifier judges in a fresh sandbox. A family that judges more of the final state
+gives the environment a ``final_state`` reader, run first at the end (the ``shell-git`` tasks'
+repository, read back as a git bundle: :func:`trainer.families.shell.gitstate.read_state`); what
+it returns follows the diff.
 
 >>> from trainer.tasks.base import Task
 >>> env = ShellEnv(); _ = env.reset(Task("shell-x", "1", "Fix it.", meta={"environment": "shell"}))
@@ -26,7 +29,7 @@ the domain's verifier judges in a fresh sandbox.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from trainer.environments.base import ActionError, StepResult, parse_action
 from trainer.outcomes import Outcome, Verification
@@ -86,8 +89,12 @@ class ShellEnv:
 
     name = "shell"
 
-    def __init__(self, context: VerifyContext = NO_CONTEXT) -> None:
+    def __init__(self, context: VerifyContext = NO_CONTEXT, *, final_state: Callable[[Any], str] | None = None) -> None:
         self.context = context
+        self.final_state = final_state
+        """``final_state(session) -> str``: more of the final state, read by trusted code before the
+        tree; it follows the diff in the submission."""
+        self.state = ""
         self.task: Task | None = None
         self.session: Any = None
         self.limits = SessionLimits()
@@ -104,7 +111,7 @@ class ShellEnv:
 
     def reset(self, task: Task) -> str:
         self.close()
-        self.task, self.done, self.steps, self.final, self.failure = task, False, 0, None, None
+        self.task, self.done, self.steps, self.final, self.failure, self.state = task, False, 0, None, None, ""
         meta = task.meta
         self.base = {k: v if isinstance(v, str) else v.decode("utf-8", "replace")
                      for k, v in dict(meta.get("files") or {}).items()}
@@ -186,9 +193,12 @@ class ShellEnv:
         return StepResult(observation, True, None)
 
     def _read_final(self) -> str:
-        """Read the final tree (trusted code) into ``final``; why it could not be ('' when it was)."""
+        """Read the final state (trusted code): the family's ``final_state`` into ``state``, then the
+        tree into ``final``; why the tree could not be read ('' when it was)."""
         try:
             with self._slot():
+                if self.final_state is not None:
+                    self.state = self.final_state(self.session)
                 tree = self.session.files(MAX_TREE_BYTES)
         except Exception as exc:  # a tree too large to read back, or a session that broke: the episode's own
             return str(exc) or type(exc).__name__
@@ -198,12 +208,12 @@ class ShellEnv:
         return ""
 
     def submission(self) -> str:
-        """What the verifier judges: the final working tree as a diff from the task's files
-        ('' when it could not be read). An episode the runner cut (turn or token budget) has its
-        tree read here."""
+        """What the verifier judges: the final working tree as a diff from the task's files, then
+        the ``final_state`` read ('' when the tree could not be read). An episode the runner cut
+        (turn or token budget) has its state read here."""
         if self.final is None and self.session is not None:
             self._read_final()
-        return tree_diff(self.base, self.final) if self.final is not None else ""
+        return tree_diff(self.base, self.final) + self.state if self.final is not None else ""
 
     def close(self) -> None:
         """Tear the session down (safe to call twice)."""

@@ -29,8 +29,9 @@ SandboxSlot = Callable[[str, Limits], ContextManager[Any]]
 means no place came free (an infrastructure outcome)."""
 SessionOpener = Callable[..., Any]
 """``open_session(files, *, limits: SessionLimits, setup: str, domain: str) -> session``: a shell
-session held until its ``close()``, with ``run(command) -> verdict``, ``files(max_bytes)`` and
-``ended`` (the sandbox runtime's ``open_session``)."""
+session held until its ``close()``, with ``run(command) -> verdict``, ``files(max_bytes)``,
+``read(argv, max_bytes) -> verdict`` (a trusted command) and ``ended`` (the sandbox runtime's
+``open_session``)."""
 JudgeResolver = Callable[[str], Any]
 """``judges(name) -> Judge | None``."""
 

@@ -198,16 +198,23 @@ class ShellSession:
             self._end(f"the episode's {self.limits.episode_output_bytes} bytes of output are used up")
         return verdict
 
-    def files(self, max_bytes: int = 4 << 20) -> dict[str, bytes]:
-        """The working tree's regular files (``.git`` left out), read by a trusted ``tar`` run
-        with the session's first environment (not the shell's state) and parsed here; symbolic
-        links and other kinds are skipped. Works after a budget ended the session; SandboxError
-        when the tree cannot be read within ``max_bytes`` or the sandbox is broken or closed."""
+    def read(self, command: list[str], max_bytes: int) -> Verdict:
+        """Run a trusted ``command`` (an argv, never a turn: the session's first environment, not
+        the shell's state, and no command of the budget counted) with its output bounded by
+        ``max_bytes``: how trusted code reads the final state (:meth:`files`; the ``shell-git``
+        tasks' repository as a bundle). Works after a budget ended the session; SessionEnded when
+        the sandbox is broken or closed."""
         if self.broken or self.slot is None:
             raise SessionEnded(self.ended)
-        command = ["tar", "-C", "/work", "--exclude=./.git", "-cf", "-", "."]
         limits = dataclasses.replace(self.limits.command_limits(), output_bytes=max(1024, max_bytes))
-        verdict = self._job(command, {}, limits)
+        return self._job(command, {}, limits)
+
+    def files(self, max_bytes: int = 4 << 20) -> dict[str, bytes]:
+        """The working tree's regular files (``.git`` left out), read by a trusted ``tar`` run
+        (:meth:`read`) and parsed here; symbolic links and other kinds are skipped. Works after a
+        budget ended the session; SandboxError when the tree cannot be read within ``max_bytes``
+        or the sandbox is broken or closed."""
+        verdict = self.read(["tar", "-C", "/work", "--exclude=./.git", "-cf", "-", "."], max_bytes)
         if verdict.status != "ok":
             raise SandboxError(f"the working tree could not be read: {verdict.status} {verdict.error}".strip())
         out: dict[str, bytes] = {}

@@ -10,12 +10,19 @@ Three families, each a function ``(rng, level) -> ShellTask``:
   (a JSON syntax error, a misspelt INI section, an ``.env`` line the loader refuses, an import
   of a module that was renamed); the level is the number of faults.
 * ``git``: a repository whose history the trusted setup builds: restore a deleted file's last
-  committed content, merge a branch and resolve its conflicts by a stated rule, or find the
-  first commit that broke a check (``git bisect``); the level is the depth of the history.
+  committed content and commit it, merge a branch resolving its conflicts by a stated rule and
+  commit the merge, or find the first commit that broke a check (``git bisect``) leaving the
+  history as it was; the level is the depth of the history.
 
 Every input (values, names, contents, which commit breaks) comes from the seed, so no answer is
 a constant. ``expected`` holds what trusted code checks in the final tree; ``check`` names a
-command the verifier runs in a fresh sandbox with the task's own copy of ``restore`` put back.
+command the verifier runs in a fresh sandbox with the task's own copy of ``restore`` put back;
+``git`` says what the repository itself must hold (its commits are checked by id, and trusted
+code knows the ids of the task's own: :class:`History`).
+
+>>> merge = shell_task("git", 1, 0)
+>>> merge.git, sorted(merge.heads), sorted(merge.committed) == sorted(merge.expected)
+('merge', ['feature', 'main'], True)
 
 >>> task = shell_task("data", 7, 1)
 >>> sorted(task.files)[:2], task.outputs
@@ -26,10 +33,14 @@ True
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.families.shell.gitobjects import Repo
 
 FAMILIES = ("data", "config", "git")
 LEVELS = 4
@@ -67,6 +78,19 @@ class ShellTask:
     """Commands that solve the task in the shell."""
     wrong: list[str] = field(default_factory=list)
     """Commands that look like a solution and are not."""
+    git: str = ""
+    """What the repository must hold at the end, read back as a bundle ('' for a task that asks
+    nothing of it): ``unchanged``, main's last commit as the task left it, checked out; ``commit``,
+    new commits on main above its last one, none rewritten, checked out; ``merge``, main's last
+    commit a merge whose parents are main's and feature's last commits, checked out."""
+    committed: list[str] = field(default_factory=list)
+    """Files of ``expected`` that main's last commit must hold too."""
+    heads: dict[str, str] = field(default_factory=dict)
+    """The task's branches and their last commits (the ids trusted code computed)."""
+    before: bytes = b""
+    """The task's repository as a git bundle (what an episode that does nothing submits)."""
+    after: bytes = b""
+    """The reference's repository as a git bundle."""
 
     def final(self) -> dict[str, str]:
         """The final tree the reference leaves."""
@@ -230,17 +254,21 @@ def config_task(rng: random.Random, level: int) -> ShellTask:
 
 # -- git ----------------------------------------------------------------------------------------
 
-GIT_START = ("export GIT_AUTHOR_NAME=Temper GIT_AUTHOR_EMAIL=temper@example.invalid GIT_COMMITTER_NAME=Temper "
+GIT_START = ("find . -mindepth 1 -delete\n"  # the history is the setup's alone: each commit writes its own files
+             "export GIT_AUTHOR_NAME=Temper GIT_AUTHOR_EMAIL=temper@example.invalid GIT_COMMITTER_NAME=Temper "
              "GIT_COMMITTER_EMAIL=temper@example.invalid\n"
              "git init -q . && git symbolic-ref HEAD refs/heads/main && git config user.name Temper && "
              "git config user.email temper@example.invalid && git config commit.gpgsign false\n")
 
 
 class History:
-    """A git history as a setup script: snapshots of files, committed with fixed dates."""
+    """A git history built twice, the same: as the setup script that makes it in the sandbox, and
+    as the objects trusted code computes (:class:`~trainer.families.shell.gitobjects.Repo`), so the
+    verifier knows every commit's id from the task alone. Commits carry fixed dates and names."""
 
     def __init__(self) -> None:
         self.script = [GIT_START]
+        self.repo = Repo()
         self.tree: dict[str, str] = {}
         self.count = 0
 
@@ -254,15 +282,39 @@ class History:
                 encoded = base64.b64encode(text.encode()).decode()
                 self.script.append(f"mkdir -p \"$(dirname '{path}')\" && echo {encoded} | base64 -d > '{path}'\n")
         self.count += 1
-        date = f"{1_700_000_000 + 60 * self.count} +0000"
-        self.script.append(f"git add -A && GIT_AUTHOR_DATE='{date}' GIT_COMMITTER_DATE='{date}' "
+        date = self.date()
+        self.script.append(f"git add -A && GIT_AUTHOR_DATE='{date} +0000' GIT_COMMITTER_DATE='{date} +0000' "
                            f"git commit -q -m '{subject}'\n")
+        self.repo.commit(self.tree, subject, date)
 
-    def run(self, line: str) -> None:
-        self.script.append(line + "\n")
+    def date(self) -> int:
+        """The date of the history's last commit (seconds, UTC)."""
+        return 1_700_000_000 + 60 * self.count
+
+    def branch(self, name: str) -> None:
+        """Start branch ``name`` at the current branch's last commit."""
+        self.script.append(f"git branch {name}\n")
+        self.repo.heads[name] = self.repo.heads[self.repo.branch]
+
+    def checkout(self, name: str) -> None:
+        self.script.append(f"git checkout -q {name}\n")
+        self.repo.branch = name
+        self.tree = self.repo.files(self.repo.heads[name])
 
     def setup(self) -> str:
         return "set -e\n" + "".join(self.script)
+
+    def task(self, prompt: str, git: str, **fields: Any) -> ShellTask:
+        """The task on this history, checked on the repository as ``git`` says (see
+        :attr:`ShellTask.git`); the reference's repository is this one with, for ``commit`` and
+        ``merge``, one more commit on main holding the reference's final tree."""
+        after = self.repo.copy()
+        spec = ShellTask("git", prompt, dict(self.tree), self.setup(), git=git, heads=dict(self.repo.heads),
+                         before=self.repo.bundle(), **fields)
+        if git != "unchanged":
+            parents = [after.heads["main"], after.heads["feature"]] if git == "merge" else None
+            after.commit(spec.final(), "Merge feature" if git == "merge" else "Restore", self.date() + 60, parents)
+        return dataclasses.replace(spec, after=after.bundle())
 
 
 def git_task(rng: random.Random, level: int) -> ShellTask:
@@ -291,10 +343,14 @@ def recover_task(rng: random.Random, depth: int) -> ShellTask:
     history.commit(f"Clean up {word(rng)}", {path: None})
     _notes(rng, history, max(1, depth - history.count))
     prompt = (f"This git repository's file {path} was deleted in an earlier commit. Restore it in the working tree "
-              "with the content it had in the last commit that held it (you need not commit).")
-    return ShellTask("git", prompt, dict(history.tree), history.setup(), expected={path: versions[-1]}, outputs=[path],
-                     reference=[f"mkdir -p keys && git show \"$(git rev-list -n 1 HEAD -- {path})^:{path}\" > {path}"],
-                     wrong=[f"mkdir -p keys && git show \"$(git log --diff-filter=A --format=%H -- {path})\":{path} > {path}"])
+              "with the content it had in the last commit that held it, and commit it on the branch main. Keep the "
+              "history as it is: add commits, do not rewrite or drop any, and leave main checked out.")
+    commit = f" && git add {path} && git commit -q -m 'Restore {path}'"
+    return history.task(prompt, "commit", expected={path: versions[-1]}, outputs=[path], committed=[path],
+                        reference=[f"mkdir -p keys && git show \"$(git rev-list -n 1 HEAD -- {path})^:{path}\" > {path}"
+                                   + commit],
+                        wrong=[f"mkdir -p keys && git show \"$(git log --diff-filter=A --format=%H -- {path})\":{path} "
+                               f"> {path}" + commit])
 
 
 def merge_task(rng: random.Random, depth: int) -> ShellTask:
@@ -305,30 +361,28 @@ def merge_task(rng: random.Random, depth: int) -> ShellTask:
     base = {name: sorted(pool[12 * i:12 * i + 4]) for i, name in enumerate(names)}
     history.commit("Start the lists", {name: lines(items) for name, items in base.items()})
     _notes(rng, history, depth // 2)
-    history.run("git branch feature")
+    history.branch("feature")
     ours = {name: sorted(pool[12 * i + 4:12 * i + 8]) for i, name in enumerate(names)}
     theirs = {name: sorted(pool[12 * i + 8:12 * i + 12]) for i, name in enumerate(names)}
     for name in names:
         history.commit(f"Extend {name}", {name: lines(base[name] + ours[name])})
-    history.run("git checkout -q feature")
+    history.checkout("feature")
     extra_path, extra = f"docs/{word(rng)}.md", lines(words(rng, 5, 4))
     for name in names:
         history.commit(f"Grow {name}", {name: lines(base[name] + theirs[name])})
     history.commit(f"Add {extra_path}", {extra_path: extra})
-    history.run("git checkout -q main")
-    history.tree.pop(extra_path)
-    for name in names:
-        history.tree[name] = lines(base[name] + ours[name])
+    history.checkout("main")
     expected = {name: lines(sorted(base[name] + ours[name] + theirs[name])) for name in names}
     prompt = ("Merge the branch `feature` into `main` in this git repository. Resolve every conflict in the files "
               "under lists/ by keeping each entry of both sides, once, in sorted order (one entry per line), and "
-              "commit the merge.")
+              "commit the merge: main's last commit must be the merge commit, whose parents are the last commits of "
+              "main and of feature, and main must stay checked out.")
     resolve = ("export LC_ALL=C; git merge -q feature; for f in lists/*.txt; do "
                "grep -v -E '^(<<<<<<<|=======|>>>>>>>)' \"$f\" | sort -u > /tmp/m && cp /tmp/m \"$f\"; done; "
                "git add -A && git commit -q -m 'Merge feature'")
-    return ShellTask("git", prompt, dict(history.tree), history.setup(), expected={**expected, extra_path: extra},
-                     reference=[resolve, "git status --short"],
-                     wrong=["git merge -q -X ours feature; git status --short"])
+    return history.task(prompt, "merge", expected={**expected, extra_path: extra}, committed=[*expected, extra_path],
+                        reference=[resolve, "git status --short"],
+                        wrong=["git merge -q -X ours feature; git status --short"])
 
 
 CALC = '''"""Totals of a ledger."""
@@ -368,14 +422,14 @@ def bisect_task(rng: random.Random, depth: int) -> ShellTask:
     first_bad = subjects[bad - 1]
     prompt = ("In this git repository `python3 check_calc.py` passes on the first commit and fails on the last. "
               "Find the first commit at which it fails and write that commit's subject line (one line) to the file "
-              "FIRST_BAD. Leave the repository on the branch main at its last commit.")
+              "FIRST_BAD (do not commit it). Leave the repository on the branch main at its last commit, with its "
+              "history as it is.")
     find = ("git bisect start HEAD \"$(git rev-list --max-parents=0 HEAD)\" >/dev/null && "
             "git bisect run python3 check_calc.py >/dev/null 2>&1; "
             "git log -1 --format=%s refs/bisect/bad > /tmp/first && git bisect reset >/dev/null 2>&1 && cp /tmp/first FIRST_BAD")
-    return ShellTask("git", prompt, dict(history.tree), history.setup(),
-                     expected={"FIRST_BAD": first_bad + "\n", "calc.py": history.tree["calc.py"]}, outputs=["FIRST_BAD"],
-                     reference=[find, "cat FIRST_BAD"],
-                     wrong=[f"echo '{subjects[bad - 2 if bad > 1 else bad]}' > FIRST_BAD"])
+    return history.task(prompt, "unchanged", expected={"FIRST_BAD": first_bad + "\n", "calc.py": history.tree["calc.py"]},
+                        outputs=["FIRST_BAD"], reference=[find, "cat FIRST_BAD"],
+                        wrong=[f"echo '{subjects[bad - 2 if bad > 1 else bad]}' > FIRST_BAD"])
 
 
 GENERATORS = {"data": data_task, "config": config_task, "git": git_task}

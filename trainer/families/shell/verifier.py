@@ -11,6 +11,16 @@ its ``restore`` files put back, and passes only on exit 0 with the exact expecte
 then once more in another fresh sandbox for each of the task's ``probes``, with the configuration
 replaced by other well-formed values, whose output must follow (a program that prints the digest
 of the task's own values without reading them fails there).
+A task that asks something of the repository (``git``: the ``shell-git`` tasks) has its
+submission's diff followed by the repository read back as a git bundle
+(:mod:`~trainer.families.shell.gitstate`); once the tree is right, the bundle is inspected in a
+fresh sandbox and main is judged by commit ids against the ids trusted code computed for the
+task's own history (:mod:`~trainer.families.shell.gitobjects`): ``unchanged``, main and HEAD at
+main's last commit as the task left it; ``commit``, main and HEAD at a new commit that has that
+commit as an ancestor (the history kept, not rewritten); ``merge``, main and HEAD at a commit
+whose parents are main's and feature's last commits, in that order; and main's last commit
+holds the task's ``committed`` files as the tree must. A submission without a readable bundle
+fails.
 Nothing the candidate printed during the episode, and no file it wrote that claims success,
 enters the verdict; an empty diff (the do-nothing episode) fails.
 
@@ -31,6 +41,7 @@ import configparser
 import json
 from typing import Any
 
+from trainer.families.shell import gitstate
 from trainer.families.shell.tasks import ShellTask, shell_task
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
@@ -89,17 +100,22 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
     if len(completion) > MAX_COMPLETION_CHARS:
         return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff has {len(completion)} characters; at most "
                                    f"{MAX_COMPLETION_CHARS}")
-    if not completion.strip():
-        return Verification.failed(error="no change: the working tree is as the task left it")
     spec = spec_of(task)
+    diff, bundle, unread = gitstate.split(completion) if spec.git else (completion, None, "")
+    if not diff.strip():
+        return Verification.failed(error="no change: the working tree is as the task left it")
     try:
-        tree = apply_patch(spec.files, completion)
+        tree = apply_patch(spec.files, diff)
     except PatchError as exc:
         return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
     wrong = sorted(path for path, want in spec.expected.items() if not same(path, want, tree.get(path)))
     details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected)}
     if wrong:
         return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
+    if spec.git:
+        failed = _repository(spec, bundle, unread, run, details)
+        if failed is not None:
+            return failed
     if not spec.check:
         return Verification.passed(**details)
     restored = {path: spec.files[path] for path in spec.restore}
@@ -112,6 +128,39 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
                 failed.details["probe"] = f"the check rerun on other values of the configuration ({sorted(over)})"
             return failed
     return Verification.passed(**details)
+
+
+def _repository(spec: ShellTask, bundle: bytes | None, unread: str, run: SandboxRun,
+                details: dict[str, Any]) -> Verification | None:
+    """None when the repository the submission carries is what ``spec.git`` asks (see the module
+    docstring); else the failed Verification."""
+    details["git"] = spec.git
+    if bundle is None:
+        return Verification.failed(error=f"no repository to check: {unread}", **details)
+    base = spec.heads["main"]
+    facts = gitstate.inspect(bundle, spec.committed, base, run)
+    if isinstance(facts, Verification):
+        return facts
+    main = facts["main"]
+    details.update(main=main, head=facts["head"], parents=facts["parents"])
+    if main is None:
+        why = "the repository has no branch main"
+    elif facts["head"] != main:
+        why = "HEAD is not main's last commit: main is not checked out"
+    elif spec.git == "unchanged" and main != base:
+        why = "main is not at its last commit as the task left it: the history was changed"
+    elif spec.git == "commit" and main == base:
+        why = "nothing was committed on main"
+    elif spec.git == "commit" and not facts["descends"]:
+        why = "main's history was rewritten: its last commit as the task left it is not an ancestor of main"
+    elif spec.git == "merge" and facts["parents"] != [base, spec.heads["feature"]]:
+        why = "main's last commit is not the merge of main's and feature's last commits (its parents are not those two)"
+    elif wrong := sorted(p for p in spec.committed if not same(p, spec.expected[p], facts["files"].get(p))):
+        return Verification.failed(error="main's last commit does not hold what the task asks", wrong_commits=wrong,
+                                   **details)
+    else:
+        return None
+    return Verification.failed(error=why, **details)
 
 
 def _judge(verdict: Any, check: str, want: str, details: dict[str, Any]) -> Verification | None:
