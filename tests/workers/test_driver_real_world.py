@@ -115,7 +115,11 @@ def test_a_run_on_the_shell_domains_holds_a_session_per_episode_and_judges_on_th
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert sent and {args[0] for args in sent} <= set(SHELL_DOMAINS)
-    assert all(item["completion"] == "" or item["completion"].startswith("diff --git") for args in sent for item in args[2])
+    for domain, _, items, *_ in sent:
+        for item in items:  # a final tree as a diff; shell-git's with the repository's bundle after it
+            diff, _, bundle = item["completion"].partition("# git bundle")
+            assert diff == "" or diff.startswith("diff --git")
+            assert bundle.startswith(" (") if domain == "shell-git" else not bundle
     outcomes = MetricPoint.objects.filter(run=run, key__startswith="outcome/shell-").exclude(domain="")
     assert sorted(set(outcomes.values_list("step", flat=True))) == [1, 2]
     assert not outcomes.filter(key__endswith="/sandbox_error").exists()
