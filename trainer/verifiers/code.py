@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import Outputs
 from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, CodeTestJob, build_job, parse_results
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
@@ -179,9 +180,10 @@ def code_tests(
     return verdict_to_verification(verdict, job, partial_credit=partial_credit)
 
 
-SandboxRun = Callable[[dict, list[str]], Any]
-"""``run(files, command)``: one job in a sandbox stage's sandbox, within the stage's limits (what
-:func:`run_job` returns)."""
+SandboxRun = Callable[..., Any]
+"""``run(files, command, outputs=None)``: one job in a sandbox stage's sandbox, within the stage's
+limits (what :func:`run_job` returns); ``outputs`` (:class:`~trainer.verifiers.artifacts.Outputs`)
+names the files it hands back, as the verdict's ``artifacts``."""
 
 
 def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, SandboxRun], Verification]], Callable[..., Verification]]:
@@ -192,26 +194,28 @@ def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, Sa
         @functools.wraps(check)
         def stage(completion: str, task: Task, *, limits: dict[str, Any] | Limits | None = None, backend: str | None = None,
                   context: VerifyContext = NO_CONTEXT) -> Verification:
-            def run(files: dict, command: list[str]) -> Any:
+            def run(files: dict, command: list[str], outputs: Outputs | None = None) -> Any:
                 # The limits are read when a job is about to run: a completion refused before any
                 # job (two code blocks, no change) is refused whatever its stage's limits say.
                 typed = limits if isinstance(limits, Limits) else Limits.from_params({**defaults, **(limits or {})})
-                return run_job(context, task, files, command, typed, backend)
+                return run_job(context, task, files, command, typed, backend, outputs)
             return check(completion, task, run)
         return stage
     return wrap
 
 
 def run_job(context: VerifyContext, task: Task, files: dict, command: list[str], limits: Limits,
-            backend: str | None) -> Any:
+            backend: str | None, outputs: Outputs | None = None) -> Any:
     """One sandbox job in one of the task's domain's sandbox places: the executor's verdict, or
     a ``sandbox_error`` Verification when there is no sandbox or it failed (infrastructure,
-    masked; never the model's reward)."""
+    masked; never the model's reward). ``outputs`` reach the executor only when given (an
+    executor that hands back no files need not know the argument)."""
     if context.execute is None:
         return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
     domain = task.domain or "default"
     try:
         with context.slot(domain, limits):
-            return context.execute(files, command, limits, None, backend=backend, domain=domain)
+            handed = {"outputs": outputs} if outputs is not None else {}
+            return context.execute(files, command, limits, None, backend=backend, domain=domain, **handed)
     except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")
