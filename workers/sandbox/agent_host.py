@@ -268,6 +268,29 @@ def _result(payload: bytes) -> dict:
     return result
 
 
+def _on_frame(stream, kind: int, payload: bytes, out: Capture, err: Capture, handed: OutputsReader,
+              killed_for: str | None) -> tuple[dict | None, str | None]:
+    """One frame of a running job: its output (past the cap the job is killed: ``output``), one of
+    its output files, or its result; ``(result or None, why it was killed)``. AgentLost for a
+    frame the agent would not send during a job."""
+    if kind in (1, 2):
+        if (out if kind == 1 else err).feed(payload) and killed_for is None:
+            stream.send(b"K", b"output")
+            return None, "output"
+        return None, killed_for
+    if kind == 3:
+        return _result(payload), killed_for
+    if kind == 6:
+        try:
+            handed.feed(payload)
+        except ValueError as e:
+            raise AgentLost(f"garbage from the sandbox agent: {e}") from e
+        return None, killed_for
+    if kind == 5:
+        raise AgentLost("the sandbox agent failed: " + payload.decode("utf-8", "replace"))
+    raise AgentLost(f"the sandbox agent sent frame type {kind} during a job")
+
+
 def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
                   stdin: bytes | None, backend: str, address_space: int | None = None,
                   oom_killed: Callable[[], bool] | None = None, *, env: dict[str, str] | None = None,
@@ -306,26 +329,9 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
                 killed_for = killed_for or "wall"
                 raise AgentLost(f"the sandbox agent gave no result {GRACE_S:.0f} s past the wall limit")
             frame = stream.next_frame(0.05)
-            while frame is not None:
-                kind, payload = frame
-                if kind in (1, 2):
-                    target = out if kind == 1 else err
-                    if target.feed(payload) and killed_for is None:
-                        killed_for = "output"
-                        stream.send(b"K", b"output")
-                elif kind == 3:
-                    result = _result(payload)
-                    break
-                elif kind == 6:
-                    try:
-                        handed.feed(payload)
-                    except ValueError as e:
-                        raise AgentLost(f"garbage from the sandbox agent: {e}") from e
-                elif kind == 5:
-                    raise AgentLost("the sandbox agent failed: " + payload.decode("utf-8", "replace"))
-                else:
-                    raise AgentLost(f"the sandbox agent sent frame type {kind} during a job")
-                frame = stream.next_frame(0)
+            while frame is not None and result is None:
+                result, killed_for = _on_frame(stream, *frame, out, err, handed, killed_for)
+                frame = stream.next_frame(0) if result is None else None
             if result is None and stream.eof:
                 raise AgentLost("the sandbox agent exited: " + _stderr_tail(stream))
     except (AgentLost, FrameError, SendError) as e:
