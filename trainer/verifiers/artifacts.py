@@ -158,6 +158,16 @@ def detail(artifacts: Iterable[Artifact]) -> dict[str, Any]:
     return {KEY: [a.to_dict() for a in artifacts]}
 
 
+DIFF_BYTES = 256 << 10
+"""The largest final diff handed back (a longer one is listed, refused: a diff cut short applies to nothing)."""
+
+
+def final_diff(diff: str) -> dict[str, Any]:
+    """``{"artifacts": [final.diff]}``: an episode's change to its starting tree, as a file to
+    download and ``git apply`` (a stage spreads it into its details)."""
+    return detail([Artifact.of("final.diff", diff, DIFF_BYTES, truncate=False)])
+
+
 def split(details: dict[str, Any]) -> tuple[dict[str, Any], list[Artifact]]:
     """``details`` without its artifacts, and the artifacts (an entry that is not one is left out)."""
     if KEY not in details:
@@ -170,6 +180,17 @@ def split(details: dict[str, Any]) -> tuple[dict[str, Any], list[Artifact]]:
         except ValueError:
             continue
     return rest, out
+
+
+def sample_fields(details: dict[str, Any]) -> dict[str, Any]:
+    """A sampled trajectory's ``details`` and, apart, its ``artifacts`` (what the control plane
+    stores in the checkpoint store: their bytes never sit in the trajectory's details).
+
+    >>> sample_fields({"k": 1, **final_diff("+x")})["artifacts"][0]["name"], sample_fields({"k": 1})
+    ('final.diff', {'details': {'k': 1}})
+    """
+    rest, artifacts = split(details)
+    return {"details": rest, **({KEY: [a.to_dict() for a in artifacts]} if artifacts else {})}
 
 
 def retain(artifacts: list[Artifact], *, keep: bool, max_bytes: int) -> list[Artifact]:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import functools
 import re
+import xml.etree.ElementTree as ElementTree
 from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.artifacts import Outputs
+from trainer.verifiers.artifacts import Artifact, Outputs
 from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, CodeTestJob, build_job, parse_results
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
@@ -111,6 +112,43 @@ def _field(verdict: Any, name: str, default: Any = None) -> Any:
     if isinstance(verdict, dict):
         return verdict.get(name, default)
     return getattr(verdict, name, default)
+
+
+REPORT_BYTES = 64 << 10
+"""Bytes kept of a test job's report and of its output log (:func:`report_artifacts`)."""
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def junit_report(suite: str, tests: list[dict[str, Any]]) -> bytes:
+    """The tests' results as a JUnit XML report (what CI tools read), written by trusted code from
+    the parsed verdict; characters XML cannot hold become ``?``.
+
+    >>> print(junit_report("t", [{"name": "a", "passed": True}, {"name": "b<", "passed": False, "message": "x\\x00"}]).decode())
+    <?xml version='1.0' encoding='utf-8'?>
+    <testsuite name="t" tests="2" failures="1"><testcase name="a" /><testcase name="b&lt;"><failure message="x?" /></testcase></testsuite>
+    """
+    def clean(text: Any) -> str:
+        return _NOT_XML.sub("?", str(text))
+
+    failures = sum(1 for t in tests if not t.get("passed"))
+    root = ElementTree.Element("testsuite", name=clean(suite), tests=str(len(tests)), failures=str(failures))
+    for test in tests:
+        case = ElementTree.SubElement(root, "testcase", name=clean(test.get("name", "")))
+        if not test.get("passed"):
+            ElementTree.SubElement(case, "failure", message=clean(test.get("message", ""))[:2000])
+    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def report_artifacts(suite: str, verification: Verification, verdict: Any) -> list[Artifact]:
+    """A test job's artifacts: ``report.xml`` (its tests' results as JUnit XML, from the verdict's
+    markers) and ``output.log`` (what the program wrote: the job's stderr), each within
+    :data:`REPORT_BYTES`. None for a job that never ran (the sandbox failed: nothing to report)."""
+    tests = verification.details.get("tests")
+    if verification.outcome is Outcome.SANDBOX_ERROR or not isinstance(tests, list):
+        return []
+    stderr = _field(verdict, "stderr", b"") or b""
+    return [Artifact.of("report.xml", junit_report(suite, tests), REPORT_BYTES),
+            Artifact.of("output.log", stderr, REPORT_BYTES)]
 
 
 def verdict_to_verification(verdict: Any, job: CodeTestJob, *, partial_credit: bool = False) -> Verification:

@@ -15,6 +15,7 @@ Nothing the candidate printed during the episode, and no file it wrote that clai
 enters the verdict; an empty diff (the do-nothing episode) fails.
 
 >>> from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import final_diff
 >>> task = Task("shell-data", "x", "...", meta={"family": "data", "seed": 3, "level": 0})
 >>> shell_state("", task).details["error"]
 'no change: the working tree is as the task left it'
@@ -34,6 +35,7 @@ from typing import Any
 from trainer.families.shell.tasks import ShellTask, shell_task
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import final_diff
 from trainer.verifiers.code import SandboxRun, sandbox_stage
 from trainer.verifiers.patches import PatchError, apply_patch, tree_diff
 
@@ -97,7 +99,7 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
     except PatchError as exc:
         return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
     wrong = sorted(path for path, want in spec.expected.items() if not same(path, want, tree.get(path)))
-    details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected)}
+    details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected), **final_diff(completion)}
     if wrong:
         return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
     if not spec.check:
