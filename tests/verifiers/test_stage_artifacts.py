@@ -3,6 +3,7 @@ JUnit report and output log (``repo_tests``), a CAD answer's solid as STL (``cad
 task's final diff (``shell_state``); a stage asking the sandbox for a file gets it, or why not."""
 from __future__ import annotations
 
+import json
 import random
 import struct
 import xml.etree.ElementTree as ElementTree
@@ -18,6 +19,7 @@ from trainer.tasks.base import Task
 from trainer.verifiers import artifacts
 from trainer.verifiers.artifacts import Outputs
 from trainer.verifiers.code import sandbox_stage
+from workers.verify import verification_from_dict, verify_items
 
 DOMAINS = all_domains()
 
@@ -87,3 +89,14 @@ def test_without_a_sandbox_no_artifact_is_made_up(stage):
     verification = STAGES[stage].fn(task.answer if slug != "shell-config" else reference_diff(task), task)
     assert verification.outcome is Outcome.SANDBOX_ERROR
     assert [a.name for a in handed(verification).values()] in ([], ["final.diff"])
+
+
+def test_they_cross_the_verify_queue_as_json_from_a_group_verified_together():
+    """The worker's side (a task's group in one sandbox allocation), its JSON, the driver's side."""
+    spec = DOMAINS["swe-feature"]
+    task = spec.source.sample(random.Random(2), 0)
+    item = {"completion": task.answer, "task": {k: getattr(task, k) for k in task.__dataclass_fields__}}
+    results = json.loads(json.dumps(verify_items(spec.verifier_spec, [item, item])))
+    got = [verification_from_dict(r) for r in results]
+    assert [v.outcome for v in got] == [Outcome.PASS, Outcome.PASS]
+    assert all(sorted(handed(v)) == ["output.log", "report.xml"] for v in got)
