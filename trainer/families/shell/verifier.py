@@ -15,7 +15,6 @@ Nothing the candidate printed during the episode, and no file it wrote that clai
 enters the verdict; an empty diff (the do-nothing episode) fails.
 
 >>> from trainer.tasks.base import Task
-from trainer.verifiers.artifacts import final_diff
 >>> task = Task("shell-data", "x", "...", meta={"family": "data", "seed": 3, "level": 0})
 >>> shell_state("", task).details["error"]
 'no change: the working tree is as the task left it'
