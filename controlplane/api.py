@@ -19,6 +19,7 @@ from controlplane.registry.api import estimate_router
 from controlplane.registry.api import router as registry_router
 from controlplane.review.api import router as review_router
 from controlplane.runs.api import router as runs_router
+from controlplane.runs.trajectory_api import router as trajectories_router
 from controlplane.scheduling.api import router as scheduling_router
 
 api = NinjaAPI(
@@ -34,6 +35,7 @@ api.add_router("", scheduling_router)
 api.add_router("", domains_router)
 api.add_router("", estimate_router)  # before runs_router: its /runs/{run_id} would take /runs/estimate
 api.add_router("", runs_router)
+api.add_router("", trajectories_router)
 api.add_router("", registry_router)
 api.add_router("", review_router)
 api.add_router("", alerts_router)

@@ -239,6 +239,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class ArtifactsConfig:
+    """Files verifications hand back (a final diff, a test report, a solid: trainer.verifiers.artifacts)."""
+
+    keep: bool = True
+    """Store them with the sampled trajectories (listed and downloadable in the trajectory explorer); false drops them."""
+    max_bytes: int = _num(256 << 10, ge=0, le=16 << 20)
+    """Bytes kept per trajectory; an artifact past them stays listed without its bytes."""
+
+
+@dataclass
 class ParallelConfig:
     """Processes of one job (``trainer/ranks.py``)."""
 
@@ -345,6 +355,8 @@ class TrainerConfig:
     """Task sampling."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpointing."""
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
+    """Verification artifacts kept with the trajectories."""
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     """Stopping."""
     sft: SFTConfig = field(default_factory=SFTConfig)

@@ -48,6 +48,7 @@ from trainer.rollout.base import SamplingParams
 from trainer.sampler import TaskSampler
 from trainer.sft import SupervisedStage
 from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import retaining, sample_fields, split
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.watchdog import staged
 
@@ -101,7 +102,8 @@ class Job(BatchCollector):
             # Before anything that every rank must do together (DeepSpeed's engine is built by
             # every rank at once), so the followers build the same job beside this one.
             ranks.command("init", cfg.to_dict(), weights_path)
-        self.verify_batch = staged_verify(verify_batch or verify_inline(self.domains))
+        # every verification holds only the artifacts the run keeps (artifacts.keep, max_bytes)
+        self.verify_batch = staged_verify(retaining(verify_batch or verify_inline(self.domains), cfg.artifacts))
         pipeline_cls = pipeline_for(cfg.rollout.staleness)  # chosen once: in turn, or overlapped
         self._load_policy(cfg, weights_path, shares_weights=pipeline_cls.shares_weights)
         self.sampler = TaskSampler({s: d.source for s, d in self.domains.items()}, cfg.domains,
@@ -372,11 +374,11 @@ class Job(BatchCollector):
             v = t.verification
             out.append({"domain": t.task.domain, "task_id": t.task.id, "prompt": t.task.prompt,
                         "completion": t.completion, "reward": v.reward, "outcome": v.outcome.value,
-                        "details": v.details, "advantage": advantage, "turns": t.turns,
+                        **sample_fields(v.details), "advantage": advantage, "turns": t.turns,
                         "truncated": t.truncated, "tokens": len(t.response_ids),
                         **({"transcript": t.transcript} if t.transcript else {}),
                         **({"canary": t.task.meta["canary"]} if is_canary(t.task) else {}),
-                        **({"regrade": {"outcome": disagreed[id(t)].outcome.value, "details": disagreed[id(t)].details}}
+                        **({"regrade": {"outcome": disagreed[id(t)].outcome.value, "details": split(disagreed[id(t)].details)[0]}}
                            if id(t) in disagreed else {})})
         return out
 

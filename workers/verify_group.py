@@ -43,6 +43,8 @@ class Job:
     stdin: bytes | None
     backend: str | None
     domain: str
+    outputs: Any = None
+    """The files the job hands back (``Outputs``), or None."""
 
 
 class GroupReservation:
@@ -80,8 +82,8 @@ class GroupReservation:
         return True
 
     def _execute(self, member: int, files: dict, command: list, limits: Any, stdin: bytes | None, *,
-                 backend: str | None = None, domain: str = "default") -> Any:
-        job = Job(files, command, limits, stdin, backend, domain)
+                 backend: str | None = None, domain: str = "default", outputs: Any = None) -> Any:
+        job = Job(files, command, limits, stdin, backend, domain, outputs)
         with self._cond:
             first = member in self._open and not self._launched
             if first:
@@ -114,16 +116,19 @@ class GroupReservation:
 
     def _alone(self, job: Job) -> Any:
         with self._base.slot(job.domain, job.limits):
-            return self._base.execute(job.files, job.command, job.limits, job.stdin, backend=job.backend, domain=job.domain)
+            handed = {"outputs": job.outputs} if job.outputs is not None else {}
+            return self._base.execute(job.files, job.command, job.limits, job.stdin, backend=job.backend, domain=job.domain,
+                                      **handed)
 
 
 def group_runner(max_concurrent_sandboxes: int | None) -> Callable[[list[Job]], list | None]:
     """``run_together`` for a domain's jobs: one ``sandbox.execute_group`` when the jobs are alike
-    (limits, backend, domain, no stdin), fit the pool's limits and the domain's quota has the
+    (limits, backend, domain, outputs, no stdin), fit the pool's limits and the domain's quota has the
     group's slots free now; else None."""
     def run_together(jobs: list[Job]) -> list | None:
         first = jobs[0]
-        if any((j.limits, j.backend, j.domain, j.stdin) != (first.limits, first.backend, first.domain, None) for j in jobs):
+        if any((j.limits, j.backend, j.domain, j.stdin, j.outputs) != (first.limits, first.backend, first.domain, None, first.outputs)
+               for j in jobs):
             return None
         if len(jobs) > sandbox.group_limit(first.backend):
             return None
@@ -132,7 +137,8 @@ def group_runner(max_concurrent_sandboxes: int | None) -> Callable[[list[Job]], 
         with quota as held:
             if not held:
                 return None
-            return sandbox.execute_group([(j.files, j.command) for j in jobs], first.limits, backend=first.backend, domain=first.domain)
+            return sandbox.execute_group([(j.files, j.command) for j in jobs], first.limits, backend=first.backend, domain=first.domain,
+                                         outputs=first.outputs)
 
     return run_together
 

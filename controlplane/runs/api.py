@@ -113,21 +113,6 @@ class MetricsPage(Schema):
     next_cursor: int
 
 
-class TrajectoryOut(Schema):
-    id: int
-    step: int
-    domain: str
-    task_id: str
-    prompt: str
-    completion: str
-    reward: Optional[float] = None
-    outcome: str
-    details: dict[str, Any]
-    verifier_version: Optional[int] = None
-    judge_version: Optional[int] = None
-    timings: dict[str, Any]
-
-
 class EventOut(Schema):
     id: int
     at: datetime
@@ -312,25 +297,6 @@ def run_metrics(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID), 
     # is up to 5000 points, written out directly rather than validated one by one.
     return HttpResponse(json.dumps({"items": points, "next_cursor": cursor}, cls=NinjaJSONEncoder, separators=(",", ":")),
                         content_type="application/json")
-
-
-@router.get("/runs/{run_id}/trajectories", response={200: list[TrajectoryOut], **ERRORS})
-@paginate
-def run_trajectories(request: HttpRequest, run_id: int = Path(..., ge=1, le=MAX_ID),
-                     step: Optional[int] = Query(None, ge=0, le=series.MAX_STEP), domain: str = Query("", max_length=100),
-                     outcome: str = Query("", max_length=16), task_id: str = Query("", max_length=200),
-                     min_reward: Optional[float] = Query(None, ge=-1e9, le=1e9), max_reward: Optional[float] = Query(None, ge=-1e9, le=1e9),
-                     min_length: Optional[int] = Query(None, ge=0, le=10**9), max_length: Optional[int] = Query(None, ge=0, le=10**9),
-                     trajectory: Optional[int] = Query(None, ge=1, le=MAX_ID),
-                     flag: str = Query("", max_length=16)):
-    """Sampled trajectories: one step or all, by domain, outcome, task (the same task across
-    steps), reward range, completion length range (characters), reward-hacking evidence (``flag``:
-    impossible canaries, episodes that touched tests or harness files, passes a stricter regrade
-    failed), or one by id (a shared link)."""
-    run = selectors.run_get(actor=request.auth, run_id=run_id)
-    return selectors.trajectory_list(run=run, step=step, domain=domain, outcome=outcome, task_id=task_id,
-                                     min_reward=min_reward, max_reward=max_reward, min_length=min_length,
-                                     max_length=max_length, trajectory=trajectory, flag=flag)
 
 
 @router.get("/runs/{run_id}/events", response={200: list[EventOut], **ERRORS})

@@ -275,6 +275,9 @@ class Trajectory(models.Model):
     verifier_version = models.IntegerField(null=True, blank=True)
     judge_version = models.IntegerField(null=True, blank=True)
     timings = models.JSONField(default=dict, blank=True)
+    artifacts = models.JSONField(default=list, blank=True, help_text=(
+        "Files the verification handed back: [{name, size, truncated, refused, stored}]; the stored "
+        "ones' bytes are in the checkpoint store (controlplane/runs/store.py)."))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from django.dispatch import Signal
 
 from controlplane.common.model_refs import ModelRefused, config_refs, resolve_model
-from controlplane.common.storage import store_dir
 from controlplane.domains.pins import domain_quotas, pinned
 from controlplane.runs import services as runs
 from controlplane.runs.ceilings import api_field, trainer_config_refusal
 from controlplane.runs.models import Run, RunDomain, RunState
 from controlplane.runs.selectors import run_domains
 from controlplane.runs.spec import RunSpec
+from controlplane.runs.store import checkpoint_root
 from trainer.catalogue import DomainSpec
 from trainer.config import put_path
 from trainer.verifiers.cascade import CascadeError
@@ -34,11 +33,6 @@ run_preflight_wanted = Signal()
 to start a run: each receiver returns ``(why, [(field, message), ...])`` for a refusal (the review
 app: "a domain names another team's judge"), or None. Apps that build on runs connect to it in their
 AppConfig.ready."""
-
-
-def checkpoint_root(run_id: int) -> Path:
-    """The directory of a run's checkpoints in the store."""
-    return store_dir() / "checkpoints" / f"run-{run_id}"
 
 
 def share_caps(slugs: list[str]) -> dict[str, float]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.db.models import Avg, Max, Min, Q, QuerySet, Sum
@@ -15,6 +16,7 @@ from controlplane.common.errors import InvalidInput, found
 from controlplane.common.queries import filter_given
 from controlplane.domains.models import Domain
 from controlplane.domains.selectors import audit_summaries
+from controlplane.runs import store
 from controlplane.runs.models import MetricPoint, Run, RunDomain, RunEvent, RunTag, Trajectory
 from trainer.outcomes import OUTCOME_VALUES
 
@@ -107,6 +109,19 @@ def trajectory_list(*, run: Run, step: int | None = None, domain: str = "", outc
         qs = filter_given(qs.annotate(completion_length=Length("completion")),
                           completion_length__gte=min_length, completion_length__lte=max_length)
     return qs.order_by("step", "id")
+
+
+def trajectory_artifact(*, run: Run, trajectory_id: int, index: int) -> tuple[dict, Path]:
+    """One stored artifact of one of ``run``'s trajectories: its listing entry and its file
+    (NotFound when the trajectory is not the run's, has no such artifact, or its bytes were not
+    stored or are gone with a rewind or a restart)."""
+    row = found(Trajectory.objects.filter(run=run, pk=trajectory_id).values("step", "artifacts").first(),
+                f"trajectory {trajectory_id} not found in run {run.pk}")
+    entries = row["artifacts"] if isinstance(row["artifacts"], list) else []
+    entry = entries[index] if 0 <= index < len(entries) and isinstance(entries[index], dict) else None
+    entry = found(entry if entry and entry.get("stored") else None, f"trajectory {trajectory_id} has no stored artifact {index}")
+    path = store.artifact_path(run.pk, row["step"], trajectory_id, index)
+    return found(entry if path.is_file() else None, f"artifact {index} of trajectory {trajectory_id} is no longer stored"), path
 
 
 def run_domains(*, run: Run) -> list[RunDomain]:

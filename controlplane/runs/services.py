@@ -33,7 +33,7 @@ from controlplane.common.model_refs import ModelRefused, config_refs, resolve_mo
 from controlplane.domains.models import Domain, DomainVersion
 from controlplane.domains.selectors import audit_blockers
 from controlplane.domains.services import audit_ensure
-from controlplane.runs import series
+from controlplane.runs import series, store
 from controlplane.runs.models import (Checkpoint, MetricPoint, Run, RunDomain, RunEvent, RunState, RunTag, Trajectory,
                                       UsageRecord)
 from controlplane.runs.usage import USAGE_FIELDS
@@ -408,6 +408,7 @@ def run_rewind(*, run: Run, to_step: int) -> int:
     deleted, _ = MetricPoint.objects.filter(run=run, step__gt=to_step).delete()
     series.rewind(run, to_step)
     Trajectory.objects.filter(run=run, step__gt=to_step).delete()
+    store.forget_steps(run.id, after=to_step)
     Run.objects.filter(pk=run.pk).update(current_step=to_step)
     return deleted
 
@@ -441,18 +442,21 @@ def run_record_step(*, run: Run, worker: str, step: int, metrics: dict[str, floa
     MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
     series.rollup(points)
     Trajectory.objects.filter(run=run, step=step).delete()
+    store.forget_steps(run.id, step=step)
     samples = [storable(s) for s in samples]  # a completion or a check's output may hold NUL: kept, replaced
-    Trajectory.objects.bulk_create([
+    listed = [store.listing(s) for s in samples]  # artifacts: listed on the row, bytes to the store
+    rows = Trajectory.objects.bulk_create([
         Trajectory(
             run=run, step=step, domain=s["domain"], task_id=str(s.get("task_id", ""))[:200], prompt=s["prompt"],
             completion=s["completion"], reward=_finite(s.get("reward")),
             outcome=s["outcome"] if s["outcome"] in OUTCOME_VALUES else "sandbox_error",
-            details={k: v for k, v in s.items() if k not in ("domain", "task_id", "prompt", "completion", "reward", "outcome")},
+            details={k: v for k, v in s.items() if k not in ("domain", "task_id", "prompt", "completion", "reward", "outcome", "artifacts")},
             verifier_version=verifier_versions.get(s["domain"]),
-            judge_version=judge_config_id(s),
+            judge_version=judge_config_id(s), artifacts=entries,
         )
-        for s in samples
+        for s, (entries, _blobs) in zip(samples, listed)
     ])
+    store.keep(run.id, step, rows, listed)
     if usage:
         UsageRecord.objects.bulk_create([
             UsageRecord(run=run, team_id=run.team_id, step=step, domain=domain[:100], driver=worker[:200], at=now,

@@ -32,7 +32,7 @@ class ScriptedBackend:
             self._n += 1
             return self._n
 
-    def run(self, slot, files, command, limits, stdin):
+    def run(self, slot, files, command, limits, stdin, *, outputs=None):
         self.slots_used.append(slot)
         self.started.release()
         if self.gate is not None:
@@ -141,7 +141,7 @@ def test_a_verdict_is_never_retried():
     reach the sandbox) is retried."""
 
     class Broken(ScriptedBackend):
-        def run(self, slot, files, command, limits, stdin):
+        def run(self, slot, files, command, limits, stdin, *, outputs=None):
             self.slots_used.append(slot)
             return Verdict(status="runtime_error", error="the job broke its sandbox", backend=self.name)
 

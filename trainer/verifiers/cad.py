@@ -14,6 +14,7 @@ volume centroid, and points that must lie inside or outside the solid (rings of 
 around each hole, across a wall, through a cavity; a ray-parity test along three directions
 that must agree). A script that forges a mesh has made that mesh: it is judged
 as one. Pass only when every check holds (no partial credit: the prompt gives most dimensions).
+A solid that reached the checks is handed back as an artifact, ``solid.stl`` (:func:`stl`).
 
 >>> import numpy as np
 >>> v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
@@ -36,6 +37,8 @@ import numpy as np
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers import artifacts
+from trainer.verifiers.artifacts import Artifact
 from trainer.verifiers.code import STATUS_OUTCOMES, SandboxRun, extract_code, fenced_blocks, sandbox_stage
 
 SANDBOX_LIB = "/usr/local/lib/temper-sandbox"
@@ -283,10 +286,32 @@ def cad_mesh(completion: str, task: Task, run: SandboxRun) -> Verification:
     details["checks"] = results
     if (picture := thumbnail_png(vertices, triangles)) is not None:
         details["thumbnail"] = picture
+    details.update(artifacts.detail([Artifact.of("solid.stl", stl(vertices, triangles), STL_BYTES, truncate=False)]))
     failed = [r["check"] for r in results if not r["ok"]]
     if failed:
         return Verification.failed(error=f"checks failed: {', '.join(failed)}", **details)
     return Verification.passed(**details)
+
+
+STL_BYTES = 512 << 10
+"""The largest solid handed back as an artifact (about 10,000 triangles); a larger one is listed, refused."""
+
+
+def stl(vertices: np.ndarray, triangles: np.ndarray) -> bytes:
+    """The checked mesh as binary STL (what every CAD tool and slicer opens): the solid the verdict
+    was read from, written by trusted code.
+
+    >>> v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
+    >>> data = stl(v, np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]]))
+    >>> len(data), struct.unpack_from("<I", data, 80)[0]
+    (284, 4)
+    """
+    v0, v1, v2 = (vertices[triangles[:, k]] for k in range(3))
+    normals = np.cross(v1 - v0, v2 - v0)
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
+    rows = np.zeros(len(triangles), dtype=[("n", "<f4", 3), ("v", "<f4", (3, 3)), ("attr", "<u2")])
+    rows["n"], rows["v"] = normals, np.stack([v0, v1, v2], axis=1)
+    return b"Temper solid".ljust(80, b" ") + struct.pack("<I", len(triangles)) + rows.tobytes()
 
 
 THUMBNAIL_PIXELS = 72

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import functools
 import re
+import xml.etree.ElementTree as ElementTree
 from typing import Any, Callable
 
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import Artifact, Outputs
 from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, CodeTestJob, build_job, parse_results
 from trainer.verifiers.context import NO_CONTEXT, VerifyContext
 from trainer.verifiers.limits import Limits
@@ -112,6 +114,43 @@ def _field(verdict: Any, name: str, default: Any = None) -> Any:
     return getattr(verdict, name, default)
 
 
+REPORT_BYTES = 64 << 10
+"""Bytes kept of a test job's report and of its output log (:func:`report_artifacts`)."""
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def junit_report(suite: str, tests: list[dict[str, Any]]) -> bytes:
+    """The tests' results as a JUnit XML report (what CI tools read), written by trusted code from
+    the parsed verdict; characters XML cannot hold become ``?``.
+
+    >>> print(junit_report("t", [{"name": "a", "passed": True}, {"name": "b<", "passed": False, "message": "x\\x00"}]).decode())
+    <?xml version='1.0' encoding='utf-8'?>
+    <testsuite name="t" tests="2" failures="1"><testcase name="a" /><testcase name="b&lt;"><failure message="x?" /></testcase></testsuite>
+    """
+    def clean(text: Any) -> str:
+        return _NOT_XML.sub("?", str(text))
+
+    failures = sum(1 for t in tests if not t.get("passed"))
+    root = ElementTree.Element("testsuite", name=clean(suite), tests=str(len(tests)), failures=str(failures))
+    for test in tests:
+        case = ElementTree.SubElement(root, "testcase", name=clean(test.get("name", "")))
+        if not test.get("passed"):
+            ElementTree.SubElement(case, "failure", message=clean(test.get("message", ""))[:2000])
+    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def report_artifacts(suite: str, verification: Verification, verdict: Any) -> list[Artifact]:
+    """A test job's artifacts: ``report.xml`` (its tests' results as JUnit XML, from the verdict's
+    markers) and ``output.log`` (what the program wrote: the job's stderr), each within
+    :data:`REPORT_BYTES`. None for a job that never ran (the sandbox failed: nothing to report)."""
+    tests = verification.details.get("tests")
+    if verification.outcome is Outcome.SANDBOX_ERROR or not isinstance(tests, list):
+        return []
+    stderr = _field(verdict, "stderr", b"") or b""
+    return [Artifact.of("report.xml", junit_report(suite, tests), REPORT_BYTES),
+            Artifact.of("output.log", stderr, REPORT_BYTES)]
+
+
 def verdict_to_verification(verdict: Any, job: CodeTestJob, *, partial_credit: bool = False) -> Verification:
     """Map a sandbox verdict to an outcome; see the module docstring for the rules."""
     status = str(getattr(_field(verdict, "status"), "value", _field(verdict, "status")))
@@ -179,9 +218,10 @@ def code_tests(
     return verdict_to_verification(verdict, job, partial_credit=partial_credit)
 
 
-SandboxRun = Callable[[dict, list[str]], Any]
-"""``run(files, command)``: one job in a sandbox stage's sandbox, within the stage's limits (what
-:func:`run_job` returns)."""
+SandboxRun = Callable[..., Any]
+"""``run(files, command, outputs=None)``: one job in a sandbox stage's sandbox, within the stage's
+limits (what :func:`run_job` returns); ``outputs`` (:class:`~trainer.verifiers.artifacts.Outputs`)
+names the files it hands back, as the verdict's ``artifacts``."""
 
 
 def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, SandboxRun], Verification]], Callable[..., Verification]]:
@@ -192,26 +232,28 @@ def sandbox_stage(defaults: dict[str, Any]) -> Callable[[Callable[[str, Task, Sa
         @functools.wraps(check)
         def stage(completion: str, task: Task, *, limits: dict[str, Any] | Limits | None = None, backend: str | None = None,
                   context: VerifyContext = NO_CONTEXT) -> Verification:
-            def run(files: dict, command: list[str]) -> Any:
+            def run(files: dict, command: list[str], outputs: Outputs | None = None) -> Any:
                 # The limits are read when a job is about to run: a completion refused before any
                 # job (two code blocks, no change) is refused whatever its stage's limits say.
                 typed = limits if isinstance(limits, Limits) else Limits.from_params({**defaults, **(limits or {})})
-                return run_job(context, task, files, command, typed, backend)
+                return run_job(context, task, files, command, typed, backend, outputs)
             return check(completion, task, run)
         return stage
     return wrap
 
 
 def run_job(context: VerifyContext, task: Task, files: dict, command: list[str], limits: Limits,
-            backend: str | None) -> Any:
+            backend: str | None, outputs: Outputs | None = None) -> Any:
     """One sandbox job in one of the task's domain's sandbox places: the executor's verdict, or
     a ``sandbox_error`` Verification when there is no sandbox or it failed (infrastructure,
-    masked; never the model's reward)."""
+    masked; never the model's reward). ``outputs`` reach the executor only when given (an
+    executor that hands back no files need not know the argument)."""
     if context.execute is None:
         return Verification.failed(Outcome.SANDBOX_ERROR, error="no sandbox in this verify context (the cascade was compiled without one)")
     domain = task.domain or "default"
     try:
         with context.slot(domain, limits):
-            return context.execute(files, command, limits, None, backend=backend, domain=domain)
+            handed = {"outputs": outputs} if outputs is not None else {}
+            return context.execute(files, command, limits, None, backend=backend, domain=domain, **handed)
     except Exception as exc:  # noqa: BLE001 - the sandbox failing is infrastructure, not the model
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"{type(exc).__name__}: {exc}")

@@ -22,8 +22,9 @@ from typing import Any, Callable, ContextManager
 from trainer.verifiers.limits import Limits
 
 Executor = Callable[..., Any]
-"""``execute(files, command, limits: Limits, stdin, *, backend, domain) -> verdict`` where the
-verdict has ``status``, ``stdout``, ``stderr`` (and ``exit_code``, ``wall_s``, ``cpu_s``)."""
+"""``execute(files, command, limits: Limits, stdin, *, backend, domain[, outputs]) -> verdict`` where
+the verdict has ``status``, ``stdout``, ``stderr`` (and ``exit_code``, ``wall_s``, ``cpu_s``, and
+``artifacts`` when the job named ``outputs``: :mod:`trainer.verifiers.artifacts`)."""
 SandboxSlot = Callable[[str, Limits], ContextManager[Any]]
 """``slot(domain, limits)``: hold one of the domain's sandbox places while a job runs; raising
 means no place came free (an infrastructure outcome)."""

@@ -26,11 +26,11 @@ from .outcome import check_command, check_files
 from .pool import PoolConfig, SandboxPool
 from .session import SessionEnded, ShellSession, start_session
 from .testjob import parse_tests, python_test_job
-from .types import STATUSES, Limits, SandboxBusy, SandboxError, TestResult, Verdict
+from .types import STATUSES, Artifact, Limits, Outputs, SandboxBusy, SandboxError, TestResult, Verdict
 from trainer.verifiers.limits import SessionLimits
 
 __all__ = [
-    "execute", "Limits", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
+    "execute", "Limits", "Outputs", "Artifact", "Verdict", "TestResult", "STATUSES", "SandboxError", "SandboxBusy",
     "SandboxPool", "PoolConfig", "get_runtime", "close_runtimes", "reap", "python_test_job",
     "default_backend", "open_session", "ShellSession", "SessionEnded", "SessionLimits",
     "pool_figures", "read_pool_figures", "write_pool_figures", "execute_group", "group_limit",
@@ -101,9 +101,12 @@ def execute(
     *,
     backend: str | None = None,
     domain: str = "default",
+    outputs: Outputs | None = None,
 ) -> Verdict:
     """Run `command` in a fresh work dir holding `files`; never raises for infrastructure
     failures (those come back as status sandbox_error). Bad arguments raise ValueError/TypeError.
+    ``outputs``: files of the work dir the job hands back, as the verdict's ``artifacts``
+    (agent_outputs.py: regular files only, within their bounds, read inside the sandbox).
     """
     check_files(files)
     check_command(command)
@@ -113,7 +116,7 @@ def execute(
         pool = get_runtime(backend)
     except SandboxError as e:
         return Verdict(status="sandbox_error", error=str(e), backend=backend or "")
-    verdict = pool.execute(files, command, limits, stdin, domain=domain)
+    verdict = pool.execute(files, command, limits, stdin, domain=domain, outputs=outputs)
     if verdict.status != "sandbox_error":
         verdict.tests = parse_tests(files, verdict.stdout)
     return verdict
@@ -130,16 +133,16 @@ def group_limit(backend: str | None = None) -> int:
 
 
 def execute_group(jobs: list[tuple[dict[str, str | bytes], list[str]]], limits: Limits | None = None, *,
-                  backend: str | None = None, domain: str = "default") -> list[Verdict]:
+                  backend: str | None = None, domain: str = "default", outputs: Outputs | None = None) -> list[Verdict]:
     """Run a group's jobs (``[(files, command)]``: the G completions of one task) at once, each in
     its own sandbox of ``domain``, their places and sandboxes taken in one allocation
-    (SandboxPool.execute_group); verdicts in the jobs' order, as :func:`execute` gives them.
-    A group of more than :func:`group_limit` jobs raises ValueError."""
+    (SandboxPool.execute_group); verdicts in the jobs' order, as :func:`execute` gives them (each
+    job hands back ``outputs``). A group of more than :func:`group_limit` jobs raises ValueError."""
     try:
         pool = get_runtime(backend)
     except SandboxError as e:
         return [Verdict(status="sandbox_error", error=str(e), backend=backend or "") for _ in jobs]
-    verdicts = pool.execute_group(jobs, limits, domain=domain)
+    verdicts = pool.execute_group(jobs, limits, domain=domain, outputs=outputs)
     for (files, _command), verdict in zip(jobs, verdicts):
         if verdict.status != "sandbox_error":
             verdict.tests = parse_tests(files, verdict.stdout)

@@ -35,15 +35,17 @@ Counters the agent cannot check or reset (the next pid and inode numbers) still 
 from one job to the next in a warm sandbox; `bwrap-cold` leaves nothing at all.
 
 Protocol (big-endian): host -> agent frames `type(1) length(4) payload`: b"J" job (a marshal
-dict: files name -> bytes, stdin, command, env, limits, keep), b"K" kill the running job (payload: why).
+dict: files name -> bytes, stdin, command, env, limits, keep, outputs), b"K" kill the running job (payload: why).
 A job with `keep` (a shell session's turn, session.py) is followed by the kill of every process
 but not by the rest of the reset: its files, /tmp and IPC objects stay for the session's next
 turn, and the host retires the sandbox when the session ends.
 Agent -> host frames: 1 stdout bytes, 2 stderr bytes, 3 result (JSON), 4 ready (after start and
-after each job's reset), 5 agent error text.
+after each job's reset), 5 agent error text, 6 an output file the job asked for (read once the job's
+processes are gone, before its result: agent_outputs.py).
 """
 from __future__ import annotations
 
+from .agent_outputs import OUTPUTS_SOURCE
 from .agent_state import STATE_SOURCE
 from .bwrap import ENV_ALLOW
 
@@ -396,6 +398,8 @@ def run_job(job):
     if status is None:  # nothing but the loop above reaps, so the job is still ours to wait for
         _, status, job_usage = os.wait4(pid, 0)
     reap_all()
+    if job.get("outputs"):
+        send_outputs(job["outputs"])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime
     # peak RSS of the job's own tree (RUSAGE_CHILDREN's is the largest of every job so far)
@@ -437,9 +441,10 @@ while True:
             reset()
         send(4, b"ready")
 '''
-_AGENT_BODY = _AGENT_HEAD + STATE_SOURCE + _AGENT_TAIL
+_AGENT_BODY = _AGENT_HEAD + STATE_SOURCE + OUTPUTS_SOURCE + _AGENT_TAIL
 """The agent's code after the zygote's: its frames and processes, its view of the sandbox's state
-and its reset (:data:`~workers.sandbox.agent_state.STATE_SOURCE`), the zygote's control, the jobs."""
+and its reset (:data:`~workers.sandbox.agent_state.STATE_SOURCE`), a job's output files
+(:data:`~workers.sandbox.agent_outputs.OUTPUTS_SOURCE`), the zygote's control, the jobs."""
 
 ZYGOTE_SOURCE = r'''
 import _signal as signal, _socket, ctypes, marshal, os, resource, struct, sys

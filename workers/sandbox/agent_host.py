@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import cgroups
 from .agent import PYTHON_PREFIX
+from .agent_outputs import OutputsReader
 from .bwrap import ENV_ALLOW
 from .elastic_pool import ElasticSizing
 from .outcome import Capture, check_command, check_files, classify
-from .types import Limits, SandboxError, Verdict
+from .types import Limits, Outputs, SandboxError, Verdict
 
 if TYPE_CHECKING:
     from .pool import PoolConfig
@@ -46,8 +47,8 @@ GRACE_S = 10.0
 """How long past the wall limit the host waits for the agent's result before giving up on it."""
 MAX_FRAME = 1 << 20
 """Largest frame the agent sends (output comes in chunks of at most 64 KiB); more is garbage."""
-FRAME_KINDS = frozenset({1, 2, 3, 4, 5})
-"""Frame types the agent sends: stdout, stderr, result, ready, agent error."""
+FRAME_KINDS = frozenset({1, 2, 3, 4, 5, 6})
+"""Frame types the agent sends: stdout, stderr, result, ready, agent error, an output file."""
 KILLED = frozenset({None, "wall", "cpu", "output", "host"})
 """What the agent's result may give as the reason it killed the job."""
 
@@ -231,11 +232,12 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
 
 def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | None,
                 address_space: int | None = None, *, env: dict[str, str] | None = None,
-                keep: bool = False) -> bytes:
+                keep: bool = False, outputs: Outputs | None = None) -> bytes:
     """The job frame's payload for the agent: marshal of plain values (version 4, which every
     Python 3 reads), so the agent needs neither json nor base64 (their imports were most of
     its start-up). ``env`` replaces the sandbox environment (``ENV_ALLOW``); ``keep`` (a shell
-    session's turn) skips the reset after the job but for the kill of every process."""
+    session's turn) skips the reset after the job but for the kill of every process;
+    ``outputs`` are the files the agent sends back after the job (agent_outputs.py)."""
     enc = check_files(files)
     command = check_command(command)
     lim = {"cpu": max(1, math.ceil(limits.cpu_s)), "fsize": limits.file_size_mb << 20,
@@ -246,6 +248,10 @@ def job_message(files: dict, command: list[str], limits: Limits, stdin: bytes | 
            "env": dict(ENV_ALLOW) if env is None else check_env(env), "limits": lim}
     if keep:
         job["keep"] = True
+    if outputs is not None:
+        if not isinstance(outputs, Outputs):
+            raise TypeError(f"outputs must be an Outputs, got {type(outputs).__name__}")
+        job["outputs"] = outputs.wire()
     return marshal.dumps(job, 4)
 
 
@@ -262,19 +268,44 @@ def _result(payload: bytes) -> dict:
     return result
 
 
+def _on_frame(stream, kind: int, payload: bytes, out: Capture, err: Capture, handed: OutputsReader,
+              killed_for: str | None) -> tuple[dict | None, str | None]:
+    """One frame of a running job: its output (past the cap the job is killed: ``output``), one of
+    its output files, or its result; ``(result or None, why it was killed)``. AgentLost for a
+    frame the agent would not send during a job."""
+    if kind in (1, 2):
+        if (out if kind == 1 else err).feed(payload) and killed_for is None:
+            stream.send(b"K", b"output")
+            return None, "output"
+        return None, killed_for
+    if kind == 3:
+        return _result(payload), killed_for
+    if kind == 6:
+        try:
+            handed.feed(payload)
+        except ValueError as e:
+            raise AgentLost(f"garbage from the sandbox agent: {e}") from e
+        return None, killed_for
+    if kind == 5:
+        raise AgentLost("the sandbox agent failed: " + payload.decode("utf-8", "replace"))
+    raise AgentLost(f"the sandbox agent sent frame type {kind} during a job")
+
+
 def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: list[str], limits: Limits,
                   stdin: bytes | None, backend: str, address_space: int | None = None,
                   oom_killed: Callable[[], bool] | None = None, *, env: dict[str, str] | None = None,
-                  keep: bool = False) -> Verdict:
+                  keep: bool = False, outputs: Outputs | None = None) -> Verdict:
     """Send one job to an idle agent and supervise it to its verdict (see the module docstring;
-    ``env`` and ``keep`` as in :func:`job_message`).
+    ``env``, ``keep`` and ``outputs`` as in :func:`job_message`; the files come back as the
+    verdict's ``artifacts``, each or why not).
 
     Raises SandboxError only when the job did not reach the agent. When the agent is lost after
     that, the verdict is the job's and `stream.lost` says why (the caller retires the sandbox);
     `oom_killed` then tells whether the sandbox was OOM-killed where its cgroup went with it
     (a container whose pid 1 died)."""
-    message = job_message(files, command, limits, stdin, address_space, env=env, keep=keep)
+    message = job_message(files, command, limits, stdin, address_space, env=env, keep=keep, outputs=outputs)
     check_idle(stream)
+    handed = OutputsReader(outputs)
     if cg is not None:
         cg.reset_peak()
         cpu0, oom0 = cg.cpu_s(), cg.oom_events()
@@ -298,21 +329,9 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
                 killed_for = killed_for or "wall"
                 raise AgentLost(f"the sandbox agent gave no result {GRACE_S:.0f} s past the wall limit")
             frame = stream.next_frame(0.05)
-            while frame is not None:
-                kind, payload = frame
-                if kind in (1, 2):
-                    target = out if kind == 1 else err
-                    if target.feed(payload) and killed_for is None:
-                        killed_for = "output"
-                        stream.send(b"K", b"output")
-                elif kind == 3:
-                    result = _result(payload)
-                    break
-                elif kind == 5:
-                    raise AgentLost("the sandbox agent failed: " + payload.decode("utf-8", "replace"))
-                else:
-                    raise AgentLost(f"the sandbox agent sent frame type {kind} during a job")
-                frame = stream.next_frame(0)
+            while frame is not None and result is None:
+                result, killed_for = _on_frame(stream, *frame, out, err, handed, killed_for)
+                frame = stream.next_frame(0) if result is None else None
             if result is None and stream.eof:
                 raise AgentLost("the sandbox agent exited: " + _stderr_tail(stream))
     except (AgentLost, FrameError, SendError) as e:
@@ -332,7 +351,8 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
     verdict = Verdict(status="runtime_error", exit_code=exit_code, signal=sig, cpu_s=cpu, wall_s=wall,
                       peak_memory_bytes=peak, stdout=bytes(out.data), stderr=bytes(err.data),
                       stdout_truncated=out.truncated, stderr_truncated=err.truncated,
-                      stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend=backend)
+                      stdout_total_bytes=out.total, stderr_total_bytes=err.total, backend=backend,
+                      artifacts=handed.artifacts())
     if stream.lost and killed_for is None and cpu >= limits.cpu_s:
         killed_for = "cpu"
     verdict.status, verdict.error = classify(exit_code=exit_code, signal=sig, killed_for=killed_for,

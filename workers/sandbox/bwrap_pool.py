@@ -39,7 +39,7 @@ from . import bwrap, cgroups
 from .agent import AGENT_SOURCE, agent_zygote_args
 from .agent_host import PipeAgentStream, PooledBackend, children, pool_key, run_agent_job, zygote_of
 from .pool import PoolConfig
-from .types import Limits, SandboxError, Verdict
+from .types import Limits, Outputs, SandboxError, Verdict
 
 MAX_SLOTS = 100
 """Live sandboxes per worker process and backend (the uid block size)."""
@@ -282,8 +282,8 @@ class WarmBwrapBackend(PooledBackend):
             self._submit(self._top_up, key)
         return sb
 
-    def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits,
-            stdin: bytes | None, *, env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
+    def run(self, sb: WarmSandbox, files: dict, command: list[str], limits: Limits, stdin: bytes | None, *,
+            env: dict[str, str] | None = None, keep: bool = False, outputs: Outputs | None = None) -> Verdict:
         sb.uses += 1
         try:  # a sandbox that died while idle is not the next job's doing (WNOWAIT: not reaped)
             gone = os.waitid(os.P_PID, sb.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -293,7 +293,7 @@ class WarmBwrapBackend(PooledBackend):
             raise SandboxError("warm bwrap sandbox exited while idle")
         address_space = None if sb.cgroup is not None else max(limits.memory_mb, 64) << 20
         return self._run_busy(sb, lambda: run_agent_job(sb.stream, sb.cgroup, files, command, limits, stdin,
-                                                        "bwrap", address_space, env=env, keep=keep))
+                                                        "bwrap", address_space, env=env, keep=keep, outputs=outputs))
 
     def _reset(self, sb: WarmSandbox) -> None:
         """Wait for the agent's ready frame (it killed everything, removed IPC objects and wiped

@@ -29,7 +29,7 @@ from .agent import AGENT_SOURCE, agent_zygote_args
 from .agent_host import FrameError, FrameReader, PooledBackend, SendError, pool_key, run_agent_job, wait_for, zygote_of
 from .image import IMAGE
 from .pool import PoolConfig
-from .types import Limits, SandboxError, Verdict
+from .types import Limits, Outputs, SandboxError, Verdict
 
 LABEL = "temper.sandbox"
 """Label present on every Temper sandbox container (value: the pool id)."""
@@ -371,12 +371,12 @@ class DockerBackend(PooledBackend):
             self.client.close()
 
     # ---- one job -------------------------------------------------------------------------
-    def run(self, cont: Container, files: dict, command: list[str], limits: Limits,
-            stdin: bytes | None, *, env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
+    def run(self, cont: Container, files: dict, command: list[str], limits: Limits, stdin: bytes | None, *,
+            env: dict[str, str] | None = None, keep: bool = False, outputs: Outputs | None = None) -> Verdict:
         cont.uses += 1
         return self._run_busy(cont, lambda: run_agent_job(cont.stream, cont.cgroup, files, command, limits, stdin,
                                                           "docker", oom_killed=lambda: self._oom_killed(cont),
-                                                          env=env, keep=keep))
+                                                          env=env, keep=keep, outputs=outputs))
 
     def _oom_killed(self, cont: Container) -> bool:
         """Whether the container's pid 1 was OOM-killed (its cgroup is gone with it): asked once

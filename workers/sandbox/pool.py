@@ -19,7 +19,7 @@ from typing import Any, Iterator, Protocol
 
 from .elastic import Ceilings, PoolFigures
 from .outcome import check_command, check_files
-from .types import Limits, SandboxBusy, SandboxError, Verdict
+from .types import Limits, Outputs, SandboxBusy, SandboxError, Verdict
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,11 @@ class Backend(Protocol):
         """A ready slot for `domain` and these limits (raises SandboxError on infrastructure failure)."""
 
     def run(self, slot: Any, files: dict, command: list[str], limits: Limits, stdin: bytes | None, *,
-            env: dict[str, str] | None = None, keep: bool = False) -> Verdict:
+            env: dict[str, str] | None = None, keep: bool = False, outputs: Outputs | None = None) -> Verdict:
         """Run one job in the slot; raises SandboxError only when the job did not reach it. ``env``
         replaces the sandbox environment; ``keep`` (a shell session's turn) leaves the slot's files
-        for the next job, so such a slot must be released with verdict None (retired)."""
+        for the next job, so such a slot must be released with verdict None (retired); ``outputs``
+        are the files the job hands back (the verdict's ``artifacts``)."""
 
     def release(self, slot: Any, verdict: Verdict | None) -> None:
         """Return the slot; verdict None (it failed before the job), a limit status or a sandbox
@@ -178,7 +179,7 @@ class SandboxPool:
         return verdict
 
     def _attempts(self, domain: str, files: dict, command: list[str], limits: Limits, stdin: bytes | None,
-                  t0: float, slot: Any = None) -> Verdict:
+                  t0: float, slot: Any = None, outputs: Outputs | None = None) -> Verdict:
         """Run one job (in ``slot`` when one was allocated for it), retrying infrastructure
         failures on fresh slots; its place in the pool is held by the caller."""
         last: Verdict | None = None
@@ -194,7 +195,7 @@ class SandboxPool:
                 self.figures.waited(domain, waited)
             verdict: Verdict | None = None
             try:
-                verdict = self.backend.run(slot, files, command, limits, stdin)
+                verdict = self.backend.run(slot, files, command, limits, stdin, outputs=outputs)
             except SandboxError as e:  # the job did not reach the sandbox
                 last = Verdict(status="sandbox_error", error=str(e), backend=self.backend.name)
             finally:
@@ -206,9 +207,10 @@ class SandboxPool:
         return self._stamp(last, domain, time.monotonic() - t0)
 
     def execute(self, files: dict, command: list[str], limits: Limits | None = None,
-                stdin: bytes | None = None, *, domain: str = "default") -> Verdict:
+                stdin: bytes | None = None, *, domain: str = "default", outputs: Outputs | None = None) -> Verdict:
         """Run one job; infrastructure failures (before the job reached a sandbox) are retried on
-        another slot and come back as sandbox_error after the last attempt."""
+        another slot and come back as sandbox_error after the last attempt. ``outputs``: the files
+        it hands back (the verdict's ``artifacts``)."""
         limits = limits or Limits()
         t0 = time.monotonic()
         try:
@@ -217,7 +219,7 @@ class SandboxPool:
             return Verdict(status="sandbox_error", error=str(e), backend=self.backend.name,
                            wall_s=time.monotonic() - t0)
         try:
-            return self._attempts(domain, files, command, limits, stdin, t0)
+            return self._attempts(domain, files, command, limits, stdin, t0, outputs=outputs)
         finally:
             self._leave(domain)
 
@@ -260,11 +262,12 @@ class SandboxPool:
                 self._held -= 1
 
     def execute_group(self, jobs: list[tuple[dict, list[str]]], limits: Limits | None = None, *,
-                      domain: str = "default") -> list[Verdict]:
+                      domain: str = "default", outputs: Outputs | None = None) -> list[Verdict]:
         """Run a group's jobs (``[(files, command)]``, e.g. the G rollouts of one task) at once,
         each in its own sandbox, the G places and sandboxes taken in one allocation (a pooled
         backend's ``acquire_many``: all or none). Verdicts in the jobs' order; a job whose
-        sandbox failed before it started is retried alone, as :meth:`execute` would."""
+        sandbox failed before it started is retried alone, as :meth:`execute` would. Every job
+        hands back the same ``outputs``."""
         limits = limits or Limits()
         n = len(jobs)
         if not 1 <= n <= min(self.config.domain_limit, self.config.global_limit):
@@ -289,7 +292,7 @@ class SandboxPool:
                 except SandboxError:
                     slots = [None] * n  # each job then tries alone (retries included)
             with ThreadPoolExecutor(max_workers=n, thread_name_prefix="sandbox-group-job") as ex:
-                futures = [ex.submit(self._attempts, domain, files, command, limits, None, t0, slot)
+                futures = [ex.submit(self._attempts, domain, files, command, limits, None, t0, slot, outputs)
                            for (files, command), slot in zip(jobs, slots)]
                 return [f.result() for f in futures]
         finally:

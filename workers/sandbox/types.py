@@ -1,6 +1,8 @@
 """Limits and verdicts of one sandboxed execution (no Django, no backend code).
 
-``Limits`` is the trainer's (:mod:`trainer.verifiers.limits`): the contract a verifier asks for.
+``Limits`` is the trainer's (:mod:`trainer.verifiers.limits`): the contract a verifier asks for;
+so are ``Outputs`` (the files a job hands back) and ``Artifact`` (one of them, or why not), from
+:mod:`trainer.verifiers.artifacts`.
 """
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.verifiers.artifacts import Artifact, Outputs
 from trainer.verifiers.limits import Limits
+
+__all__ = ["STATUSES", "SandboxError", "SandboxBusy", "TestResult", "Verdict", "Limits", "Outputs", "Artifact"]
 
 STATUSES = (
     "ok",
@@ -87,6 +92,8 @@ class Verdict:
     """Live sandboxes of the job's domain in this process when it got its own (0: not pooled)."""
     creations_per_s: float = 0.0
     """Sandboxes of the job's domain started per second over the last minute (0: not pooled)."""
+    artifacts: list[Artifact] = field(default_factory=list)
+    """The files the job asked back (its ``outputs``), in order: each one's bytes, or why not."""
 
     @property
     def ok(self) -> bool:
@@ -106,4 +113,5 @@ class Verdict:
             d[key] = raw.decode("utf-8", errors="replace")
             d[key + "_b64"] = base64.b64encode(raw).decode("ascii")
         d["tests"] = [t.to_dict() for t in self.tests]
+        d["artifacts"] = [a.to_dict() for a in self.artifacts]
         return d

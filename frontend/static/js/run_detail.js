@@ -413,6 +413,20 @@
       ...transcript.map(turnView));
   }
 
+  // Files the verification handed back (a final diff, a test report, a solid): name and size, a
+  // download for the stored ones (served as attachments, never rendered), why not for the others.
+  function sizeText(n) {
+    return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} KiB` : `${(n / (1 << 20)).toFixed(1)} MiB`;
+  }
+  function artifactsView(artifacts) {
+    if (!artifacts || !artifacts.length) return null;
+    return el("div", { class: "artifacts", "data-testid": "traj-artifacts" },
+      el("div", { class: "muted small", text: "artifacts" }),
+      el("ul", {}, ...artifacts.map((a) => el("li", { "data-testid": "traj-artifact", "data-name": a.name },
+        a.url ? el("a", { href: a.url, download: a.name.split("/").pop(), text: a.name }) : el("span", { text: a.name }),
+        el("span", { class: "muted small", text: ` ${sizeText(a.size)}${a.truncated ? " (truncated)" : ""}${a.refused ? " · " + a.refused : ""}` })))));
+  }
+
   async function showTrajectories(filter) {
     trajFilter = { ...filter };
     for (const k of TRAJ_FIELDS) if (trajForm.elements[k]) trajForm.elements[k].value = trajFilter[k] ?? "";
@@ -458,6 +472,7 @@
         el("td", {},
           el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: t.prompt })),
           transcript && transcript.length ? transcriptView(transcript) : null,
+          artifactsView(t.artifacts),
           el("details", { "data-testid": "traj-verifier" }, el("summary", { text: `verifier${verifier && verifier.stage ? ": " + verifier.stage : ""}` }),
             el("pre", { class: "details", text: JSON.stringify({ ...(verifier || {}), ...rest }, null, 1) })),
           link));

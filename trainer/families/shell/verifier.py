@@ -45,6 +45,7 @@ from trainer.families.shell import gitstate
 from trainer.families.shell.tasks import ShellTask, shell_task
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
+from trainer.verifiers.artifacts import final_diff
 from trainer.verifiers.code import SandboxRun, sandbox_stage
 from trainer.verifiers.patches import PatchError, apply_patch, tree_diff
 
@@ -109,7 +110,7 @@ def shell_state(completion: str, task: Task, run: SandboxRun) -> Verification:
     except PatchError as exc:
         return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
     wrong = sorted(path for path, want in spec.expected.items() if not same(path, want, tree.get(path)))
-    details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected)}
+    details: dict[str, Any] = {"family": spec.family, "checked": sorted(spec.expected), **final_diff(completion)}
     if wrong:
         return Verification.failed(error="files do not hold what the task asks", wrong_files=wrong, **details)
     if spec.git:

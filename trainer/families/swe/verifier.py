@@ -12,7 +12,8 @@ change, checks a refactor's shape on the final tree's syntax, and builds the job
 harness (:mod:`trainer.verifiers.code_harness`) holds the hidden tests and writes the verdict,
 and the repository under ``repo/`` is the program, loaded by a small generated module that
 imports the functions the tests call. Every call crosses the process boundary as data; the
-tests never exist in a file the program can read.
+tests never exist in a file the program can read. A job that ran hands back its test report and
+output log as artifacts (``report.xml``, ``output.log``: :func:`~trainer.verifiers.code.report_artifacts`).
 
 >>> from trainer.tasks.base import Task
 >>> task = Task("swe-feature", "x", "...", meta={"family": "feature", "seed": 3, "level": 0})
@@ -34,7 +35,8 @@ from trainer.families.swe.repos import PRELUDE, RepoTask, reference_transcript, 
 from trainer.integrity import REGRADE, canary_hidden, tampered_files
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
-from trainer.verifiers.code import SandboxRun, fenced_blocks, sandbox_stage, verdict_to_verification
+from trainer.verifiers import artifacts
+from trainer.verifiers.code import SandboxRun, fenced_blocks, report_artifacts, sandbox_stage, verdict_to_verification
 from trainer.verifiers.code_harness import build_job
 from trainer.verifiers.patches import PatchError, apply_patch
 
@@ -126,4 +128,5 @@ def repo_tests(completion: str, task: Task, run: SandboxRun) -> Verification:
     if isinstance(verdict, Verification):
         return verdict
     result = verdict_to_verification(verdict, job)
-    return Verification(result.outcome, result.score, {**result.details, **details})
+    handed = artifacts.detail(report_artifacts(f"{task.domain}/{task.id}", result, verdict))
+    return Verification(result.outcome, result.score, {**result.details, **details, **handed})
