@@ -1,4 +1,4 @@
-"""The zygote of warm sandboxes (agent.ZYGOTE_SOURCE): a job it forks is a fresh interpreter's
+"""The zygote of warm sandboxes (agent_zygote.ZYGOTE_SOURCE): a job it forks is a fresh interpreter's
 equal, holds nothing of earlier jobs, and a job that tampers with it gets it replaced.
 
 A job whose command is `python3 -I -S -c CODE ARGS...` (the code-test harness's) is forked by
@@ -208,3 +208,27 @@ def test_a_job_that_kills_the_zygote_at_once_runs_once(warm_and_cold):
     for _ in range(5):
         v = run(warm, python_command(once))
         assert (v.status, v.stdout) == ("ok", b"1\n"), v
+
+
+def test_a_harness_job_runs_the_zygotes_harness_only_when_it_is_its_own(warm_and_cold):
+    """A warm sandbox's zygote holds the code-test harness already imported (agent_zygote.PRELOAD_SOURCES);
+    the job's bootstrap runs that copy only when its digest is the one the job's command carries,
+    else the harness the job ships. A shipped harness that reports every test the other way round
+    shows which one ran."""
+    warm, cold = warm_and_cold
+    job = code_harness.build_job("def f(x):\n    return x + 1\n", ["assert f(1) == 2", "assert f(1) == 3"])
+    flipped = code_harness.HARNESS.replace('"PASS" if ok else "FAIL"', '"FAIL" if ok else "PASS"')
+    assert flipped != code_harness.HARNESS
+    files = dict(job.files, **{code_harness.HARNESS_FILE: flipped, code_harness.BYTECODE_FILE: b"\0\0\0\0"})
+    other = [*job.command[:4], job.command[4].replace(code_harness.HARNESS_DIGEST, "0" * 64), *job.command[5:]]
+    assert other != job.command
+
+    def passed(pool, command):
+        v = pool.execute(files, command, SMALL, domain="zygote")
+        pool.backend.wait_idle(60)
+        assert v.status == "ok", v
+        return [ok for _, ok, _ in code_harness.parse_results(v.stdout, job)]
+
+    assert passed(warm, job.command) == [True, False]  # the zygote's harness
+    assert passed(warm, other) == [False, True]  # another digest: the job's own (flipped) harness
+    assert passed(cold, job.command) == [False, True]  # no zygote: the job's own harness

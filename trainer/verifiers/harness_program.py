@@ -16,20 +16,21 @@ MAX_REPLY_BYTES = 8 << 20
 LOAD_FAILED_EXIT = 3
 """Exit code when the program failed to load (the job is then a runtime_error)."""
 
+class _Int(_ctypes._SimpleCData):
+    _type_ = "i"
+
+class _Libc:
+    _handle = _ctypes.dlopen(None)
+
+class _Function(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL
+    _restype_ = _Int
+
 def _protect():
     """Non-dumpable: same-uid processes can neither ptrace this one nor open its /proc files.
-    (prctl through _ctypes itself: the ctypes package costs 5-10 ms to import.)"""
-    class Int(_ctypes._SimpleCData):
-        _type_ = "i"
-
-    class Libc:
-        _handle = _ctypes.dlopen(None)
-
-    class Function(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL
-        _restype_ = Int
-
-    prctl = Function(("prctl", Libc()))
+    (prctl through _ctypes itself: the ctypes package costs 5-10 ms to import; its classes are
+    defined with the module, so that a zygote that imported it has them made.)"""
+    prctl = _Function(("prctl", _Libc()))
     if prctl(4, 0, 0, 0, 0) != 0 or prctl(3, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0; PR_GET_DUMPABLE
         os.write(2, b"temper harness: prctl(PR_SET_DUMPABLE) failed\n")
         os._exit(120)

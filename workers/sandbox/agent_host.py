@@ -99,7 +99,7 @@ def children(pid: int) -> list[int]:
 
 
 ZYGOTE_CMDLINE = b"\0".join(s.encode() for s in PYTHON_PREFIX) + b"\0PRELOAD = "
-"""How the zygote's command line starts (agent.ZYGOTE_SOURCE)."""
+"""How the zygote's command line starts (agent_zygote.ZYGOTE_PROGRAM)."""
 
 
 def zygote_of(agent_pid: int) -> int:

@@ -106,7 +106,7 @@ class WarmBwrapBackend(PooledBackend):
     uid_base = WARM_UID_BASE
     """First uid of this backend's blocks (one block of MAX_SLOTS uids per worker process)."""
     zygote = True
-    """Whether each sandbox's agent starts a zygote (agent.ZYGOTE_SOURCE): sandboxes that serve
+    """Whether each sandbox's agent starts a zygote (agent_zygote.ZYGOTE_SOURCE): sandboxes that serve
     many jobs; a cold sandbox serves one, for which starting one would only cost."""
 
     @property
