@@ -165,16 +165,26 @@ def set_cpu_weight(layout: CgroupLayout, weight: int) -> bool:
     return _write_optional(layout.cpu_parent / "cpu.shares", str(max(2, weight * 1024 // 100)))
 
 
-def _read_int(path: Path, default: int = 0) -> int:
+def _read(path: str | Path) -> str:
+    """A cgroup file's text (os calls: pathlib's read_text costs 3x as much, and the host reads
+    a sandbox's CPU time for every batch of frames of a job)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return int(path.read_text().split()[0])
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+def _read_int(path: str | Path, default: int = 0) -> int:
+    try:
+        return int(_read(path).split()[0])
     except (OSError, ValueError, IndexError):
         return default
 
 
-def _read_kv(path: Path, key: str) -> int:
+def _read_kv(path: str | Path, key: str) -> int:
     try:
-        for line in path.read_text().splitlines():
+        for line in _read(path).splitlines():
             k, _, v = line.partition(" ")
             if k == key:
                 return int(v)
@@ -190,18 +200,25 @@ class JobCgroup:
     def existing(cls, layout: CgroupLayout, dirs: dict[str, Path]) -> "JobCgroup":
         """A view on cgroups someone else created (a container's): read, reset peak, kill."""
         self = cls.__new__(cls)
-        self.layout, self.dirs = layout, dirs
+        self.layout, self.dirs, self._files = layout, dirs, {}
         return self
+
+    def _file(self, ctrl: str, name: str) -> str:
+        """Path of one of the cgroup's files, as a string made once (read for every job)."""
+        path = self._files.get((ctrl, name))
+        if path is None:
+            path = self._files[(ctrl, name)] = os.path.join(self.dirs[ctrl], name)
+        return path
 
     def reset_peak(self) -> None:
         """Start a new peak-memory measurement (v1: max_usage_in_bytes; v2: best effort)."""
         if self.layout.version == 1:
-            _write_optional(self.dirs["memory"] / "memory.max_usage_in_bytes", "0")
+            _write_optional(self._file("memory", "memory.max_usage_in_bytes"), "0")
         else:
-            _write_optional(self.dirs["unified"] / "memory.peak", "0")
+            _write_optional(self._file("unified", "memory.peak"), "0")
 
     def __init__(self, layout: CgroupLayout, memory_bytes: int, pids: int):
-        self.layout = layout
+        self.layout, self._files = layout, {}
         name = f"{os.getpid()}-{next(_counter)}"
         self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items()}
         try:
@@ -257,22 +274,21 @@ class JobCgroup:
     def cpu_s(self) -> float:
         """CPU seconds used by everything that ran in this cgroup."""
         if self.layout.version == 2:
-            return _read_kv(self.dirs["unified"] / "cpu.stat", "usage_usec") / 1e6
-        return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
+            return _read_kv(self._file("unified", "cpu.stat"), "usage_usec") / 1e6
+        return _read_int(self._file("cpuacct", "cpuacct.usage")) / 1e9
 
     def peak_memory(self) -> int:
         """Peak memory in bytes (0 where the kernel does not report it)."""
         if self.layout.version == 2:
-            return _read_int(self.dirs["unified"] / "memory.peak")
-        return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
+            return _read_int(self._file("unified", "memory.peak"))
+        return _read_int(self._file("memory", "memory.max_usage_in_bytes"))
 
     def oom_events(self) -> int:
         """How often the memory limit was hit badly enough to kill or fail a charge."""
         if self.layout.version == 2:
-            ev = self.dirs["unified"] / "memory.events"
+            ev = self._file("unified", "memory.events")
             return _read_kv(ev, "oom_kill") + _read_kv(ev, "oom")
-        m = self.dirs["memory"]
-        return _read_kv(m / "memory.oom_control", "oom_kill")
+        return _read_kv(self._file("memory", "memory.oom_control"), "oom_kill")
 
     def pids(self) -> set[int]:
         """Processes currently in the cgroup."""
@@ -293,8 +309,8 @@ class JobCgroup:
     def pids_current(self) -> int:
         """Tasks charged to the pids controller: unlike cgroup.procs this counts zombies until
         they are reaped, so 0 means every process of the execution is really gone."""
-        d = self.dirs.get("unified") or self.dirs.get("pids")
-        return _read_int(d / "pids.current") if d is not None else 0
+        ctrl = "unified" if "unified" in self.dirs else "pids"
+        return _read_int(self._file(ctrl, "pids.current")) if ctrl in self.dirs else 0
 
     def remove(self) -> None:
         """Kill what is left and remove the directories (killed tasks may take a moment more to
@@ -356,9 +372,13 @@ def remove_cgroup_dir(d: Path, settle_s: float = 5.0) -> None:
             threading.Event().wait(0.002)
 
 
-def _write_optional(path: Path, value: str) -> bool:
+def _write_optional(path: str | Path, value: str) -> bool:
     try:
-        path.write_text(value)
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
         return True
     except OSError:
         return False
