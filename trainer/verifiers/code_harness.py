@@ -104,27 +104,50 @@ class CodeTestJob:
     """Names the tests call in the program (each a proxy in the harness)."""
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
-    """Every name a piece of code binds anywhere (assignments, defs, imports, parameters...)."""
+_NAMED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs, ast.MatchStar)
+
+
+def _nodes(tree: ast.AST):
+    """Every node under ``tree`` (itself included), in no particular order: ast.walk without
+    its two generators per node (build_job walks the tests and the prompt of every job)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if type(value) is list:
+                stack.extend([v for v in value if isinstance(v, ast.AST)])
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+
+
+def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The names a piece of code loads, and every name it binds anywhere (assignments, defs,
+    imports, parameters, handlers, match captures, global and nonlocal declarations).
+
+    >>> sorted(map(sorted, _names(ast.parse("import os.path as p, re\\ndef f(x, *a):\\n    global g\\n    return x + y"))))
+    [['a', 'f', 'g', 'p', 're', 'x'], ['x', 'y']]
+    """
+    loads: set[str] = set()
     bound: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.alias):
+    for node in _nodes(tree):
+        kind = type(node)
+        if kind is ast.Name:
+            (loads if type(node.ctx) is ast.Load else bound).add(node.id)
+        elif kind in _NAMED:
+            if node.name:
+                bound.add(node.name)
+        elif kind is ast.alias:
             bound.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.arg):
+        elif kind is ast.arg:
             bound.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        elif kind is ast.MatchMapping:
+            if node.rest:
+                bound.add(node.rest)
+        elif kind is ast.Global or kind is ast.Nonlocal:
             bound.update(node.names)
-    return bound
+    return loads, bound
 
 
 def _parse(source: str, what: str) -> ast.Module:
@@ -134,18 +157,32 @@ def _parse(source: str, what: str) -> ast.Module:
         raise ValueError(f"{what} does not parse: {e}") from None
 
 
+def _prelude(prompt: str | None) -> tuple[str, ast.Module | None]:
+    """:func:`trusted_prelude` and its tree (None when there is no prelude)."""
+    if not prompt:
+        return "", None
+    for source in (prompt, prompt.rstrip() + "\n    pass\n"):
+        try:
+            return source, ast.parse(source)
+        except SyntaxError:
+            continue
+    return "", None
+
+
 def trusted_prelude(prompt: str | None) -> str:
     """The task's prompt as code the harness may run: helpers and stubs it defines. A prompt that
     ends in a bare signature gets a ``pass`` body; one that does not parse at all is dropped."""
-    if not prompt:
-        return ""
-    for source in (prompt, prompt.rstrip() + "\n    pass\n"):
-        try:
-            ast.parse(source)
-        except SyntaxError:
-            continue
-        return source
-    return ""
+    return _prelude(prompt)[0]
+
+
+def _imported(tree: ast.AST | None) -> list[str]:
+    names = set()
+    for node in _nodes(tree) if tree is not None else ():
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if n.isidentifier())
 
 
 def imported_modules(source: str) -> list[str]:
@@ -155,35 +192,29 @@ def imported_modules(source: str) -> list[str]:
     >>> imported_modules("from typing import List\\nimport math, os.path\\nfrom . import x")
     ['math', 'os', 'typing']
     """
-    if not source:
-        return []
-    names = set()
-    for node in ast.walk(_parse(source, "the prompt")):
-        if isinstance(node, ast.Import):
-            names.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    return sorted(n for n in names if n.isidentifier())
+    return _imported(_parse(source, "the prompt") if source else None)
 
 
-def exported_names(tests: list[str], prelude: str, entry_point: str | None) -> list[str]:
-    """Names the tests take from the program: free names of the tests that neither the tests,
-    the prelude nor the builtins define, plus the entry point. A program cannot shadow ``abs``."""
-    defined = _bound_names(_parse(prelude, "the prompt")) if prelude else set()
+def _exported(tests: list[ast.AST], prelude: ast.AST | None, entry_point: str | None) -> list[str]:
+    defined = _names(prelude)[1] if prelude is not None else set()
     free: set[str] = set()
-    for i, source in enumerate(tests):
-        tree = _parse(source, f"test {i}")
-        loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        free |= loads - _bound_names(tree)
+    for tree in tests:
+        loads, bound = _names(tree)
+        free |= loads - bound
     names = free - defined - _BUILTIN_NAMES - {"candidate"}
     if entry_point:
         names.add(entry_point)
     return sorted(names)
 
 
-def check_steps(test_code: str, entry_point: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """Split ``def check(candidate)``'s body into steps; each step holding an assert is a test."""
-    tree = _parse(test_code, "test code")
+def exported_names(tests: list[str], prelude: str, entry_point: str | None) -> list[str]:
+    """Names the tests take from the program: free names of the tests that neither the tests,
+    the prelude nor the builtins define, plus the entry point. A program cannot shadow ``abs``."""
+    trees = [_parse(source, f"test {i}") for i, source in enumerate(tests)]
+    return _exported(trees, _parse(prelude, "the prompt") if prelude else None, entry_point)
+
+
+def _check_steps(tree: ast.Module) -> tuple[list[str], list[dict[str, Any]]]:
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None or not check.args.args:
         raise ValueError("test code with entry_point must define check(candidate)")
@@ -195,13 +226,36 @@ def check_steps(test_code: str, entry_point: str) -> tuple[list[str], list[dict[
         if param != "candidate":
             code = f"{param} = candidate\n" + code
         idx = None
-        if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
+        if any(type(n) is ast.Assert for n in _nodes(stmt)):
             idx = len(names)
             names.append(f"check:L{stmt.lineno}")
         steps.append({"code": code, "test": idx})
     if not names:
         raise ValueError("check(candidate) contains no assert: nothing could ever pass")
     return names, steps
+
+
+def check_steps(test_code: str, entry_point: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Split ``def check(candidate)``'s body into steps; each step holding an assert is a test."""
+    return _check_steps(_parse(test_code, "test code"))
+
+
+@functools.lru_cache(maxsize=256)
+def _analysis(tests: str | tuple[str, ...], prompt: str | None, entry_point: str | None) -> tuple:
+    """What a job needs of its tests and prompt, which depend on neither the program nor the
+    nonce (so the G jobs of a group share it): ``(prelude, names or None, exports, spec items,
+    imported modules)``; each source parsed once. Callers copy what they hand on."""
+    prelude, prelude_tree = _prelude(prompt)
+    if isinstance(tests, str):
+        if entry_point is None:
+            raise ValueError("a test module string needs entry_point (the function check() receives)")
+        tree = _parse(tests, "test code")
+        names, steps = _check_steps(tree)
+        items: dict[str, Any] = {"mode": "check", "module": tests, "entry_point": entry_point, "steps": steps}
+        return prelude, names, _exported([tree], prelude_tree, entry_point), items, _imported(prelude_tree)
+    trees = [_parse(source, f"test {i}") for i, source in enumerate(tests)]
+    items = {"mode": "statements", "tests": list(tests)}
+    return prelude, None, _exported(trees, prelude_tree, entry_point), items, _imported(prelude_tree)
 
 
 def build_job(
@@ -225,25 +279,19 @@ def build_job(
     nonce = nonce or secrets.token_hex(16)
     if not re.fullmatch(r"[0-9a-f]{32}", nonce):
         raise ValueError("nonce must be 32 lower-case hex digits")
-    prelude = trusted_prelude(prelude)
-    if isinstance(tests, str):
-        if entry_point is None:
-            raise ValueError("a test module string needs entry_point (the function check() receives)")
-        names, steps = check_steps(tests, entry_point)
-        spec: dict[str, Any] = {"mode": "check", "module": tests, "entry_point": entry_point, "steps": steps}
-        exports = exported_names([tests], prelude, entry_point)
-    elif isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
+    if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
+        tests = tuple(tests)
+    elif not isinstance(tests, str):
+        raise ValueError("tests must be a non-empty list of code strings or a test module string")
+    prelude, names, exports, items, modules = _analysis(tests, prelude, entry_point)
+    if names is None:
         names = list(test_names) if test_names else [f"test_{i}" for i in range(len(tests))]
         if len(names) != len(tests):
             raise ValueError(f"test_names has {len(names)} names for {len(tests)} tests")
-        spec = {"mode": "statements", "tests": list(tests)}
-        exports = exported_names(tests, prelude, entry_point)
-    else:
-        raise ValueError("tests must be a non-empty list of code strings or a test module string")
-    spec.update(nonce=nonce, names=names, prelude=prelude, exports=exports)
+    spec = dict(items, nonce=nonce, names=names, prelude=prelude, exports=exports)
     files: dict[str, str | bytes] = {HARNESS_FILE: HARNESS, BYTECODE_FILE: harness_bytecode(), PROGRAM_FILE: program,
                                      SPEC_FILE: marshal.dumps(spec)}
-    return CodeTestJob(files, [*COMMAND, *imported_modules(prelude)], nonce, names, exports)
+    return CodeTestJob(files, [*COMMAND, *modules], nonce, list(names), list(exports))
 
 
 @functools.lru_cache(maxsize=1)
