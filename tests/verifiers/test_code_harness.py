@@ -2,6 +2,8 @@
 isolated): what crosses between the harness and the program, and what cannot."""
 from __future__ import annotations
 
+import importlib.util
+import marshal
 import os
 import subprocess
 import sys
@@ -9,13 +11,16 @@ import tempfile
 
 import pytest
 
-from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, build_job, exported_names, parse_results, trusted_prelude
+from trainer.verifiers.code_harness import LOAD_FAILED_EXIT, SPEC_FILE, build_job, exported_names, parse_results, trusted_prelude
 
 
 def run(program: str, tests, **kw) -> tuple[int, list[tuple[str, bool, str]]]:
-    job = build_job(program, tests, **kw)
+    return run_job(build_job(program, tests, **kw))
+
+
+def run_job(job, files: dict | None = None) -> tuple[int, list[tuple[str, bool, str]]]:
     with tempfile.TemporaryDirectory() as work:
-        for name, content in job.files.items():
+        for name, content in (files or job.files).items():
             with open(os.path.join(work, name), "wb") as f:
                 f.write(content.encode() if isinstance(content, str) else content)
         proc = subprocess.run([sys.executable, *job.command[1:]], cwd=work, capture_output=True, timeout=60)
@@ -128,3 +133,22 @@ def test_a_program_killed_by_a_signal_ends_the_job_by_that_signal(sig):
     program = f"import os\ndef f(x):\n    os.kill(os.getpid(), {sig})\n"
     rc, results = run(program, ["assert f(1) is None"])
     assert rc == -sig and passed(results) == [False]
+
+
+def test_the_host_compiles_the_test_code_and_the_harness_runs_it_only_when_it_is_for_its_python():
+    tests = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 4\n"
+    job = build_job("def f(x):\n    return x + 1\n", tests, entry_point="f")
+    spec = marshal.loads(job.files[SPEC_FILE])
+    magic, blob = spec["bytecode"]
+    assert magic == importlib.util.MAGIC_NUMBER
+    assert set(marshal.loads(blob)) == {"prelude", "module", ("step", 0), ("step", 1)}
+    assert passed(run_job(job)[1]) == [True, False]
+    spec["bytecode"] = (b"\x00\x00\r\n", b"not marshal")  # another Python's: every source is compiled in the harness
+    assert passed(run_job(job, dict(job.files, **{SPEC_FILE: marshal.dumps(spec)}))[1]) == [True, False]
+
+
+def test_test_code_that_does_not_compile_fails_its_own_test():
+    job = build_job("def f(x):\n    return x + 1\n", ["assert f(1) == 2", "return 5", "assert f(2) == 3"])
+    assert set(marshal.loads(marshal.loads(job.files[SPEC_FILE])["bytecode"][1])) == {"prelude", ("test", 0), ("test", 2)}
+    rc, results = run_job(job)
+    assert passed(results) == [True, False, True] and "SyntaxError" in results[1][2]

@@ -5,7 +5,7 @@ job and describes what it does; its constants must match the ones there. Standar
 it runs under the sandbox's own ``python3 -I -S``; importing it (the verifier reads its constants)
 runs nothing.
 """
-import builtins, marshal, os, sys, _ctypes, _json, _signal  # noqa: E401
+import builtins, marshal, os, sys, _ctypes, _frozen_importlib_external, _json, _signal  # noqa: E401
 
 SPEC_FILE = ".temper_tests"
 """The tests and the nonce (marshal), unlinked before the fork."""
@@ -326,6 +326,23 @@ def _warm(names):
         except Exception:
             pass
 
+def _compiled(spec):
+    """The host's code objects for the spec's sources (``spec["bytecode"]``: the host's import
+    magic and a marshalled dict), or none when they are for another Python."""
+    magic, blob = spec.get("bytecode") or (None, None)
+    if magic != _frozen_importlib_external.MAGIC_NUMBER:
+        return {}
+    try:
+        return marshal.loads(blob)
+    except Exception:
+        return {}
+
+def _code(codes, key, source, filename):
+    """The code of one of the spec's sources: the host's, else compiled here (as the host
+    leaves out what does not compile, its error is raised here, in the test it belongs to)."""
+    code = codes.get(key)
+    return code if code is not None else compile(source, filename, "exec")
+
 def main():
     _protect()
     _warm(sys.argv[1:])
@@ -340,7 +357,7 @@ def main():
         return 121
     with os.fdopen(spec_fd, "rb") as f:
         spec = marshal.loads(f.read())
-    nonce, names = spec["nonce"], spec["names"]
+    nonce, names, codes = spec["nonce"], spec["names"], _compiled(spec)
 
     def mark(i, ok, msg=""):
         msg = " ".join(str(msg).split())[:500]
@@ -355,11 +372,11 @@ def main():
         return LOAD_FAILED_EXIT
     g = {"__name__": "__temper_tests__", "__builtins__": builtins}
     try:
-        exec(compile(spec["prelude"], "prelude.py", "exec"), g)
+        exec(_code(codes, "prelude", spec["prelude"], "prelude.py"), g)
         for name in spec["exports"]:
             g[name] = _proxy(child, name)
         if spec["mode"] == "check":
-            exec(compile(spec["module"], "tests.py", "exec"), g)
+            exec(_code(codes, "module", spec["module"], "tests.py"), g)
             g["candidate"] = _proxy(child, spec["entry_point"])
     except BaseException as e:
         for i in range(len(names)):
@@ -369,7 +386,7 @@ def main():
     if spec["mode"] == "statements":
         for i, code in enumerate(spec["tests"]):
             try:
-                exec(compile(code, "test_%d" % i, "exec"), g)
+                exec(_code(codes, ("test", i), code, "test_%d" % i), g)
             except BaseException as e:
                 mark(i, False, describe(e))
             else:
@@ -377,9 +394,9 @@ def main():
         _die_like(child.close())
         return 0
     done = 0
-    for step in spec["steps"]:
+    for i, step in enumerate(spec["steps"]):
         try:
-            exec(compile(step["code"], "check", "exec"), g)
+            exec(_code(codes, ("step", i), step["code"], "check"), g)
         except BaseException as e:
             if step["test"] is not None and isinstance(e, AssertionError):
                 mark(step["test"], False, describe(e))
