@@ -306,38 +306,43 @@ def run_agent_job(stream, cg: cgroups.JobCgroup | None, files: dict, command: li
     message = job_message(files, command, limits, stdin, address_space, env=env, keep=keep, outputs=outputs)
     check_idle(stream)
     handed = OutputsReader(outputs)
-    if cg is not None:
-        cg.reset_peak()
-        cpu0, oom0 = cg.cpu_s(), cg.oom_events()
-    out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
-    t0 = time.monotonic()
-    killed_for = None
-    result = None
+    clock = cgroups.CpuClock(cg)
     try:
-        stream.send(b"J", message)
-    except SendError as e:
-        if not e.accepted:
-            raise  # nothing of the job reached the sandbox: infrastructure
-        stream.lost = str(e)  # part of it did: from here on it is the job's outcome
-    try:
-        while not stream.lost and result is None:
-            now = time.monotonic()
-            if killed_for is None and cg is not None and cg.cpu_s() - cpu0 >= limits.cpu_s:
-                killed_for = "cpu"
-                stream.send(b"K", b"cpu")
-            if now > t0 + limits.wall_s + GRACE_S:
-                killed_for = killed_for or "wall"
-                raise AgentLost(f"the sandbox agent gave no result {GRACE_S:.0f} s past the wall limit")
-            frame = stream.next_frame(0.05)
-            while frame is not None and result is None:
-                result, killed_for = _on_frame(stream, *frame, out, err, handed, killed_for)
-                frame = stream.next_frame(0) if result is None else None
-            if result is None and stream.eof:
-                raise AgentLost("the sandbox agent exited: " + _stderr_tail(stream))
-    except (AgentLost, FrameError, SendError) as e:
-        stream.lost = str(e) or type(e).__name__
-    wall = time.monotonic() - t0
-    cpu = max(0.0, cg.cpu_s() - cpu0) if cg is not None else 0.0
+        if cg is not None:
+            cg.reset_peak()
+            oom0 = cg.oom_events()
+        cpu0 = clock()
+        out, err = Capture(limits.output_bytes), Capture(limits.output_bytes)
+        t0 = time.monotonic()
+        killed_for = None
+        result = None
+        try:
+            stream.send(b"J", message)
+        except SendError as e:
+            if not e.accepted:
+                raise  # nothing of the job reached the sandbox: infrastructure
+            stream.lost = str(e)  # part of it did: from here on it is the job's outcome
+        try:
+            while not stream.lost and result is None:
+                now = time.monotonic()
+                if killed_for is None and cg is not None and clock() - cpu0 >= limits.cpu_s:
+                    killed_for = "cpu"
+                    stream.send(b"K", b"cpu")
+                if now > t0 + limits.wall_s + GRACE_S:
+                    killed_for = killed_for or "wall"
+                    raise AgentLost(f"the sandbox agent gave no result {GRACE_S:.0f} s past the wall limit")
+                frame = stream.next_frame(0.05)
+                while frame is not None and result is None:
+                    result, killed_for = _on_frame(stream, *frame, out, err, handed, killed_for)
+                    frame = stream.next_frame(0) if result is None else None
+                if result is None and stream.eof:
+                    raise AgentLost("the sandbox agent exited: " + _stderr_tail(stream))
+        except (AgentLost, FrameError, SendError) as e:
+            stream.lost = str(e) or type(e).__name__
+        wall = time.monotonic() - t0
+        cpu = max(0.0, clock() - cpu0)
+    finally:
+        clock.close()
     peak = cg.peak_memory() if cg is not None else 0
     oom = max(0, cg.oom_events() - oom0) if cg is not None else 0
     if stream.lost and not oom and oom_killed is not None and oom_killed():

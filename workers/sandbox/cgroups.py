@@ -193,6 +193,47 @@ def _read_kv(path: str | Path, key: str) -> int:
     return 0
 
 
+def cpu_seconds(version: int, text: str) -> float:
+    """CPU seconds from a cgroup's CPU file (v2 cpu.stat's usage_usec, v1 cpuacct.usage); 0 for
+    text that holds none.
+
+    >>> cpu_seconds(2, "usage_usec 2500000\\nuser_usec 1\\n"), cpu_seconds(1, "1500000000\\n"), cpu_seconds(1, "")
+    (2.5, 1.5, 0.0)
+    """
+    try:
+        if version == 2:
+            return next((int(v) for k, _, v in (line.partition(" ") for line in text.splitlines()) if k == "usage_usec"), 0) / 1e6
+        return int(text.split()[0]) / 1e9
+    except (ValueError, IndexError):
+        return 0.0
+
+
+class CpuClock:
+    """A cgroup's CPU seconds, read through one descriptor held while a job runs (the host reads
+    them for every batch of the job's frames: 1.5 us a read, against 9 us opening the file each
+    time). Reads 0.0 without a cgroup, or where the file cannot be read (as cpu_s does)."""
+
+    def __init__(self, cg: "JobCgroup | None"):
+        self.version = cg.layout.version if cg is not None else 0
+        try:
+            self.fd = os.open(cg.cpu_file(), os.O_RDONLY | os.O_CLOEXEC) if cg is not None else -1
+        except OSError:
+            self.fd = -1
+
+    def __call__(self) -> float:
+        if self.fd < 0:
+            return 0.0
+        try:
+            return cpu_seconds(self.version, os.pread(self.fd, 1 << 16, 0).decode())
+        except OSError:
+            return 0.0
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class JobCgroup:
     """The cgroup(s) of one execution: created with limits, joined by the sandbox, killed, removed."""
 
@@ -271,11 +312,16 @@ class JobCgroup:
         group without a real-time budget; such a sandbox runs without the weight)."""
         return [str(d / "cgroup.procs") for ctrl, d in self.dirs.items() if ctrl in OPTIONAL]
 
+    def cpu_file(self) -> str:
+        """The file that holds the cgroup's CPU time (see :func:`cpu_seconds`)."""
+        return self._file("unified", "cpu.stat") if self.layout.version == 2 else self._file("cpuacct", "cpuacct.usage")
+
     def cpu_s(self) -> float:
         """CPU seconds used by everything that ran in this cgroup."""
-        if self.layout.version == 2:
-            return _read_kv(self._file("unified", "cpu.stat"), "usage_usec") / 1e6
-        return _read_int(self._file("cpuacct", "cpuacct.usage")) / 1e9
+        try:
+            return cpu_seconds(self.layout.version, _read(self.cpu_file()))
+        except OSError:
+            return 0.0
 
     def peak_memory(self) -> int:
         """Peak memory in bytes (0 where the kernel does not report it)."""
