@@ -99,7 +99,7 @@ def read_frames(block):
 
 def others():
     """Pids of the sandbox but this agent and the zygote."""
-    keep = (1, ZYGOTE["pid"])
+    keep = (1, ZYGOTE["pid"] if zygote_alive() else -1)
     return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in keep]
 
 def killall():
@@ -157,8 +157,22 @@ def to_json(value):
     return repr(value).encode()
 
 ZYGOTE = None
-"""The zygote (agent_zygote.ZYGOTE_SOURCE): pid, socket, env, process state at start, dead flag; None
-when this sandbox has none (cold sandboxes, or it failed to start)."""
+"""The serving zygote (agent_zygote.ZYGOTE_SOURCE): pid and pidfd, socket, env, process state at
+start, dead flag; None when this sandbox has none (cold sandboxes, or it failed to start)."""
+
+def zygote_alive():
+    """Whether the serving zygote lives, by its pidfd: during a job it is the job's child, which
+    may kill and reap it, and its pid may then go to another of the job's processes."""
+    return not ZYGOTE["dead"] and not select.select([ZYGOTE["pidfd"]], [], [], 0)[0]
+
+def zygote_follow(zygote, pid):
+    """Make `pid` the serving zygote (the first one, or a successor the last one named)."""
+    if zygote.get("pidfd", -1) >= 0:
+        os.close(zygote["pidfd"])
+    try:
+        zygote["pid"], zygote["pidfd"], zygote["dead"] = pid, os.pidfd_open(pid), False
+    except OSError:  # gone already
+        zygote["pid"], zygote["pidfd"], zygote["dead"] = -1, -1, True
 
 def zygote_start(env, socks=None):
     """Start a zygote with `env` (the jobs' environment) and wait for its preloads; None on any
@@ -185,21 +199,31 @@ def zygote_start(env, socks=None):
             os.execvpe(PYTHON_PREFIX[0], PYTHON_PREFIX + [ZYGOTE_SOURCE], env)
         finally:
             os._exit(127)
-    zygote = {"pid": pid, "sock": a, "socks": (a, b), "env": env, "dead": False}
-    if select.select([a], [], [], 20.0)[0] and a.recv(16) == b"Z":
-        zygote["state"] = process_state(pid)
+    zygote = {"pid": -1, "pidfd": -1, "sock": a, "socks": (a, b), "env": env, "dead": True}
+    hello = a.recv(16) if select.select([a], [], [], 20.0)[0] else b""
+    if len(hello) == 5 and hello[:1] == b"Z":  # the preloading process hands over to its child and exits
+        zygote_follow(zygote, struct.unpack(">i", hello[1:])[0])
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+    if not zygote["dead"] and zygote["pid"] != pid:
+        zygote["state"] = process_state(zygote["pid"])
         return zygote
     zygote_stop(zygote)
     return None
 
 def zygote_stop(zygote):
-    if zygote["pid"] > 0:
+    if not zygote["dead"]:
         try:
-            os.kill(zygote["pid"], signal.SIGKILL)
-            os.waitpid(zygote["pid"], 0)
-        except OSError:
+            signal.pidfd_send_signal(zygote["pidfd"], signal.SIGKILL)
+            os.waitid(os.P_PIDFD, zygote["pidfd"], os.WEXITED)
+        except OSError:  # (ECHILD: it is a job's child yet)
             pass
-    zygote["pid"], zygote["dead"] = -1, True
+    if zygote["pidfd"] >= 0:
+        os.close(zygote["pidfd"])
+    zygote["pid"], zygote["pidfd"], zygote["dead"] = -1, -1, True
 
 def zygote_renew():
     """After the reset's kill: a zygote a job changed (or that died) is replaced by a fresh one."""
@@ -215,7 +239,7 @@ def zygote_changed():
     memory and descriptors are out of reach (non-dumpable, like the agent)."""
     pid = ZYGOTE["pid"]
     try:
-        if ZYGOTE["dead"] or os.waitpid(pid, os.WNOHANG)[0] != 0:
+        if not zygote_alive() or os.waitpid(pid, os.WNOHANG)[0] != 0:
             return "the zygote died or failed"
         with open("/proc/%d/status" % pid) as f:
             status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
@@ -233,31 +257,27 @@ def zygote_changed():
     return ""
 
 def zygote_launch(command, lim, fds):
-    """Have the zygote fork the job; the job's pid (our child once the zygote's intermediate
-    process has exited: it sends the pid, then lets the job run, then exits), or None when the
-    zygote did not answer (the job then forks and execs)."""
+    """Have the serving zygote become the job; the job's pid (our child: the zygote's pid), or
+    None when it did not answer (the job then forks and execs). Its successor serves from now on."""
     sock = ZYGOTE["sock"]
     pid = 0
     try:
         sock.sendmsg([marshal.dumps({"command": command, "limits": lim})],
                      [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("3i", *fds))])
-        deadline = time.monotonic() + 10.0
-        while True:
-            if select.select([sock], [], [], 0.05)[0]:
+        # (the agent holds both ends of the socket, so a dead zygote gives no EOF: its pidfd does)
+        if select.select([sock, ZYGOTE["pidfd"]], [], [], 10.0)[0]:
+            if select.select([sock], [], [], 0)[0]:  # an answer, even from a zygote that died since
                 data = sock.recv(16)
-                if len(data) == 4:
-                    pid = struct.unpack(">i", data)[0]  # the job's pid, or -errno
-                    break
-            # (the agent holds both ends of the socket, so a dead zygote gives no EOF)
-            elif time.monotonic() > deadline or zygote_changed():
-                break
+                if len(data) == 8:
+                    pid, successor = struct.unpack(">ii", data)  # the job's pid and the successor's
     except OSError:
         pass
     if pid > 0:  # the job runs
+        zygote_follow(ZYGOTE, successor)
         return pid
-    # No job was started (its code runs only once its pid is sent), so nothing of this job can
-    # have touched the zygote: a real failure. Kill whatever the launch left before the job is
-    # forked and exec'd here instead; the zygote is replaced at the reset.
+    # No job was started (its code runs only once the pids are sent), so nothing of this job can
+    # have touched the zygote: a real failure (or -errno: no successor). Kill whatever the launch
+    # left before the job is forked and exec'd here instead; the zygote is replaced at the reset.
     zygote_stop(ZYGOTE)
     killall()
     while True:
