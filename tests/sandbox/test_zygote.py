@@ -232,3 +232,23 @@ def test_a_harness_job_runs_the_zygotes_harness_only_when_it_is_its_own(warm_and
     assert passed(warm, job.command) == [True, False]  # the zygote's harness
     assert passed(warm, other) == [False, True]  # another digest: the job's own (flipped) harness
     assert passed(cold, job.command) == [False, True]  # no zygote: the job's own harness
+
+
+def test_only_the_harness_job_is_served_by_the_zygote_becoming_it(warm_and_cold):
+    """For the code-test harness's bootstrap (agent_zygote.BECOME) the serving zygote becomes the
+    job and its successor serves on; any other `python3 -I -S -c` job is forked (it has no child
+    it did not start, as a fresh interpreter), and the zygote that forked it serves on."""
+    warm, cold = warm_and_cold
+    no_child = "import os\ntry:\n    os.waitpid(-1, os.WNOHANG)\n    print('a child')\nexcept ChildProcessError:\n    print('no child')\n"
+    for pool in (warm, cold):
+        v = run(pool, python_command(no_child))
+        assert (v.status, v.stdout) == ("ok", b"no child\n"), v
+    serving = FIND_ZYGOTE + "print(z)\n"
+    first = run(warm, python_command(serving)).stdout
+    assert first == run(warm, python_command(serving)).stdout  # mode F: the same zygote serves on
+    job = code_harness.build_job("def f(x):\n    return x + 1\n", ["assert f(1) == 2"])
+    v = warm.execute(job.files, job.command, SMALL, domain="zygote")
+    warm.backend.wait_idle(60)
+    assert [ok for _, ok, _ in code_harness.parse_results(v.stdout, job)] == [True], v
+    after = run(warm, python_command(serving)).stdout
+    assert after.strip().isdigit() and after != first  # mode B: the zygote became the job; its successor serves

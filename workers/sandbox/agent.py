@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from .agent_outputs import OUTPUTS_SOURCE
 from .agent_state import STATE_SOURCE
-from .agent_zygote import ENTER_JOB_SOURCE, PYTHON_PREFIX, SIG_DFL_SOURCE, ZYGOTE_PROGRAM
+from .agent_zygote import BECOME, ENTER_JOB_SOURCE, PYTHON_PREFIX, SIG_DFL_SOURCE, ZYGOTE_PROGRAM
 from .bwrap import ENV_ALLOW
 
 _AGENT_HEAD = r'''
@@ -257,12 +257,14 @@ def zygote_changed():
     return ""
 
 def zygote_launch(command, lim, fds):
-    """Have the serving zygote become the job; the job's pid (our child: the zygote's pid), or
-    None when it did not answer (the job then forks and execs). Its successor serves from now on."""
+    """Have the zygote start the job: the job's pid (our child), or None when it did not answer
+    (the job then forks and execs). For a code of BECOME the serving zygote becomes the job and
+    names its successor, which serves from then on (mode B); else it forks the job (mode F)."""
     sock = ZYGOTE["sock"]
-    pid = 0
+    pid, successor = 0, None
     try:
-        sock.sendmsg([marshal.dumps({"command": command, "limits": lim})],
+        mode = b"B" if command[4] in BECOME else b"F"
+        sock.sendmsg([mode + marshal.dumps({"command": command, "limits": lim})],
                      [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("3i", *fds))])
         # (the agent holds both ends of the socket, so a dead zygote gives no EOF: its pidfd does)
         if select.select([sock, ZYGOTE["pidfd"]], [], [], 10.0)[0]:
@@ -270,10 +272,13 @@ def zygote_launch(command, lim, fds):
                 data = sock.recv(16)
                 if len(data) == 8:
                     pid, successor = struct.unpack(">ii", data)  # the job's pid and the successor's
+                elif len(data) == 4:
+                    pid = struct.unpack(">i", data)[0]  # the job's pid, or -errno
     except OSError:
         pass
     if pid > 0:  # the job runs
-        zygote_follow(ZYGOTE, successor)
+        if successor is not None:
+            zygote_follow(ZYGOTE, successor)
         return pid
     # No job was started (its code runs only once the pids are sent), so nothing of this job can
     # have touched the zygote: a real failure (or -errno: no successor). Kill whatever the launch
@@ -434,7 +439,7 @@ _AGENT_BODY = _AGENT_HEAD + STATE_SOURCE + OUTPUTS_SOURCE + _AGENT_TAIL
 and its reset (:data:`~workers.sandbox.agent_state.STATE_SOURCE`), a job's output files
 (:data:`~workers.sandbox.agent_outputs.OUTPUTS_SOURCE`), the zygote's control, the jobs."""
 
-AGENT_SOURCE = "ZYGOTE_SOURCE = %r\nPYTHON_PREFIX = %r\n" % (ZYGOTE_PROGRAM, PYTHON_PREFIX) + _AGENT_BODY
+AGENT_SOURCE = "ZYGOTE_SOURCE = %r\nPYTHON_PREFIX = %r\nBECOME = %r\n" % (ZYGOTE_PROGRAM, PYTHON_PREFIX, BECOME) + _AGENT_BODY
 """Source of the agent, run with `python3 -I -S -c` as the sandbox's pid 1 (with `--zygote K=V...`
 in warm sandboxes, the jobs' environment, it starts the zygote)."""
 

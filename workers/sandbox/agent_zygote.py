@@ -135,37 +135,77 @@ def _become(req, fds):
             pass
     os._exit(status)
 
+def _request():
+    """Take the request waiting on the socket: its payload (after the mode byte) and its three
+    descriptors; exit when the agent went away."""
+    msg, anc, _flags, _addr = _sock.recvmsg(1 << 20, _socket.CMSG_SPACE(3 * 4))
+    if not msg:
+        os._exit(0)
+    fds = []
+    for level, kind, data in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4])
+    return msg[1:], fds
+
+def _fork_through(msg, fds):
+    """Mode F: an intermediate process forks the job and exits, so that the job is the agent's
+    child and has none of its own (a fresh interpreter's equal); the zygote serves on."""
+    try:
+        between = os.fork()
+    except OSError as e:
+        _sock.send(struct.pack(">i", -e.errno))
+        between = None
+    if between == 0:
+        go_r, go_w = os.pipe()
+        try:
+            job = os.fork()
+        except OSError as e:
+            _sock.send(struct.pack(">i", -e.errno))
+            os._exit(1)
+        if job == 0:
+            os.close(go_w)
+            if os.read(go_r, 1) != b"g":  # the agent never learnt this pid: it runs the job itself
+                os._exit(127)
+            _become(marshal.loads(msg), fds)
+        _sock.send(struct.pack(">i", job))
+        os.write(go_w, b"g")  # only now may the job's code run (it could kill this process)
+        os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    if between:
+        os.waitpid(between, 0)
+
 _sock = _socket.socket(fileno=3)
-if os.fork():  # the process that preloaded hands over to a child: a job is a zygote that took a
-    os._exit(0)  # request, and its CPU time (which RLIMIT_CPU counts) must start near zero
+if os.fork():  # the process that preloaded hands over to a child: a job may be a zygote that took
+    os._exit(0)  # a request, and its CPU time (which RLIMIT_CPU counts) must start near zero
 _sock.send(b"Z" + struct.pack(">i", os.getpid()))
 while True:
     try:
-        if not _sock.recv(1, _socket.MSG_PEEK):  # a request is there; not taken yet
-            os._exit(0)  # the agent went away
+        _mode = _sock.recv(1, _socket.MSG_PEEK)  # a request is there; not taken yet
     except InterruptedError:
         continue
+    if not _mode:
+        os._exit(0)  # the agent went away
+    if _mode != b"B":
+        _fork_through(*_request())
+        continue
+    # Mode B: this zygote becomes the job. Its successor is forked before the request is read, so
+    # that it holds nothing of it; it waits until the request is taken, then serves the next one.
     _taken_r, _taken_w = os.pipe()
     try:
-        _next = os.fork()  # the successor, forked before the request is read: it holds nothing of it
+        _next = os.fork()
     except OSError as e:
         _next = -e.errno
     if _next == 0:
         os.close(_taken_w)
-        os.read(_taken_r, 1)  # EOF once this request is taken: then serve the next one
+        os.read(_taken_r, 1)  # EOF once the request is taken
         os.close(_taken_r)
         continue
     os.close(_taken_r)
     try:
-        _msg, _anc, _flags, _addr = _sock.recvmsg(1 << 20, _socket.CMSG_SPACE(3 * 4))
+        _msg, _fds = _request()
     finally:
         os.close(_taken_w)
-    if not _msg:
-        os._exit(0)
-    _fds = []
-    for _level, _kind, _data in _anc:
-        if _level == _socket.SOL_SOCKET and _kind == _socket.SCM_RIGHTS:
-            _fds += struct.unpack("%di" % (len(_data) // 4), _data[:len(_data) - len(_data) % 4])
     if _next < 0:  # no successor: the agent forks and execs this job itself
         _sock.send(struct.pack(">i", _next))
         for _fd in _fds:
@@ -178,14 +218,17 @@ while True:
 jobs' environment and what a job would otherwise build for itself after the fork, a page fault
 for each page it writes, already made: the AST types, the modules most test jobs import
 (:data:`PRELOAD`), the code-test harness (:data:`PRELOAD_SOURCES`) and its bootstrap's code
-(:data:`PRECOMPILED`). For a job whose command is `python3 -I -S -c CODE ARGS...` (the
-code-test harness's), the zygote that takes the request becomes the job: it is the agent's child
-already, as a job the agent forks itself. Before it reads the request it forks its successor,
-which waits until the request is taken and then serves the next one (it is the job's child until
-the job ends, then the agent's); it sends the agent its own pid and the successor's, and only
-then takes the job's pipes (passed as SCM_RIGHTS), its limits and /work and runs CODE as that
-command line would. (It used to fork an intermediate process that forked the job and exited:
-a fork and an exit more per job, 0.7 ms of a HumanEval job's 8.) That saves the interpreter's
+(:data:`PRECOMPILED`). For a job whose command is `python3 -I -S -c CODE ARGS...` it forks an
+intermediate process that forks the job and exits (mode F: so the job is the agent's child, as
+one it forks itself), and the job takes its pipes (passed as SCM_RIGHTS), its limits and /work,
+then runs CODE as that command line would. For the code-test harness's bootstrap (:data:`BECOME`,
+mode B) the zygote that takes the request becomes the job itself, the agent's child already:
+before it reads the request it forks its successor, which waits until the request is taken and
+then serves the next one; it sends the agent its own pid and the successor's, and only then
+becomes the job. That is a fork and an exit less (0.7 ms of a HumanEval job's 8), and the job has
+one child it did not start (the successor, its child until it ends, then the agent's), which the
+trusted harness never waits for; any other code might (a fresh interpreter has no child), so it
+keeps mode F. Both save the interpreter's
 start and the imports (about half of a HumanEval job's CPU) while holding nothing of any job: a
 serving zygote runs no job code (the one that took a request becomes that job and serves no
 other), never receives a job's files (only its command line and limits), is non-dumpable (no
@@ -210,6 +253,10 @@ the very source the job carries (code_harness.BOOTSTRAP) instead of loading and 
 PRECOMPILED = (BOOTSTRAP,)
 """`-c` codes the zygote compiles before it serves jobs (a job whose code is one of them runs the
 compiled code): the code-test harness's bootstrap."""
+
+BECOME = (BOOTSTRAP,)
+"""`-c` codes whose job the serving zygote becomes (mode B): trusted code that waits for no child
+it did not start (the harness waits for its candidate by pid)."""
 
 ZYGOTE_PROGRAM = ("PRELOAD = %r\nPRELOAD_SOURCES = %r\nPRECOMPILED = %r\n" % (PRELOAD, PRELOAD_SOURCES, PRECOMPILED)
                   + ZYGOTE_SOURCE)
