@@ -1,0 +1,155 @@
+"""The static gate of the ``pkg_tests`` stage: what a change to a package's source may not add.
+
+A swe-pkg task's bug is one or two syntax-tree mutations (an operator, a bound, a condition, a
+default, an argument), so its fix never needs new machinery. The gate reads each changed source
+file (trusted code, from the diff alone, before anything runs) and refuses the change when the
+file does not parse, or when it holds MORE of something below than the original file did (each
+counted over the whole file, so code the package already had is never refused, and a fix that
+puts the original back always passes):
+
+* an import statement (``import x``, ``from x import y``) that the original file does not have;
+* a dunder identifier or string: a name, attribute, function or class name, parameter or keyword
+  named ``__x__`` (``__eq__``, ``__class__``, ``__globals__``, ``__import__``, ``__builtins__``,
+  ``__file__``...), or a string constant holding one (``getattr(o, "__class__")``);
+* a name, attribute, definition, parameter or keyword in :data:`FORBIDDEN`, or a string constant
+  that is a (dotted) name holding one (``"_pytest.reports"``; prose is not read): ways to end the process or the test run early (``exit``, ``_exit``, ``kill``,
+  ``abort``, ``SystemExit``), to reach the interpreter or the test runner (``sys``, ``os``,
+  ``modules``, ``_getframe``, ``settrace``, ``gc``, ``ctypes``, ``inspect``, ``builtins``,
+  ``pytest``, ``_pytest``, ``unittest``, frame and code attributes), to run other code (``eval``,
+  ``exec``, ``compile``, ``subprocess``, ``importlib``), to reach objects by name (``getattr``,
+  ``setattr``, ``vars``, ``globals``...), to read or write files (``open``, ``read_text``...), and
+  to make objects that compare equal to anything (``type``, ``object``, ``super``, ``mro``).
+
+What it stops that the sandbox alone cannot: code of the package runs inside pytest's own
+interpreter, so without the gate it could patch pytest's report, or return an object whose
+``__eq__`` is always true. Exiting early, forged output and files outside the package's source
+are stopped at run time as well (:mod:`~trainer.families.pkgs.verifier`).
+
+>>> check("m.py", "def f(a, b):\\n    return a < b\\n", "def f(a, b):\\n    return a <= b\\n")
+[]
+>>> [r["what"] for r in check("m.py", "def f(a):\\n    return a\\n", "import os\\ndef f(a):\\n    os._exit(0)\\n")]
+['new import: import os', 'new name: os', 'new attribute: _exit']
+>>> check("m.py", "x = 1\\n", "x = (\\n")[0]["what"].startswith("does not parse")
+True
+>>> [r["line"] for r in check("m.py", "x = 1\\n", "x = 1\\nclass A:\\n    def __eq__(s, o): return True\\n")]
+[3]
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from typing import Any
+
+FORBIDDEN = frozenset({
+    # ending the process or the run early
+    "exit", "_exit", "quit", "kill", "killpg", "abort", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
+    "BaseException", "signal", "atexit", "faulthandler", "resource",
+    # the interpreter, the test runner and their state
+    "sys", "os", "posix", "nt", "modules", "_getframe", "settrace", "setprofile", "gettrace", "getprofile",
+    "audit", "addaudithook", "gc", "ctypes", "_ctypes", "inspect", "builtins", "pytest", "_pytest", "unittest",
+    "mock", "pluggy", "importlib", "runpy", "pkgutil", "sitecustomize", "usercustomize", "site", "threading",
+    "_thread", "multiprocessing", "concurrent", "weakref", "f_back", "f_globals", "f_locals", "f_builtins",
+    "f_code", "f_lineno", "f_trace", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "co_code",
+    "co_consts", "func_globals",
+    # running other code, processes, the network
+    "eval", "exec", "compile", "subprocess", "system", "popen", "spawn", "fork", "execv", "execve",
+    "socket", "pickle", "marshal", "shutil", "tempfile", "environ", "getenv", "putenv",
+    # objects by name
+    "getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals", "dir", "breakpoint",
+    "operator", "attrgetter", "methodcaller",
+    # files
+    "open", "io", "pathlib", "Path", "read_text", "read_bytes", "write_text", "write_bytes", "unlink",
+    "rmtree", "chmod", "symlink", "fdopen", "stdout", "stderr", "stdin",
+    # objects that compare equal to anything, classes made at run time
+    "type", "object", "super", "mro", "ANY", "NotImplemented", "classmethod", "staticmethod", "property",
+})
+"""Identifiers a fix of an operator, bound, condition, default or argument never adds."""
+MAX_SOURCE_CHARS = 1_000_000
+"""A longer changed file is refused unread."""
+_DUNDER = re.compile(r"^__\w+__$")
+_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_KINDS = ("import", "definition", "parameter or keyword", "name", "attribute", "string")
+_NAME_FIELDS = {"id": "name", "attr": "attribute", "name": "definition", "arg": "parameter or keyword"}
+
+
+def refused(word: str) -> bool:
+    """Whether the gate counts ``word`` (a dunder, or one of :data:`FORBIDDEN`).
+
+    >>> refused("__eq__"), refused("_exit"), refused("lower"), refused("__"), refused("_private_")
+    (True, True, False, False, False)
+    """
+    return word in FORBIDDEN or bool(_DUNDER.match(word))
+
+
+def features(tree: ast.AST) -> dict[tuple[str, str], list[int]]:
+    """Each counted thing in a parsed module as ``(kind, what) -> [line of each occurrence]``:
+    import statements (by their text), and the refused identifiers (:func:`refused`) as names,
+    attributes, definitions, parameters and keywords, and words of string constants."""
+    found: dict[tuple[str, str], list[int]] = {}
+
+    def add(kind: str, what: str, line: int) -> None:
+        found.setdefault((kind, what), []).append(line)
+
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            add("import", ast.unparse(node), line)
+            continue
+        if isinstance(node, ast.alias):  # part of an import statement, counted above
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+            text = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
+            dotted = _DOTTED.match(text.strip()) is not None  # a name to look up, not prose
+            for word in set(_WORDS.findall(text)):
+                if _DUNDER.match(word) or (dotted and word in FORBIDDEN):
+                    add("string", word, line)
+            continue
+        for field, kind in _NAME_FIELDS.items():
+            value = getattr(node, field, None)
+            if isinstance(value, str) and refused(value):
+                add(kind, value, line)
+        for value in getattr(node, "names", None) or []:  # global / nonlocal
+            if isinstance(value, str) and refused(value):
+                add("name", value, line)
+    return found
+
+
+def _parse(text: str) -> tuple[ast.AST | None, str, int]:
+    """(the module, '', 0), or (None, why, line) when it does not parse."""
+    try:
+        return ast.parse(text), "", 0
+    except SyntaxError as exc:
+        return None, f"does not parse: {exc.msg}", exc.lineno or 0
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nested past the parser's depth
+        return None, f"does not parse: {type(exc).__name__}", 0
+
+
+def check(path: str, original: str | None, new: str) -> list[dict[str, Any]]:
+    """Why the gate refuses the change of ``path`` from ``original`` (None: a file the package
+    did not have) to ``new``, as ``{"file", "line", "kind", "what"}`` records; empty when it passes."""
+    if len(new) > MAX_SOURCE_CHARS:
+        return [{"file": path, "line": 0, "kind": "size", "what": f"{len(new)} characters; at most {MAX_SOURCE_CHARS}"}]
+    tree, why, line = _parse(new)
+    if tree is None:
+        return [{"file": path, "line": line, "kind": "syntax", "what": why}]
+    before = _parse(original)[0] if original is not None else None
+    old = Counter({key: len(lines) for key, lines in features(before).items()}) if before is not None else Counter()
+    old_lines = set(original.splitlines()) if original is not None else set()
+    new_lines = new.splitlines()
+    out = []
+    for (kind, what), lines in features(tree).items():
+        if len(lines) <= old[(kind, what)]:
+            continue
+        # the first occurrence on a line the original does not have (else the first one past the
+        # original's count)
+        fresh = [n for n in lines if 0 < n <= len(new_lines) and new_lines[n - 1] not in old_lines]
+        at = min(fresh) if fresh else sorted(lines)[old[(kind, what)]]
+        out.append({"file": path, "line": at, "kind": kind, "what": f"new {kind}: {what}"})
+    return sorted(out, key=lambda r: (r["line"], _KINDS.index(r["kind"]), r["what"]))
+
+
+def check_tree(base: dict[str, str], changed: dict[str, str]) -> list[dict[str, Any]]:
+    """The gate's refusals for every changed file (``changed``: path -> new text) against ``base``."""
+    return [r for path in sorted(changed) for r in check(path, base.get(path), changed[path])]
