@@ -191,6 +191,10 @@ for _stage in [
         "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
     }), "A shell task's final tree checked by trusted code (files compared; a check command rerun in a fresh sandbox).", 3,
         isolation="thread", default_timeout_s=60.0, needs_context=True),
+    StageType("pkg_tests", "trainer.families.pkgs.verifier:pkg_tests", params_schema({
+        "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
+    }), "A swe-pkg task's fail-to-pass and pass-to-pass tests on the package with only the completion's source changes (gated), in a fresh sandbox.", 3,
+        isolation="thread", default_timeout_s=300.0, needs_context=True),
     StageType("cad_mesh", _V + "cad:cad_mesh", params_schema({
         "limits": limits_json_schema(), "backend": {"enum": [*SANDBOX_BACKENDS, None]},
     }), "A modelling script (manifold3d) run in the sandbox; its solid checked by geometry against the task's checks.", 3,
