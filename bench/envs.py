@@ -14,9 +14,15 @@ every sandbox job: a repository's ``run_tests`` turns and its hidden tests; 0 fo
 that run in the trainer's process; for a shell session, the time its opening and each of its jobs
 held the sandbox). Shell domains (``shell-*``) are driven by each task's reference commands, one per
 turn, and also by a do-nothing agent (submit at once) and by the task's wrong commands, whose passes
-are counted; their rows add the reference episodes' wall seconds (median and longest).
+are counted; their rows add the reference episodes' wall seconds (median and longest). Package domains
+(``swe-pkg-*``, family ``pkgs``) are driven by a reference agent that applies the task's answer with
+``git apply`` from a heredoc, and by the agents of ``bench/_pkg_agents.py`` (do nothing, delete or
+edit the tests, and the attacks of issue 46 point 3), whose passes are counted; their rows add the
+reference episodes' wall seconds. ``--verify-workers N`` then verifies every package episode's
+submission again with N worker processes (spawned, each with its own sandbox pool, as N verify
+workers would) and reports episodes verified per second.
 
-    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames,shell]   # last line: JSON
+    .venv/bin/python bench/envs.py [--tasks 40] [--families filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames,shell,pkgs] [--verify-workers 2]   # last line: JSON
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _pkg_agents as pkg_agents  # noqa: E402  (bench/ is not a package)
 
 
 class TimedSession:
@@ -61,15 +69,17 @@ def actions_of(spec, task, commands=None):
     and a submit; any other domain's reference transcript."""
     from trainer.environments import split_actions  # lazy: after the path is set
 
-    if spec.family != "shell":
+    if spec.family not in ("shell", "pkgs"):
         return split_actions(str(task.answer))
-    commands = task.meta["reference_commands"] if commands is None else commands
+    if commands is None:
+        commands = pkg_agents.reference(task) if spec.family == "pkgs" else task.meta["reference_commands"]
     return [json.dumps({"tool": "bash", "command": c}) for c in commands] + ['{"tool": "submit"}']
 
 
-def run_episode(spec, task, actions, context, cascade):
+def run_episode(spec, task, actions, context, cascade, kept=None):
     """(verdict, turns) of one episode driven by ``actions``: the environment's own verdict, or
-    the cascade's on its submission (what the verify queue does with the episode)."""
+    the cascade's on its submission (what the verify queue does with the episode); ``kept``
+    gets (slug, task, submission)."""
     env = spec.environment(task)
     if (bind := getattr(env, "bind", None)) is not None:
         bind(context)
@@ -82,7 +92,10 @@ def run_episode(spec, task, actions, context, cascade):
             break
     verdict = result.outcome if result and result.done else None
     if result and result.done and verdict is None and hasattr(env, "submission"):
-        verdict = cascade(env.submission(), task)
+        submission = env.submission()
+        verdict = cascade(submission, task)
+        if kept is not None:
+            kept.append((spec.slug, task, submission))
     return verdict, turns
 
 
@@ -101,10 +114,72 @@ def shell_agents(spec, tasks, context, cascade, wall_s):
             "episode_wall_s_p50": round(ordered[len(ordered) // 2], 3), "episode_wall_s_max": round(ordered[-1], 3)}
 
 
+def pkg_rows(spec, tasks, context, cascade, wall_s, sandbox_s, kept):
+    """A package domain's other agents (``bench/_pkg_agents.py``): how many of each one's
+    episodes pass, their sandbox-seconds per episode, and the reference episodes' wall seconds."""
+    from trainer.families.pkgs.environment import starting_files, task_record  # lazy: after the path is set
+    from trainer.outcomes import Outcome
+
+    passed, infra, episodes, before = {}, 0, 0, sandbox_s[0]
+    for task in tasks:
+        _, record = task_record(str(task.meta["task_id"]))
+        for name, commands in pkg_agents.agents(task, record, starting_files(task)).items():
+            verdict, _ = run_episode(spec, task, actions_of(spec, task, commands), context, cascade, kept)
+            passed[name] = passed.get(name, 0) + bool(verdict and verdict.outcome is Outcome.PASS)
+            infra += bool(verdict is None or verdict.outcome is Outcome.SANDBOX_ERROR)
+            episodes += 1
+    ordered = sorted(wall_s)
+    row = {f"{name}_passed": f"{n}/{len(tasks)}" for name, n in passed.items()}
+    row.update(agents_sandbox_error=infra, agents_sandbox_s_per_episode=round((sandbox_s[0] - before) / max(episodes, 1), 3),
+               episode_wall_s_p50=round(ordered[len(ordered) // 2], 3), episode_wall_s_max=round(ordered[-1], 3))
+    return row
+
+
+_VERIFY = {}
+
+
+def _verify_init():
+    """A verify worker process: the catalogue loaded and the real sandbox, as a verify worker has."""
+    from trainer.catalogue import all_domains
+    from trainer.verifiers import VerifyContext
+    from workers.sandbox import execute
+
+    _VERIFY["context"], _VERIFY["domains"] = VerifyContext(execute=execute), all_domains()
+
+
+def _verify_one(item):
+    slug, task, submission = item
+    t0 = time.perf_counter()
+    verdict = _VERIFY["domains"][slug].cascade(_VERIFY["context"])(submission, task)
+    return slug, verdict.outcome.value, time.perf_counter() - t0
+
+
+def _ready(_):
+    return os.getpid()
+
+
+def verify_with_workers(kept, workers):
+    """Every kept episode's submission verified again by ``workers`` spawned processes: episodes
+    per second (the pool started and warm first), outcomes, mean seconds per verification."""
+    import collections
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=_verify_init) as pool:
+        pool.map(_ready, range(4 * workers), chunksize=1)
+        t0 = time.perf_counter()
+        results = pool.map(_verify_one, kept, chunksize=1)
+        seconds = time.perf_counter() - t0
+    return {"workers": workers, "episodes": len(kept), "episodes_per_s": round(len(kept) / seconds, 2),
+            "verify_s_mean": round(sum(r[2] for r in results) / max(len(results), 1), 3),
+            "outcomes": dict(collections.Counter(r[1] for r in results))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--families", default="filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames,shell")
+    parser.add_argument("--families", default="filings,tool_use,repos,cad,bfcl,bfcl_multi,textgames,shell,pkgs")
+    parser.add_argument("--verify-workers", type=int, default=0, help="verify the package episodes' submissions "
+                        "again with this many worker processes")
     args = parser.parse_args()
 
     from trainer.catalogue import all_domains
@@ -130,7 +205,7 @@ def main() -> None:
     context = VerifyContext(execute=timed_execute, open_session=timed_open)
 
     families = set(args.families.split(","))
-    out = {}
+    out, kept = {}, []
     for slug, spec in sorted(all_domains().items()):
         if spec.family not in families:
             continue
@@ -153,7 +228,7 @@ def main() -> None:
             continue
         wall_s: list[float] = []
         for task in tasks:
-            verdict, n = run_episode(spec, task, actions_of(spec, task), context, cascade)
+            verdict, n = run_episode(spec, task, actions_of(spec, task), context, cascade, kept)
             wall_s.append(time.perf_counter() - t0 - sum(wall_s))
             turns += n
             passed += bool(verdict and verdict.outcome is Outcome.PASS)
@@ -168,9 +243,16 @@ def main() -> None:
                "sandbox_s_per_task": round(episode_sandbox_s / len(tasks), 3)}
         if spec.family == "shell":
             row.update(shell_agents(spec, tasks, context, cascade, wall_s))
+        if spec.family == "pkgs":
+            row.update(pkg_rows(spec, tasks, context, cascade, wall_s, sandbox_s, kept))
         out[slug] = row
         print(f"{slug:26s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
-    print(json.dumps({"tasks": args.tasks, "domains": out}))
+    report = {"tasks": args.tasks, "domains": out}
+    pkg_kept = [item for item in kept if item[0].startswith("swe-pkg-")]
+    if args.verify_workers and pkg_kept:
+        report["verify_workers"] = verify_with_workers(pkg_kept, args.verify_workers)
+        print("verify workers " + json.dumps(report["verify_workers"]), flush=True)
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":
