@@ -117,6 +117,8 @@ def answer_format(verifier: dict[str, Any]) -> AnswerFormat:
         return AnswerFormat("repo")
     if "shell_state" in types:
         return AnswerFormat("shell")
+    if "pkg_tests" in types:
+        return AnswerFormat("pkg")
     if "function_calls" in types:
         return AnswerFormat("calls")
     if "cad_mesh" in types:

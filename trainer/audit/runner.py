@@ -33,6 +33,7 @@ from trainer.audit.probes import (
     open_ended,
     text_probes,
 )
+from trainer.audit.pkg_probes import pkg_probes
 from trainer.audit.structured import cad_probes, call_probes, code_probes, repo_probes, shell_probes, tool_probes
 from trainer.catalogue.humaneval import broken_completion, reference_completion
 from trainer.catalogue.math_gen import equivalent_forms
@@ -183,7 +184,7 @@ def plan_probes(*, family: str, verifier: dict[str, Any], tasks: list[Task], cha
     sample. ``wrong_filter`` picks, for an open-ended task, the candidate wrong answers the
     verifier refuses on their own (see :func:`trainer.audit.probes.text_probes`)."""
     fmt = answer_format(verifier)
-    if fmt.kind in ("code", "repo", "calls", "cad", "tool", "shell"):
+    if fmt.kind in ("code", "repo", "calls", "cad", "tool", "shell", "pkg"):
         probes, skipped = _structured_probes(family, fmt, tasks)
         return probes, [], skipped
     golds = [gold_text(t, fmt) for t in chance_tasks]
@@ -221,6 +222,8 @@ def _structured_probes(family: str, fmt, tasks: list[Task]) -> tuple[list[Probe]
             probes += repo_probes(task)
         elif fmt.kind == "shell":
             probes += shell_probes(task)
+        elif fmt.kind == "pkg":
+            probes += pkg_probes(task)
         elif fmt.kind == "calls":
             probes += call_probes(task)
         elif fmt.kind == "cad":
