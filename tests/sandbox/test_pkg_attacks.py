@@ -12,7 +12,8 @@ Every attack fails; none is a masked ``sandbox_error``. How each is stopped:
   marker needs the job's nonce);
 * by the static gate, and ALSO at run time with the gate bypassed (a private switch of the
   verifier, tested here): ``sys.exit(0)`` at import or inside the function, ``os._exit(0)`` at
-  import or before the asserts (the tests that never finish have no record: failed);
+  import or before the asserts (the tests that never finish have no record: failed), killing
+  every process of the job, the runner's parent included (``runtime_error``, not masked);
 * by the static gate ONLY: code of the package runs inside pytest's own interpreter, so with the
   gate bypassed it could patch pytest (``_pytest.reports.TestReport`` forced to passed: the runner
   notices patches of the functions it watches, not of every class pytest has), return an object
@@ -41,7 +42,7 @@ from workers.sandbox import execute
 PACKAGE = "inflection"
 TARGET = "inflection/__init__.py"
 RIGHT, WRONG = '}.get(number % 10, "th")', '}.get(number % 100, "th")'
-RUNTIME_STOPS = ("sys_exit_import", "sys_exit_function", "os_exit_import", "os_exit_function")
+RUNTIME_STOPS = ("sys_exit_import", "sys_exit_function", "os_exit_import", "os_exit_function", "kills_runner")
 """Gated attacks the runtime also stops."""
 GATE_ONLY = tuple(a for a in GATED if a not in RUNTIME_STOPS)
 
@@ -135,15 +136,18 @@ def test_the_runtime_alone_stops_the_early_exits_and_forged_markers(world, name)
 
 @pytest.mark.parametrize("name", GATE_ONLY)
 def test_what_only_the_gate_stops(world, name):
-    """The gate refuses each (test_every_attack_fails); with it bypassed, the report patched from the
-    package's code PASSES: no check inside pytest's interpreter can be trusted once the candidate's
-    code runs there, so the gate is the defence. (The always-equal object and the rewritten test
-    files fail on this task for reasons of its own: ``ordinalize`` concatenates the object, and the
-    test module was read before the package was imported.)"""
+    """The gate refuses each (test_every_attack_fails). With it bypassed, the report patched from
+    the package's code PASSES, and the always-equal object passes the fail-to-pass tests that
+    compare it (half of them here; those that format it fail): no check inside pytest's
+    interpreter holds once the candidate's code runs there, so the gate is the defence. (The test
+    files rewritten on disk fail on this task only because pytest had read the test module before
+    it imported the package.)"""
     verdict = verify(world, attacks(world)[name], gated=False)
-    assert verdict.outcome is not Outcome.SANDBOX_ERROR, verdict.details
+    assert verdict.outcome is not Outcome.SANDBOX_ERROR and verdict.details["gate"] == "bypassed", verdict.details
     if name == "report_patch":
         assert verdict.outcome is Outcome.PASS, verdict.details
+    if name == "always_equal":
+        assert verdict.details["f2p"]["passed"] > 0, verdict.details
 
 
 def test_the_audit_probes_hold(world):
