@@ -99,6 +99,21 @@ def test_the_reference_passes_and_a_comment_beside_it_too(world):
         assert verdict.details["gate"] == "passed" and verdict.details["ignored"] == []
 
 
+def test_the_reference_passes_beside_large_or_broken_changes_that_count_for_nothing(world):
+    """The fix beside a 1 MB log the agent left (the whole diff is over the patch bound) and a
+    malformed section for a test file: only the source's section is applied. Given as one ```diff block
+    after some prose, the fix passes too."""
+    task, start, original, _, context = world
+    diff = tree_diff(start, {**original, "notes.log": ("x" * 79 + "\n") * 13_000})
+    assert len(diff) > 1_000_000
+    broken = "diff --git a/test_inflection.py b/test_inflection.py\n--- a/test_inflection.py\n+++ b/test_inflection.py\n@@ -1,3 +1,3 @@\n-nothing like this\n"
+    verdict = verifier.pkg_tests(diff + broken, task, context=context)
+    assert verdict.outcome is Outcome.PASS, verdict.details
+    assert [i["path"] for i in verdict.details["ignored"]] == ["notes.log", "test_inflection.py"]
+    fenced = verifier.pkg_tests(f"The fix:\n\n```diff\n{tree_diff(start, original)}```\n", task, context=context)
+    assert fenced.outcome is Outcome.PASS, fenced.details
+
+
 def test_doing_nothing_fails(world):
     task, start, _, _, context = world
     for completion in ("", "# git bundle: none (no repository)\n"):

@@ -11,7 +11,8 @@ to files of the package's own source that the sdist has (:func:`~trainer.familie
 Every other change counts for nothing and is listed in ``details["ignored"]``: tests edited or
 deleted, a new ``conftest.py``, ``sitecustomize.py``, ``.pth`` file or pytest plugin module, edits
 of ``setup.cfg``, ``pyproject.toml``, ``pytest.ini``, ``tox.ini`` or ``setup.py``, any new or deleted
-file. The static gate (:mod:`~trainer.families.pkgs.gate`) then reads the kept files: one that
+file. A git-style diff's sections for such files are not even applied (:func:`apply_kept`), so a
+large or malformed change to them cannot spoil a fix. The static gate (:mod:`~trainer.families.pkgs.gate`) then reads the kept files: one that
 does not parse, or adds an import, a dunder or a listed name (ways to exit early, to reach the
 interpreter or pytest, to make an object equal to anything), fails with the gate's records.
 
@@ -36,6 +37,7 @@ outcome, or ``fail``); only the sandbox itself failing is ``sandbox_error`` (mas
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from trainer.families.pkgs import gate
@@ -48,7 +50,10 @@ from trainer.verifiers.patches import PatchError, apply_patch, tree_diff
 DEFAULT_LIMITS = {"cpu_s": 120.0, "wall_s": 180.0, "memory_mb": 1024, "output_bytes": 8 << 20, "tmpfs_mb": 256,
                   "pids": 64}
 """A package's selected tests in one job (the slowest suites take tens of seconds on a loaded host)."""
-MAX_COMPLETION_CHARS = 2_000_000
+MAX_COMPLETION_CHARS = 32_000_000
+"""A longer completion is refused unread (the environment reads a final tree of at most 24 MiB);
+what is applied of it is bounded by :data:`~trainer.verifiers.patches.MAX_PATCH_CHARS`."""
+_SECTION = re.compile(r"^diff --git ", re.M)
 TRAILER = "\n# git bundle"
 """Where a submission's trailer starts (:data:`trainer.families.shell.gitstate.MARK`): not read."""
 MAX_LISTED = 50
@@ -90,6 +95,52 @@ def the_diff(completion: str) -> tuple[str | None, str]:
     if diff.startswith(TRAILER.lstrip()):
         return "", ""
     return diff.split(TRAILER, 1)[0], ""
+
+
+def sections(diff: str) -> list[tuple[str | None, str | None, str]] | None:
+    """A git-style diff's file sections as ``(old path, new path, text)`` (None for
+    ``/dev/null``, or for a path the section does not name); None when the diff has no
+    ``diff --git`` headers (a hand-written diff is applied whole).
+
+    >>> [s[:2] for s in sections("diff --git a/x b/x\\n--- a/x\\n+++ b/x\\n@@ -1 +1 @@\\n-a\\n+b\\n"
+    ...                             "diff --git a/n b/n\\nnew file mode 100644\\n--- /dev/null\\n+++ b/n\\n")]
+    [('x', 'x'), (None, 'n')]
+    """
+    starts = [m.start() for m in _SECTION.finditer(diff)]
+    if not starts or diff[:starts[0]].strip():
+        return None
+    out = []
+    for begin, end in zip(starts, starts[1:] + [len(diff)]):
+        text = diff[begin:end]
+        head = text.split("\n@@", 1)[0].splitlines()
+        old = next((line[4:] for line in head if line.startswith("--- ")), None)
+        new = next((line[4:] for line in head if line.startswith("+++ ")), None)
+        out.append((None if old in (None, "/dev/null") else old.removeprefix("a/"),
+                    None if new in (None, "/dev/null") else new.removeprefix("b/"), text))
+    return out
+
+
+def apply_kept(start: dict[str, str], diff: str, is_source: Callable[[str], bool]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The final tree with only the sections of ``diff`` that change an existing source file
+    applied, and the other sections as ignored ``{"path", "why"}`` (their text is never applied:
+    a large or malformed change to a file that counts for nothing cannot spoil the fix);
+    a diff without git headers is applied whole. ``PatchError`` when what is applied does not."""
+    parts = sections(diff)
+    if parts is None:
+        return apply_patch(start, diff), []
+    kept, ignored = [], []
+    for old, new, text in parts:
+        if old is not None and old == new and old in start and is_source(old):
+            kept.append(text)
+        elif old is None and new is not None and new not in start:
+            ignored.append({"path": new, "why": "a new file"})
+        elif new is None and old is not None and old in start:
+            ignored.append({"path": old, "why": "deleted (kept as it was)"})
+        elif old is not None and old == new and old in start:
+            ignored.append({"path": old, "why": "not the package source"})
+        else:
+            ignored.append({"path": str(new or old or text.splitlines()[0][:200]), "why": "not a change of a file of the tree"})
+    return (apply_patch(start, "".join(kept)) if kept else dict(start)), ignored
 
 
 def split_change(start: dict[str, str], final: dict[str, str],
@@ -138,13 +189,17 @@ def judge(completion: str, task: Task, run: SandboxRun, *, _gated: bool = True) 
         start = reference_tree(package, record)[0]
     except Exception as exc:  # noqa: BLE001 - the task set or the sdist missing is infrastructure, masked
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"the task cannot be rebuilt: {type(exc).__name__}: {exc}"[:500])
-    try:
-        final = apply_patch(start, diff)
-    except PatchError as exc:
-        return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
     # the task's own mutated files are the package's source whatever the path rule says (a
     # single-module package's ``six.py`` sits at the top of the sdist)
-    kept, ignored = split_change(start, final, lambda path: pins.is_source_path(path) or path in record["files"])
+    def is_source(path: str) -> bool:
+        return pins.is_source_path(path) or path in record["files"]
+
+    try:
+        final, skipped = apply_kept(start, diff, is_source)
+    except PatchError as exc:
+        return Verification.failed(Outcome.PARSE_ERROR, error=f"the diff does not apply: {exc}")
+    kept, ignored = split_change(start, final, is_source)
+    ignored = sorted(skipped + ignored, key=lambda i: i["path"])
     details: dict[str, Any] = {"package": package, "task_id": record["id"], "kept": sorted(kept)[:MAX_LISTED],
                                "ignored": ignored[:MAX_LISTED], "gate": "passed" if _gated else "bypassed"}
     if not kept:
