@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from controlplane.runs.usage import USAGE_FIELDS as FIELDS
 
-SANDBOX_STAGES = frozenset({"code_tests", "repo_tests", "cad_mesh", "shell_state"})
+SANDBOX_STAGES = frozenset({"code_tests", "repo_tests", "cad_mesh", "shell_state", "pkg_tests"})
 JUDGE_STAGES = frozenset({"judge"})
 
 

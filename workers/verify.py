@@ -31,7 +31,7 @@ from workers.verify_group import verify_group, verify_item
 log = logging.getLogger(__name__)
 
 REMOTE_STAGES = {"code_tests": "temper.verify.batch", "repo_tests": "temper.verify.batch", "cad_mesh": "temper.verify.batch",
-                 "shell_state": "temper.verify.batch", "judge": "temper.judge.batch"}
+                 "shell_state": "temper.verify.batch", "pkg_tests": "temper.verify.batch", "judge": "temper.judge.batch"}
 SANDBOX_STAGES = frozenset(stage for stage, task in REMOTE_STAGES.items() if task == "temper.verify.batch")
 """The stage types that run jobs in the sandbox (a cascade with one verifies a task's group together)."""
 BATCH_SIZE = 16

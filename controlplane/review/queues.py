@@ -114,7 +114,7 @@ def _score_with_rule(spec: dict, rows: list[Trajectory], references: list[str],
 
 def _rule_errors(spec: Any) -> list[FieldError]:
     errors = [FieldError(p.replace("verifier", "compare_to.rule", 1), m) for p, m in validate_cascade(spec)]
-    if not errors and any(s.get("type") in ("judge", "code_tests", "repo_tests", "cad_mesh", "shell_state", "environment") for s in spec["stages"]):
+    if not errors and any(s.get("type") in ("judge", "code_tests", "repo_tests", "cad_mesh", "shell_state", "pkg_tests", "environment") for s in spec["stages"]):
         errors.append(FieldError("compare_to.rule", "a rule verifier runs cheap stages only (no judge, sandbox or environment)"))
     return errors
 
