@@ -34,7 +34,7 @@ FAMILY = "pkgs"
 LEVELS = {"swe-pkg-named": 1, "swe-pkg-unnamed": 2, "swe-pkg-pair": 3}
 """Each domain's level of the built task set."""
 SESSION_LIMITS = {"command_wall_s": 60, "command_cpu_s": 60, "episode_commands": 50, "episode_wall_s": 900,
-                  "memory_mb": 1024, "pids": 128, "tmpfs_mb": 192, "file_size_mb": 32}
+                  "memory_mb": 1024, "pids": 128, "tmpfs_mb": 128, "file_size_mb": 32}
 """Each episode's budgets (see :class:`~trainer.verifiers.limits.SessionLimits`): a package's
 whole suite runs in one command; /work holds the tree, its git objects and the tests' caches."""
 HOW_TO_WORK = (

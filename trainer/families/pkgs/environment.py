@@ -30,7 +30,7 @@ from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers.limits import SessionLimits
 
-TREE_BYTES = 24 << 20
+TREE_BYTES = 16 << 20
 """Largest final working tree (as a tar stream, caches left out) read back for the submission."""
 TREE_READ = ["tar", "-C", "/work", "--exclude=./.git", "--exclude=__pycache__", "--exclude=*.pyc",
              "--exclude=.pytest_cache", "-cf", "-", "."]
