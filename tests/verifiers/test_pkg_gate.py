@@ -180,3 +180,15 @@ def test_the_list_holds_what_the_issue_names():
         assert word in FORBIDDEN and refused(word)
     for word in ("__eq__", "__class__", "__globals__", "__import__", "__builtins__", "__file__"):
         assert refused(word) and word not in FORBIDDEN
+
+
+def test_undoing_a_dropped_condition_that_used_a_listed_name_passes_with_the_pristine_file():
+    """A mutation may drop code the gate lists (``not in sys.modules``, as in boltons' typeutils):
+    the fix puts it back, which the starting file alone would refuse; the package's own file allows it."""
+    pristine = "import sys\n\n\ndef loaded(module):\n    return not module or module not in sys.modules\n"
+    mutant = pristine.replace(" or module not in sys.modules", "")
+    assert [r["what"] for r in check("pkg/t.py", mutant, pristine)] == ["new name: sys", "new attribute: modules"]
+    assert check("pkg/t.py", mutant, pristine, pristine) == []
+    assert check_tree({"pkg/t.py": mutant}, {"pkg/t.py": pristine}, {"pkg/t.py": pristine}) == []
+    more = pristine + "\n\ndef out():\n    sys.exit(0)\n"
+    assert [r["what"] for r in check("pkg/t.py", mutant, more, pristine)] == ["new name: sys", "new attribute: exit"]

@@ -3,9 +3,9 @@
 A swe-pkg task's bug is one or two syntax-tree mutations (an operator, a bound, a condition, a
 default, an argument), so its fix never needs new machinery. The gate reads each changed source
 file (trusted code, from the diff alone, before anything runs) and refuses the change when the
-file does not parse, or when it holds MORE of something below than the original file did (each
-counted over the whole file, so code the package already had is never refused, and a fix that
-puts the original back always passes):
+file does not parse, or when it holds MORE of something below than both the starting file and
+the package's own file did (each counted over the whole file, so code the package already had
+is never refused, and a fix that puts the original back always passes):
 
 * an import statement (``import x``, ``from x import y``) that the original file does not have;
 * a dunder identifier or string: a name, attribute, function or class name, parameter or keyword
@@ -126,17 +126,23 @@ def _parse(text: str) -> tuple[ast.AST | None, str, int]:
         return None, f"does not parse: {type(exc).__name__}", 0
 
 
-def check(path: str, original: str | None, new: str) -> list[dict[str, Any]]:
+def _counts(text: str | None) -> Counter:
+    tree = _parse(text)[0] if text is not None else None
+    return Counter({key: len(lines) for key, lines in features(tree).items()}) if tree is not None else Counter()
+
+
+def check(path: str, original: str | None, new: str, pristine: str | None = None) -> list[dict[str, Any]]:
     """Why the gate refuses the change of ``path`` from ``original`` (None: a file the package
-    did not have) to ``new``, as ``{"file", "line", "kind", "what"}`` records; empty when it passes."""
+    did not have) to ``new``, as ``{"file", "line", "kind", "what"}`` records; empty when it
+    passes. ``pristine`` is the file as the package's own sdist has it (trusted): what it has
+    is allowed too, so that undoing a mutation that dropped code (``not in sys.modules``) passes."""
     if len(new) > MAX_SOURCE_CHARS:
         return [{"file": path, "line": 0, "kind": "size", "what": f"{len(new)} characters; at most {MAX_SOURCE_CHARS}"}]
     tree, why, line = _parse(new)
     if tree is None:
         return [{"file": path, "line": line, "kind": "syntax", "what": why}]
-    before = _parse(original)[0] if original is not None else None
-    old = Counter({key: len(lines) for key, lines in features(before).items()}) if before is not None else Counter()
-    old_lines = set(original.splitlines()) if original is not None else set()
+    old = _counts(original) | _counts(pristine)  # the larger count of each
+    old_lines = set((original or "").splitlines()) | set((pristine or "").splitlines())
     new_lines = new.splitlines()
     out = []
     for (kind, what), lines in features(tree).items():
@@ -150,6 +156,7 @@ def check(path: str, original: str | None, new: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["line"], _KINDS.index(r["kind"]), r["what"]))
 
 
-def check_tree(base: dict[str, str], changed: dict[str, str]) -> list[dict[str, Any]]:
-    """The gate's refusals for every changed file (``changed``: path -> new text) against ``base``."""
-    return [r for path in sorted(changed) for r in check(path, base.get(path), changed[path])]
+def check_tree(base: dict[str, str], changed: dict[str, str], pristine: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The gate's refusals for every changed file (``changed``: path -> new text) against ``base``
+    (and the package's own ``pristine`` files, see :func:`check`)."""
+    return [r for path in sorted(changed) for r in check(path, base.get(path), changed[path], (pristine or {}).get(path))]

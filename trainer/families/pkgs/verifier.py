@@ -186,7 +186,7 @@ def judge(completion: str, task: Task, run: SandboxRun, *, _gated: bool = True) 
 
     try:
         package, record, passing = task_record(task)
-        start = reference_tree(package, record)[0]
+        start, reference = reference_tree(package, record)
     except Exception as exc:  # noqa: BLE001 - the task set or the sdist missing is infrastructure, masked
         return Verification.failed(Outcome.SANDBOX_ERROR, error=f"the task cannot be rebuilt: {type(exc).__name__}: {exc}"[:500])
     # the task's own mutated files are the package's source whatever the path rule says (a
@@ -204,7 +204,7 @@ def judge(completion: str, task: Task, run: SandboxRun, *, _gated: bool = True) 
                                "ignored": ignored[:MAX_LISTED], "gate": "passed" if _gated else "bypassed"}
     if not kept:
         return Verification.failed(error="no change to the package's source: every change is ignored", **details)
-    refusals = gate.check_tree(start, kept) if _gated else []
+    refusals = gate.check_tree(start, kept, reference) if _gated else []
     if refusals:
         details["gate"] = refusals[:20]
         return Verification.failed(error="the gate refuses the change: " + "; ".join(
