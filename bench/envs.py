@@ -76,10 +76,10 @@ def actions_of(spec, task, commands=None):
     return [json.dumps({"tool": "bash", "command": c}) for c in commands] + ['{"tool": "submit"}']
 
 
-def run_episode(spec, task, actions, context, cascade, kept=None):
+def run_episode(spec, task, actions, context, cascade, kept=None, agent="reference"):
     """(verdict, turns) of one episode driven by ``actions``: the environment's own verdict, or
     the cascade's on its submission (what the verify queue does with the episode); ``kept``
-    gets (slug, task, submission)."""
+    gets (slug, task, submission, agent)."""
     env = spec.environment(task)
     if (bind := getattr(env, "bind", None)) is not None:
         bind(context)
@@ -95,7 +95,7 @@ def run_episode(spec, task, actions, context, cascade, kept=None):
         submission = env.submission()
         verdict = cascade(submission, task)
         if kept is not None:
-            kept.append((spec.slug, task, submission))
+            kept.append((spec.slug, task, submission, agent))
     return verdict, turns
 
 
@@ -124,7 +124,7 @@ def pkg_rows(spec, tasks, context, cascade, wall_s, sandbox_s, kept):
     for task in tasks:
         _, record = task_record(str(task.meta["task_id"]))
         for name, commands in pkg_agents.agents(task, record, starting_files(task)).items():
-            verdict, _ = run_episode(spec, task, actions_of(spec, task, commands), context, cascade, kept)
+            verdict, _ = run_episode(spec, task, actions_of(spec, task, commands), context, cascade, kept, name)
             passed[name] = passed.get(name, 0) + bool(verdict and verdict.outcome is Outcome.PASS)
             infra += bool(verdict is None or verdict.outcome is Outcome.SANDBOX_ERROR)
             episodes += 1
@@ -148,7 +148,7 @@ def _verify_init():
 
 
 def _verify_one(item):
-    slug, task, submission = item
+    slug, task, submission, _ = item
     t0 = time.perf_counter()
     verdict = _VERIFY["domains"][slug].cascade(_VERIFY["context"])(submission, task)
     return slug, verdict.outcome.value, time.perf_counter() - t0
@@ -159,19 +159,23 @@ def _ready(_):
 
 
 def verify_with_workers(kept, workers):
-    """Every kept episode's submission verified again by ``workers`` spawned processes: episodes
-    per second (the pool started and warm first), outcomes, mean seconds per verification."""
+    """The kept episodes' submissions verified again by ``workers`` spawned processes (the pool
+    started and warm first): episodes per second, outcomes and mean seconds per verification, for
+    the reference episodes alone (every one a full test run) and for all the agents' together."""
     import collections
     import multiprocessing
 
+    out = {"workers": workers}
     with multiprocessing.get_context("spawn").Pool(workers, initializer=_verify_init) as pool:
         pool.map(_ready, range(4 * workers), chunksize=1)
-        t0 = time.perf_counter()
-        results = pool.map(_verify_one, kept, chunksize=1)
-        seconds = time.perf_counter() - t0
-    return {"workers": workers, "episodes": len(kept), "episodes_per_s": round(len(kept) / seconds, 2),
-            "verify_s_mean": round(sum(r[2] for r in results) / max(len(results), 1), 3),
-            "outcomes": dict(collections.Counter(r[1] for r in results))}
+        for name, items in (("reference", [k for k in kept if k[3] == "reference"]), ("all_agents", kept)):
+            t0 = time.perf_counter()
+            results = pool.map(_verify_one, items, chunksize=1)
+            seconds = time.perf_counter() - t0
+            out[name] = {"episodes": len(items), "episodes_per_s": round(len(items) / seconds, 2),
+                         "verify_s_mean": round(sum(r[2] for r in results) / max(len(results), 1), 3),
+                         "outcomes": dict(collections.Counter(r[1] for r in results))}
+    return out
 
 
 def main() -> None:
