@@ -53,7 +53,9 @@ FORBIDDEN = frozenset({
     "f_code", "f_lineno", "f_trace", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "co_code",
     "co_consts", "func_globals",
     # running other code, processes, the network
-    "eval", "exec", "compile", "subprocess", "system", "popen", "spawn", "fork", "execv", "execve",
+    "eval", "exec", "compile", "subprocess", "system", "popen", "spawn", "fork", "forkpty", "execl", "execle",
+    "execlp", "execlpe", "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
+    "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "pthread_kill", "dup2",
     "socket", "pickle", "marshal", "shutil", "tempfile", "environ", "getenv", "putenv",
     # objects by name
     "getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals", "dir", "breakpoint",
