@@ -122,7 +122,7 @@ def pkg_rows(spec, tasks, context, cascade, wall_s, sandbox_s, kept):
 
     passed, infra, episodes, before = {}, 0, 0, sandbox_s[0]
     for task in tasks:
-        _, record = task_record(str(task.meta["task_id"]))
+        record = task_record(str(task.meta["package"]), str(task.meta["task_id"]))
         for name, commands in pkg_agents.agents(task, record, starting_files(task)).items():
             verdict, _ = run_episode(spec, task, actions_of(spec, task, commands), context, cascade, kept, name)
             passed[name] = passed.get(name, 0) + bool(verdict and verdict.outcome is Outcome.PASS)

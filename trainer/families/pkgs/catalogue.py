@@ -109,7 +109,7 @@ def wrong_diff(task: Task) -> str:
     """A well-formed submission the verifier must not pass: the fail-to-pass tests' files deleted
     (the tests are restored before the verdict, and the bug is still there)."""
     start = starting_files(task)
-    _, record = task_record(str(task.meta["task_id"]))
+    record = task_record(str(task.meta["package"]), str(task.meta["task_id"]))
     files = sorted({node.split("::")[0] for node in record["f2p"]} & set(start))
     return tree_diff({p: start[p] for p in files}, {})
 

@@ -47,30 +47,28 @@ def setup_script(package: str, version: str) -> str:
             + f"commit -qm {message}")
 
 
-@functools.lru_cache(maxsize=1)
-def _index() -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every built task by id: (package, task record)."""
+@functools.lru_cache(maxsize=None)
+def _records(package: str) -> dict[str, dict[str, Any]]:
+    """A package's built tasks by id."""
     from trainer.families.pkgs import tasks  # lazy: the built task files are read on first use
 
-    return {record["id"]: (name, record) for name, record in tasks.all_tasks(None)}
+    return {record["id"]: record for record in tasks.load(package).tasks}
 
 
-def task_record(task_id: str) -> tuple[str, dict[str, Any]]:
-    """(package, task record) of a built task; KeyError names an id no task file holds."""
+def task_record(package: str, task_id: str) -> dict[str, Any]:
+    """A built task of ``package``; KeyError names a package or an id no task file holds."""
     try:
-        return _index()[task_id]
-    except KeyError:
-        raise KeyError(f"no built swe-pkg task {task_id!r}") from None
+        return _records(package)[task_id]
+    except (KeyError, FileNotFoundError):
+        raise KeyError(f"no built swe-pkg task {task_id!r} of {package!r}") from None
 
 
 def starting_files(task: Task) -> dict[str, str]:
     """The task's starting tree: its package's sdist with the task's mutation applied."""
     from trainer.families.pkgs.tasks import starting_tree  # lazy: reads the sdist on first use
 
-    package, record = task_record(str(task.meta["task_id"]))
-    if package != task.meta.get("package"):
-        raise KeyError(f"task {task.meta['task_id']!r} is {package!r}'s, not {task.meta.get('package')!r}'s")
-    return starting_tree(package, record)
+    package = str(task.meta["package"])
+    return starting_tree(package, task_record(package, str(task.meta["task_id"])))
 
 
 class PkgEnv(ShellEnv):
