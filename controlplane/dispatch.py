@@ -28,6 +28,7 @@ TASK_QUEUES = {
     "temper.verify.batch": "verify",
     "temper.verify.batch_long": "verify_long",
     "temper.verify.audit": "audit",
+    "temper.pkgs.build": "verify_long",
     "temper.eval.run": "eval",
     "temper.judge.batch": "judge",
     "temper.judge.shadow": "judge",

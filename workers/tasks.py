@@ -18,6 +18,7 @@ from workers.evaluate import run_eval
 from workers.heartbeat import publish_sandbox_figures
 from workers.judge import shadow_run
 from workers.launch import JOIN_TASK, drive_launched, drive_on_devices, join_node
+from workers.pkgs_build import build_and_write
 
 
 @shared_task(name="temper.control.worker_sweep", queue="control", soft_time_limit=30, time_limit=60)
@@ -153,3 +154,10 @@ def review_sample(queue_id: int) -> str:
     """Draw a review queue's items (controlplane/review/queues.py; a queue no longer sampling is left
     as it is, so a redelivered message does nothing twice)."""
     return queue_sample(queue_id)
+
+
+@shared_task(name="temper.pkgs.build", queue="verify_long", soft_time_limit=3 * 3600, time_limit=3 * 3600 + 300)
+def pkgs_build(name: str, seed: int = 0) -> dict:
+    """Build one swe-pkg package's task set in the sandbox and write its file (workers/pkgs_build.py;
+    the same pin and seed give the same file, so running it twice is harmless)."""
+    return build_and_write(name, seed=seed)

@@ -87,6 +87,8 @@ class Results:
     """Node ids that were skipped or expected to fail."""
     coverage: dict[str, list[int]] | None = None
     """Executed lines per source file, for a run that asked for them."""
+    wall_s: float = 0.0
+    """Seconds the run took, as its parent measured them (0.0 when it never finished)."""
 
 
 def python_paths(tree: dict[str, str]) -> list[str]:
@@ -194,7 +196,8 @@ def _results(markers: list[tuple[str, Any]], select: tuple[str, ...] | None) -> 
         errors.append("the runner did not finish this run")
     elif done.get("timeout"):
         errors.append("the run went over its time limit and was killed")
-    return Results(frozenset(passed), failed, len(collected), "\n".join(errors), frozenset(skipped), coverage)
+    wall_s = float(done.get("wall_s") or 0.0) if done else 0.0
+    return Results(frozenset(passed), failed, len(collected), "\n".join(errors), frozenset(skipped), coverage, wall_s)
 
 
 def read_runs(stdout: str | bytes, job: TestJob) -> list[Results]:

@@ -348,7 +348,9 @@ def main():
         socket.send_fds(mine, [b"R"], [w])
         os.close(w)
         child = int(lines.line()[2:])
+        began = time.monotonic()
         data, status, timed_out = _collect(r, lines, child, float(run.get("timeout_s", 3600)))
+        wall_s = round(time.monotonic() - began, 3)
         os.close(r)
         _restore(before)
         for raw in data.split(b"\n"):
@@ -363,7 +365,7 @@ def main():
                 mark(k, "C", [i for i in record["ids"] if type(i) is str])
             elif kind in ("e", "v", "x"):
                 mark(k, kind.upper(), record.get("msg", record.get("lines", record.get("code"))))
-        mark(k, "D", {"status": status, "timeout": timed_out})
+        mark(k, "D", {"status": status, "timeout": timed_out, "wall_s": wall_s})
     mine.close()
     os.waitpid(pid, 0)
     return 0

@@ -1,5 +1,7 @@
 """``python manage.py domains sync``: register the trainer's catalogue as Domains and versions.
 ``python manage.py domains audit [SLUG...]``: run the verifier audit of the current versions here.
+``python manage.py domains build-swe [PKG...]``: build the swe-pkg task sets of pinned packages here
+(``temper.pkgs.build`` by name, one package at a time; each package's file is written when it is done).
 
 Running sync twice changes nothing: a domain whose catalogue entry is unchanged keeps its version.
 Every new version gets a verifier audit requested (a verify worker runs it).
@@ -24,6 +26,7 @@ from controlplane.domains import services
 from controlplane.domains.models import AuditStatus, Domain, DomainVersion
 from controlplane.domains.services import AUDIT_TASK, domain_sync, verifier_audit_request
 from trainer.catalogue import code_domains
+from trainer.families.pkgs.pins import PINS
 
 
 def catalogue_specs(only: list[str] | None = None) -> list[dict]:
@@ -50,6 +53,8 @@ def catalogue_specs(only: list[str] | None = None) -> list[dict]:
 
 EXAMPLES_PER_CLASS = 3
 """Failing examples printed per probe class with ``-v 2``."""
+BUILD_TASK = "temper.pkgs.build"
+"""The task that builds one package's swe-pkg task set (workers/pkgs_build.py)."""
 AUDIT_TIMEOUT_S = 600.0
 """``domains audit``'s time limit per domain. In a worker the task's soft time limit does this; a
 task run in this process has none, and one domain whose task generator never returns would hold
@@ -103,7 +108,15 @@ class Command(BaseCommand):
         p.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS,
                        help="2: also print the failing examples of each probe class")
 
+        p = sub.add_parser("build-swe", help="build the swe-pkg task sets of these pinned packages (all when none) "
+                                             "in the sandbox, writing trainer/families/pkgs/tasks/<pkg>.json.gz")
+        p.add_argument("packages", nargs="*", metavar="PKG")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--no-progress", action="store_true")
+
     def handle(self, *args, **opts):
+        if opts["action"] == "build-swe":
+            return self.build_swe(opts["packages"], seed=opts["seed"], progress=not opts["no_progress"])
         if opts["action"] == "audit":
             return self.audit(opts["slugs"], progress=not opts["no_progress"], verbosity=opts["verbosity"], timeout=opts["timeout"])
         specs = catalogue_specs(opts.get("only"))
@@ -173,6 +186,30 @@ class Command(BaseCommand):
             raise CommandError("false positives in: " + ", ".join(a.domain_version.domain.slug for a in unsafe), returncode=1)
         if failed:
             raise CommandError("audits failed: " + ", ".join(a.domain_version.domain.slug for a in failed), returncode=2)
+
+    def build_swe(self, packages: list[str], *, seed: int, progress: bool) -> None:
+        """Build each package's task set in this process, one at a time (by task name,
+        ``dispatch.run_here``), and print its figures."""
+        names = packages or sorted(PINS)
+        unknown = sorted(set(names) - set(PINS))
+        if unknown:
+            raise CommandError(f"not pinned: {', '.join(unknown)} (known: {', '.join(sorted(PINS))})")
+        rows = []
+        trace = logging.getLogger("celery.app.trace")
+        level = trace.level
+        trace.setLevel(logging.WARNING)
+        try:
+            with tqdm(total=len(names), desc="build-swe", unit="package", disable=not progress) as bar:
+                for name in names:
+                    bar.set_postfix_str(name)
+                    f = dispatch.run_here(BUILD_TASK, name, seed)
+                    levels = f["levels"]
+                    rows.append((name, f["tasks"], levels["1"], levels["2"], levels["3"], f["tried"], f["kept"], f["seconds"]))
+                    bar.update(1)
+        finally:
+            trace.setLevel(level)
+        self.stdout.write(table(rows, ["package", "tasks", "level 1", "level 2", "level 3", "mutants tried", "kept", "seconds"]))
+        self.stdout.write(f"{sum(r[1] for r in rows)} tasks over {len(rows)} packages")
 
     def _examples(self, audit) -> None:
         """Each probe class's failing examples (false positives, then false negatives)."""
