@@ -18,6 +18,7 @@ MODULES = [
     "workers.devices", "trainer.parallel", "controlplane.web.manage_views", "tests.suite_env", "trainer.evaluation",
     "controlplane.scheduling.scheduler", "controlplane.scheduling.selectors", "workers.launch", "controlplane.runs.ceilings", "trainer.ranks", "trainer.algorithms", "trainer.tasks.filings", "trainer.tasks.statements",
     "trainer.integrity", "trainer.advisor", "controlplane.runs.spec", "controlplane.web.pages",
+    "trainer.families.pkgs.catalogue", "trainer.families.pkgs.environment",
 ]
 
 

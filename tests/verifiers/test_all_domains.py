@@ -21,7 +21,7 @@ NOT_PASSING = {Outcome.FAIL, Outcome.PARTIAL, Outcome.PARSE_ERROR}
 def test_catalogue_has_at_least_110_domains():
     assert len(DOMAINS) >= 110
     families = {spec.family for spec in DOMAINS.values()}
-    assert {"reasoning_gym", "humaneval", "math", "documents", "tool_use", "filings", "repos", "bfcl", "bfcl_multi", "cad", "textgames", "shell"} <= families
+    assert {"reasoning_gym", "humaneval", "math", "documents", "tool_use", "filings", "repos", "bfcl", "bfcl_multi", "cad", "textgames", "shell", "pkgs"} <= families
 
 
 def test_every_reasoning_gym_generator_is_a_domain():
@@ -40,7 +40,7 @@ def test_domain(slug, request):
     if spec.family == "cad":
         require_sandbox_libs()
     verify = spec.verify
-    if any(stage["type"] in ("code_tests", "repo_tests", "cad_mesh", "shell_state") for stage in spec.verifier_spec["stages"]):
+    if any(stage["type"] in ("code_tests", "repo_tests", "cad_mesh", "shell_state", "pkg_tests") for stage in spec.verifier_spec["stages"]):
         verify = spec.cascade(request.getfixturevalue("real_sandbox"))
     assert validate_cascade(spec.verifier_spec) == []
     json.dumps([spec.verifier_spec, spec.task_source_spec])  # plain JSON data

@@ -4,7 +4,7 @@ A domain is a task source plus a verifier (DESIGN.md). The modules of ``CATALOGU
 define them: every reasoning-gym generator (``rg-*``), HumanEval (``code-humaneval``), generated
 math (``math-*``), document analysis over generated financial statements (``doc-*``), multi-step
 tool use (``tool-*``), long annual reports read through tools (``filing-*``), software-engineering tasks in a
-repository (``swe-*``), shell tasks in a bash session (``shell-*``), function calling from the Berkeley Function Calling Leaderboard
+repository (``swe-*``), shell tasks in a bash session (``shell-*``), bugs injected into real PyPI packages (``swe-pkg-*``), function calling from the Berkeley Function Calling Leaderboard
 (``bfcl-*``) and its multi-turn conversations over stateful simulators (``bfcl-multi-*``), 3D modelling checked by geometry (``cad-*``), text games
 scored by the game (``game-*``) and the built-ins of :mod:`trainer.catalogue.builtin`. Importing this package is
 cheap: :func:`all_domains` (or :func:`get`) loads the catalogue modules on first use. JSONL
@@ -40,6 +40,7 @@ CATALOGUE_MODULES: list[str] = [
     "trainer.catalogue.textgames",
     "trainer.catalogue.bfcl_multi",
     "trainer.families.shell.catalogue",
+    "trainer.families.pkgs.catalogue",
 ]
 """The modules that define domains, in the catalogue's order; each registers its domains when
 imported or in its ``register_all()``."""

@@ -15,6 +15,7 @@ from trainer.catalogue.cad import wrong_completion as cad_wrong
 from trainer.catalogue.documents import reference_completion as document_reference
 from trainer.catalogue.humaneval import broken_completion
 from trainer.catalogue.humaneval import reference_completion as humaneval_reference
+from trainer.families.pkgs.catalogue import wrong_diff as pkg_wrong
 from trainer.families.shell.catalogue import wrong_diff as shell_wrong
 from trainer.families.swe.catalogue import wrong_transcript
 from trainer.tasks.base import Task
@@ -57,6 +58,8 @@ def wrong_completion(spec: DomainSpec, task: Task) -> str:
         return wrong_transcript(task)
     if spec.family == "shell":
         return shell_wrong(task)
+    if spec.family == "pkgs":
+        return pkg_wrong(task)
     if spec.family == "bfcl":
         return bfcl_wrong(task)
     if spec.family == "cad":
