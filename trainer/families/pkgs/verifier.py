@@ -12,9 +12,13 @@ Every other change counts for nothing and is listed in ``details["ignored"]``: t
 deleted, a new ``conftest.py``, ``sitecustomize.py``, ``.pth`` file or pytest plugin module, edits
 of ``setup.cfg``, ``pyproject.toml``, ``pytest.ini``, ``tox.ini`` or ``setup.py``, any new or deleted
 file. A git-style diff's sections for such files are not even applied (:func:`apply_kept`), so a
-large or malformed change to them cannot spoil a fix. The static gate (:mod:`~trainer.families.pkgs.gate`) then reads the kept files: one that
-does not parse, or adds an import, a dunder or a listed name (ways to exit early, to reach the
-interpreter or pytest, to make an object equal to anything), fails with the gate's records.
+large or malformed change to them cannot spoil a fix. The static gate
+(:mod:`~trainer.families.pkgs.gate`) then reads the kept files: one that does not parse, or adds
+an import, a dunder or a listed name (ways to exit early, to reach the interpreter or pytest, to
+make an object equal to anything), fails with the gate's records. The gate is the only defence
+against code that patches pytest from inside its own interpreter (a report forced to passed) and
+against an object equal to anything; exiting early, killing the runner and forged output also
+fail at run time (tests/sandbox/test_pkg_attacks.py shows both).
 
 Then, in a fresh sandbox, the original sdist tree (its own tests, conftest files and
 configuration) with only the kept files over it runs the task's fail-to-pass tests and the
