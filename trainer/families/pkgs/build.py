@@ -202,7 +202,9 @@ def run_mutants(name: str, execute: Executor, base: Baseline, config: BuildConfi
     tried = 0
     with ThreadPoolExecutor(max_workers=config.parallel) as pool:
         while tried < len(order) and len(kept) < wanted:
-            wave = [order[tried + k * config.batch: tried + (k + 1) * config.batch] for k in range(config.parallel)]
+            # about twice as many mutants as are still wanted (about half are kept), in smaller jobs near the end
+            size = max(4, min(config.batch, wanted - len(kept)))
+            wave = [order[tried + k * size: tried + (k + 1) * size] for k in range(config.parallel)]
             wave = [b for b in wave if b]
             tried += sum(len(b) for b in wave)
             for batch, results in zip(wave, pool.map(lambda b: _run_batch(execute, tree, b, timeout, args, config), wave)):
@@ -289,8 +291,9 @@ def _task(name: str, level: int, n: int, tree: dict[str, str], bugs: list[Kept],
           failed: dict[str, str], seed: int) -> dict[str, Any]:
     pin = PINS[name]
     changed = {path: text for bug in bugs for path, text in bug.files.items()}
-    per_bug = [[issues.Failure(t, failed[t]) for t in f2p if t in bug.f2p] for bug in bugs] if len(bugs) > 1 \
-        else [[issues.Failure(t, failed[t]) for t in f2p]]
+    def failure(t: str) -> issues.Failure:
+        return issues.Failure(t, failed[t], issues.test_source(tree, t))
+    per_bug = [[failure(t) for t in f2p if t in bug.f2p] for bug in bugs] if len(bugs) > 1 else [[failure(t) for t in f2p]]
     forbidden = [line for bug in bugs for line in _lines_of(bug, tree)]
     prompt = issues.issue(name, pin.version, level, per_bug, files=sorted(changed), seed=seed * 1000 + n,
                           forbidden=forbidden)

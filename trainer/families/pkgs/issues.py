@@ -25,6 +25,7 @@ Reproduce with `python -m pytest tests/test_a.py::test_add`. Fix the package's c
 """
 from __future__ import annotations
 
+import ast
 import random
 import re
 import shlex
@@ -53,6 +54,33 @@ class Failure:
     """The test's node id."""
     message: str
     """pytest's ``E`` lines (or the crash line)."""
+    code: str = ""
+    """The test function's source (what it calls), when found: test code, never the package's."""
+
+
+def test_source(tree: dict[str, str], node_id: str, max_lines: int = MAX_LINES) -> str:
+    r"""The source of the test function a node id names (its class's method for ``C::test``),
+    at most ``max_lines`` lines; empty when it cannot be found.
+
+    >>> test_source({"t/test_a.py": "import a\n\nclass T:\n    def test_x(self):\n        assert a.f(1) == 2\n"}, "t/test_a.py::T::test_x[1]")
+    'def test_x(self):\n    assert a.f(1) == 2'
+    """
+    path, _, rest = node_id.partition("::")
+    names = [n.split("[", 1)[0] for n in rest.split("::") if n]
+    try:
+        scope: list[ast.stmt] = ast.parse(tree.get(path, "")).body
+    except (SyntaxError, ValueError):
+        return ""
+    node = None
+    for name in names:
+        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name), None)
+        if node is None:
+            return ""
+        scope = node.body
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    lines = textwrap.dedent("\n".join(tree[path].splitlines()[node.lineno - 1:node.end_lineno])).splitlines()
+    return "\n".join(lines[:max_lines] + (["    ..."] if len(lines) > max_lines else []))
 
 
 def scrub(message: str, forbidden: list[str]) -> list[str]:
@@ -74,7 +102,12 @@ def scrub(message: str, forbidden: list[str]) -> list[str]:
 
 def _block(failure: Failure, forbidden: list[str]) -> str:
     lines = scrub(failure.message, forbidden)
-    return f"`{failure.test}` fails:\n\n```\n" + "\n".join(lines) + "\n```"
+    text = f"`{failure.test}` fails:\n\n```\n" + "\n".join(lines) + "\n```"
+    if failure.code:
+        keys = [f.strip() for f in forbidden if len(f.strip()) >= 6]
+        code = "\n".join(line if not any(key in line for key in keys) else "..." for line in failure.code.splitlines())
+        text = f"`{failure.test}`:\n\n```python\n{code}\n```\n\nfails with:\n\n```\n" + "\n".join(lines) + "\n```"
+    return text
 
 
 def issue(package: str, version: str, level: int, failures: list[list[Failure]], *, files: list[str], seed: int,
