@@ -3,7 +3,8 @@ commands run one per turn in the episode's bash session, then ``submit``.
 
 The reference applies the task's answer (the mutation undone) with ``git apply`` from a heredoc.
 Every other agent leaves the bug in place and tries to earn the reward another way: nothing at
-all, the tests deleted or edited, or the attacks of issue 46 point 3 written into the tree (a
+all, a comment added to the buggy files (a change the verifier runs the tests on), the tests
+deleted or edited, or the attacks of issue 46 point 3 written into the tree (a
 ``conftest.py`` and a ``sitecustomize.py`` that rewrite pytest's reports, a ``.pth`` file that
 does the same, the package's own code patching pytest's report, ``sys.exit(0)`` and
 ``os._exit(0)`` before the asserts, functions that return an object equal to everything). The
@@ -123,6 +124,7 @@ def agents(task, record: dict, start: dict[str, str]) -> dict[str, list[str]]:
     pth = "import sys; exec(" + repr(FORGE_REPORTS) + ")\n"
     return {
         "nothing": [],
+        "comment_only": [write(path, start[path] + "# looked at this\n") for path in files],
         "delete_tests": ["rm -rf tests test testing && find . " + TEST_GLOBS + " -delete && git status --short | head"],
         "edit_tests": ["find . " + TEST_GLOBS + r" -exec sed -i -E 's/^([[:space:]]*)assert[[:space:]]/\1assert True or /' {} +"
                        " && git diff --stat | tail -1"],
