@@ -192,3 +192,21 @@ def test_undoing_a_dropped_condition_that_used_a_listed_name_passes_with_the_pri
     assert check_tree({"pkg/t.py": mutant}, {"pkg/t.py": pristine}, {"pkg/t.py": pristine}) == []
     more = pristine + "\n\ndef out():\n    sys.exit(0)\n"
     assert [r["what"] for r in check("pkg/t.py", mutant, more, pristine)] == ["new name: sys", "new attribute: exit"]
+
+
+
+def test_every_built_tasks_reference_passes_the_gate():
+    """The reference of committed swe-pkg tasks (their mutations undone; the first 4 tasks of each
+    level of each package) passes the gate: no real fix is refused."""
+    from trainer.families.pkgs import pins, tasks
+
+    checked = 0
+    for name in tasks.package_names():
+        original = pins.source_tree(name)
+        built = tasks.load(name).tasks
+        for record in [r for level in (1, 2, 3) for r in [t for t in built if t["level"] == level][:4]]:
+            start = tasks.starting_tree(name, record)
+            fixed = {path: original[path] for path in record["files"]}
+            assert check_tree(start, fixed, original) == [], record["id"]
+            checked += 1
+    assert checked >= 20

@@ -37,6 +37,7 @@ True
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import Counter
 from typing import Any
@@ -128,6 +129,7 @@ def _parse(text: str) -> tuple[ast.AST | None, str, int]:
         return None, f"does not parse: {type(exc).__name__}", 0
 
 
+@functools.lru_cache(maxsize=64)  # the package's own files recur from task to task
 def _counts(text: str | None) -> Counter:
     tree = _parse(text)[0] if text is not None else None
     return Counter({key: len(lines) for key, lines in features(tree).items()}) if tree is not None else Counter()
@@ -143,7 +145,7 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
     tree, why, line = _parse(new)
     if tree is None:
         return [{"file": path, "line": line, "kind": "syntax", "what": why}]
-    old = _counts(original) | _counts(pristine)  # the larger count of each
+    old = _counts(original) | _counts(pristine)  # the larger count of each (a new Counter: the cached ones stay)
     old_lines = set((original or "").splitlines()) | set((pristine or "").splitlines())
     new_lines = new.splitlines()
     out = []
