@@ -10,7 +10,8 @@ One domain per level of the built task set: ``swe-pkg-named`` (one mutation, the
 files). A task is drawn (seeded) from the level's built tasks of every package; its answer is the
 reference: the mutation's reverse, as a diff from the starting tree (what a perfect episode
 submits); its meta names the package, version and task, not the files (the environment builds
-them).
+them). The task source names each built task set by its digest (:func:`task_sets`), so a
+rebuilt set is a new domain version.
 
 >>> sorted(LEVELS.items(), key=lambda kv: kv[1])
 [('swe-pkg-named', 1), ('swe-pkg-unnamed', 2), ('swe-pkg-pair', 3)]
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import random
 from typing import Any
 
@@ -119,7 +121,17 @@ def new_environment(task: Any) -> PkgEnv:
     return PkgEnv()
 
 
+def task_sets() -> dict[str, str]:
+    """Each built task set's SHA-256 (first 16 digits), by package: part of the domains' task
+    source, so that a rebuilt or added task set makes a new domain version."""
+    from trainer.families.pkgs.tasks import TASKS_DIR, package_names  # lazy: the pins are read with it
+
+    return {name: hashlib.sha256((TASKS_DIR / f"{name}.json.gz").read_bytes()).hexdigest()[:16]
+            for name in package_names()}
+
+
 def register_all() -> list[DomainSpec]:
+    sets = task_sets()
     specs = []
     for slug, level in LEVELS.items():
         title, description = TITLES[slug]
@@ -128,7 +140,7 @@ def register_all() -> list[DomainSpec]:
             description=f"{description}. Multi-turn, in a persistent bash session in the package's source tree; "
                         "the package's fail-to-pass and pass-to-pass tests decide, in a fresh sandbox.",
             task_source_spec={"family": FAMILY, "pkg_level": level, "levels": 1, "multi_turn": True,
-                              "environment": "shell"},
+                              "environment": "shell", "task_sets": sets},
             environment=new_environment,
         ))
     return specs
