@@ -170,9 +170,13 @@ def test_the_audit_probes_hold(world):
     reference and its equivalent pass, nothing and every attack earn nothing."""
     from trainer.audit.pkg_probes import pkg_probes
     from trainer.audit.probes import EXPECT_NO_REWARD, EXPECT_PASS
+    from trainer.audit.runner import plan_probes
 
     task, _, _, _, context = world
     probes = pkg_probes(task)  # reads the task through the verifier, as the world patched it
+    planned, chance, skipped = plan_probes(family="pkgs", verifier={"stages": [{"type": "pkg_tests"}]}, tasks=[task],
+                                           chance_tasks=[task])
+    assert [(p.cls, p.completion) for p in planned] == [(p.cls, p.completion) for p in probes] and not chance and not skipped
     assert {p.cls for p in probes} >= {"gold", "equivalent", "empty"} | {f"code.{n}" for n in NOTES}
     for probe in probes:
         verdict = verifier.pkg_tests(probe.completion, probe.task, context=context)
@@ -181,3 +185,4 @@ def test_the_audit_probes_hold(world):
         else:
             assert probe.expect == EXPECT_NO_REWARD and verdict.reward == 0.0, (probe.cls, verdict.details)
             assert verdict.outcome is not Outcome.SANDBOX_ERROR, (probe.cls, verdict.details)
+

@@ -199,7 +199,8 @@ def pkg_probes(task: Task) -> list[Probe]:
 
     package, record, _ = task_record(task)
     start, reference = reference_tree(package, record)
-    line = int(record["mutations"][0].get("line", 1)) if record.get("mutations") else 1
+    target = record["files"][0]
+    line = next((int(m["line"]) for m in record.get("mutations", ()) if m.get("file") == target and "line" in m), 1)
     probes: list[Probe] = []
 
     def add(cls: str, tree: dict[str, str], note: str) -> None:
