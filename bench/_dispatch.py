@@ -16,15 +16,16 @@ sys.path.insert(0, str(ROOT))
 
 
 def setup_django(prefix: str) -> tuple[str, dict]:
-    """Django on a fresh SQLite database in a new temporary directory (``prefix...``), migrated;
-    returns REDIS_URL and the environment for worker processes. Without REDIS_URL it prints the
+    """Django on a fresh SQLite database in a new temporary directory (``prefix...``), or on
+    ``BENCH_DATABASE_URL`` (an empty PostgreSQL database of yours), migrated; returns REDIS_URL
+    and the environment for worker processes. Without REDIS_URL it prints the
     JSON error line and exits with status 2."""
     redis_url = os.environ.get("REDIS_URL")
     if not redis_url:
         print(json.dumps({"error": "set REDIS_URL=redis://127.0.0.1:6379/0"}))
         raise SystemExit(2)
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    env = {**os.environ, "TEMPER_VAR_DIR": str(work / "var"), "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
+    env = {**os.environ, "TEMPER_VAR_DIR": str(work / "var"), "DATABASE_URL": os.environ.get("BENCH_DATABASE_URL") or f"sqlite:///{work / 'db.sqlite3'}",
            "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
     os.environ.update(env)
     import django

@@ -105,10 +105,13 @@ def train_join_run(run_id: int, node_rank: int, master: str) -> str:
 
 
 @shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)
-def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
+def verify_batch(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
     """Verify a batch with a domain version's pinned cascade (sandbox stages run here, within the
-    domain's live sandbox quota)."""
-    verifier = pinned_verifier(slug=domain, version=version)
+    domain's live sandbox quota). ``digest``: the pinned spec's (:func:`~workers.verify.pinned_spec`:
+    a process that read that spec before verifies without reading it again)."""
+    verifier = verify.pinned_spec(domain, version, digest, lambda slug, v: pinned_verifier(slug=slug, version=v))
+    if not any(stage.get("type") in verify.SANDBOX_STAGES for stage in verifier.get("stages", [])):
+        return verify.verify_items(verifier, items)  # no sandbox: no quota to read, no pool figures
     quota = domain_quotas(slugs=[domain])[domain]
     try:
         return verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
@@ -117,10 +120,10 @@ def verify_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
 
 
 @shared_task(name="temper.verify.batch_long", queue="verify_long", acks_late=True, soft_time_limit=600, time_limit=660)
-def verify_batch_long(domain: str, version: int, items: list[dict]) -> list[dict]:
+def verify_batch_long(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
     """The same as temper.verify.batch, on the long lane (workers/lanes.py): domains whose
     verifications take long, so they never hold the workers of the short ones."""
-    return verify_batch(domain, version, items)
+    return verify_batch(domain, version, items, digest)
 
 
 @shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)
@@ -138,9 +141,9 @@ def eval_run(eval_run_id: int) -> str:
 
 
 @shared_task(name="temper.judge.batch", queue="judge", acks_late=True, soft_time_limit=600, time_limit=660)
-def judge_batch(domain: str, version: int, items: list[dict]) -> list[dict]:
+def judge_batch(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
     """Verify a batch whose cascade has a judge stage (same contract as temper.verify.batch)."""
-    return verify_batch(domain, version, items)
+    return verify_batch(domain, version, items, digest)
 
 
 @shared_task(name="temper.judge.shadow", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)

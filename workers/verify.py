@@ -24,9 +24,10 @@ from controlplane.dispatch import TASK_QUEUES
 from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 from trainer.verifiers import NO_CONTEXT, VerifyContext, compile_cascade
+from trainer.verifiers.cascade import spec_digest
 from workers import judge, sandbox
 from workers.slots import default_slots, domain_slot
-from workers.verify_group import verify_group, verify_item
+from workers.verify_group import verify_group, verify_many
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,32 @@ LOST = "lost"
 """The ``details`` key of a verification no worker answered after every re-send (its value: the
 queue). Like ``no_worker`` it says nothing of the domain: a worker that died with the batch
 still looks alive until its heartbeat is stale, so these are not counted toward quarantine."""
+
+
+_pinned: dict[tuple[str, int, str], dict] = {}
+_pinned_lock = threading.Lock()
+PINNED_CACHE = 256
+"""Pinned specs a worker process keeps, by domain, version and digest."""
+
+
+def pinned_spec(domain: str, version: int, digest: str | None, read: Callable[[str, int], dict]) -> dict:
+    """The cascade spec ``domain`` pins at ``version``: from this process's memory when the batch
+    names its digest and the spec read earlier has that digest (so it is that very spec), else
+    ``read(domain, version)`` (the database). A spec whose digest differs from the batch's is the
+    database's, used and not kept."""
+    key = (domain, version, digest or "")
+    if digest:
+        with _pinned_lock:
+            hit = _pinned.get(key)
+        if hit is not None:
+            return hit
+    spec = read(domain, version)
+    if digest and spec_digest(spec) == digest:
+        with _pinned_lock:
+            if len(_pinned) >= PINNED_CACHE:
+                _pinned.clear()
+            _pinned[key] = spec
+    return spec
 
 
 def needs_worker(spec: dict) -> bool:
@@ -108,8 +135,7 @@ def verify_items(spec: dict, items: list[dict], max_concurrent_sandboxes: int | 
     allocation (workers/verify_group.py); the verdicts are those of one item at a time."""
     context = verify_context(spec, max_concurrent_sandboxes)
     if not any(stage.get("type") in SANDBOX_STAGES for stage in spec.get("stages", [])):
-        cascade = compile_cascade(spec, context)
-        return [verify_item(cascade, item) for item in items]
+        return verify_many(compile_cascade(spec, context), items)
     groups: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         groups.setdefault(json.dumps(item.get("task"), sort_keys=True, default=str), []).append(i)
@@ -163,7 +189,7 @@ class Gatherer:
                 log.warning("re-dispatching %d lost or late %s batches (attempt %d)", len(todo), name, attempt)
             pending = {i: self.send(name, batches[i]) for i in todo}
             self._count("batches", len(pending))
-            deadline = time.monotonic() + max(self.deadline_s(len(batches[i][-1])) for i in todo)
+            deadline = time.monotonic() + max(self.deadline_s(len(batches[i][2])) for i in todo)
             todo = []
             for i, handle in pending.items():
                 outcome = self._wait(handle, deadline, queue, i, attempt)
@@ -173,8 +199,8 @@ class Gatherer:
                     todo.append(i)
                 else:
                     results[i] = outcome
-        self._count("lost_items", sum(len(batches[i][-1]) for i in list(todo) + sorted(unserved)))
-        self._count("unserved_items", sum(len(batches[i][-1]) for i in unserved))
+        self._count("lost_items", sum(len(batches[i][2]) for i in list(todo) + sorted(unserved)))
+        self._count("unserved_items", sum(len(batches[i][2]) for i in unserved))
         return results, unserved
 
     def _served(self, queue: str) -> bool:
@@ -218,6 +244,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
     """
     compiled = {slug: compile_cascade(spec, NO_CONTEXT) for slug, spec in cascades.items() if not needs_worker(spec)}  # no sandbox or judge stage
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
+    digests = {slug: spec_digest(cascades[slug]) for slug in remote}
     task_names = {slug: batch_task(cascades[slug]) for slug in remote}
     priorities = priorities if priorities is not None else {}
     gatherer = Gatherer(send, (lambda n: deadline_s) if deadline_s else
@@ -243,7 +270,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
             for start in range(0, len(idxs), BATCH_SIZE):
                 chunk = idxs[start:start + BATCH_SIZE]
                 payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]
-                batches.setdefault(name, []).append((slug, versions[slug], payload))
+                batches.setdefault(name, []).append((slug, versions[slug], payload, digests[slug]))
                 index.setdefault(name, []).append(chunk)
         for name in batches:
             results, unserved = gatherer.gather(name, batches[name])

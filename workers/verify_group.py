@@ -153,6 +153,31 @@ def verify_item(cascade: Callable[[str, Task], Verification], item: dict) -> dic
         return Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}).to_dict()
 
 
+def verify_many(cascade: Any, items: list[dict]) -> list[dict]:
+    """``{completion, task}`` items through a compiled cascade together (each stage over every
+    item, a process stage's calls in one message: :meth:`Cascade.run_many
+    <trainer.verifiers.cascade.Cascade.run_many>`), each with the outcome :func:`verify_item`
+    gives it alone; an item whose task does not load, or a cascade that crashes, is that item's
+    (or, item by item, each one's) ``sandbox_error``."""
+    pairs: list[tuple[str, Task]] = []
+    out: list[dict | None] = [None] * len(items)
+    index: list[int] = []
+    for i, item in enumerate(items):
+        try:
+            pairs.append((item["completion"], Task(**item["task"])))
+            index.append(i)
+        except Exception:  # noqa: BLE001 - verify_item says why, for this item alone
+            out[i] = verify_item(cascade, item)
+    try:
+        for i, verification in zip(index, cascade.run_many(pairs)):
+            out[i] = verification.to_dict()
+    except Exception:  # noqa: BLE001 - one at a time, so a crash is the crashing item's outcome
+        log.exception("verifier crashed on a batch; verifying its items one by one")
+        for i in index:
+            out[i] = verify_item(cascade, items[i])
+    return out  # type: ignore[return-value]
+
+
 def verify_group(spec: dict, items: list[dict], context: VerifyContext, max_concurrent_sandboxes: int | None) -> list[dict]:
     """The completions of one task, verified by ``spec`` at once with their first sandbox jobs in
     one allocation; results in the items' order."""

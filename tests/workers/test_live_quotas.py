@@ -56,15 +56,17 @@ def test_changed_caps_are_applied_to_the_sampler_at_the_step_boundary(admin):
 def test_the_verify_task_uses_the_live_sandbox_quota_for_every_pinned_version(admin, monkeypatch):
     from workers import tasks, verify
 
-    code = factories.domain("code", max_concurrent_sandboxes=8)
+    code = factories.domain("code", max_concurrent_sandboxes=8, verifier={"stages": [{"type": "code_tests"}]})
     seen = []
     monkeypatch.setattr(verify, "verify_items", lambda spec, items, max_concurrent_sandboxes=None: seen.append(max_concurrent_sandboxes) or [])
     domain_update(actor=admin, domain=code, changes={"max_concurrent_sandboxes": 2})
-    domain_update(actor=admin, domain=code, changes={"verifier": {"stages": [{"type": "exact", "params": {"case_sensitive": True}}]}})
-    assert code.versions.count() == 3
+    domain_update(actor=admin, domain=code, changes={"verifier": {"stages": [{"type": "code_tests", "timeout_s": 20.0}]}})
+    domain_update(actor=admin, domain=code, changes={"verifier": {"stages": [{"type": "exact"}]}})
+    assert code.versions.count() == 4
     tasks.verify_batch("code", 1, [])  # a run pinned to version 1
     tasks.verify_batch("code", 3, [])  # another pinned to version 3
-    assert seen == [2, 2] and domain_quotas(slugs=["code"])["code"].max_concurrent_sandboxes == 2
+    tasks.verify_batch("code", 4, [])  # version 4 runs no sandbox: no quota to read
+    assert seen == [2, 2, None] and domain_quotas(slugs=["code"])["code"].max_concurrent_sandboxes == 2
 
 
 def test_batches_of_higher_priority_domains_are_sent_first():

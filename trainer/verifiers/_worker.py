@@ -4,8 +4,11 @@ Started as ``python -m trainer.verifiers._worker``. Writes ``("ready",)`` once s
 length-prefixed pickles on stdin: ``(function_path,)`` imports a stage function and answers
 ``("loaded",)``, after calling the function's ``warm_up`` attribute if it has one (the host does
 both before a stage's clock starts); ``(function_path, completion,
-task, params)`` runs it. Replies go on its original stdout: ``("ok", Verification)`` or
-``("error", kind, message)``; everything a stage prints goes to stderr.
+task, params)`` runs it; ``(function_path, [(completion, task, params), ...])`` runs it on each
+in turn, writing each one's reply as soon as it has it (the host times each call from the
+previous reply: :meth:`ProcessPool.call_many <trainer.verifiers.isolation.ProcessPool.call_many>`).
+Replies go on its original stdout: ``("ok", Verification)`` or ``("error", kind, message)``;
+everything a stage prints goes to stderr.
 It dies with its parent (PR_SET_PDEATHSIG) and after EOF on stdin.
 """
 from __future__ import annotations
@@ -65,6 +68,17 @@ def _function(functions: dict[str, object], path: str) -> object:
     return fn
 
 
+def _run(fn: object, completion: object, task: object, params: dict) -> tuple:
+    """One call of a stage function, as its reply."""
+    try:
+        return ("ok", fn(completion, task, **params))  # type: ignore[operator]
+    except MemoryError:
+        return ("error", "MemoryError", "the stage ran out of memory")
+    except BaseException as exc:  # noqa: BLE001 - report every failure of the stage
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return ("error", type(exc).__name__, f"{exc}\n{''.join(tb[-3:])}"[:4000])
+
+
 def main() -> int:
     _die_with_parent()
     if os.getppid() == 1:
@@ -89,9 +103,14 @@ def main() -> int:
                 if warm_up is not None:
                     warm_up()
                 result = ("loaded",)
+            elif len(message) == 2:  # (function_path, calls): each call's reply as soon as it is known
+                fn = _function(functions, message[0])
+                for completion, task, params in message[1]:
+                    _write(out_fd, _run(fn, completion, task, params))
+                continue
             else:
                 path, completion, task, params = message
-                result = ("ok", _function(functions, path)(completion, task, **params))
+                result = _run(_function(functions, path), completion, task, params)
         except MemoryError:
             result = ("error", "MemoryError", "the stage ran out of memory")
         except BaseException as exc:  # noqa: BLE001 - report every failure of the stage

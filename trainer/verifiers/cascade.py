@@ -23,6 +23,7 @@ overrides that. When no stage is decisive, the last checker's verification is th
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 import time
@@ -110,35 +111,60 @@ class Cascade:
 
     def run(self, completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None) -> Verification:
         """Verify one completion. ``isolation`` overrides every stage's (``inline`` for benches)."""
+        return self.run_many([(completion, task)], isolation=isolation, pool=pool)[0]
+
+    def run_many(self, items: list[tuple[str, Task]], *, isolation: str | None = None,
+                 pool: ProcessPool | None = None) -> list[Verification]:
+        """Verify many completions, each as :meth:`run` would alone: each stage runs over every
+        completion still undecided before the next stage starts, and a ``process`` stage's
+        calls go to one verifier worker in one message (:meth:`ProcessPool.call_many`), each
+        with its own timeout; what one call does to its worker never decides another's outcome."""
         if isolation is not None and isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, not {isolation!r}")
-        text = completion
-        trail: list[dict[str, Any]] = []
-        timings: dict[str, float] = {}
-        result: tuple[Verification, str] | None = None
-        last_checker: tuple[Verification, str] | None = None
-        started = time.perf_counter()
+        states = [_Progress(completion) for completion, _ in items]
         for stage in self.stages:
-            t0 = time.perf_counter()
-            verification = run_stage(stage, text, task, isolation=isolation, pool=pool, context=self.context)
-            seconds = time.perf_counter() - t0
-            trail.append({"stage": stage.name, "type": stage.stage_type.name, "outcome": verification.outcome.value,
-                          "seconds": round(seconds, 6)})
-            timings[stage.name] = timings.get(stage.name, 0.0) + seconds
-            result = (verification, stage.name)
-            if stage.is_decisive(verification.outcome):
+            live = [i for i, state in enumerate(states) if not state.decided]
+            if not live:
                 break
-            if not stage.stage_type.gate:
-                last_checker = result
-            elif verification.outcome is Outcome.PASS and "extracted" in verification.details:
-                text = str(verification.details["extracted"])
-        else:
-            if last_checker is not None:
-                result = last_checker
+            results = run_stage_many(stage, [(states[i].text, items[i][1]) for i in live], isolation=isolation,
+                                     pool=pool, context=self.context)
+            for i, (verification, seconds) in zip(live, results):
+                states[i].record(stage, verification, seconds)
+        return [state.verdict() for state in states]
+
+
+class _Progress:
+    """One completion's way through a cascade: the text later stages see, the trail, the
+    decisive result once a stage gave one, and the last checker's result otherwise."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.trail: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+        self.result: tuple[Verification, str] | None = None
+        self.last_checker: tuple[Verification, str] | None = None
+        self.decided = False
+        self.seconds = 0.0
+
+    def record(self, stage: StageConfig, verification: Verification, seconds: float) -> None:
+        self.trail.append({"stage": stage.name, "type": stage.stage_type.name, "outcome": verification.outcome.value,
+                           "seconds": round(seconds, 6)})
+        self.timings[stage.name] = self.timings.get(stage.name, 0.0) + seconds
+        self.seconds += seconds
+        self.result = (verification, stage.name)
+        if stage.is_decisive(verification.outcome):
+            self.decided = True
+        elif not stage.stage_type.gate:
+            self.last_checker = self.result
+        elif verification.outcome is Outcome.PASS and "extracted" in verification.details:
+            self.text = str(verification.details["extracted"])
+
+    def verdict(self) -> Verification:
+        """The decisive stage's result, else (every stage ran) the last checker's."""
+        result = self.result if self.decided or self.last_checker is None else self.last_checker
         assert result is not None  # a valid spec has at least one stage
         final, name = result
-        details = {**final.details, "stage": name, "stages": trail, "timings": timings,
-                   "verify_s": time.perf_counter() - started}
+        details = {**final.details, "stage": name, "stages": self.trail, "timings": self.timings, "verify_s": self.seconds}
         return Verification(final.outcome, final.score, details)
 
 
@@ -146,20 +172,37 @@ def run_stage(stage: StageConfig, completion: str, task: Task, *, isolation: str
               context: VerifyContext = NO_CONTEXT) -> Verification:
     """Run one stage under its isolation and timeout; adds ``stage`` to the details. A stage that
     needs the context gets it and runs in this process (``process`` isolation would mean pickling it)."""
+    return run_stage_many(stage, [(completion, task)], isolation=isolation, pool=pool, context=context)[0][0]
+
+
+def run_stage_many(stage: StageConfig, calls: list[tuple[str, Task]], *, isolation: str | None = None,
+                   pool: ProcessPool | None = None, context: VerifyContext = NO_CONTEXT) -> list[tuple[Verification, float]]:
+    """:func:`run_stage` over each ``(completion, task)``, with each one's seconds; a ``process``
+    stage's calls in one message to one worker."""
     stype = stage.stage_type
     mode = isolation or stype.isolation
     params = {**stage.params, "context": context} if stype.needs_context else stage.params
     if stype.needs_context and mode == "process":
         mode = "thread"
     if mode == "process":
-        verification = (pool or default_pool()).call(stype.function, completion, task, params, stage.timeout_s)
-    elif mode == "thread":
-        verification = run_in_thread(stype.fn, completion, task, params, stage.timeout_s)
+        results = (pool or default_pool()).call_many(stype.function, [(c, t, params) for c, t in calls], stage.timeout_s)
     else:
-        verification = run_inline(stype.fn, completion, task, params)
-    infra = INFRASTRUCTURE_ON_FAILURE.get(stype.name)
+        results = []
+        for completion, task in calls:
+            t0 = time.perf_counter()
+            if mode == "thread":
+                verification = run_in_thread(stype.fn, completion, task, params, stage.timeout_s)
+            else:
+                verification = run_inline(stype.fn, completion, task, params)
+            results.append((verification, time.perf_counter() - t0))
+    return [(_settled(stage, verification), seconds) for verification, seconds in results]
+
+
+def _settled(stage: StageConfig, verification: Verification) -> Verification:
+    """A stage's result as the cascade records it: a service stage's failure is the service's
+    (masked, never a reward of 0), and ``stage`` names the stage."""
+    infra = INFRASTRUCTURE_ON_FAILURE.get(stage.stage_type.name)
     if infra is not None and verification.outcome in (Outcome.TIMEOUT, Outcome.RUNTIME_ERROR, Outcome.MEMORY_LIMIT):
-        # The stage's service failed, not the policy: masked, never a reward of 0.
         verification = Verification.failed(infra, **{**verification.details, "stage_outcome": verification.outcome.value})
     if "stage" not in verification.details:
         verification = Verification(verification.outcome, verification.score, {**verification.details, "stage": stage.name})
@@ -185,6 +228,16 @@ def compile_cascade(spec: dict[str, Any], context: VerifyContext) -> Cascade:
                 _cache.clear()
             _cache[key] = cascade
     return cascade if context is NO_CONTEXT else dataclasses.replace(cascade, context=context)
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """A short fingerprint of a cascade spec (SHA-256 of its canonical JSON): a verify batch
+    carries its pinned spec's, so a worker that has that spec need not read it again.
+
+    >>> spec_digest({"stages": [{"type": "exact"}]}) == spec_digest({"stages": [{"type": "exact"}]})
+    True
+    """
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def run_cascade(spec: dict[str, Any], completion: str, task: Task, *, isolation: str | None = None, pool: ProcessPool | None = None,

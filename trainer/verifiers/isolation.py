@@ -29,6 +29,8 @@ from trainer.outcomes import Outcome, Verification
 from trainer.tasks.base import Task
 
 ISOLATIONS = ("process", "thread", "inline")
+READ_CHUNK = 1 << 16
+"""Bytes asked of the worker's pipe per read: several small replies arrive in one."""
 WORKER_START_S = 120.0
 """Longest wait for a new verifier worker to start, and for a worker to import a stage's function."""
 
@@ -103,6 +105,7 @@ class _Worker:
         self.out_fd = self.proc.stdout.fileno()
         self.started = False
         self.loaded: set[str] = set()
+        self._buffer = bytearray()
 
     def prepare(self, function: str) -> None:
         """Wait for the worker's start and have it import ``function`` (``module:attr``), each
@@ -126,7 +129,9 @@ class _Worker:
             view = view[os.write(self.in_fd, view) :]
 
     def _read_exact(self, n: int, deadline: float) -> bytes:
-        buf = bytearray()
+        """``n`` bytes of the worker's replies, by ``deadline``: what one read brings beyond them
+        (the next replies of a :meth:`ProcessPool.call_many`) stays in the buffer."""
+        buf = self._buffer
         while len(buf) < n:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -134,11 +139,13 @@ class _Worker:
             ready, _, _ = select.select([self.out_fd], [], [], remaining)
             if not ready:
                 raise TimeoutError
-            chunk = os.read(self.out_fd, n - len(buf))
+            chunk = os.read(self.out_fd, max(n - len(buf), READ_CHUNK))
             if not chunk:
                 raise EOFError
             buf += chunk
-        return bytes(buf)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
 
     def receive(self, deadline: float) -> Any:
         size = int.from_bytes(self._read_exact(8, deadline), "big")
@@ -200,32 +207,57 @@ class ProcessPool:
 
     def call(self, function: str, completion: str, task: Task, params: dict[str, Any], timeout_s: float) -> Verification:
         """Run ``function`` in a worker; a timeout, a crash or an exception becomes an outcome."""
+        return self.call_many(function, [(completion, task, params)], timeout_s)[0][0]
+
+    def call_many(self, function: str, calls: list[tuple[str, Task, dict[str, Any]]],
+                  timeout_s: float) -> list[tuple[Verification, float]]:
+        """Run ``function`` on each ``(completion, task, params)`` in one worker, sent in one
+        message; each call's outcome (as :meth:`call` has it) and its seconds, in order. The
+        worker answers each call as soon as it has run it, and each call has ``timeout_s`` from
+        the previous answer (the first from the send): a call that overruns is a ``timeout`` and
+        one that kills its worker a ``runtime_error``, that worker goes, and the calls after it
+        run in a fresh worker, so no call's outcome depends on another's."""
+        out: list[tuple[Verification, float]] = []
+        while len(out) < len(calls):
+            out += self._call_run(function, calls[len(out):], timeout_s)
+        return out
+
+    def _call_run(self, function: str, calls: list[tuple[str, Task, dict[str, Any]]],
+                  timeout_s: float) -> list[tuple[Verification, float]]:
+        """As many of ``calls`` as one worker answers, up to and including the first that ends it."""
         worker = self._acquire()
         try:
             worker.prepare(function)
         except (WorkerStartError, TimeoutError, EOFError, OSError, pickle.UnpicklingError) as exc:
             self._release(worker, alive=False)
-            return Verification.failed(Outcome.JUDGE_ERROR, error=f"verifier worker not ready for {function} ({type(exc).__name__}: {exc})")
+            return [(Verification.failed(Outcome.JUDGE_ERROR, error=f"verifier worker not ready for {function} ({type(exc).__name__}: {exc})"), 0.0)]
         except BaseException:  # a task's soft time limit, an interrupt: the worker is not left counted but lost
             self._release(worker, alive=False)
             raise
-        deadline = time.monotonic() + timeout_s
+        out: list[tuple[Verification, float]] = []
+        started = time.monotonic()
         try:
-            worker.send((function, completion, task, params))
-            reply = worker.receive(deadline)
+            worker.send((function, calls[0][0], calls[0][1], calls[0][2]) if len(calls) == 1 else (function, calls))
+            for _ in calls:
+                reply = worker.receive(started + timeout_s)
+                now = time.monotonic()
+                out.append((reply_to_verification(reply), now - started))
+                started = now
         except TimeoutError:
             self._release(worker, alive=False)
-            return Verification.failed(Outcome.TIMEOUT, error=f"stage did not finish within {timeout_s:g} s; its worker was killed")
+            failed = Verification.failed(Outcome.TIMEOUT, error=f"stage did not finish within {timeout_s:g} s; its worker was killed")
+            return out + [(failed, time.monotonic() - started)]
         except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError) as exc:
             code = worker.proc.poll()
             self._release(worker, alive=False)
             code = worker.proc.returncode if code is None else code
-            return Verification.failed(Outcome.RUNTIME_ERROR, error=f"verifier worker died ({type(exc).__name__}, exit code {code})")
+            failed = Verification.failed(Outcome.RUNTIME_ERROR, error=f"verifier worker died ({type(exc).__name__}, exit code {code})")
+            return out + [(failed, time.monotonic() - started)]
         except BaseException:  # as above: the worker may hold a half-read reply, so it goes
             self._release(worker, alive=False)
             raise
         self._release(worker, alive=True)
-        return reply_to_verification(reply)
+        return out
 
     def close(self) -> None:
         """Kill every idle worker; busy ones are killed when they are released."""
