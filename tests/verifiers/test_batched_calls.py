@@ -106,3 +106,25 @@ def test_a_worker_reads_a_pinned_spec_once_per_digest_and_never_serves_another_s
     # no digest (an older sender): read each time
     pinned_spec("d", 1, None, read)
     assert len(reads) == 5
+
+
+def test_the_drivers_verify_batch_verifies_each_local_domains_items_together_in_their_order(monkeypatch):
+    from trainer.verifiers.cascade import Cascade
+    from workers.verify import make_verify_batch
+
+    exact = {"stages": [{"type": "exact"}]}
+    verify, _ = make_verify_batch(cascades={"a": exact, "b": exact}, versions={"a": 1, "b": 1}, timeouts={"a": 1.0, "b": 1.0},
+                                  send=lambda name, args: pytest.fail("nothing goes to a queue"))
+    items = [(str(i % 3), Task("a" if i % 2 else "b", str(i), "q", answer="1")) for i in range(12)]
+    calls = []
+    real = Cascade.run_many
+    monkeypatch.setattr(Cascade, "run_many", lambda self, batch, **kw: calls.append(len(batch)) or real(self, batch, **kw))
+    results = verify(items)
+    assert calls == [6, 6]
+    assert [v.outcome is Outcome.PASS for v in results] == [c == "1" for c, _ in items]
+
+    def crash(self, batch, **kw):
+        raise RuntimeError("the cascade broke")
+
+    monkeypatch.setattr(Cascade, "run_many", crash)  # and so does run, which goes through it
+    assert {v.outcome for v in verify(items[:3])} == {Outcome.SANDBOX_ERROR}
