@@ -142,6 +142,8 @@ def apply_kept(start: dict[str, str], diff: str, is_source: Callable[[str], bool
             ignored.append({"path": old, "why": "deleted (kept as it was)"})
         elif old is not None and old == new and old in start:
             ignored.append({"path": old, "why": "not the package source"})
+        elif old is not None and new is not None and old != new:
+            ignored.append({"path": f"{old} -> {new}", "why": "renamed (kept as it was)"})
         else:
             ignored.append({"path": str(new or old or text.splitlines()[0][:200]), "why": "not a change of a file of the tree"})
     return (apply_patch(start, "".join(kept)) if kept else dict(start)), ignored
