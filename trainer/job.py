@@ -57,18 +57,32 @@ Callback = Callable[[int, dict, list], None]
 
 # ----------------------------------------------------------------------------- verification
 def verify_inline(domains: dict[str, catalogue.DomainSpec]) -> VerifyBatch:
-    """Default verifier fan-out: each domain's ``verify`` in this process.
+    """Default verifier fan-out: each domain's cascade in this process, over that domain's items
+    together (``Cascade.run_many``: a process stage's calls in one message to one verifier process).
 
-    A verifier that raises is an infrastructure failure (judge_error, masked), not a reward of 0.
+    A verifier that raises is an infrastructure failure (judge_error, masked), not a reward of 0:
+    a domain whose cascade raises on the batch is verified item by item, so only the item that
+    makes it raise gets one.
     """
+    def one(completion: str, task: Task) -> Verification:
+        try:
+            return domains[task.domain].verify(completion, task)
+        except Exception as exc:  # noqa: BLE001 - any verifier crash is masked and counted
+            return Verification(Outcome.JUDGE_ERROR, 0.0, {"error": repr(exc)})
+
     def verify_batch(items: list[tuple[str, Task]]) -> list[Verification]:
-        out = []
-        for completion, task in items:
+        out: list[Verification | None] = [None] * len(items)
+        by_domain: dict[str, list[int]] = {}
+        for i, (_, task) in enumerate(items):
+            by_domain.setdefault(task.domain, []).append(i)
+        for slug, idxs in by_domain.items():
             try:
-                out.append(domains[task.domain].verify(completion, task))
-            except Exception as exc:  # noqa: BLE001 - any verifier crash is masked and counted
-                out.append(Verification(Outcome.JUDGE_ERROR, 0.0, {"error": repr(exc)}))
-        return out
+                results = domains[slug].cascade(None).run_many([items[i] for i in idxs])
+            except Exception:  # noqa: BLE001 - one by one: the crash is the crashing item's
+                results = [one(*items[i]) for i in idxs]
+            for i, verification in zip(idxs, results):
+                out[i] = verification
+        return out  # type: ignore[return-value]
     return verify_batch
 
 

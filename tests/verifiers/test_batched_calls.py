@@ -128,3 +128,24 @@ def test_the_drivers_verify_batch_verifies_each_local_domains_items_together_in_
 
     monkeypatch.setattr(Cascade, "run_many", crash)  # and so does run, which goes through it
     assert {v.outcome for v in verify(items[:3])} == {Outcome.SANDBOX_ERROR}
+
+
+def test_the_trainers_inline_verification_gives_each_item_its_own_verdict_across_domains(monkeypatch):
+    from trainer import catalogue
+    from trainer.job import verify_inline
+
+    domains = {slug: catalogue.get(slug) for slug in ("math-linear", "math-fractions")}
+    tasks = {slug: spec.source.sample(__import__("random").Random(3), 0) for slug, spec in domains.items()}
+    items = [(tasks[slug].answer if i % 3 else "wrong", tasks[slug]) for i, slug in enumerate(["math-linear", "math-fractions"] * 4)]
+    together = verify_inline(domains)(items)
+    alone = [domains[t.domain].verify(c, t) for c, t in items]
+    assert [v.outcome for v in together] == [v.outcome for v in alone]
+    assert {v.outcome for v in together} == {Outcome.PASS, Outcome.FAIL}
+
+    from trainer.verifiers.cascade import Cascade
+
+    def crash(self, batch, **kw):
+        raise RuntimeError("the cascade broke")
+
+    monkeypatch.setattr(Cascade, "run_many", crash)
+    assert {v.outcome for v in verify_inline(domains)(items[:2])} == {Outcome.JUDGE_ERROR}
