@@ -41,6 +41,8 @@ TASKS_DIR = Path(__file__).with_name("tasks")
 """Where built task sets are written (committed with the code)."""
 Executor = Callable[[dict[str, str], list[str], Limits], Any]
 """``execute(files, command, limits) -> verdict`` (``status``, ``stdout``, ``stderr``): one sandbox job."""
+DRY_WAVES = 3
+"""Waves of jobs in a row that keep no mutant before a package's build stops short of its target."""
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``."""
 
@@ -191,17 +193,18 @@ def _mutant(tree: dict[str, str], path: str, m: mutate.Mutation) -> tuple[dict[s
 
 def run_mutants(name: str, execute: Executor, base: Baseline, config: BuildConfig, wanted: int,
                 progress: Progress | None = None) -> tuple[list[Kept], int]:
-    """Try candidates in order, ``config.parallel`` jobs at a time, until ``wanted`` are kept or
-    ``config.max_mutants`` were tried. Returns the kept mutants (in candidate order) and how many
+    """Try candidates in order, ``config.parallel`` jobs at a time, until ``wanted`` are kept,
+    ``config.max_mutants`` were tried or :data:`DRY_WAVES` waves in a row kept none. Returns the kept mutants (in candidate order) and how many
     were tried."""
     tree = source_tree(name)
     args = deselect_args(PINS[name])
     timeout = run_limit(base)
     order = [(i, path, m) for i, (path, m) in enumerate(candidates(name, base, config.seed)[:config.max_mutants])]
     kept: list[Kept] = []
-    tried = 0
+    tried = dry = 0
     with ThreadPoolExecutor(max_workers=config.parallel) as pool:
-        while tried < len(order) and len(kept) < wanted:
+        while tried < len(order) and len(kept) < wanted and dry < DRY_WAVES:
+            before = len(kept)
             # about twice as many mutants as are still wanted (about half are kept), in smaller jobs near the end
             size = max(4, min(config.batch, wanted - len(kept)))
             wave = [order[tried + k * size: tried + (k + 1) * size] for k in range(config.parallel)]
@@ -209,6 +212,7 @@ def run_mutants(name: str, execute: Executor, base: Baseline, config: BuildConfi
             tried += sum(len(b) for b in wave)
             for batch, results in zip(wave, pool.map(lambda b: _run_batch(execute, tree, b, timeout, args, config), wave)):
                 kept.extend(_keep(tree, batch, results, base, config))
+            dry = dry + 1 if len(kept) == before else 0
             if progress:
                 progress("mutants", min(len(kept), wanted), wanted)
     kept.sort(key=lambda k: k.index)
