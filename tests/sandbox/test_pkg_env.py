@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import random
+import shlex
 
 import pytest
 
@@ -114,7 +115,7 @@ def test_pytest_runs_the_suite_and_the_submission_is_what_the_episode_changed(se
     task = small_task()
     record = task_record(task.meta["package"], task.id)
     env = session_of(task)
-    failing = " ".join(record["f2p"][:3])
+    failing = " ".join(shlex.quote(node) for node in record["f2p"][:3])
     assert "[exit status 1]" in bash(env, f"python3 -m pytest -q {failing}")
     tag = "TEMPER_FIX"
     assert "[exit status 0]" in bash(env, f"git apply - <<'{tag}'\n{task.answer}{tag}")
