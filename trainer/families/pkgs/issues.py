@@ -21,7 +21,7 @@ assert 3 == 4
 <BLANKLINE>
 The bug is in `demo/core.py`.
 <BLANKLINE>
-Reproduce with `python -m pytest tests/test_a.py::test_add`. Fix the package's code so that the failing tests pass and every other test still passes; do not change the tests.
+Reproduce with `python3 -m pytest tests/test_a.py::test_add`. Fix the package's code so that the failing tests pass and every other test still passes; do not change the tests.
 """
 from __future__ import annotations
 
@@ -130,6 +130,6 @@ def issue(package: str, version: str, level: int, failures: list[list[Failure]],
     elif level == 3:
         parts.append("These look like two separate bugs, in two different files of the package.")
     tests = " ".join(shlex.quote(bug[0].test) for bug in failures)
-    parts.append(f"Reproduce with `python -m pytest {tests}`. Fix the package's code so that the failing tests pass "
+    parts.append(f"Reproduce with `python3 -m pytest {tests}`. Fix the package's code so that the failing tests pass "
                  "and every other test still passes; do not change the tests.")
     return "\n\n".join(parts)
