@@ -210,3 +210,17 @@ def test_every_built_tasks_reference_passes_the_gate():
             assert check_tree(start, fixed, original) == [], record["id"]
             checked += 1
     assert checked >= 20
+
+
+def test_a_special_method_the_file_has_may_not_be_rewritten_only_put_back():
+    from trainer.families.pkgs.gate import check
+
+    pristine = ("class A:\n    def __init__(self, x):\n        self.x = x\n    def __eq__(self, other):\n"
+                "        return self.x == other.x\n    __hash__ = None\ndef f(a):\n    return a + 1\n")
+    assert check("m.py", pristine, pristine.replace("self.x = x", "self.x = x + 0"), pristine) == []  # __init__ is not comparing
+    start = pristine.replace("self.x == other.x", "self.x != other.x")  # the task's bug in __eq__
+    always = pristine.replace("return self.x == other.x", "return True").replace("return a + 1", "return A(a)")
+    assert [r["what"] for r in check("m.py", pristine, always, pristine)] == ["changed special method: A.__eq__"]
+    assert check("m.py", start, pristine, pristine) == []  # the reference puts the package's own back
+    assigned = pristine.replace("__hash__ = None", "__hash__ = object.__hash__")
+    assert "changed special method: A.__hash__" in [r["what"] for r in check("m.py", pristine, assigned, pristine)]

@@ -73,7 +73,7 @@ MAX_SOURCE_CHARS = 1_000_000
 _DUNDER = re.compile(r"^__\w+__$")
 _WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_KINDS = ("import", "definition", "parameter or keyword", "name", "attribute", "string")
+_KINDS = ("import", "definition", "parameter or keyword", "name", "attribute", "string", "special method")
 _NAME_FIELDS = {"id": "name", "attr": "attribute", "name": "definition", "arg": "parameter or keyword"}
 
 
@@ -129,6 +129,35 @@ def _parse(text: str) -> tuple[ast.AST | None, str, int]:
         return None, f"does not parse: {type(exc).__name__}", 0
 
 
+COMPARING = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__",
+                       "__contains__", "__instancecheck__", "__subclasscheck__", "__getattr__",
+                       "__getattribute__", "__class_getitem__"})
+"""The special methods that decide what an object compares, hashes or tests equal to, or what
+its attributes are: the ways to an object that passes any ``==`` or ``isinstance`` assert."""
+
+
+def _specials(tree: ast.AST | None) -> dict[str, tuple[int, str]]:
+    """The file's :data:`COMPARING` methods and assignments (``Class.__eq__``), each as (line,
+    its syntax tree dumped without positions)."""
+    out: dict[str, tuple[int, str]] = {}
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                walk(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in COMPARING:
+                out[prefix + node.name] = (node.lineno, ast.dump(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in COMPARING:
+                        out[prefix + target.id] = (node.lineno, ast.dump(node))
+
+    if tree is not None:
+        walk(getattr(tree, "body", []), "")
+    return out
+
+
 @functools.lru_cache(maxsize=64)  # the package's own files recur from task to task
 def _counts(text: str | None) -> Counter:
     tree = _parse(text)[0] if text is not None else None
@@ -157,6 +186,13 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
         fresh = [n for n in lines if 0 < n <= len(new_lines) and new_lines[n - 1] not in old_lines]
         at = min(fresh) if fresh else sorted(lines)[old[(kind, what)]]
         out.append({"file": path, "line": at, "kind": kind, "what": f"new {kind}: {what}"})
+    # A comparing special method (``__eq__``...) the file has may stay as it is or become the
+    # package's own again, nothing else: rewriting one (an ``__eq__`` that says True) adds no
+    # count above.
+    before = [_specials(_parse(text)[0]) for text in (original, pristine) if text is not None]
+    for name, (at, dumped) in _specials(tree).items():
+        if all(name not in known or known[name][1] != dumped for known in before) and any(name in known for known in before):
+            out.append({"file": path, "line": at, "kind": "special method", "what": f"changed special method: {name}"})
     return sorted(out, key=lambda r: (r["line"], _KINDS.index(r["kind"]), r["what"]))
 
 
