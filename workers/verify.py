@@ -27,7 +27,7 @@ from trainer.verifiers import NO_CONTEXT, VerifyContext, compile_cascade
 from trainer.verifiers.cascade import spec_digest
 from workers import judge, sandbox
 from workers.slots import default_slots, domain_slot
-from workers.verify_group import verify_group, verify_many
+from workers.verify_group import verify_group, verify_many, verify_pairs
 
 log = logging.getLogger(__name__)
 
@@ -229,23 +229,6 @@ class Gatherer:
             return "unserved" if gone else None
 
 
-def _verify_here(cascade: Any, items: list[tuple[str, Task]]) -> list[Verification]:
-    """A domain's items verified in this process together (:meth:`Cascade.run_many`: a process
-    stage's calls in one message); a cascade that crashes is verified item by item, so the crash
-    is the crashing item's ``sandbox_error``."""
-    try:
-        return cascade.run_many(items)
-    except Exception:  # noqa: BLE001
-        log.exception("verifier crashed on a batch; verifying its items one by one")
-    out = []
-    for completion, task in items:
-        try:
-            out.append(cascade(completion, task))
-        except Exception as exc:  # noqa: BLE001
-            out.append(Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}))
-    return out
-
-
 def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], timeouts: dict[str, float],
                       send: Callable[[str, tuple], Any], deadline_s: float | None = None,
                       priorities: dict[str, int] | None = None,
@@ -274,7 +257,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
         for i, (completion, task) in enumerate(items):
             (by_domain if task.domain in remote else local).setdefault(task.domain, []).append(i)
         for slug, idxs in local.items():
-            for i, verification in zip(idxs, _verify_here(compiled[slug], [items[i] for i in idxs])):
+            for i, verification in zip(idxs, verify_pairs(compiled[slug], [items[i] for i in idxs])):
                 out[i] = verification
         batches: dict[str, list[tuple]] = {}
         index: dict[str, list[list[int]]] = {}

@@ -153,6 +153,23 @@ def verify_item(cascade: Callable[[str, Task], Verification], item: dict) -> dic
         return Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}).to_dict()
 
 
+def verify_pairs(cascade: Any, items: list[tuple[str, Task]]) -> list[Verification]:
+    """A domain's items verified in this process together (:meth:`Cascade.run_many`: a process
+    stage's calls in one message); a cascade that crashes is verified item by item, so the crash
+    is the crashing item's ``sandbox_error``."""
+    try:
+        return cascade.run_many(items)
+    except Exception:  # noqa: BLE001
+        log.exception("verifier crashed on a batch; verifying its items one by one")
+    out = []
+    for completion, task in items:
+        try:
+            out.append(cascade(completion, task))
+        except Exception as exc:  # noqa: BLE001
+            out.append(Verification(Outcome.SANDBOX_ERROR, 0.0, {"error": repr(exc)[:500]}))
+    return out
+
+
 def verify_many(cascade: Any, items: list[dict]) -> list[dict]:
     """``{completion, task}`` items through a compiled cascade together (each stage over every
     item, a process stage's calls in one message: :meth:`Cascade.run_many
@@ -168,13 +185,8 @@ def verify_many(cascade: Any, items: list[dict]) -> list[dict]:
             index.append(i)
         except Exception:  # noqa: BLE001 - verify_item says why, for this item alone
             out[i] = verify_item(cascade, item)
-    try:
-        for i, verification in zip(index, cascade.run_many(pairs)):
-            out[i] = verification.to_dict()
-    except Exception:  # noqa: BLE001 - one at a time, so a crash is the crashing item's outcome
-        log.exception("verifier crashed on a batch; verifying its items one by one")
-        for i in index:
-            out[i] = verify_item(cascade, items[i])
+    for i, verification in zip(index, verify_pairs(cascade, pairs)):
+        out[i] = verification.to_dict()
     return out  # type: ignore[return-value]
 
 
