@@ -15,8 +15,10 @@ kinds of process:
 * the **pytest child**: Python ``-I`` (no user site, no environment, no script folder on the
   path), bytecode writing off, ``-p no:cacheprovider``, the runner's plugin given as an object
   (never found by name). Its stdout and stderr are the job's stderr. The plugin sends one
-  record per test over a pipe only the parent reads, written at the end of the test's teardown:
-  a test passed only when its setup, call and teardown all passed. A test with no record (the
+  record per test over a socket only the parent reads (not a pipe: ``/proc/self/fd/N`` cannot
+  open a socket again), each with the run's key, written at the end of the test's teardown: a
+  test passed only when its setup, call and teardown all passed, and a test with two records
+  failed (one of them was forged). A test with no record (the
   child called ``os._exit``, ``sys.exit`` or was killed) failed.
 
 A build job holds many runs (one per mutant): the parent writes a run's files before its child
@@ -50,6 +52,7 @@ PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "--continue-on-collection-errors"
 plugins that are not there)."""
 NO_RESULT = runner_program.NO_RESULT
 NOT_RUN = "not run: the test was not collected"
+TWO_RECORDS = "two records for one test: one of them was not the runner's"
 MAX_MESSAGE = 1000
 """Longest failure text kept per test."""
 _MARKER = re.compile(r"^@@TEMPER-PKG ([0-9a-f]{32}) (\d+) ([A-Z]) (.*)$", re.MULTILINE)
@@ -171,7 +174,11 @@ def _results(markers: list[tuple[str, Any]], select: tuple[str, ...] | None) -> 
         if kind == "R" and isinstance(payload, list) and len(payload) == 3 and isinstance(payload[0], str):
             node, outcome, msg = payload
             if node in passed or node in failed or node in skipped:
-                continue  # one record per test: a second one is not believed
+                # one record per test: a second one means one was forged, and the test failed
+                passed.discard(node)
+                skipped.discard(node)
+                failed[node] = TWO_RECORDS
+                continue
             if outcome == "p":
                 passed.add(node)
             elif outcome == "s":

@@ -8,8 +8,11 @@ Processes: the **parent** (trusted: non-dumpable, holds the nonce, alone writes 
 stdout), the **spawner** (forked before the parent reads its spec: it never holds the nonce; it
 imports pytest once and forks one pytest child per run) and one **pytest child** per run (the
 package's code and tests run there; its stdout and stderr are the job's stderr, or /dev/null).
-Each child gets a fresh records pipe from the parent (passed through the spawner with
-SCM_RIGHTS); the parent turns the records into marker lines carrying the nonce.
+Each child gets a fresh records socket and a key from the parent (passed through the spawner with
+SCM_RIGHTS); the parent turns the records that carry the key into marker lines carrying the
+nonce. A socket, because a pipe can be opened again by path (``/proc/self/fd/N``: any file API of
+the package's imports, ``logging.FileHandler`` say, then writes records), and a key, because code
+that reaches a descriptor by number (``os.write``) could write to the socket too.
 """
 import json, os, resource, select, signal, socket, sys, threading, time, _ctypes  # noqa: E401
 
@@ -71,19 +74,20 @@ def _failure_text(report):
 
 
 class _Plugin:
-    """The child's pytest plugin: one record per test at the end of its teardown, over the pipe."""
+    """The child's pytest plugin: one record per test at the end of its teardown, over the socket."""
 
-    def __init__(self, fd):
+    def __init__(self, fd, key):
         # lazy: only the pytest child has pytest (the parent never imports it)
         import _pytest.reports
         import _pytest.runner
-        self._fd, self._write, self._phases = fd, os.write, {}
+        self._fd, self._write, self._phases, self._key = fd, os.write, {}, key
         self._watched = [(_pytest.runner, "call_and_report"), (_pytest.runner, "runtestprotocol"),
                          (_pytest.runner.CallInfo, "from_call"), (_pytest.reports.TestReport, "from_item_and_call"),
                          (_pytest.reports.BaseReport, "passed")]
         self._seen = [m.__dict__.get(n) for m, n in self._watched]
 
     def send(self, obj):
+        obj["k"] = self._key
         data = (json.dumps(obj) + "\n").encode("utf-8", "replace")
         while data:
             data = data[self._write(self._fd, data):]
@@ -143,7 +147,7 @@ def _tracer(root, wanted, lines):
     return trace
 
 
-def _child(wfd, run):
+def _child(wfd, run, key):
     """The pytest child of one run (never returns)."""
     try:
         os.setpgid(0, 0)
@@ -159,7 +163,7 @@ def _child(wfd, run):
         sys.path[:0] = [os.path.join(root, p) if p != "." else root for p in run.get("paths", ["."])]
         import pytest  # lazy: the spawner imported it once; only children use it
 
-        plugin = _Plugin(wfd)
+        plugin = _Plugin(wfd, key)
         lines = {}
         if run.get("coverage"):
             trace = _tracer(root, set(run["coverage"]), lines)
@@ -204,7 +208,7 @@ def _spawner(sock):
         # no third-party package but pytest: the site folders leave the path once pytest is in
         sys.path[:] = [p for p in sys.path if "-packages" not in p]
         while True:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 256, 1)
             if not msg or not fds:
                 os._exit(0)
             with open(RUN_FILE, "rb") as f:
@@ -213,7 +217,7 @@ def _spawner(sock):
             pid = os.fork()
             if pid == 0:
                 sock.close()
-                _child(fds[0], run)
+                _child(fds[0], run, msg[1:].decode("ascii", "replace"))
             os.close(fds[0])
             sock.sendall(b"P %d\n" % pid)
             status = os.waitpid(pid, 0)[1]
@@ -344,8 +348,12 @@ def main():
         before = _write_files(run.get("files", {}))
         with open(RUN_FILE, "w") as f:
             json.dump({key: value for key, value in run.items() if key != "files"}, f)
-        r, w = os.pipe()
-        socket.send_fds(mine, [b"R"], [w])
+        # a socket, not a pipe: it cannot be opened again by path (/proc/self/fd/N), and a record
+        # counts only with the run's key, which the pytest child's code never gets as such
+        ours, its = socket.socketpair()
+        r, w = ours.detach(), its.detach()
+        key = os.urandom(16).hex()
+        socket.send_fds(mine, [b"R" + key.encode()], [w])
         os.close(w)
         child = int(lines.line()[2:])
         began = time.monotonic()
@@ -358,7 +366,7 @@ def main():
                 record = json.loads(raw)
             except ValueError:
                 continue
-            kind = record.get("t") if type(record) is dict else None
+            kind = record.get("t") if type(record) is dict and record.get("k") == key else None
             if kind == "r" and type(record.get("id")) is str and record.get("o") in ("p", "f", "s"):
                 mark(k, "R", [record["id"], record["o"], str(record.get("msg", ""))[:1000]])
             elif kind == "c" and type(record.get("ids")) is list:
