@@ -16,7 +16,7 @@ from trainer.verifiers.patches import apply_patch
 from workers.pkgs_build import executor
 from workers.sandbox import Limits, execute
 
-CONFIG = build.BuildConfig(seed=0, level1=1, level2=1, level3=1, max_mutants=24, batch=12, parallel=1)
+CONFIG = build.BuildConfig(seed=0, level1=6, level2=6, level3=1, max_mutants=64, batch=12, parallel=1)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def built():
 
 def test_tasks_of_every_level_are_kept_by_the_rules(built):
     doc, figures = built
-    assert figures["levels"] == {"1": 1, "2": 1, "3": 1} and figures["tried"] <= CONFIG.max_mutants
+    assert figures["levels"] == {"1": 6, "2": 6, "3": 1} and figures["tried"] <= CONFIG.max_mutants
     tree = source_tree("webcolors")
     passing = set(doc["passing"])
     assert len(passing) > 400
@@ -45,7 +45,7 @@ def test_prompts_come_from_failures_not_from_the_diff(built):
     doc, _ = built
     for task in doc["tasks"]:
         prompt = task["prompt"]
-        assert task["f2p"][0] in prompt and "diff --git" not in prompt
+        assert any(t in prompt for t in task["f2p"]) and "diff --git" not in prompt
         for line in task["diff"].splitlines():
             if line.startswith(("+", "-")) and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 6:
                 assert line[1:].strip() not in prompt, (task["id"], line)
@@ -62,6 +62,29 @@ def test_a_starting_tree_fails_its_f2p_and_passes_the_rest(built):
     verdict = execute(job.files, job.command, Limits(cpu_s=60, wall_s=60, memory_mb=1024, output_bytes=8 << 20), backend="bwrap")
     results = runner.read_results(verdict.stdout, job)
     assert set(task["f2p"]) <= set(results.failed) and set(p2p) <= results.passed
+
+
+def _failing(tree: dict[str, str], tests: list[str]) -> set[str]:
+    job = runner.test_job(tree, tests)
+    verdict = execute(job.files, job.command, Limits(cpu_s=60, wall_s=60, memory_mb=1024, output_bytes=8 << 20), backend="bwrap")
+    return set(tests) - runner.read_results(verdict.stdout, job).passed
+
+
+def test_a_pairs_bugs_interact_as_recorded(built):
+    """Each bug of the level-3 task run alone and both together: the recorded interaction is what
+    the runs show, and it is not empty (a test fails with either bug and with both, fails only with
+    both, or one bug hides the other's failure); either bug alone fails a test, so fixing one is not enough."""
+    doc, _ = built
+    task = next(t for t in doc["tasks"] if t["level"] == 3)
+    tree = source_tree("webcolors")
+    both = apply_patch(tree, task["diff"])
+    passing = sorted(doc["passing"])
+    alone = [_failing({**tree, path: both[path]}, passing) for path in task["files"]]
+    together = _failing(both, passing)
+    assert together == set(task["f2p"]) and all(alone)
+    how = build.interaction(build.Kept(0, {}, [], sorted(alone[0]), {}), build.Kept(1, {}, [], sorted(alone[1]), {}),
+                            task["f2p"])
+    assert how == task["interaction"] and any(how.values()), how
 
 
 def test_the_written_file_is_reproducible(built, tmp_path):

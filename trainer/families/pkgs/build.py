@@ -14,7 +14,10 @@ sandbox runtime):
    passing test now fails with a record (fail-to-pass; no more than :attr:`BuildConfig.max_f2p`)
    and every other passing test still passes (pass-to-pass);
 4. kept mutants become level-1 and level-2 tasks (one bug; the file named or not); pairs of kept
-   mutants in two different files, run together and kept by the same rule, become level-3 tasks;
+   mutants in two different files that are likely to interact (they break a common test, or one's
+   function names the other's) are run together, and a pair is kept by the same rule when its
+   bugs interact (a test fails with either alone and with both, fails only with both, or one
+   bug masks the other's failure): those become level-3 tasks;
 5. each task's prompt is an issue written from its failing tests (:mod:`trainer.families.pkgs.issues`).
 
 The result is deterministic for a pin and a seed (the order of the work does not depend on which
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import ast
 import json
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -254,25 +259,88 @@ def _lines_of(kept: Kept, tree: dict[str, str]) -> list[str]:
     return out
 
 
-def pair_up(kept: list[Kept], wanted: int) -> list[tuple[Kept, Kept]]:
-    """Up to ``wanted`` pairs of kept mutants in two different files, each mutant used once,
-    taken in order (first with the next one in another file)."""
+@dataclass(frozen=True)
+class Pair:
+    """Two kept mutants in two files, run together, whose bugs interact."""
+
+    a: Kept
+    b: Kept
+    f2p: list[str]
+    """Tests that passed on the original and fail with both bugs."""
+    failures: dict[str, str]
+    """f2p test -> pytest's message (with both bugs)."""
+    interaction: dict[str, list[str]]
+    """:func:`interaction` of the run."""
+
+
+def _function_at(text: str, line: int) -> str | None:
+    """Name of the innermost function whose body holds ``line``, or None."""
+    best = None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best.name if best else None
+
+
+def linked(a: Kept, b: Kept, tree: dict[str, str]) -> bool:
+    """Whether one bug's function names the other's (one calls or uses the other): a static hint
+    that the two bugs lie on one path, tried after the pairs that share a failing test."""
+    ra, rb = a.mutations[0], b.mutations[0]
+    fa, fb = _function_at(tree[ra["file"]], ra["line"]), _function_at(tree[rb["file"]], rb["line"])
+    if not fa or not fb:
+        return False
+    return re.search(rf"\b{re.escape(fb)}\b", tree[ra["file"]]) is not None or \
+        re.search(rf"\b{re.escape(fa)}\b", tree[rb["file"]]) is not None
+
+
+def pair_candidates(kept: list[Kept], tree: dict[str, str], wanted: int, max_uses: int = 2) -> list[tuple[Kept, Kept]]:
+    """Up to ``wanted`` pairs of kept mutants in two different files likely to interact, each
+    mutant in at most ``max_uses`` pairs: first the pairs whose bugs already break a common test
+    (most shared tests first), then pairs whose functions name each other; in candidate order
+    within each."""
+    ranked = []
+    for i, a in enumerate(kept):
+        for b in kept[i + 1:]:
+            if next(iter(a.files)) == next(iter(b.files)):
+                continue
+            shared = len(set(a.f2p) & set(b.f2p))
+            if shared or linked(a, b, tree):
+                ranked.append((0 if shared else 1, -shared, a.index, b.index, a, b))
+    ranked.sort(key=lambda r: r[:4])
+    uses: dict[int, int] = {}
     pairs: list[tuple[Kept, Kept]] = []
-    free = list(kept)
-    while free and len(pairs) < wanted:
-        a = free.pop(0)
-        b = next((k for k in free if next(iter(k.files)) != next(iter(a.files))), None)
-        if b is None:
-            continue
-        free.remove(b)
-        pairs.append((a, b))
+    for *_, a, b in ranked:
+        if len(pairs) >= wanted:
+            break
+        if uses.get(a.index, 0) < max_uses and uses.get(b.index, 0) < max_uses:
+            pairs.append((a, b))
+            uses[a.index] = uses.get(a.index, 0) + 1
+            uses[b.index] = uses.get(b.index, 0) + 1
     return pairs
 
 
+def interaction(a: Kept, b: Kept, f2p: list[str]) -> dict[str, list[str]]:
+    """How two bugs run together interact, from their fail-to-pass tests alone and together:
+    ``shared`` fail with either bug alone and with both (neither fix alone makes them pass);
+    ``together`` fail only with both bugs; ``masked`` fail with one bug alone but pass with both
+    (fixing one bug uncovers the other's failure). Empty lists: the bugs are independent.
+
+    >>> k = lambda i, tests: Kept(i, {}, [], tests, {})
+    >>> interaction(k(0, ["t1", "t2"]), k(1, ["t2", "t3"]), ["t1", "t2", "t4"])
+    {'shared': ['t2'], 'together': ['t4'], 'masked': ['t3']}
+    """
+    both = set(f2p)
+    alone_a, alone_b = set(a.f2p), set(b.f2p)
+    return {"shared": sorted(alone_a & alone_b & both), "together": sorted(both - alone_a - alone_b),
+            "masked": sorted((alone_a | alone_b) - both)}
+
+
 def run_pairs(name: str, execute: Executor, base: Baseline, pairs: list[tuple[Kept, Kept]],
-              config: BuildConfig) -> list[tuple[Kept, Kept, list[str], dict[str, str]]]:
+              config: BuildConfig) -> list[Pair]:
     """Each pair run together; kept when the run passes :func:`judge` (twice the tests allowed)
-    and each of its two bugs still breaks a test of its own."""
+    and the bugs interact (:func:`interaction`: at least one test says so). Either bug alone
+    breaks tests of its own, so a fix of one bug alone still fails the task."""
     if not pairs:
         return []
     tree = source_tree(name)
@@ -286,45 +354,49 @@ def run_pairs(name: str, execute: Executor, base: Baseline, pairs: list[tuple[Ke
     out = []
     for (a, b), res in zip(pairs, results):
         f2p = judge(res, base, 2 * config.max_f2p)
-        if f2p and set(a.f2p) & set(f2p) and set(b.f2p) & set(f2p):
-            out.append((a, b, f2p, {t: res.failed[t] for t in f2p}))
+        if not f2p:
+            continue
+        how = interaction(a, b, f2p)
+        if how["shared"] or how["together"] or how["masked"]:
+            out.append(Pair(a, b, f2p, {t: res.failed[t] for t in f2p}, how))
     return out
 
 
 def _task(name: str, level: int, n: int, tree: dict[str, str], bugs: list[Kept], f2p: list[str],
-          failed: dict[str, str], seed: int) -> dict[str, Any]:
+          failed: dict[str, str], seed: int, how: dict[str, list[str]] | None = None) -> dict[str, Any]:
     pin = PINS[name]
     changed = {path: text for bug in bugs for path, text in bug.files.items()}
-    def failure(t: str) -> issues.Failure:
-        return issues.Failure(t, failed[t], issues.test_source(tree, t))
-    per_bug = [[failure(t) for t in f2p if t in bug.f2p] for bug in bugs] if len(bugs) > 1 else [[failure(t) for t in f2p]]
+    meet = set((how or {}).get("shared", [])) | set((how or {}).get("together", []))
+    # where the bugs meet first: those failures are what the issue opens with
+    ordered = sorted(f2p, key=lambda t: (t not in meet, f2p.index(t)))
+    shown = [issues.Failure(t, failed[t], issues.test_source(tree, t)) for t in ordered]
     forbidden = [line for bug in bugs for line in _lines_of(bug, tree)]
-    prompt = issues.issue(name, pin.version, level, per_bug, files=sorted(changed), seed=seed * 1000 + n,
+    prompt = issues.issue(name, pin.version, level, [shown], files=sorted(changed), seed=seed * 1000 + n,
                           forbidden=forbidden)
-    return {"id": f"{name}-{level}-{n}", "level": level, "files": sorted(changed),
+    task = {"id": f"{name}-{level}-{n}", "level": level, "files": sorted(changed),
             "diff": tree_diff({p: tree[p] for p in changed}, changed), "f2p": list(f2p), "prompt": prompt,
             "mutations": [{k: v for k, v in r.items()} for bug in bugs for r in bug.mutations]}
+    if how is not None:
+        task["interaction"] = how
+    return task
 
 
-def assemble(name: str, base: Baseline, singles: list[Kept], pairs: list[tuple[Kept, Kept, list[str], dict[str, str]]],
-             config: BuildConfig) -> dict[str, Any]:
-    """The package's task set: kept pairs as level 3, the other kept mutants alternately as
-    levels 1 and 2 (up to what the config wants of each)."""
+def assemble(name: str, base: Baseline, singles: list[Kept], pairs: list[Pair], config: BuildConfig) -> dict[str, Any]:
+    """The package's task set: the first kept mutants alternately as levels 1 and 2 (up to what
+    the config wants of each), interacting pairs as level 3 (a pair may reuse a level-1 or
+    level-2 bug, as SWE-smith's combined tasks do)."""
     tree = source_tree(name)
     pin = PINS[name]
-    pairs = pairs[:config.level3]
-    paired = {id(k) for a, b, _, _ in pairs for k in (a, b)}
-    rest = [k for k in singles if id(k) not in paired]
     tasks = []
     counts = {1: 0, 2: 0}
-    for k in rest:
+    for k in singles:
         level = 1 if counts[1] <= counts[2] and counts[1] < config.level1 else 2
         if counts[level] >= (config.level1 if level == 1 else config.level2):
             continue
         tasks.append(_task(name, level, counts[level], tree, [k], k.f2p, k.failures, config.seed))
         counts[level] += 1
-    for n, (a, b, f2p, failed) in enumerate(pairs):
-        tasks.append(_task(name, 3, n, tree, [a, b], f2p, failed, config.seed))
+    for n, pair in enumerate(pairs[:config.level3]):
+        tasks.append(_task(name, 3, n, tree, [pair.a, pair.b], pair.f2p, pair.failures, config.seed, pair.interaction))
     return {"package": name, "version": pin.version, "sha256": pin.sha256, "seed": config.seed,
             "deselected": list(pin.deselect), "passing": sorted(base.passing), "tasks": tasks}
 
@@ -340,14 +412,16 @@ def build_package(name: str, execute: Executor, config: BuildConfig = BuildConfi
     if level3 == 0:  # a one-file package: its share of level 3 goes to levels 1 and 2
         config = BuildConfig(**{**config.__dict__, "level1": config.level1 + config.level3 // 2 + 2,
                                 "level2": config.level2 + config.level3 // 2 + 2, "level3": 0})
-    wanted = config.level1 + config.level2 + 2 * level3 + level3 // 2
+    # more kept mutants than levels 1 and 2 take: the more there are, the more pairs that interact
+    wanted = config.level1 + config.level2 + 2 * level3
     singles, tried = run_mutants(name, execute, base, config, wanted, progress)
-    # pairs from the last kept mutants first: levels 1 and 2 take the first ones
-    pairs = run_pairs(name, execute, base, pair_up(singles[::-1], level3 + level3 // 3 + 1) if level3 else [], config)
+    tree = source_tree(name)
+    candidates_ = pair_candidates(singles, tree, 3 * level3) if level3 else []
+    pairs = run_pairs(name, execute, base, candidates_, config)
     doc = assemble(name, base, singles, pairs, config)
     levels = {str(level): sum(1 for t in doc["tasks"] if t["level"] == level) for level in (1, 2, 3)}
     figures = {"package": name, "seconds": round(time.monotonic() - began, 1), "tried": tried, "kept": len(singles),
-               "pairs_kept": len(pairs), "tasks": len(doc["tasks"]), "levels": levels, "passing": len(base.passing),
+               "pairs_tried": len(candidates_), "pairs_kept": len(pairs), "tasks": len(doc["tasks"]), "levels": levels, "passing": len(base.passing),
                "suite_s": base.run_s, "covered_files": len(files)}
     return doc, figures
 

@@ -4,7 +4,7 @@ The policy sees what a user filing a bug would see: which of the package's tests
 pytest said (its ``E`` lines: the call, the expected and the actual value, the exception). It
 never sees the diff, the mutation or the mutated source line: any line of pytest's output that
 quotes a mutated source line is left out. Level 1 names the file the bug is in; level 2 does not;
-level 3 describes two failures that come from two bugs in two different files (not named).
+level 3 describes the failures of two interacting bugs in two different files (not named).
 
 >>> f = [Failure("tests/test_a.py::test_add", "E       assert 3 == 4\\nE        +  where 3 = add(1, 2)")]
 >>> print(issue("demo", "1.0", 1, [f], files=["demo/core.py"], seed=0, forbidden=["return a - b"]))
@@ -112,13 +112,13 @@ def _block(failure: Failure, forbidden: list[str]) -> str:
 
 def issue(package: str, version: str, level: int, failures: list[list[Failure]], *, files: list[str], seed: int,
           forbidden: list[str]) -> str:
-    """The prompt of a task: ``failures`` holds, per bug, its failing tests (one bug at levels 1
-    and 2, two at level 3); ``files`` the changed files (named at level 1 only); ``forbidden``
+    """The prompt of a task: ``failures`` holds groups of failing tests (one group: the task's
+    failing tests, at level 3 those where the two bugs meet first); ``files`` the changed files (named at level 1 only); ``forbidden``
     the mutated source lines, never quoted."""
     rng = random.Random(f"{package}:{level}:{seed}")
     first = failures[0][0].test
     title = (f"Bug in {package} {version}: {first} fails" if level < 3
-             else f"Two bugs in {package} {version}: {first} and {failures[1][0].test} fail")
+             else f"Bugs in {package} {version}: {first} fails")
     parts = [title, rng.choice(OPENINGS)]
     for bug in failures:
         shown = bug[:SHOWN]
@@ -128,7 +128,8 @@ def issue(package: str, version: str, level: int, failures: list[list[Failure]],
     if level == 1:
         parts.append(f"The bug is in `{files[0]}`.")
     elif level == 3:
-        parts.append("These look like two separate bugs, in two different files of the package.")
+        parts.append("These failures come from two bugs in two different files of the package, and the bugs "
+                     "interact: fixing one of them alone is not enough.")
     tests = " ".join(shlex.quote(bug[0].test) for bug in failures)
     parts.append(f"Reproduce with `python3 -m pytest {tests}`. Fix the package's code so that the failing tests pass "
                  "and every other test still passes; do not change the tests.")
