@@ -16,6 +16,7 @@ is in flight is kept in memory (:class:`InFlight`) and written by the driver's t
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -211,7 +212,9 @@ class RunDriver:
         self.verify_remote, self.gatherer = make_verify_batch(
             cascades={pin.slug: pin.verifier_spec for pin in pins}, versions=self.versions, served=self.queues.served,
             timeouts=self.live.timeouts, priorities=self.live.priorities, send=send,
-            deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None, lane=self.lanes.task_for)
+            deadline_s=settings.TEMPER_VERIFY_DEADLINE_S or None, lane=self.lanes.task_for,
+            artifacts=lambda: self.artifacts)
+        self.artifacts: dict | None = None  # the job's artifacts setting, once the job is made
         self.collected: dict = {}
         self.job = None
         self.saved_step = -1  # the step of the checkpoint on disk: a pause right after it does not save it again
@@ -256,6 +259,7 @@ class RunDriver:
             self.job = Job(cfg, callbacks=[self.collect], verify_batch=self.verify_batch, env_context=env_context)
             if self.job.config.sft.steps > 0:
                 self.sft()
+        self.artifacts = dataclasses.asdict(self.job.config.artifacts)
         if ranks.leading():
             def rank_lost(lost) -> None:  # on the watchdog's thread; this one waits in a collective
                 reason = _pause_lost_rank(self.run, self.worker, lost, "no heartbeat")

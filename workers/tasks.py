@@ -10,6 +10,7 @@ from controlplane.domains.pins import domain_quotas, pinned_verifier
 from controlplane.review.queues import queue_sample
 from controlplane.runs.models import Run
 from controlplane.scheduling import services as scheduling
+from trainer.verifiers.artifacts import retain_results
 from workers import verify
 from workers.audit import run_audit
 from workers.domains import worker_name
@@ -105,25 +106,30 @@ def train_join_run(run_id: int, node_rank: int, master: str) -> str:
 
 
 @shared_task(name="temper.verify.batch", queue="verify", acks_late=True, soft_time_limit=600, time_limit=660)
-def verify_batch(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
+def verify_batch(domain: str, version: int, items: list[dict], digest: str | None = None,
+                 artifacts: dict | None = None) -> list[dict]:
     """Verify a batch with a domain version's pinned cascade (sandbox stages run here, within the
     domain's live sandbox quota). ``digest``: the pinned spec's (:func:`~workers.verify.pinned_spec`:
-    a process that read that spec before verifies without reading it again)."""
+    a process that read that spec before verifies without reading it again). ``artifacts``: the
+    run's artifacts setting (``{keep, max_bytes}``), applied here so that what the run drops is
+    never sent back."""
     verifier = verify.pinned_spec(domain, version, digest, lambda slug, v: pinned_verifier(slug=slug, version=v))
     if not any(stage.get("type") in verify.SANDBOX_STAGES for stage in verifier.get("stages", [])):
-        return verify.verify_items(verifier, items)  # no sandbox: no quota to read, no pool figures
+        return retain_results(verify.verify_items(verifier, items), artifacts)  # no sandbox: no quota to read
     quota = domain_quotas(slugs=[domain])[domain]
     try:
-        return verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes)
+        return retain_results(verify.verify_items(verifier, items, max_concurrent_sandboxes=quota.max_concurrent_sandboxes),
+                              artifacts)
     finally:
         publish_sandbox_figures()
 
 
 @shared_task(name="temper.verify.batch_long", queue="verify_long", acks_late=True, soft_time_limit=600, time_limit=660)
-def verify_batch_long(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
+def verify_batch_long(domain: str, version: int, items: list[dict], digest: str | None = None,
+                      artifacts: dict | None = None) -> list[dict]:
     """The same as temper.verify.batch, on the long lane (workers/lanes.py): domains whose
     verifications take long, so they never hold the workers of the short ones."""
-    return verify_batch(domain, version, items, digest)
+    return verify_batch(domain, version, items, digest, artifacts)
 
 
 @shared_task(name="temper.verify.audit", queue="audit", acks_late=True, soft_time_limit=3600, time_limit=3720)
@@ -141,9 +147,10 @@ def eval_run(eval_run_id: int) -> str:
 
 
 @shared_task(name="temper.judge.batch", queue="judge", acks_late=True, soft_time_limit=600, time_limit=660)
-def judge_batch(domain: str, version: int, items: list[dict], digest: str | None = None) -> list[dict]:
+def judge_batch(domain: str, version: int, items: list[dict], digest: str | None = None,
+                artifacts: dict | None = None) -> list[dict]:
     """Verify a batch whose cascade has a judge stage (same contract as temper.verify.batch)."""
-    return verify_batch(domain, version, items, digest)
+    return verify_batch(domain, version, items, digest, artifacts)
 
 
 @shared_task(name="temper.judge.shadow", queue="judge", acks_late=True, soft_time_limit=3600, time_limit=3700)

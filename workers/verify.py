@@ -233,7 +233,8 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                       send: Callable[[str, tuple], Any], deadline_s: float | None = None,
                       priorities: dict[str, int] | None = None,
                       served: Callable[[str], bool] | None = None,
-                      lane: Callable[[str], str | None] | None = None) -> tuple[Callable, Gatherer]:
+                      lane: Callable[[str], str | None] | None = None,
+                      artifacts: Callable[[], dict | None] | None = None) -> tuple[Callable, Gatherer]:
     """The ``verify_batch`` the driver gives the trainer's Job, and its gatherer (for stats).
 
     A batch's deadline is ``deadline_s`` when given, else generous: 30 s plus twice the worst
@@ -241,6 +242,8 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
     and ``priorities`` are read at every call, so the driver can keep them live; batches of
     higher-priority domains are sent first. ``lane(domain)``, asked at every call, names another
     task for a domain's sandbox batches (``temper.verify.batch_long``: workers/lanes.py), or None.
+    ``artifacts()``, asked at every call, is the run's artifacts setting (``{keep, max_bytes}``),
+    sent with each batch so that the worker drops what the run would drop (None: sent back whole).
     """
     compiled = {slug: compile_cascade(spec, NO_CONTEXT) for slug, spec in cascades.items() if not needs_worker(spec)}  # no sandbox or judge stage
     remote = {slug for slug, spec in cascades.items() if needs_worker(spec)}
@@ -261,6 +264,8 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
                 out[i] = verification
         batches: dict[str, list[tuple]] = {}
         index: dict[str, list[list[int]]] = {}
+        setting = artifacts() if artifacts is not None else None
+        extra = (setting,) if setting is not None else ()
         for slug, idxs in sorted(by_domain.items(), key=lambda kv: -priorities.get(kv[0], 0)):
             name = task_names[slug]
             if lane is not None and name == "temper.verify.batch":
@@ -268,7 +273,7 @@ def make_verify_batch(*, cascades: dict[str, dict], versions: dict[str, int], ti
             for start in range(0, len(idxs), BATCH_SIZE):
                 chunk = idxs[start:start + BATCH_SIZE]
                 payload = [{"completion": items[i][0], "task": task_to_dict(items[i][1])} for i in chunk]
-                batches.setdefault(name, []).append((slug, versions[slug], payload, digests[slug]))
+                batches.setdefault(name, []).append((slug, versions[slug], payload, digests[slug], *extra))
                 index.setdefault(name, []).append(chunk)
         for name in batches:
             results, unserved = gatherer.gather(name, batches[name])

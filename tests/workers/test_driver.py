@@ -196,16 +196,19 @@ def test_with_staleness_remote_verification_runs_on_the_jobs_verify_thread(setup
     driver's thread trains; every item comes back and each step stays within the staleness bound."""
     actor, model = setup
     code_domain(actor, "remote-code", "Remote")
-    run = running_run(actor, model, steps=3, domains=["remote-code"], staleness=1)
+    run = running_run(actor, model, steps=3, domains=["remote-code"], staleness=1,
+                      config={**SMALL, "artifacts": {"keep": False}})
     factories.live_worker(["verify"])
-    senders = set()
+    senders, settings = set(), []
 
     def send(name, args):
         senders.add(threading.current_thread().name)
+        settings.append(args[4])  # the run's artifacts setting rides with every batch: the worker drops what the run drops
         return Replies.each({"outcome": "pass", "score": 1.0, "details": {"verify_s": 0.01}}, len(args[2]))
 
     assert drive(run.id, worker="w1", send=send) == "completed"
     assert senders and all(name.startswith("verify") for name in senders)
+    assert settings and all(s == {"keep": False, "max_bytes": 256 << 10} for s in settings)
     passes = MetricPoint.objects.filter(run=run, key="outcome/remote-code/pass").order_by("step")
     assert [p.value for p in passes] == [16.0, 16.0, 16.0]
     lag = list(MetricPoint.objects.filter(run=run, key="batch/policy_lag", domain="").order_by("step").values_list("value", flat=True))

@@ -17,7 +17,9 @@ Artifacts ride in a verification's ``details["artifacts"]`` (JSON-safe: the byte
 they cross the verify queue like the rest of the details). The job applies the run's
 ``artifacts`` setting to every verification it receives (:func:`retaining`: dropped, or kept
 within ``max_bytes``), and the sampled trajectories carry what is left to the control plane,
-which stores the bytes in the checkpoint store and the listing on the trajectory.
+which stores the bytes in the checkpoint store and the listing on the trajectory. A verify
+worker applies the same setting before it sends its results back (:func:`retain_results`: the
+driver sends the run's setting with each batch), so artifacts a run drops never cross the queue.
 
 >>> Outputs(("report.xml", "logs/build.log")).wire()["names"]
 ['report.xml', 'logs/build.log']
@@ -216,6 +218,36 @@ def retain(artifacts: list[Artifact], *, keep: bool, max_bytes: int) -> list[Art
     return out
 
 
+def retain_details(details: dict[str, Any], *, keep: bool, max_bytes: int) -> dict[str, Any]:
+    """A verification's ``details`` with only the artifacts :func:`retain` keeps.
+
+    >>> d = {"k": 1, **final_diff("+x")}
+    >>> retain_details(d, keep=False, max_bytes=100), retain_details(d, keep=True, max_bytes=100) == d
+    ({'k': 1}, True)
+    """
+    if KEY not in details:
+        return details
+    rest, artifacts = split(details)
+    kept = retain(artifacts, keep=keep, max_bytes=max_bytes)
+    return {**rest, **(detail(kept) if kept else {})}
+
+
+def retain_results(results: list[dict[str, Any]], setting: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Verification results as a verify worker sends them back (``{outcome, score, details}``),
+    with only the artifacts the run's ``setting`` (``{keep, max_bytes}``, None: all) keeps, so
+    artifacts a run drops never cross the verify queue.
+
+    >>> r = [{"outcome": "ok", "score": 1.0, "details": {"k": 1, **final_diff("+x")}}]
+    >>> retain_results(r, {"keep": False, "max_bytes": 0})[0]["details"], retain_results(r, None) is r
+    ({'k': 1}, True)
+    """
+    if setting is None:
+        return results
+    keep, max_bytes = bool(setting.get("keep", True)), int(setting.get("max_bytes", MAX_TOTAL_BYTES))
+    return [{**r, "details": retain_details(r["details"], keep=keep, max_bytes=max_bytes)}
+            if isinstance(r.get("details"), dict) and KEY in r["details"] else r for r in results]
+
+
 def retaining(verify_batch: Callable[[list], list], setting: Any) -> Callable[[list], list]:
     """``verify_batch`` whose verifications hold only the artifacts the run keeps (``setting``:
     the run's ``artifacts`` config, with ``keep`` and ``max_bytes``), so a trajectory never holds
@@ -224,9 +256,8 @@ def retaining(verify_batch: Callable[[list], list], setting: Any) -> Callable[[l
         out = []
         for verification in verify_batch(items):
             if KEY in verification.details:
-                rest, artifacts = split(verification.details)
-                kept = retain(artifacts, keep=setting.keep, max_bytes=setting.max_bytes)
-                verification = replace(verification, details={**rest, **(detail(kept) if kept else {})})
+                details = retain_details(verification.details, keep=setting.keep, max_bytes=setting.max_bytes)
+                verification = replace(verification, details=details)
             out.append(verification)
         return out
     return verify
