@@ -30,7 +30,7 @@ import random
 import re
 import shlex
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_LINES = 14
 """Lines of pytest's output kept per failing test."""
@@ -100,9 +100,10 @@ def scrub(message: str, forbidden: list[str]) -> list[str]:
     return out[:MAX_LINES] or ["(the test fails; pytest gave no message)"]
 
 
-def _block(failure: Failure, forbidden: list[str]) -> str:
+def _block(failure: Failure, forbidden: list[str], again: bool = False) -> str:
     lines = scrub(failure.message, forbidden)
-    text = f"`{failure.test}` fails:\n\n```\n" + "\n".join(lines) + "\n```"
+    text = (f"`{failure.test}`" + (" (the same test with other parameters)" if again else "")
+            + " fails:\n\n```\n" + "\n".join(lines) + "\n```")
     if failure.code:
         keys = [f.strip() for f in forbidden if len(f.strip()) >= 6]
         code = "\n".join(line if not any(key in line for key in keys) else "..." for line in failure.code.splitlines())
@@ -120,9 +121,14 @@ def issue(package: str, version: str, level: int, failures: list[list[Failure]],
     title = (f"Bug in {package} {version}: {first} fails" if level < 3
              else f"Bugs in {package} {version}: {first} fails")
     parts = [title, rng.choice(OPENINGS)]
+    codes: set[str] = set()
     for bug in failures:
         shown = bug[:SHOWN]
-        parts.extend(_block(f, forbidden) for f in shown)
+        for f in shown:
+            # a second parameter of a test already quoted: its message only, not the same code again
+            parts.append(_block(f if f.code not in codes else replace(f, code=""), forbidden,
+                                again=bool(f.code) and f.code in codes))
+            codes.add(f.code)
         if len(bug) > len(shown):
             parts.append(f"{len(bug) - len(shown)} more test(s) fail the same way.")
     if level == 1:
