@@ -4,8 +4,11 @@ A swe-pkg task's bug is one or two syntax-tree mutations (an operator, a bound, 
 default, an argument), so its fix never needs new machinery. The gate reads each changed source
 file (trusted code, from the diff alone, before anything runs) and refuses the change when the
 file does not parse, or when it holds MORE of something below than both the starting file and
-the package's own file did (each counted over the whole file, so code the package already had
-is never refused, and a fix that puts the original back always passes):
+the package's own file did, each counted where it is: in the same functions and classes, and for
+a name or attribute in the same attribute chain (``os.path.join`` is not ``os.write``), so a use
+the file has cannot be spent elsewhere (deleted from a function no test calls and written into
+the buggy one); code the package already had is never refused, and a fix that puts the original
+back always passes (import statements count over the whole file: one may move):
 
 * an import statement (``import x``, ``from x import y``) that the original file does not have;
 * a dunder identifier or string: a name, attribute, function or class name, parameter or keyword
@@ -17,7 +20,10 @@ is never refused, and a fix that puts the original back always passes):
   ``modules``, ``_getframe``, ``settrace``, ``gc``, ``ctypes``, ``inspect``, ``builtins``,
   ``pytest``, ``_pytest``, ``unittest``, frame and code attributes), to run other code (``eval``,
   ``exec``, ``compile``, ``subprocess``, ``importlib``), to reach objects by name (``getattr``,
-  ``setattr``, ``vars``, ``globals``...), to read or write files (``open``, ``read_text``...), and
+  ``setattr``, ``vars``, ``globals``, ``dictConfig``...), to read or write files or descriptors
+  (``open``, ``read_text``, ``FileHandler``, ``_io``, ``_socket``...; not every path API of the
+  standard library is listed: the runner's tree is read-only and its records channel is a socket
+  with a key, see :mod:`~trainer.families.pkgs.runner`), and
   to make objects that compare equal to anything (``type``, ``object``, ``super``, ``mro``).
 
 What it stops that the sandbox alone cannot: code of the package runs inside pytest's own
@@ -63,7 +69,9 @@ FORBIDDEN = frozenset({
     "operator", "attrgetter", "methodcaller",
     # files
     "open", "io", "pathlib", "Path", "read_text", "read_bytes", "write_text", "write_bytes", "unlink",
-    "rmtree", "chmod", "symlink", "fdopen", "stdout", "stderr", "stdin",
+    "rmtree", "chmod", "symlink", "fdopen", "stdout", "stderr", "stdin", "_io", "_pyio", "FileIO", "_socket",
+    "fromfd", "mmap", "FileHandler", "WatchedFileHandler", "RotatingFileHandler", "TimedRotatingFileHandler",
+    "dictConfig", "fileConfig", "_posixsubprocess",
     # objects that compare equal to anything, classes made at run time
     "type", "object", "super", "mro", "ANY", "NotImplemented", "classmethod", "staticmethod", "property",
 })
@@ -86,19 +94,44 @@ def refused(word: str) -> bool:
     return word in FORBIDDEN or bool(_DUNDER.match(word))
 
 
-def features(tree: ast.AST) -> dict[tuple[str, str], list[int]]:
-    """Each counted thing in a parsed module as ``(kind, what) -> [line of each occurrence]``:
-    import statements (by their text), and the refused identifiers (:func:`refused`) as names,
-    attributes, definitions, parameters and keywords, and words of string constants."""
-    found: dict[tuple[str, str], list[int]] = {}
+def _chain(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    """The dotted attribute chain ``node`` is part of (``os.path.join`` for the ``os`` in it),
+    ``?`` standing for a base that is not a name; empty for what is not a name or attribute."""
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+        return ""
+    top = node
+    while isinstance(parents.get(top), ast.Attribute) and parents[top].value is top:
+        top = parents[top]
+    parts = []
+    while isinstance(top, ast.Attribute):
+        parts.append(top.attr)
+        top = top.value
+    parts.append(top.id if isinstance(top, ast.Name) else "?")
+    return ".".join(reversed(parts))
 
-    def add(kind: str, what: str, line: int) -> None:
-        found.setdefault((kind, what), []).append(line)
 
-    for node in ast.walk(tree):
+def occurrences(tree: ast.AST) -> list[tuple[str, str, int, str, str]]:
+    """Each counted thing in a parsed module as ``(kind, what, line, scope, chain)``: import
+    statements (by their text; scope and chain empty: an import may move), and the refused
+    identifiers (:func:`refused`) as names, attributes, definitions, parameters and keywords, and
+    words of string constants, each with the dotted names of the classes and functions around it
+    (``scope``) and, for a name or attribute, the attribute chain it is part of (``chain``)."""
+    found: list[tuple[str, str, int, str, ast.AST | None]] = []
+    parents: dict[ast.AST, ast.AST] = {}
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:  # iterative: a long expression nests deeper than Python's recursion
+        node, scope = stack.pop()
         line = getattr(node, "lineno", 0)
+        inner = scope
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner = f"{scope}.{node.name}" if scope else node.name
+        elif isinstance(node, ast.Lambda):
+            inner = f"{scope}.<lambda>"
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+            stack.append((child, inner))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            add("import", ast.unparse(node), line)
+            found.append(("import", ast.unparse(node), line, "", None))
             continue
         if isinstance(node, ast.alias):  # part of an import statement, counted above
             continue
@@ -107,15 +140,26 @@ def features(tree: ast.AST) -> dict[tuple[str, str], list[int]]:
             dotted = _DOTTED.match(text.strip()) is not None  # a name to look up, not prose
             for word in set(_WORDS.findall(text)):
                 if _DUNDER.match(word) or (dotted and word in FORBIDDEN):
-                    add("string", word, line)
+                    found.append(("string", word, line, scope, None))
             continue
         for field, kind in _NAME_FIELDS.items():
             value = getattr(node, field, None)
             if isinstance(value, str) and refused(value):
-                add(kind, value, line)
+                found.append((kind, value, line, scope, node if kind in ("name", "attribute") else None))
         for value in getattr(node, "names", None) or []:  # global / nonlocal
             if isinstance(value, str) and refused(value):
-                add("name", value, line)
+                found.append(("name", value, line, scope, None))
+    # the chains need every parent, so they are read once the walk is done
+    return [(kind, what, line, scope, _chain(node, parents) if node is not None else "")
+            for kind, what, line, scope, node in found]
+
+
+def features(tree: ast.AST) -> dict[tuple[str, str], list[int]]:
+    """Each counted thing in a parsed module as ``(kind, what) -> [line of each occurrence]``
+    (:func:`occurrences` without scopes and chains)."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for kind, what, line, _, _ in occurrences(tree):
+        found.setdefault((kind, what), []).append(line)
     return found
 
 
@@ -160,8 +204,9 @@ def _specials(tree: ast.AST | None) -> dict[str, tuple[int, str]]:
 
 @functools.lru_cache(maxsize=64)  # the package's own files recur from task to task
 def _counts(text: str | None) -> Counter:
+    """How often each ``(kind, what, scope, chain)`` of :func:`occurrences` is in ``text``."""
     tree = _parse(text)[0] if text is not None else None
-    return Counter({key: len(lines) for key, lines in features(tree).items()}) if tree is not None else Counter()
+    return Counter(o[:2] + o[3:] for o in occurrences(tree)) if tree is not None else Counter()
 
 
 def check(path: str, original: str | None, new: str, pristine: str | None = None) -> list[dict[str, Any]]:
@@ -177,14 +222,19 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
     old = _counts(original) | _counts(pristine)  # the larger count of each (a new Counter: the cached ones stay)
     old_lines = set((original or "").splitlines()) | set((pristine or "").splitlines())
     new_lines = new.splitlines()
-    out = []
-    for (kind, what), lines in features(tree).items():
-        if len(lines) <= old[(kind, what)]:
+    grouped: dict[tuple[str, str, str, str], list[int]] = {}
+    for kind, what, line, scope, chain in occurrences(tree):
+        grouped.setdefault((kind, what, scope, chain), []).append(line)
+    out, said = [], set()
+    for key, lines in grouped.items():
+        kind, what = key[:2]
+        if len(lines) <= old[key] or (kind, what) in said:
             continue
         # the first occurrence on a line the original does not have (else the first one past the
         # original's count)
         fresh = [n for n in lines if 0 < n <= len(new_lines) and new_lines[n - 1] not in old_lines]
-        at = min(fresh) if fresh else sorted(lines)[old[(kind, what)]]
+        at = min(fresh) if fresh else sorted(lines)[old[key]]
+        said.add((kind, what))
         out.append({"file": path, "line": at, "kind": kind, "what": f"new {kind}: {what}"})
     # A comparing special method (``__eq__``...) the file has may stay as it is or become the
     # package's own again, nothing else: rewriting one (an ``__eq__`` that says True) adds no

@@ -8,7 +8,8 @@ Processes: the **parent** (trusted: non-dumpable, holds the nonce, alone writes 
 stdout), the **spawner** (forked before the parent reads its spec: it never holds the nonce; it
 imports pytest once and forks one pytest child per run) and one **pytest child** per run (the
 package's code and tests run there; its stdout and stderr are the job's stderr, or /dev/null).
-Each child gets a fresh records socket and a key from the parent (passed through the spawner with
+The spawner makes the tree read-only (files and folders) while a child runs, and puts the modes
+back after. Each child gets a fresh records socket and a key from the parent (passed through the spawner with
 SCM_RIGHTS); the parent turns the records that carry the key into marker lines carrying the
 nonce. A socket, because a pipe can be opened again by path (``/proc/self/fd/N``: any file API of
 the package's imports, ``logging.FileHandler`` say, then writes records), and a key, because code
@@ -183,6 +184,30 @@ def _child(wfd, run, key):
         os._exit(0)
 
 
+def _read_only(root):
+    """Make every file and folder under ``root`` read-only for the pytest child (the package's
+    code cannot rewrite a test module or a module imported later); returns the modes to put back."""
+    modes = []
+    for folder, dirs, files in os.walk(root):
+        for path in [folder] + [os.path.join(folder, name) for name in files]:
+            try:
+                st = os.lstat(path)
+                if not (st.st_mode & 0o170000 == 0o120000):  # not a link
+                    os.chmod(path, st.st_mode & 0o7555)
+                    modes.append((path, st.st_mode & 0o7777))
+            except OSError:
+                pass
+    return modes
+
+
+def _writable(modes):
+    for path, mode in modes:
+        try:
+            os.chmod(path, mode)
+        except OSError:
+            pass
+
+
 def _spawner(sock):
     """Import pytest once, then fork one pytest child per request (never returns)."""
     try:
@@ -214,6 +239,7 @@ def _spawner(sock):
             with open(RUN_FILE, "rb") as f:
                 run = json.loads(f.read())
             os.unlink(RUN_FILE)
+            modes = _read_only(".")
             pid = os.fork()
             if pid == 0:
                 sock.close()
@@ -225,6 +251,7 @@ def _spawner(sock):
                 os.killpg(pid, signal.SIGKILL)  # what the child left behind in its group
             except OSError:
                 pass
+            _writable(modes)
             sock.sendall(b"X %d\n" % status)
     finally:
         os._exit(0)
