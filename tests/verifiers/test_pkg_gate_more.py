@@ -76,3 +76,12 @@ def test_the_fix_and_fixes_that_keep_the_chains_pass():
 def test_file_and_descriptor_apis_are_listed():
     for word in ("FileHandler", "FileIO", "_io", "_socket", "fromfd", "dictConfig", "fileConfig", "mmap"):
         assert word in FORBIDDEN
+
+
+def test_the_file_is_read_as_python_will_import_it():
+    """A coding declaration (``utf-7``) made ``#+AAo-...`` a comment to the gate, which parsed the
+    text, and a line of code to Python, which decodes the file's bytes: any code passed."""
+    hidden = "# -*- coding: utf-7 -*-\n" + BUGGY + "#+AAo-os._exit(0)\n"
+    assert {r["what"] for r in check("pkg/m.py", BUGGY, hidden, ORIGINAL)} == {"new name: os", "new attribute: _exit"}
+    assert check("pkg/m.py", BUGGY, "# -*- coding: latin-1 -*-\n" + ORIGINAL, ORIGINAL) == []
+    assert check("pkg/m.py", BUGGY, "# coding: no-such-codec\n" + ORIGINAL, ORIGINAL)[0]["kind"] == "syntax"

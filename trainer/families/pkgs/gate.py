@@ -164,12 +164,18 @@ def features(tree: ast.AST) -> dict[tuple[str, str], list[int]]:
 
 
 def _parse(text: str) -> tuple[ast.AST | None, str, int]:
-    """(the module, '', 0), or (None, why, line) when it does not parse."""
+    """(the module, '', 0), or (None, why, line) when it does not parse. Parsed as the bytes the
+    sandbox writes, so that a coding declaration counts as it will when Python imports the file
+    (``# coding: utf-7`` turns ``#+AAo-import os`` from a comment into a line of code).
+
+    >>> [type(n).__name__ for n in _parse("# coding: utf-7\\nx = 1 #+AAo-import os\\n")[0].body]
+    ['Assign', 'Import']
+    """
     try:
-        return ast.parse(text), "", 0
+        return ast.parse(text.encode("utf-8", "surrogatepass")), "", 0
     except SyntaxError as exc:
         return None, f"does not parse: {exc.msg}", exc.lineno or 0
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nested past the parser's depth
+    except (ValueError, LookupError, RecursionError, MemoryError) as exc:  # null bytes; a bad encoding; nested too deep
         return None, f"does not parse: {type(exc).__name__}", 0
 
 
