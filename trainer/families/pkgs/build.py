@@ -15,7 +15,7 @@ sandbox runtime):
    and every other passing test still passes (pass-to-pass);
 4. kept mutants become level-1 and level-2 tasks (one bug; the file named or not); pairs of kept
    mutants in two different files that are likely to interact (they break a common test, or one's
-   function names the other's) are run together, and a pair is kept by the same rule when its
+   file names the other's function) are run together, and a pair is kept by the same rule when its
    bugs interact (a test fails with either alone and with both, fails only with both, or one
    bug masks the other's failure): those become level-3 tasks;
 5. each task's prompt is an issue written from its failing tests (:mod:`trainer.families.pkgs.issues`).
@@ -273,39 +273,47 @@ class Pair:
     """:func:`interaction` of the run."""
 
 
-def _function_at(text: str, line: int) -> str | None:
-    """Name of the innermost function whose body holds ``line``, or None."""
+def _function_at(text: str, line: int) -> tuple[str, str] | None:
+    """Name and source of the innermost function whose body holds ``line``, or None."""
     best = None
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
             if best is None or node.lineno >= best.lineno:
                 best = node
-    return best.name if best else None
+    return (best.name, ast.get_source_segment(text, best) or "") if best else None
 
 
-def linked(a: Kept, b: Kept, tree: dict[str, str]) -> bool:
-    """Whether one bug's function names the other's (one calls or uses the other): a static hint
-    that the two bugs lie on one path, tried after the pairs that share a failing test."""
-    ra, rb = a.mutations[0], b.mutations[0]
-    fa, fb = _function_at(tree[ra["file"]], ra["line"]), _function_at(tree[rb["file"]], rb["line"])
+def _bug_function(bug: Kept, tree: dict[str, str]) -> tuple[str, str] | None:
+    record = bug.mutations[0]
+    return _function_at(tree[record["file"]], record["line"])
+
+
+def linked(a: Kept, b: Kept, tree: dict[str, str], functions: dict[int, tuple[str, str] | None] | None = None) -> bool:
+    """Whether one bug's file names the other bug's function (it calls or imports it): a static
+    hint that the two bugs may lie on one path, tried after the pairs that share a failing test
+    (whether they interact is then measured). ``functions``: each bug's function (name, source)
+    by its index, when already found."""
+    fa = functions[a.index] if functions is not None else _bug_function(a, tree)
+    fb = functions[b.index] if functions is not None else _bug_function(b, tree)
     if not fa or not fb:
         return False
-    return re.search(rf"\b{re.escape(fb)}\b", tree[ra["file"]]) is not None or \
-        re.search(rf"\b{re.escape(fa)}\b", tree[rb["file"]]) is not None
+    return re.search(rf"\b{re.escape(fb[0])}\b", tree[a.mutations[0]["file"]]) is not None or \
+        re.search(rf"\b{re.escape(fa[0])}\b", tree[b.mutations[0]["file"]]) is not None
 
 
 def pair_candidates(kept: list[Kept], tree: dict[str, str], wanted: int, max_uses: int = 2) -> list[tuple[Kept, Kept]]:
     """Up to ``wanted`` pairs of kept mutants in two different files likely to interact, each
     mutant in at most ``max_uses`` pairs: first the pairs whose bugs already break a common test
-    (most shared tests first), then pairs whose functions name each other; in candidate order
+    (most shared tests first), then pairs where one bug's file names the other's function; in candidate order
     within each."""
+    functions = {k.index: _bug_function(k, tree) for k in kept}
     ranked = []
     for i, a in enumerate(kept):
         for b in kept[i + 1:]:
             if next(iter(a.files)) == next(iter(b.files)):
                 continue
             shared = len(set(a.f2p) & set(b.f2p))
-            if shared or linked(a, b, tree):
+            if shared or linked(a, b, tree, functions):
                 ranked.append((0 if shared else 1, -shared, a.index, b.index, a, b))
     ranked.sort(key=lambda r: r[:4])
     uses: dict[int, int] = {}
