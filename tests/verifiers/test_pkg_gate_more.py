@@ -85,3 +85,11 @@ def test_the_file_is_read_as_python_will_import_it():
     assert {r["what"] for r in check("pkg/m.py", BUGGY, hidden, ORIGINAL)} == {"new name: os", "new attribute: _exit"}
     assert check("pkg/m.py", BUGGY, "# -*- coding: latin-1 -*-\n" + ORIGINAL, ORIGINAL) == []
     assert check("pkg/m.py", BUGGY, "# coding: no-such-codec\n" + ORIGINAL, ORIGINAL)[0]["kind"] == "syntax"
+
+
+def test_a_match_pattern_reads_attributes_the_gate_counts():
+    """``case Callable(__globals__=g)`` reads the function's globals (then ``__builtins__``, then
+    ``eval``); the pattern's keyword names were not read by the gate."""
+    attacked = swapped("    return value\n", "    match clamp:\n        case Callable(__globals__=g, modules=m):\n"
+                                             "            return g\n    return value\n")
+    assert {r["what"] for r in check("pkg/m.py", BUGGY, attacked, ORIGINAL)} == {"new name: __globals__", "new name: modules"}

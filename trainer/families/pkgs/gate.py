@@ -142,13 +142,14 @@ def occurrences(tree: ast.AST) -> list[tuple[str, str, int, str, str]]:
                 if _DUNDER.match(word) or (dotted and word in FORBIDDEN):
                     found.append(("string", word, line, scope, None))
             continue
-        for field, kind in _NAME_FIELDS.items():
-            value = getattr(node, field, None)
-            if isinstance(value, str) and refused(value):
-                found.append((kind, value, line, scope, node if kind in ("name", "attribute") else None))
-        for value in getattr(node, "names", None) or []:  # global / nonlocal
-            if isinstance(value, str) and refused(value):
-                found.append(("name", value, line, scope, None))
+        # every identifier the node holds: a name, attribute, definition, parameter, keyword, and
+        # those of global/nonlocal, a match pattern's class keywords (``case C(__globals__=g)``
+        # reads an attribute), captures and rest
+        for field, value in ast.iter_fields(node):
+            kind = _NAME_FIELDS.get(field, "name")
+            for word in ([value] if isinstance(value, str) else value if isinstance(value, list) else []):
+                if isinstance(word, str) and refused(word):
+                    found.append((kind, word, line, scope, node if kind in ("name", "attribute") else None))
     # the chains need every parent, so they are read once the walk is done
     return [(kind, what, line, scope, _chain(node, parents) if node is not None else "")
             for kind, what, line, scope, node in found]
