@@ -93,3 +93,26 @@ def test_a_match_pattern_reads_attributes_the_gate_counts():
     attacked = swapped("    return value\n", "    match clamp:\n        case Callable(__globals__=g, modules=m):\n"
                                              "            return g\n    return value\n")
     assert {r["what"] for r in check("pkg/m.py", BUGGY, attacked, ORIGINAL)} == {"new name: __globals__", "new name: modules"}
+
+
+SOFT = {
+    "string.Formatter().get_field resolves an attribute chain": (
+        "    return string.Formatter().get_field('0._' + '_globals__', [clamp], {})[0]\n", {"new attribute: get_field"}),
+    "typing.get_type_hints evaluates a string annotation": (
+        "    def g(x: 's' + 'ys.exit(0)'):\n        pass\n    typing.get_type_hints(g)\n",
+        {"new attribute: get_type_hints"}),
+    "zipimport loads a module from a path": (
+        "    zipimport.zipimporter('/tmp/m.zip').load_module('m')\n",
+        {"new name: zipimport", "new attribute: zipimporter", "new attribute: load_module"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOFT))
+def test_ways_to_reach_objects_or_run_code_from_strings_are_listed(name):
+    """Each passed the gate with ``string``, ``typing`` or ``zipimport`` already imported (no new
+    import, no dunder written whole): an attribute by a built name, code in a string, a module
+    from a file written at run time."""
+    code, whats = SOFT[name]
+    head = "import string\nimport typing\nimport zipimport\n"
+    attacked = head + swapped("    return value\n", code + "    return value\n")
+    assert {r["what"] for r in check("pkg/m.py", head + BUGGY, attacked, head + ORIGINAL)} == whats

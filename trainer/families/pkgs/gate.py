@@ -66,7 +66,12 @@ FORBIDDEN = frozenset({
     "socket", "pickle", "marshal", "shutil", "tempfile", "environ", "getenv", "putenv",
     # objects by name
     "getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals", "dir", "breakpoint",
-    "operator", "attrgetter", "methodcaller",
+    "operator", "attrgetter", "methodcaller", "get_field", "locate", "resolve_name", "_resolve", "import_module",
+    # code in strings, or loaded from a path
+    "get_type_hints", "ForwardRef", "_evaluate", "_eval_type", "get_annotations", "timeit", "runsource", "runcode",
+    "InteractiveInterpreter", "InteractiveConsole", "doctest", "pdb", "bdb", "cProfile", "runctx", "zipimport",
+    "zipimporter", "load_module", "exec_module", "SourceFileLoader", "spec_from_file_location", "module_from_spec",
+    "imp", "load_source", "load_compiled", "load_dynamic",
     # files
     "open", "io", "pathlib", "Path", "read_text", "read_bytes", "write_text", "write_bytes", "unlink",
     "rmtree", "chmod", "symlink", "fdopen", "stdout", "stderr", "stdin", "_io", "_pyio", "FileIO", "_socket",
