@@ -138,6 +138,7 @@ def chromium():
 
 def login(browser, url: str, username: str, password: str):
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, base_url=url)
+    context.add_init_script(PLOTLY_WATCH_JS)
     page = context.new_page()
     page.goto("/login/")
     page.fill("input[name=username]", username)
@@ -155,3 +156,46 @@ def percentile(values: list[float], q: float) -> float:
     lo = int(rank)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+# Run in every page before its own scripts (Playwright's init script: the page's CSP does not
+# govern it): notes when plotly.js has been evaluated (its bundle assigns ``globalThis.Plotly``).
+PLOTLY_WATCH_JS = """(() => {
+  let value;
+  Object.defineProperty(window, "Plotly", { configurable: true, get: () => value,
+    set: (v) => { value = v; if (window.__plotlyAt === undefined) window.__plotlyAt = performance.now(); } });
+})();"""
+
+# Where a run page's first chart's time went, from the page's own performance entries (ms from
+# navigation start): the HTML's first and last byte, the reward series request, plotly.js's
+# download and the end of its evaluation, deferred scripts done, first contentful paint, the
+# first reward chart drawn with points (``firstDrawMs``) and plotly's own first reward chart.
+BREAKDOWN_JS = """(() => {
+  const n = performance.getEntriesByType("navigation")[0];
+  const res = performance.getEntriesByType("resource");
+  const series = res.find((e) => e.name.includes("/series?"));
+  const plotly = res.find((e) => e.name.includes("plotly"));
+  const fcp = performance.getEntriesByType("paint").find((e) => e.name === "first-contentful-paint");
+  const r = (v) => (v === undefined || v === null ? null : Math.round(v));
+  const live = window.TemperLive || {};
+  const plotlyDraw = live.plotlyDrawMs !== undefined ? live.plotlyDrawMs : ("sketchMs" in live ? undefined : live.firstDrawMs);
+  return {html_first_byte: r(n.responseStart), html_done: r(n.responseEnd), html_bytes: n.decodedBodySize,
+          series_start: r(series && series.startTime), series_done: r(series && series.responseEnd),
+          plotly_done: r(plotly && plotly.responseEnd), plotly_from_sw: !!(plotly && plotly.workerStart > 0),
+          plotly_evaluated: r(window.__plotlyAt), scripts_done: r(n.domContentLoadedEventStart),
+          first_paint: r(fcp && fcp.startTime), first_draw: r(live.firstDrawMs), plotly_draw: r(plotlyDraw)};
+})()"""
+
+
+# Plotly's reward chart is drawn (where the page had a server-drawn one first, plotlyDrawMs; before
+# that existed, firstDrawMs was plotly's).
+PLOTLY_DRAWN_JS = """() => { const l = window.TemperLive;
+  return !!l && (l.plotlyDrawMs !== undefined || (l.firstDrawMs !== undefined && !("sketchMs" in l))); }"""
+
+
+def breakdown_line(b: dict) -> str:
+    """One line of a run page's breakdown (BREAKDOWN_JS), for the bench's log."""
+    return (f"html {b['html_first_byte']}-{b['html_done']} ms ({b['html_bytes']} B), series {b['series_start']}-{b['series_done']} ms, "
+            f"plotly.js downloaded {b['plotly_done']} ms (service worker: {b['plotly_from_sw']}), evaluated {b['plotly_evaluated']} ms, "
+            f"deferred scripts done {b['scripts_done']} ms, first paint {b['first_paint']} ms, first chart {b['first_draw']} ms, "
+            f"plotly's chart {b['plotly_draw']} ms")

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from _web import chromium, daphne, login, session_cookie, setup_django, user_with_team
+from _web import BREAKDOWN_JS, PLOTLY_DRAWN_JS, breakdown_line, chromium, daphne, login, session_cookie, setup_django, user_with_team
 
 
 
@@ -179,13 +179,16 @@ def main() -> int:
     view = read_series(run=run, keys=[f"reward/{s}" for s in slugs])
     series_ms = (time.perf_counter() - t) * 1000
     with daphne(env) as url:
-        renders = []
+        renders, breakdowns = [], []
         with chromium() as browser:
             page = login(browser, url, "bench", "bench-password-1")
             for _ in range(args.loads):
                 page.goto(f"/runs/{run.id}/")
                 page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined", timeout=60_000)
                 renders.append(page.evaluate("() => window.TemperLive.firstDrawMs"))
+                page.wait_for_function(PLOTLY_DRAWN_JS, timeout=60_000)
+                breakdowns.append(page.evaluate(BREAKDOWN_JS))
+                print(f"load {len(renders)}: {breakdown_line(breakdowns[-1])}", file=sys.stderr)
                 points = int(page.get_attribute("#chart-reward", "data-points"))
         from django.contrib.auth import get_user_model
 
@@ -194,6 +197,7 @@ def main() -> int:
     result = {
         "first_render_ms": round(statistics.median(renders), 1),
         "renders_ms": [round(r, 1) for r in renders],
+        "plotly_draws_ms": [b["plotly_draw"] for b in breakdowns],
         "points_per_series": args.steps, "domains": args.domains,
         "drawn_points_reward_chart": points, "bucket_width": view["width"], "series_query_ms": round(series_ms, 1),
         "clients": args.clients, "updates": args.updates, **live,

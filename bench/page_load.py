@@ -29,9 +29,8 @@ import os
 import random
 import sys
 import threading
-import time
 
-from _web import chromium, daphne, login, percentile, setup_django, user_with_team
+from _web import BREAKDOWN_JS, PLOTLY_DRAWN_JS, breakdown_line, chromium, daphne, login, percentile, setup_django, user_with_team
 
 PASSWORD = "bench-password-1"
 
@@ -136,6 +135,7 @@ def main() -> int:
     parser.add_argument("--trainers", type=int, default=os.cpu_count() or 2, help="torch training processes (load)")
     parser.add_argument("--bundle", choices=["basic", "full"], default="basic",
                         help="the plotly.js pages load (TEMPER_PLOTLY_BUNDLE): full is the baseline")
+    parser.add_argument("--breakdown", help="write each visit's timings (bench/_web.py BREAKDOWN_JS) to this JSON file")
     args = parser.parse_args()
 
     os.environ["TEMPER_PLOTLY_BUNDLE"] = args.bundle  # before settings load, here and in daphne's environment
@@ -165,19 +165,17 @@ def main() -> int:
     via_list: list[float] = []
     warm: list[float] = []
     shows: list[float] = []
+    breakdowns: list[dict] = []
     try:
         with daphne(env) as url, chromium() as browser:
             writer.start()
             def first_chart(page, how: str) -> float:
                 page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined", timeout=60_000)
                 ms = page.evaluate("window.TemperLive.firstDrawMs")
-                nav = page.evaluate("(() => { const n = performance.getEntriesByType('navigation')[0];"
-                                    " const p = performance.getEntriesByType('resource').find((e) => e.name.includes('plotly'));"
-                                    " return {html: n.responseEnd, scripts_run: n.domContentLoadedEventStart,"
-                                    " sw: !!navigator.serviceWorker.controller, plotly_from_sw: !!(p && p.workerStart > 0)}; })()")
-                print(f"run page, {how}: first chart at {ms:.0f} ms (page received at {nav['html']:.0f} ms, deferred "
-                      f"scripts (plotly, the page's) done at {nav['scripts_run']:.0f} ms; plotly from the service worker: "
-                      f"{nav['plotly_from_sw']})", file=sys.stderr)
+                page.wait_for_function(PLOTLY_DRAWN_JS, timeout=60_000)
+                b = page.evaluate(BREAKDOWN_JS)
+                breakdowns.append({"case": how, **b})
+                print(f"run page, {how}: first chart at {ms:.0f} ms: {breakdown_line(b)}", file=sys.stderr)
                 return ms
 
             for i in range(args.cold):  # a fresh browser (empty cache) that opens the run's URL directly
@@ -226,6 +224,9 @@ def main() -> int:
         "review_labels": len(shows),
         "goal_review_next_p95_ms": 300,
     }
+    if args.breakdown:
+        with open(args.breakdown, "w") as f:
+            json.dump(breakdowns, f, indent=1)
     print(json.dumps(result))
     return 0
 

@@ -33,7 +33,7 @@ from controlplane.runs import selectors as run_selectors
 from controlplane.runs import forecast, usage
 from controlplane.runs.models import RunState
 from controlplane.runs.schemas import MAX_MEMBER_PRIORITY
-from controlplane.web import pages
+from controlplane.web import pages, sketch
 
 VISIBLE_AT_FIRST = 12
 """Domains drawn when the run page opens (the others are one click away in the toolbar)."""
@@ -170,6 +170,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run_fields": pages.run_field_values(run),
         "advice": run_selectors.run_split_advice(run=run),
         "prefetch_url": f"/api/runs/{run.id}/series?{urlencode({'key': ','.join(first)})}" if first else "",
+        "reward_sketch": sketch.run_reward_sketch(run, first),  # drawn before plotly.js has loaded
         "page_data": {
             "run": {"id": run.id, "name": run.name, "state": run.state, "step": run.current_step,
                     "budget_steps": run.budget_steps, "team": run.team.slug,

@@ -83,7 +83,7 @@ def test_every_page_runs_under_the_csp_without_a_violation(server, browser, worl
         assert "script-src 'self' 'nonce-" in response.headers["content-security-policy"], url
         page.wait_for_selector(ready, state="attached")
         if url == f"/runs/{run.id}/":
-            page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
+            page.wait_for_function("() => window.TemperLive && window.TemperLive.plotlyDrawMs !== undefined")
             assert int(page.get_attribute("#chart-reward", "data-points")) > 0  # plotly drew under the policy
         page.wait_for_load_state("load")
         assert page.evaluate("window.__csp") == [], url

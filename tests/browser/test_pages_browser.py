@@ -30,7 +30,7 @@ def test_zoom_asks_the_server_for_finer_buckets(server, browser):
     series.rollup(points)
     page = server.logged_in_page(browser, "zoom", "vera")
     page.goto(f"/runs/{run.id}/")
-    page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
+    page.wait_for_function("() => window.TemperLive && window.TemperLive.plotlyDrawMs !== undefined")
     assert int(page.get_attribute("#chart-reward", "data-points")) == len(range(0, 20_000, 256))  # buckets, not 20,000 points
     # Drag across a narrow part of the chart with the mouse: the page asks for that range again.
     box = page.locator("#chart-reward .nsewdrag").bounding_box()
@@ -94,7 +94,7 @@ def test_first_run_page_gets_plotly_from_the_service_worker(server, browser):
     page.wait_for_function("() => navigator.serviceWorker.ready.then((r) => !!r.active)")
     server.login(page, "vera", PASSWORD)
     page.goto(f"/runs/{run.id}/")
-    page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
+    page.wait_for_function("() => window.TemperLive && window.TemperLive.plotlyDrawMs !== undefined")
     plotly = json.dumps(f"/static/{settings.TEMPER_PLOTLY_JS}")  # the basic bundle where fetched (make install)
     served = page.evaluate(f"performance.getEntriesByType('resource').filter((e) => e.name.endsWith({plotly}))"
                            ".map((e) => e.workerStart > 0)")

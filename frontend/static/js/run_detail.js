@@ -36,7 +36,8 @@
   const zoom = {};         // chart id -> {lo, hi, series} while zoomed
   const dirty = new Set();
   const drawn = [];        // {key, step, t}: when a point first reached the screen (bench/live_latency.py)
-  window.TemperLive = { drawn, store, ready: false };
+  // prefetch.js may already have noted the server-drawn chart's first frame (firstDrawMs)
+  window.TemperLive = Object.assign(window.TemperLive || {}, { drawn, store, ready: false });
 
   function series(key) {
     let s = store.get(key);
@@ -258,6 +259,7 @@
     for (const id of ids) {
       const spec = CHARTS[id];
       const node = document.getElementById(id);
+      node.querySelector(":scope > .sketch")?.remove(); // the server-drawn chart, replaced in place
       Plotly.react(node, traces(id, spec), layout(id, spec), { responsive: true, displaylogo: false });
       if (!charted.has(id)) { charted.add(id); wireChart(id, node); }
       node.dataset.points = String(spec.keys().reduce((n, k) => n + (store.get(k)?.step.length || 0), 0));
@@ -270,8 +272,9 @@
         for (let i = s.drawnLen; i < s.step.length; i++) drawn.push({ key, step: s.step[i], t });
         s.drawnLen = s.step.length;
       }
-      if (id === "chart-reward" && window.TemperLive.firstDrawMs === undefined && node.dataset.points !== "0") {
-        window.TemperLive.firstDrawMs = performance.now();
+      if (id === "chart-reward" && window.TemperLive.plotlyDrawMs === undefined && node.dataset.points !== "0") {
+        window.TemperLive.plotlyDrawMs = performance.now(); // plotly's first reward chart with points
+        if (window.TemperLive.firstDrawMs === undefined) window.TemperLive.firstDrawMs = window.TemperLive.plotlyDrawMs;
       }
     }
     if (drawn.length > 20000) drawn.splice(0, drawn.length - 10000);
