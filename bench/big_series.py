@@ -4,8 +4,9 @@
    (20 million rows by default, with their min/max/last buckets) into PostgreSQL with COPY. The
    data is kept in the database ``temper_bench_big`` and reused by later runs of this script.
 2. Opens the run page in Chromium ``--loads`` times and reads, inside the page, the time from
-   navigation start to the first drawn reward chart (``performance.now()``): first_render_ms is
-   the median. Goal: within 1 s.
+   navigation start to the first drawn reward chart (``TemperLive.firstDrawMs``: the server-drawn
+   chart's first frame) and to plotly's (``plotly_draws_ms``): first_render_ms is the median of
+   the first. Each load's breakdown (bench/_web.py) goes to stderr. Goal: within 1 s.
 3. Connects ``--clients`` websocket clients (each logged in, each from the live cursor) and
    commits ``--updates`` further steps through the driver's write path; every client must receive
    every point of every update, once. updates_missed counts (client, update) pairs not received.

@@ -9,7 +9,8 @@ per core (a small transformer's forward, backward and optimiser step, one thread
 CPUs as busy as the demo's trainer does.
 
 - run page: time to first chart is ``window.TemperLive.firstDrawMs`` (navigation start to the
-  reward chart drawn with points), in three cases: a fresh browser (empty cache) that opens the
+  first frame with a reward chart drawn with points: the server-drawn chart where the run has
+  points; plotly's own is ``plotlyDrawMs``; docs/browser.md, "Measured"), in three cases: a fresh browser (empty cache) that opens the
   run's URL directly (``--cold`` times: it downloads and compiles plotly.js on the spot); a fresh
   browser that signs in, sees the runs list and clicks the run; the same browser coming back
   (``--loads`` times: plotly.js is then compiled from the browser's code cache).
@@ -17,6 +18,9 @@ CPUs as busy as the demo's trainer does.
   ``make install`` fetches (1.1 MB; controlplane/web/vendor.py): the baseline of the first visits.
 - review: a reviewer labels ``--labels`` items of a judged queue with the keyboard; the page notes
   the time from each key to the next item shown (``window.TemperReview.shows``).
+
+Each visit's breakdown (HTML, series request, plotly.js downloaded and evaluated, first paint,
+plotly's chart) goes to stderr, and with ``--breakdown FILE`` to a JSON file.
 
     .venv/bin/python bench/page_load.py     # last line: JSON with run_page_* and review_next_* figures
 """
