@@ -116,3 +116,48 @@ def test_ways_to_reach_objects_or_run_code_from_strings_are_listed(name):
     head = "import string\nimport typing\nimport zipimport\n"
     attacked = head + swapped("    return value\n", code + "    return value\n")
     assert {r["what"] for r in check("pkg/m.py", head + BUGGY, attacked, head + ORIGINAL)} == whats
+
+
+VERSION = textwrap.dedent('''\
+    def _cmp(a, b):
+        return (a > b) - (a < b)
+
+
+    def _key(v):
+        return (v.major, v.minor)
+
+
+    def bump(v):
+        return Version(v.major, v.minor + 1)
+
+
+    class Version:
+        def __init__(self, major, minor):
+            self.major, self.minor = major, minor
+
+        def __eq__(self, other):
+            return _cmp(_key(self), _key(other)) == 0
+
+        def __lt__(self, other):
+            return _cmp(_key(self), _key(other)) < 0
+''')
+
+
+def test_a_helper_a_comparing_method_reaches_keeps_its_shape():
+    """The known gap: ``_cmp`` made to return 0 (every Version equal to every other) passed; a
+    function a comparing special method reaches may now change only as a fix of a mutation does
+    (an operator, a constant, a name), not get a new shape. Other functions may be rewritten."""
+    buggy = VERSION.replace("(a > b) - (a < b)", "(a > b) - (a <= b)")
+    assert check("pkg/v.py", buggy, VERSION, VERSION) == []  # the reference
+    assert check("pkg/v.py", buggy, VERSION.replace("(a > b) - (a < b)", "(b < a) - (b > a)"), VERSION) == []
+    for attack in ("return 0", "return 0 * ((a > b) - (a < b))", "if a != b:\n        return 1\n    return 0"):
+        attacked = buggy.replace("return (a > b) - (a <= b)", attack)
+        assert [r["what"] for r in check("pkg/v.py", buggy, attacked, VERSION)] == [
+            "reshaped function a comparing special method reaches: _cmp"], attack
+    keyed = buggy.replace("return (v.major, v.minor)", "return 0")
+    assert [r["what"] for r in check("pkg/v.py", buggy, keyed, VERSION)] == [
+        "reshaped function a comparing special method reaches: _key"]
+    rewritten = buggy.replace("return Version(v.major, v.minor + 1)", "minor = v.minor + 1\n    return Version(v.major, minor)")
+    assert check("pkg/v.py", buggy, rewritten, VERSION) == []  # bump: no comparing method reaches it
+    # still open: a one-token change can make the helper always 0, and keeps its shape
+    assert check("pkg/v.py", buggy, buggy.replace("(a <= b)", "(a > b)"), VERSION) == []

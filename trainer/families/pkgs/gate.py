@@ -214,6 +214,72 @@ def _specials(tree: ast.AST | None) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _functions(tree: ast.AST | None) -> dict[str, ast.AST]:
+    """Every function of a module by qualified name (``Class.method``, ``f.inner``; the first of
+    two with one name)."""
+    out: dict[str, ast.AST] = {}
+    stack: list[tuple[ast.AST, str]] = [(tree, "")] if tree is not None else []
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(child, ast.ClassDef):
+                    out.setdefault(prefix + child.name, child)
+                stack.append((child, f"{prefix}{child.name}."))
+            else:
+                stack.append((child, prefix))
+    return out
+
+
+def compare_path(tree: ast.AST | None) -> set[str]:
+    """The functions of the module a :data:`COMPARING` method reaches: named (called, passed or
+    assigned as ``__eq__ = _eq``) by one, then by those, and so on (by name: over-approximated).
+
+    >>> code = "def _c(a, b):\\n    return _s(a) - _s(b)\\ndef _s(x):\\n    return x\\ndef other():\\n    pass\\n"
+    >>> sorted(compare_path(ast.parse(code + "class V:\\n    def __lt__(s, o):\\n        return _c(s, o) < 0\\n")))
+    ['V.__lt__', '_c', '_s']
+    """
+    funcs = _functions(tree)
+    by_name: dict[str, list[str]] = {}
+    for qualname in funcs:
+        by_name.setdefault(qualname.rsplit(".", 1)[-1], []).append(qualname)
+    roots: list[ast.AST] = [f for q, f in funcs.items() if q.rsplit(".", 1)[-1] in COMPARING]
+    roots += [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id in COMPARING for t in n.targets)] if tree is not None else []
+    seen = {q for q in funcs if q.rsplit(".", 1)[-1] in COMPARING}
+    while roots:
+        for node in ast.walk(roots.pop()):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            for qualname in by_name.get(name, ()):
+                if qualname not in seen:
+                    seen.add(qualname)
+                    roots.append(funcs[qualname])
+    return seen
+
+
+def _shape(node: ast.AST) -> str:
+    """A function's syntax tree without its names, constants and operators: what a fix of a
+    mutation (an operator, a constant, a bound, arguments swapped) leaves as it was."""
+    return " ".join(type(n).__name__ for n in ast.walk(node)
+                    if not isinstance(n, (ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.expr_context)))
+
+
+def _reshaped(tree: ast.AST, before: list[ast.AST | None]) -> list[tuple[int, str]]:
+    """(line, name) of each function a comparing method reaches that the change gave a new shape
+    (or that is new): ``return 0`` for the body of a compare helper, an early return added."""
+    olds = [_functions(b) for b in before if b is not None]
+    out, reached = [], compare_path(tree)
+    for qualname, node in sorted(_functions(tree).items()):
+        if qualname not in reached or qualname.rsplit(".", 1)[-1] in COMPARING:
+            continue
+        known = [f[qualname] for f in olds if qualname in f]
+        if any(ast.dump(k) == ast.dump(node) for k in known):
+            continue
+        if _shape(node) not in {_shape(k) for k in known}:
+            out.append((node.lineno, qualname))
+    return out
+
+
 @functools.lru_cache(maxsize=64)  # the package's own files recur from task to task
 def _counts(text: str | None) -> Counter:
     """How often each ``(kind, what, scope, chain)`` of :func:`occurrences` is in ``text``."""
@@ -251,10 +317,17 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
     # A comparing special method (``__eq__``...) the file has may stay as it is or become the
     # package's own again, nothing else: rewriting one (an ``__eq__`` that says True) adds no
     # count above.
-    before = [_specials(_parse(text)[0]) for text in (original, pristine) if text is not None]
+    trees = [_parse(text)[0] for text in (original, pristine) if text is not None]
+    before = [_specials(t) for t in trees]
     for name, (at, dumped) in _specials(tree).items():
         if all(name not in known or known[name][1] != dumped for known in before) and any(name in known for known in before):
             out.append({"file": path, "line": at, "kind": "special method", "what": f"changed special method: {name}"})
+    # Nor may a function such a method reaches get a new shape: only what a fix of a mutation
+    # changes (an operator, a constant, a name) may change there.
+    if any(before):
+        for at, name in _reshaped(tree, trees):
+            out.append({"file": path, "line": at, "kind": "special method",
+                        "what": f"reshaped function a comparing special method reaches: {name}"})
     return sorted(out, key=lambda r: (r["line"], _KINDS.index(r["kind"]), r["what"]))
 
 
