@@ -26,6 +26,11 @@ back always passes (import statements count over the whole file: one may move):
   with a key, see :mod:`~trainer.families.pkgs.runner`), and
   to make objects that compare equal to anything (``type``, ``object``, ``super``, ``mro``).
 
+A comparing special method the file has (:data:`COMPARING`) may only stay or become the
+package's own again, and a function one reaches (:func:`compare_path`) may change only keeping its
+shape, as a fix of a mutation does: a compare helper made to return 0 would make every object
+equal (a one-token change can still do it; only the pass-to-pass tests stop that).
+
 What it stops that the sandbox alone cannot: code of the package runs inside pytest's own
 interpreter, so without the gate it could patch pytest's report, or return an object whose
 ``__eq__`` is always true. Exiting early, forged output and files outside the package's source
