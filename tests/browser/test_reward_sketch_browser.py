@@ -53,7 +53,7 @@ def test_reward_chart_shows_before_plotly_and_plotly_replaces_it(server, browser
     page.wait_for_function("() => window.TemperLive && window.TemperLive.firstDrawMs !== undefined")
     sketch = page.locator("#chart-reward [data-testid=reward-sketch]")
     assert sketch.get_attribute("data-points") == "120"
-    assert sketch.locator("polyline.smooth").count() == 2
+    assert sketch.locator("path.smooth").count() == 2
     assert sketch.locator(".sketch-legend").inner_text().split() == ["sketch-a", "sketch-b"]
     box = sketch.locator("svg").bounding_box()
     assert box["width"] > 400 and box["height"] > 150  # stretched over the plot area

@@ -25,6 +25,17 @@ def _points(run, slug: str, n: int, value=lambda s: s / 100):
     series.rollup(points)
 
 
+def _decode(d: str) -> list[tuple[int, int]]:
+    """The absolute points of a path_data() string."""
+    numbers = [int(n) for n in re.findall(r"-?\d+", d)]
+    x, y = numbers[0], numbers[1]
+    out = [(x, y)]
+    for dx, dy in zip(numbers[2::2], numbers[3::2]):
+        x, y = x + dx, y + dy
+        out.append((x, y))
+    return out
+
+
 def _sketch_block(body: str) -> str:
     match = re.search(r'<div class="sketch" data-testid="reward-sketch".*?<span class="sk-xtitle">step</span>', body, re.S)
     assert match, "no server-drawn reward chart"
@@ -40,7 +51,7 @@ def test_run_page_arrives_with_the_reward_chart_drawn(client, world):
     block = _sketch_block(client.get(f"/runs/{run.id}/").content.decode())
     assert 'data-points="200"' in block
     # one raw and one smoothed line per domain, in the page's palette, in the chart's order
-    assert re.findall(r'<polyline class="(\w+)" points="[^"]+" stroke="(#\w+)"', block) == [
+    assert re.findall(r'<path class="(\w+)" d="M[^"]+" stroke="(#\w+)"', block) == [
         ("raw", "#3b5bdb"), ("smooth", "#3b5bdb"), ("raw", "#e8590c"), ("smooth", "#e8590c")]
     assert ">sk-a</span>" in block and ">sk-b</span>" in block
     assert [t for t in re.findall(r'class="sk-ytick"[^>]*>([^<]+)<', block)] == ["0", "0.2", "0.4", "0.6", "0.8", "1"]
@@ -54,7 +65,7 @@ def test_the_sketch_draws_the_buckets_the_series_api_returns(world):
     view = series.series(run=run, keys=["reward/sk-long"])
     drawn = sketch.reward_sketch(view, ["reward/sk-long"])
     assert drawn.points == len(view["series"]["reward/sk-long"]["step"]) == len(range(0, 20_000, 256))
-    raw = [tuple(map(int, p.split(","))) for p in drawn.lines[0].raw.split()]
+    raw = _decode(drawn.lines[0].raw)
     assert raw[0][0] == 0 and raw[-1][0] == sketch.VIEW  # the x range is the series' own, as plotly's autorange
     last = view["series"]["reward/sk-long"]["last"][-1]
     assert raw[-1][1] == round((1.05 - last) / 1.05 * sketch.VIEW)
@@ -73,6 +84,13 @@ def test_labels_are_escaped():
                           points=2)
     html = render_to_string("runs/_reward_sketch.html", {"sketch": drawn})
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in html
+
+
+def test_path_data_round_trips():
+    points = [(0, 500), (2, 480), (3, 495), (7, 0), (1000, 1000)]
+    assert sketch.path_data(points) == "M0 500l2-20 1 15 4-495 993 1000"
+    assert _decode(sketch.path_data(points)) == points
+    assert sketch.path_data([(5, 5)]) == "M5 5" and sketch.path_data([]) == ""
 
 
 def test_ema_and_ticks_match_the_page():
