@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from trainer.families.pkgs.gate import FORBIDDEN, check
+from trainer.families.pkgs.gate import FORBIDDEN, check, check_tree
 
 ORIGINAL = textwrap.dedent('''\
     import logging
@@ -161,3 +161,15 @@ def test_a_helper_a_comparing_method_reaches_keeps_its_shape():
     assert check("pkg/v.py", buggy, rewritten, VERSION) == []  # bump: no comparing method reaches it
     # still open: a one-token change can make the helper always 0, and keeps its shape
     assert check("pkg/v.py", buggy, buggy.replace("(a <= b)", "(a > b)"), VERSION) == []
+
+
+def test_a_helper_in_another_file_keeps_its_shape_too():
+    """``__eq__`` in one module calling a compare helper of another: the helper made to return 0
+    is refused; a function no comparing method names may still be rewritten."""
+    helpers = "def compare(a, b):\n    return (a > b) - (a < b)\n\n\ndef other(a):\n    return a + 1\n"
+    model = "from pkg.helpers import compare\n\n\nclass V:\n    def __eq__(self, o):\n        return compare(self.v, o.v) == 0\n"
+    base = {"pkg/helpers.py": helpers, "pkg/model.py": model, "tests/test_v.py": "def compare(a, b):\n    pass\n"}
+    attacked = {"pkg/helpers.py": helpers.replace("return (a > b) - (a < b)", "return 0")}
+    assert [r["what"] for r in check_tree(base, attacked, base)] == ["reshaped function a comparing special method reaches: compare"]
+    rewritten = {"pkg/helpers.py": helpers.replace("return a + 1", "b = a + 1\n    return b")}
+    assert check_tree(base, rewritten, base) == []

@@ -236,9 +236,10 @@ def _functions(tree: ast.AST | None) -> dict[str, ast.AST]:
     return out
 
 
-def compare_path(tree: ast.AST | None) -> set[str]:
+def compare_path(tree: ast.AST | None, names: frozenset[str] = frozenset()) -> set[str]:
     """The functions of the module a :data:`COMPARING` method reaches: named (called, passed or
-    assigned as ``__eq__ = _eq``) by one, then by those, and so on (by name: over-approximated).
+    assigned as ``__eq__ = _eq``) by one, then by those, and so on (by name: over-approximated);
+    ``names``: names the comparing methods of other files reach (a helper in another module).
 
     >>> code = "def _c(a, b):\\n    return _s(a) - _s(b)\\ndef _s(x):\\n    return x\\ndef other():\\n    pass\\n"
     >>> sorted(compare_path(ast.parse(code + "class V:\\n    def __lt__(s, o):\\n        return _c(s, o) < 0\\n")))
@@ -248,10 +249,10 @@ def compare_path(tree: ast.AST | None) -> set[str]:
     by_name: dict[str, list[str]] = {}
     for qualname in funcs:
         by_name.setdefault(qualname.rsplit(".", 1)[-1], []).append(qualname)
-    roots: list[ast.AST] = [f for q, f in funcs.items() if q.rsplit(".", 1)[-1] in COMPARING]
+    roots: list[ast.AST] = [f for q, f in funcs.items() if q.rsplit(".", 1)[-1] in COMPARING | names]
     roots += [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
               and any(isinstance(t, ast.Name) and t.id in COMPARING for t in n.targets)] if tree is not None else []
-    seen = {q for q in funcs if q.rsplit(".", 1)[-1] in COMPARING}
+    seen = {q for q in funcs if q.rsplit(".", 1)[-1] in COMPARING | names}
     while roots:
         for node in ast.walk(roots.pop()):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
@@ -262,6 +263,19 @@ def compare_path(tree: ast.AST | None) -> set[str]:
     return seen
 
 
+@functools.lru_cache(maxsize=512)  # a package's files recur from task to task
+def _names_compared(text: str) -> frozenset[str]:
+    """The names the functions a comparing special method of ``text`` reaches refer to."""
+    tree = _parse(text)[0]
+    funcs = _functions(tree)
+    return frozenset(n.id if isinstance(n, ast.Name) else n.attr for q in compare_path(tree) for n in ast.walk(funcs[q])
+                     if isinstance(n, (ast.Name, ast.Attribute)))
+
+
+def _is_test(path: str) -> bool:
+    return any(p.startswith("test") or p == "conftest.py" for p in path.split("/"))
+
+
 def _shape(node: ast.AST) -> str:
     """A function's syntax tree without its names, constants and operators: what a fix of a
     mutation (an operator, a constant, a bound, arguments swapped) leaves as it was."""
@@ -269,11 +283,11 @@ def _shape(node: ast.AST) -> str:
                     if not isinstance(n, (ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.expr_context)))
 
 
-def _reshaped(tree: ast.AST, before: list[ast.AST | None]) -> list[tuple[int, str]]:
+def _reshaped(tree: ast.AST, before: list[ast.AST | None], names: frozenset[str]) -> list[tuple[int, str]]:
     """(line, name) of each function a comparing method reaches that the change gave a new shape
     (or that is new): ``return 0`` for the body of a compare helper, an early return added."""
     olds = [_functions(b) for b in before if b is not None]
-    out, reached = [], compare_path(tree)
+    out, reached = [], compare_path(tree, names)
     for qualname, node in sorted(_functions(tree).items()):
         if qualname not in reached or qualname.rsplit(".", 1)[-1] in COMPARING:
             continue
@@ -292,7 +306,8 @@ def _counts(text: str | None) -> Counter:
     return Counter(o[:2] + o[3:] for o in occurrences(tree)) if tree is not None else Counter()
 
 
-def check(path: str, original: str | None, new: str, pristine: str | None = None) -> list[dict[str, Any]]:
+def check(path: str, original: str | None, new: str, pristine: str | None = None, *,
+          compared: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Why the gate refuses the change of ``path`` from ``original`` (None: a file the package
     did not have) to ``new``, as ``{"file", "line", "kind", "what"}`` records; empty when it
     passes. ``pristine`` is the file as the package's own sdist has it (trusted): what it has
@@ -329,8 +344,8 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
             out.append({"file": path, "line": at, "kind": "special method", "what": f"changed special method: {name}"})
     # Nor may a function such a method reaches get a new shape: only what a fix of a mutation
     # changes (an operator, a constant, a name) may change there.
-    if any(before):
-        for at, name in _reshaped(tree, trees):
+    if any(before) or compared:
+        for at, name in _reshaped(tree, trees, compared):
             out.append({"file": path, "line": at, "kind": "special method",
                         "what": f"reshaped function a comparing special method reaches: {name}"})
     return sorted(out, key=lambda r: (r["line"], _KINDS.index(r["kind"]), r["what"]))
@@ -338,5 +353,9 @@ def check(path: str, original: str | None, new: str, pristine: str | None = None
 
 def check_tree(base: dict[str, str], changed: dict[str, str], pristine: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The gate's refusals for every changed file (``changed``: path -> new text) against ``base``
-    (and the package's own ``pristine`` files, see :func:`check`)."""
-    return [r for path in sorted(changed) for r in check(path, base.get(path), changed[path], (pristine or {}).get(path))]
+    (and the package's own ``pristine`` files, see :func:`check`); a function named by what a
+    comparing special method of any file of ``base`` reaches keeps its shape in every file."""
+    compared = frozenset().union(*[_names_compared(text) for path, text in sorted(base.items())
+                                   if path.endswith(".py") and not _is_test(path) and len(text) <= MAX_SOURCE_CHARS])
+    return [r for path in sorted(changed)
+            for r in check(path, base.get(path), changed[path], (pristine or {}).get(path), compared=compared)]
